@@ -1,0 +1,20 @@
+//! antler's wire types: LangChain messages, `ThreadState` with DeerFlow's reducers, and the run
+//! stream events. Serde only, no I/O: everything a client sees is defined here.
+
+pub mod events;
+pub mod message_list;
+pub mod messages;
+pub mod reducers;
+pub mod state;
+
+pub use events::{MessageMeta, StreamEvent, StreamMessage, StreamModes};
+pub use message_list::{AddMessagesError, Change, Entry, Messages};
+pub use messages::{
+    AiMessage, AiMessageChunk, Content, HumanMessage, InvalidToolCall, Message, MessageParseError,
+    Object, RemoveMessage, SystemMessage, ToolCall, ToolCallChunk, ToolMessage, ToolStatus,
+    UsageMetadata, REMOVE_ALL_MESSAGES,
+};
+pub use state::{
+    Delegation, Promoted, ReducerError, SandboxState, SkillEntry, StateUpdate, ThreadData,
+    ThreadState, Todo, TodoStatus, ViewedImage,
+};

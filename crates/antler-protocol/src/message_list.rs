@@ -1,0 +1,294 @@
+//! The `messages` channel: an ordered list folded with LangGraph's `add_messages` reducer.
+//!
+//! Beyond the list itself this keeps an id index (so a write costs O(new messages), not
+//! O(history)) and a change log that a checkpointer drains to persist only what changed.
+//! Each entry carries an `ord`: a position key that is stable across replacements and removals,
+//! increasing along the list, so storage can keep rows keyed by it without rewriting neighbours.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::messages::{Message, REMOVE_ALL_MESSAGES};
+
+/// One stored message with its stable position key.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Entry {
+    pub ord: u64,
+    pub message: Arc<Message>,
+}
+
+/// What a write did to the list, in order; drained by checkpointers.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Change {
+    /// A message was appended, or replaced the entry at `ord`.
+    Upsert { ord: u64, message: Arc<Message> },
+    /// The entry at `ord` was removed.
+    Remove { ord: u64 },
+    /// Every entry was removed (remove-all marker); later changes rebuild the list.
+    Clear,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum AddMessagesError {
+    #[error("Attempting to delete a message with an ID that doesn't exist ('{0}')")]
+    RemoveUnknown(String),
+}
+
+/// The ordered message list of a thread.
+#[derive(Clone, Debug, Default)]
+pub struct Messages {
+    entries: Vec<Entry>,
+    /// id → index of the last entry with that id.
+    index: HashMap<Arc<str>, usize>,
+    next_ord: u64,
+    changes: Vec<Change>,
+}
+
+impl PartialEq for Messages {
+    fn eq(&self, other: &Self) -> bool {
+        self.entries.len() == other.entries.len()
+            && self
+                .entries
+                .iter()
+                .zip(&other.entries)
+                .all(|(a, b)| a.message == b.message)
+    }
+}
+
+fn fresh_id() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+impl Messages {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Rebuild from stored entries (ords as persisted). Records no changes.
+    pub fn from_entries(entries: Vec<Entry>) -> Self {
+        let next_ord = entries.iter().map(|e| e.ord + 1).max().unwrap_or(0);
+        let mut list = Messages {
+            entries,
+            index: HashMap::new(),
+            next_ord,
+            changes: Vec::new(),
+        };
+        list.reindex();
+        list
+    }
+
+    /// Build from plain messages (ids assigned where missing). Records no changes.
+    pub fn from_messages(msgs: impl IntoIterator<Item = Message>) -> Self {
+        let mut list = Messages::new();
+        for (ord, mut m) in msgs.into_iter().enumerate() {
+            if m.id().is_none() {
+                m.set_id(fresh_id());
+            }
+            list.entries.push(Entry {
+                ord: ord as u64,
+                message: Arc::new(m),
+            });
+        }
+        list.next_ord = list.entries.len() as u64;
+        list.reindex();
+        list
+    }
+
+    fn reindex(&mut self) {
+        self.index.clear();
+        for (i, e) in self.entries.iter().enumerate() {
+            if let Some(id) = e.message.id() {
+                self.index.insert(Arc::from(id), i);
+            }
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    pub fn entries(&self) -> &[Entry] {
+        &self.entries
+    }
+
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = &Message> + ExactSizeIterator {
+        self.entries.iter().map(|e| e.message.as_ref())
+    }
+
+    pub fn arcs(&self) -> impl DoubleEndedIterator<Item = &Arc<Message>> + ExactSizeIterator {
+        self.entries.iter().map(|e| &e.message)
+    }
+
+    pub fn get(&self, i: usize) -> Option<&Message> {
+        self.entries.get(i).map(|e| e.message.as_ref())
+    }
+
+    pub fn last(&self) -> Option<&Message> {
+        self.entries.last().map(|e| e.message.as_ref())
+    }
+
+    pub fn by_id(&self, id: &str) -> Option<&Message> {
+        self.index
+            .get(id)
+            .and_then(|&i| self.entries.get(i))
+            .map(|e| e.message.as_ref())
+    }
+
+    pub fn position(&self, id: &str) -> Option<usize> {
+        self.index.get(id).copied()
+    }
+
+    pub fn to_vec(&self) -> Vec<Message> {
+        self.iter().cloned().collect()
+    }
+
+    /// Changes recorded since the last [`Messages::take_changes`].
+    pub fn pending_changes(&self) -> &[Change] {
+        &self.changes
+    }
+
+    pub fn take_changes(&mut self) -> Vec<Change> {
+        std::mem::take(&mut self.changes)
+    }
+
+    /// Fold one write with LangGraph's `add_messages` semantics (spec 10 §2).
+    ///
+    /// Ids are assigned to incoming messages without one; a `remove` with id `__remove_all__`
+    /// discards everything before it; a known id replaces in place; a `remove` of a known id
+    /// drops every occurrence; removing an unknown id is an error and leaves the list untouched.
+    pub fn add(&mut self, write: Vec<Message>) -> Result<(), AddMessagesError> {
+        let mut write = write;
+        for m in &mut write {
+            if m.id().is_none() {
+                m.set_id(fresh_id());
+            }
+        }
+        let last_remove_all = write.iter().rposition(
+            |m| matches!(m, Message::Remove(_)) && m.id() == Some(REMOVE_ALL_MESSAGES),
+        );
+        if let Some(pos) = last_remove_all {
+            // Result = the tail after the marker, not de-duplicated. (LangGraph would even keep
+            // stray remove instructions of the tail as messages; they are dropped here.)
+            self.entries.clear();
+            self.changes.push(Change::Clear);
+            for m in write
+                .into_iter()
+                .skip(pos + 1)
+                .filter(|m| !matches!(m, Message::Remove(_)))
+            {
+                let ord = self.next_ord;
+                self.next_ord += 1;
+                let message = Arc::new(m);
+                self.changes.push(Change::Upsert {
+                    ord,
+                    message: message.clone(),
+                });
+                self.entries.push(Entry { ord, message });
+            }
+            self.reindex();
+            return Ok(());
+        }
+
+        // Validate removals first so an error leaves the list untouched.
+        {
+            let mut known: std::collections::HashSet<&str> =
+                std::collections::HashSet::with_capacity(write.len());
+            for m in &write {
+                let id = m.id().unwrap_or_default();
+                let exists = self.index.contains_key(id) || known.contains(id);
+                match m {
+                    Message::Remove(_) if !exists => {
+                        return Err(AddMessagesError::RemoveUnknown(id.to_owned()))
+                    }
+                    Message::Remove(_) => {}
+                    _ => {
+                        known.insert(id);
+                    }
+                }
+            }
+        }
+
+        let mut to_remove: Vec<Arc<str>> = Vec::new();
+        for m in write {
+            let id: Arc<str> = Arc::from(m.id().unwrap_or_default());
+            match (self.index.get(&id).copied(), &m) {
+                (Some(_), Message::Remove(_)) => {
+                    if !to_remove.contains(&id) {
+                        to_remove.push(id);
+                    }
+                }
+                (Some(i), _) => {
+                    to_remove.retain(|r| r != &id);
+                    let ord = self.entries[i].ord;
+                    let message = Arc::new(m);
+                    self.changes.push(Change::Upsert {
+                        ord,
+                        message: message.clone(),
+                    });
+                    self.entries[i].message = message;
+                }
+                (None, Message::Remove(_)) => {
+                    // Unreachable after validation; keep the reducer total.
+                    return Err(AddMessagesError::RemoveUnknown(id.to_string()));
+                }
+                (None, _) => {
+                    let ord = self.next_ord;
+                    self.next_ord += 1;
+                    let message = Arc::new(m);
+                    self.changes.push(Change::Upsert {
+                        ord,
+                        message: message.clone(),
+                    });
+                    self.index.insert(id, self.entries.len());
+                    self.entries.push(Entry { ord, message });
+                }
+            }
+        }
+        if !to_remove.is_empty() {
+            let changes = &mut self.changes;
+            self.entries.retain(|e| {
+                let gone = e
+                    .message
+                    .id()
+                    .is_some_and(|id| to_remove.iter().any(|r| r.as_ref() == id));
+                if gone {
+                    changes.push(Change::Remove { ord: e.ord });
+                }
+                !gone
+            });
+            self.reindex();
+        }
+        Ok(())
+    }
+
+    /// Append one message (id assigned when missing). Shorthand for `add(vec![m])`.
+    pub fn push(&mut self, m: Message) {
+        // A non-remove write never fails.
+        let _ = self.add(vec![m]);
+    }
+}
+
+impl Serialize for Messages {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.iter())
+    }
+}
+
+impl<'de> Deserialize<'de> for Messages {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = Vec::<Message>::deserialize(d)?;
+        Ok(Messages::from_messages(v))
+    }
+}
+
+impl FromIterator<Message> for Messages {
+    fn from_iter<T: IntoIterator<Item = Message>>(iter: T) -> Self {
+        Messages::from_messages(iter)
+    }
+}

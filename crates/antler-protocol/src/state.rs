@@ -1,0 +1,376 @@
+//! `ThreadState` (DeerFlow's graph state) and partial updates folded through per-key reducers.
+//!
+//! Keys with a reducer (spec 10 §4.2): `messages`, `sandbox`, `artifacts`, `todos`, `goal`,
+//! `viewed_images`, `promoted`, `delegations`, `skill_context`. Every other key keeps the last
+//! value written. Custom middlewares store their own keys in `extensions` (last write wins).
+
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::{Map, Value};
+
+use crate::message_list::{AddMessagesError, Messages};
+use crate::messages::Message;
+use crate::reducers;
+
+/// Host paths of a thread's folders.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThreadData {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace_path: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uploads_path: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outputs_path: Option<String>,
+}
+
+/// `{sandbox_id}`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SandboxState {
+    #[serde(default)]
+    pub sandbox_id: Option<String>,
+}
+
+/// One plan-mode todo item.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Todo {
+    pub content: String,
+    pub status: TodoStatus,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TodoStatus {
+    Pending,
+    InProgress,
+    Completed,
+}
+
+/// Metadata of an image the model viewed (bytes are re-read from disk when needed).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ViewedImage {
+    #[serde(default)]
+    pub mime_type: String,
+    #[serde(default)]
+    pub size: u64,
+    #[serde(default)]
+    pub actual_path: String,
+}
+
+/// Deferred tools promoted by `tool_search`, scoped by a catalog hash.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Promoted {
+    #[serde(default)]
+    pub catalog_hash: Option<String>,
+    #[serde(default)]
+    pub names: Vec<String>,
+}
+
+/// A subagent delegation ledger entry.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Delegation {
+    pub id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default)]
+    pub subagent_type: String,
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result_brief: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result_sha256: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result_ref: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_at: Option<String>,
+}
+
+impl Delegation {
+    /// Terminal statuses of the subagent status contract.
+    pub const TERMINAL: [&'static str; 5] = [
+        "completed",
+        "failed",
+        "cancelled",
+        "timed_out",
+        "polling_timed_out",
+    ];
+
+    pub fn is_terminal(&self) -> bool {
+        Self::TERMINAL.contains(&self.status.as_str())
+    }
+}
+
+/// A reference to a SKILL.md the agent read.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SkillEntry {
+    #[serde(default)]
+    pub name: String,
+    pub path: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default)]
+    pub loaded_at: i64,
+}
+
+/// The checkpointed state of one thread.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ThreadState {
+    #[serde(default)]
+    pub messages: Messages,
+    #[serde(default)]
+    pub title: Option<String>,
+    #[serde(default)]
+    pub artifacts: Vec<String>,
+    #[serde(default)]
+    pub todos: Option<Vec<Todo>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goal: Option<Value>,
+    #[serde(default)]
+    pub uploaded_files: Option<Vec<Value>>,
+    #[serde(default)]
+    pub viewed_images: Map<String, Value>,
+    #[serde(default)]
+    pub thread_data: Option<ThreadData>,
+    #[serde(default)]
+    pub sandbox: Option<SandboxState>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary_text: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub promoted: Option<Promoted>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub delegations: Vec<Delegation>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skill_context: Vec<SkillEntry>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub background_tasks: Option<Vec<Value>>,
+    /// Keys owned by custom middlewares (flattened into the JSON object).
+    #[serde(flatten)]
+    pub extensions: Map<String, Value>,
+}
+
+/// Deserialize a field that distinguishes "absent" (outer `None`) from "null" (`Some(None)`).
+fn double_option<'de, T, D>(d: D) -> Result<Option<Option<T>>, D::Error>
+where
+    T: Deserialize<'de>,
+    D: Deserializer<'de>,
+{
+    Option::<T>::deserialize(d).map(Some)
+}
+
+/// A partial write to [`ThreadState`]. `None` = key not touched. For nullable last-value keys,
+/// `Some(None)` writes an explicit null.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StateUpdate {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub messages: Option<Vec<Message>>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "double_option"
+    )]
+    pub title: Option<Option<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub artifacts: Option<Vec<String>>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "double_option"
+    )]
+    pub todos: Option<Option<Vec<Todo>>>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "double_option"
+    )]
+    pub goal: Option<Option<Value>>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "double_option"
+    )]
+    pub uploaded_files: Option<Option<Vec<Value>>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub viewed_images: Option<Map<String, Value>>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "double_option"
+    )]
+    pub thread_data: Option<Option<ThreadData>>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "double_option"
+    )]
+    pub sandbox: Option<Option<SandboxState>>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "double_option"
+    )]
+    pub summary_text: Option<Option<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub promoted: Option<Promoted>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delegations: Option<Vec<Delegation>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skill_context: Option<Vec<SkillEntry>>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "double_option"
+    )]
+    pub background_tasks: Option<Option<Vec<Value>>>,
+    #[serde(flatten)]
+    pub extensions: Map<String, Value>,
+}
+
+/// A write the reducers rejected; the whole update is then not applied.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ReducerError {
+    #[error(transparent)]
+    Messages(#[from] AddMessagesError),
+    #[error("Conflicting sandbox state updates: {0} != {1}")]
+    SandboxConflict(String, String),
+}
+
+impl StateUpdate {
+    pub fn is_empty(&self) -> bool {
+        self == &StateUpdate::default()
+    }
+
+    pub fn messages(msgs: Vec<Message>) -> Self {
+        StateUpdate {
+            messages: Some(msgs),
+            ..Default::default()
+        }
+    }
+
+    pub fn message(msg: impl Into<Message>) -> Self {
+        Self::messages(vec![msg.into()])
+    }
+
+    /// Merge `other` after `self` into one update with the same effect as applying both in order
+    /// through the reducers. Used to coalesce writes of one step.
+    pub fn merge(&mut self, other: StateUpdate) {
+        if let Some(m) = other.messages {
+            self.messages.get_or_insert_with(Vec::new).extend(m);
+        }
+        macro_rules! last {
+            ($($f:ident),*) => { $( if other.$f.is_some() { self.$f = other.$f; } )* };
+        }
+        last!(title, uploaded_files, thread_data, summary_text, background_tasks);
+        if let Some(a) = other.artifacts {
+            self.artifacts = Some(reducers::merge_artifacts(self.artifacts.take(), Some(a)));
+        }
+        if let Some(t) = other.todos {
+            if t.is_some() || self.todos.is_none() {
+                self.todos = Some(t);
+            }
+        }
+        if let Some(g) = other.goal {
+            if g.is_some() || self.goal.is_none() {
+                self.goal = Some(g);
+            }
+        }
+        if let Some(v) = other.viewed_images {
+            self.viewed_images = Some(match self.viewed_images.take() {
+                Some(prev) if !v.is_empty() => reducers::merge_viewed_images(Some(prev), Some(v)),
+                _ => v,
+            });
+        }
+        if let Some(s) = other.sandbox {
+            self.sandbox = Some(s);
+        }
+        if let Some(p) = other.promoted {
+            self.promoted = reducers::merge_promoted(self.promoted.take(), Some(p));
+        }
+        if let Some(d) = other.delegations {
+            self.delegations = Some(reducers::merge_delegations(self.delegations.take(), Some(d)));
+        }
+        if let Some(s) = other.skill_context {
+            self.skill_context.get_or_insert_with(Vec::new).extend(s);
+        }
+        self.extensions.extend(other.extensions);
+    }
+}
+
+impl ThreadState {
+    /// Apply one write through the reducers. On error nothing is applied.
+    pub fn apply(&mut self, update: StateUpdate) -> Result<(), ReducerError> {
+        // Check the only fallible non-message reducer before touching anything.
+        let sandbox = match update.sandbox {
+            Some(new) => Some(reducers::merge_sandbox(self.sandbox.clone(), new)?),
+            None => None,
+        };
+        if let Some(msgs) = update.messages {
+            self.messages.add(msgs)?;
+        }
+        if let Some(s) = sandbox {
+            self.sandbox = s;
+        }
+        if let Some(t) = update.title {
+            self.title = t;
+        }
+        if let Some(a) = update.artifacts {
+            self.artifacts = reducers::merge_artifacts(Some(std::mem::take(&mut self.artifacts)), Some(a));
+        }
+        if let Some(t) = update.todos {
+            self.todos = reducers::merge_todos(self.todos.take(), t);
+        }
+        if let Some(g) = update.goal {
+            self.goal = reducers::merge_todos(self.goal.take(), g);
+        }
+        if let Some(u) = update.uploaded_files {
+            self.uploaded_files = u;
+        }
+        if let Some(v) = update.viewed_images {
+            self.viewed_images =
+                reducers::merge_viewed_images(Some(std::mem::take(&mut self.viewed_images)), Some(v));
+        }
+        if let Some(t) = update.thread_data {
+            self.thread_data = t;
+        }
+        if let Some(s) = update.summary_text {
+            self.summary_text = s;
+        }
+        if let Some(p) = update.promoted {
+            self.promoted = reducers::merge_promoted(self.promoted.take(), Some(p));
+        }
+        if let Some(d) = update.delegations {
+            self.delegations =
+                reducers::merge_delegations(Some(std::mem::take(&mut self.delegations)), Some(d));
+        }
+        if let Some(s) = update.skill_context {
+            self.skill_context =
+                reducers::merge_skill_context(Some(std::mem::take(&mut self.skill_context)), Some(s));
+        }
+        if let Some(b) = update.background_tasks {
+            self.background_tasks = b;
+        }
+        for (k, v) in update.extensions {
+            self.extensions.insert(k, v);
+        }
+        Ok(())
+    }
+
+    /// The last AI message, if any.
+    pub fn last_ai(&self) -> Option<&crate::messages::AiMessage> {
+        self.messages.iter().rev().find_map(Message::as_ai)
+    }
+
+    /// State as JSON with the messages left out (the non-message channels).
+    pub fn fields_value(&self) -> Value {
+        let mut v = serde_json::to_value(self).unwrap_or(Value::Null);
+        if let Value::Object(o) = &mut v {
+            o.remove("messages");
+        }
+        v
+    }
+}
+
+#[cfg(test)]
+#[path = "state_tests.rs"]
+mod tests;
