@@ -18,3 +18,5 @@ pub use state::{
     Delegation, Promoted, ReducerError, SandboxState, SkillEntry, StateUpdate, ThreadData,
     ThreadState, Todo, TodoStatus, ViewedImage,
 };
+pub mod tools;
+pub use tools::ToolSpec;

@@ -1,0 +1,1 @@
+//! config.yaml loading (filled in by the config work).

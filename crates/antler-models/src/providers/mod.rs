@@ -1,0 +1,3 @@
+//! Provider adapters. Each keeps its wire types private.
+
+pub mod openai_compat;

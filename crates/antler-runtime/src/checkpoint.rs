@@ -1,0 +1,232 @@
+//! Checkpoints: the restore point of a thread's state, written after every step.
+//!
+//! A write carries only what changed since the previous checkpoint of the thread: the message
+//! [`Change`]s drained from the state's message list, and the non-message channels only when they
+//! differ. Implementations must keep bytes written per step independent of history length.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use antler_protocol::{Change, Entry, Messages, ThreadState};
+use async_trait::async_trait;
+use serde_json::Value;
+
+/// Identity and metadata of one checkpoint.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CheckpointMeta {
+    pub thread_id: String,
+    pub checkpoint_id: String,
+    pub parent_id: Option<String>,
+    /// LangGraph-style step number (-1 for the input checkpoint).
+    pub step: i64,
+    /// RFC 3339 UTC.
+    pub created_at: String,
+    /// `{"source": "input"|"loop"|"update", "step": n, "writes": {...}, "run_id": ..}`.
+    pub metadata: Value,
+}
+
+/// A checkpoint with the state it restores.
+#[derive(Clone, Debug)]
+pub struct Checkpoint {
+    pub meta: CheckpointMeta,
+    pub state: ThreadState,
+}
+
+/// One checkpoint to persist.
+#[derive(Clone, Debug)]
+pub struct CheckpointWrite {
+    pub meta: CheckpointMeta,
+    /// Message changes since the parent checkpoint, in order.
+    pub changes: Vec<Change>,
+    /// The non-message channels (`ThreadState::fields_value`), `None` when unchanged since the
+    /// parent.
+    pub fields: Option<Value>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    /// The store could not be read or written (disk full, read-only, locked, unreachable).
+    #[error("checkpoint store error: {0}")]
+    Store(String),
+    /// Stored data could not be decoded.
+    #[error("checkpoint data is corrupt: {0}")]
+    Corrupt(String),
+    /// A write's parent is not a checkpoint of the thread.
+    #[error("unknown parent checkpoint {0}")]
+    UnknownParent(String),
+}
+
+/// Where checkpoints live. The embedded default is SQLite (`antler-store`).
+#[async_trait]
+pub trait Checkpointer: Send + Sync {
+    /// Persist one checkpoint. When `meta.parent_id` is not the thread's latest checkpoint (a
+    /// fork), `changes` are relative to that parent.
+    async fn put(&self, write: CheckpointWrite) -> Result<(), CheckpointError>;
+
+    /// The latest checkpoint of a thread.
+    async fn latest(&self, thread_id: &str) -> Result<Option<Checkpoint>, CheckpointError>;
+
+    /// A specific checkpoint.
+    async fn get(
+        &self,
+        thread_id: &str,
+        checkpoint_id: &str,
+    ) -> Result<Option<Checkpoint>, CheckpointError>;
+
+    /// Checkpoints of a thread, newest first, optionally only those older than `before`.
+    async fn list(
+        &self,
+        thread_id: &str,
+        limit: usize,
+        before: Option<&str>,
+    ) -> Result<Vec<CheckpointMeta>, CheckpointError>;
+
+    /// Forget a thread's checkpoints.
+    async fn delete_thread(&self, thread_id: &str) -> Result<(), CheckpointError>;
+}
+
+/// Rebuild message entries by replaying changes over `base`.
+pub fn replay_changes(base: &mut Vec<Entry>, changes: &[Change]) {
+    for c in changes {
+        match c {
+            Change::Upsert { ord, message } => match base.binary_search_by_key(ord, |e| e.ord) {
+                Ok(i) => base[i].message = message.clone(),
+                Err(i) => base.insert(
+                    i,
+                    Entry {
+                        ord: *ord,
+                        message: message.clone(),
+                    },
+                ),
+            },
+            Change::Remove { ord } => {
+                if let Ok(i) = base.binary_search_by_key(ord, |e| e.ord) {
+                    base.remove(i);
+                }
+            }
+            Change::Clear => base.clear(),
+        }
+    }
+}
+
+#[derive(Clone)]
+struct Stored {
+    meta: CheckpointMeta,
+    entries: Vec<Entry>,
+    fields: Value,
+}
+
+/// In-process checkpointer (DeerFlow's `memory` backend): lost on exit. Keeps every checkpoint's
+/// materialized entries, sharing message bodies by `Arc`.
+#[derive(Default)]
+pub struct MemoryCheckpointer {
+    threads: Mutex<HashMap<String, Vec<Stored>>>,
+}
+
+impl MemoryCheckpointer {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(
+        &self,
+    ) -> Result<std::sync::MutexGuard<'_, HashMap<String, Vec<Stored>>>, CheckpointError> {
+        self.threads
+            .lock()
+            .map_err(|_| CheckpointError::Store("memory checkpointer lock poisoned".into()))
+    }
+}
+
+fn materialize(s: &Stored) -> Result<Checkpoint, CheckpointError> {
+    let mut state: ThreadState = if s.fields.is_null() {
+        ThreadState::default()
+    } else {
+        serde_json::from_value(s.fields.clone())
+            .map_err(|e| CheckpointError::Corrupt(e.to_string()))?
+    };
+    state.messages = Messages::from_entries(s.entries.clone());
+    Ok(Checkpoint {
+        meta: s.meta.clone(),
+        state,
+    })
+}
+
+#[async_trait]
+impl Checkpointer for MemoryCheckpointer {
+    async fn put(&self, write: CheckpointWrite) -> Result<(), CheckpointError> {
+        let mut threads = self.lock()?;
+        let list = threads.entry(write.meta.thread_id.clone()).or_default();
+        let parent = match &write.meta.parent_id {
+            Some(pid) => Some(
+                list.iter()
+                    .find(|s| &s.meta.checkpoint_id == pid)
+                    .ok_or_else(|| CheckpointError::UnknownParent(pid.clone()))?,
+            ),
+            None => None,
+        };
+        let (mut entries, parent_fields) = match parent {
+            Some(p) => (p.entries.clone(), p.fields.clone()),
+            None => (Vec::new(), Value::Null),
+        };
+        replay_changes(&mut entries, &write.changes);
+        let fields = write.fields.unwrap_or(parent_fields);
+        list.push(Stored {
+            meta: write.meta,
+            entries,
+            fields,
+        });
+        Ok(())
+    }
+
+    async fn latest(&self, thread_id: &str) -> Result<Option<Checkpoint>, CheckpointError> {
+        let threads = self.lock()?;
+        threads
+            .get(thread_id)
+            .and_then(|l| l.last())
+            .map(materialize)
+            .transpose()
+    }
+
+    async fn get(
+        &self,
+        thread_id: &str,
+        checkpoint_id: &str,
+    ) -> Result<Option<Checkpoint>, CheckpointError> {
+        let threads = self.lock()?;
+        threads
+            .get(thread_id)
+            .and_then(|l| l.iter().find(|s| s.meta.checkpoint_id == checkpoint_id))
+            .map(materialize)
+            .transpose()
+    }
+
+    async fn list(
+        &self,
+        thread_id: &str,
+        limit: usize,
+        before: Option<&str>,
+    ) -> Result<Vec<CheckpointMeta>, CheckpointError> {
+        let threads = self.lock()?;
+        let Some(list) = threads.get(thread_id) else {
+            return Ok(Vec::new());
+        };
+        let end = match before {
+            Some(b) => list
+                .iter()
+                .position(|s| s.meta.checkpoint_id == b)
+                .unwrap_or(list.len()),
+            None => list.len(),
+        };
+        Ok(list[..end]
+            .iter()
+            .rev()
+            .take(limit)
+            .map(|s| s.meta.clone())
+            .collect())
+    }
+
+    async fn delete_thread(&self, thread_id: &str) -> Result<(), CheckpointError> {
+        self.lock()?.remove(thread_id);
+        Ok(())
+    }
+}

@@ -1,0 +1,3 @@
+//! The agent loop (filled in next).
+pub mod checkpoint;
+pub use checkpoint::{Checkpoint, CheckpointError, CheckpointMeta, CheckpointWrite, Checkpointer, MemoryCheckpointer};

@@ -1,0 +1,1 @@
+//! Persistence (filled in by the store work).

@@ -1,0 +1,1 @@
+//! Test support (filled in by the models work).
