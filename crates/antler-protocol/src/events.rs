@@ -103,7 +103,9 @@ impl StreamEvent {
             StreamEvent::Metadata { run_id, thread_id } => {
                 json!({"run_id": run_id, "thread_id": thread_id, "attempt": 1})
             }
-            StreamEvent::Values(state) => serde_json::to_value(state.as_ref()).unwrap_or(Value::Null),
+            StreamEvent::Values(state) => {
+                serde_json::to_value(state.as_ref()).unwrap_or(Value::Null)
+            }
             StreamEvent::Updates { node, update } => {
                 let mut o = serde_json::Map::new();
                 let v = if update.is_empty() {

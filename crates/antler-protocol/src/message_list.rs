@@ -169,9 +169,9 @@ impl Messages {
                 m.set_id(fresh_id());
             }
         }
-        let last_remove_all = write.iter().rposition(
-            |m| matches!(m, Message::Remove(_)) && m.id() == Some(REMOVE_ALL_MESSAGES),
-        );
+        let last_remove_all = write
+            .iter()
+            .rposition(|m| matches!(m, Message::Remove(_)) && m.id() == Some(REMOVE_ALL_MESSAGES));
         if let Some(pos) = last_remove_all {
             // Result = the tail after the marker, not de-duplicated. (LangGraph would even keep
             // stray remove instructions of the tail as messages; they are dropped here.)

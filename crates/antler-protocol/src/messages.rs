@@ -578,12 +578,18 @@ impl AiMessage {
                 Some(Value::String(s)) if s.trim().is_empty() => Ok(Object::new()),
                 Some(Value::String(s)) => match serde_json::from_str::<Value>(s) {
                     Ok(Value::Object(o)) => Ok(o),
-                    Ok(_) => Err((Some(s.clone()), "arguments are not a JSON object".to_owned())),
+                    Ok(_) => Err((
+                        Some(s.clone()),
+                        "arguments are not a JSON object".to_owned(),
+                    )),
                     Err(e) => Err((Some(s.clone()), e.to_string())),
                 },
                 Some(Value::Object(o)) => Ok(o.clone()),
                 None | Some(Value::Null) => Ok(Object::new()),
-                Some(other) => Err((Some(other.to_string()), "arguments are not a JSON object".to_owned())),
+                Some(other) => Err((
+                    Some(other.to_string()),
+                    "arguments are not a JSON object".to_owned(),
+                )),
             };
             match (parsed, name) {
                 (Ok(args), Some(name)) => self.tool_calls.push(ToolCall {
@@ -685,7 +691,10 @@ impl Message {
         let mut obj = match value {
             Value::String(s) => return Ok(Message::human(s)),
             Value::Array(pair) if pair.len() == 2 => {
-                let role = pair[0].as_str().ok_or(MessageParseError::BadShape)?.to_owned();
+                let role = pair[0]
+                    .as_str()
+                    .ok_or(MessageParseError::BadShape)?
+                    .to_owned();
                 let mut o = Object::new();
                 o.insert("role".into(), Value::String(role));
                 o.insert("content".into(), pair[1].clone());
@@ -695,7 +704,8 @@ impl Message {
             _ => return Err(MessageParseError::BadShape),
         };
         // LangChain serialized constructor: {"lc":1,"type":"constructor","id":[..,"HumanMessage"],"kwargs":{..}}
-        if obj.get("lc").is_some() && obj.get("type").and_then(Value::as_str) == Some("constructor") {
+        if obj.get("lc").is_some() && obj.get("type").and_then(Value::as_str) == Some("constructor")
+        {
             let class = obj
                 .get("id")
                 .and_then(Value::as_array)

@@ -21,12 +21,24 @@ fn ai_message_round_trips_langchain_dump() {
     let back = serde_json::to_value(&msg).unwrap();
     assert_eq!(back, wire);
     // Field names in LangChain order after the discriminator.
-    let keys: Vec<&str> = back.as_object().unwrap().keys().map(String::as_str).collect();
+    let keys: Vec<&str> = back
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
     assert_eq!(
         keys,
         [
-            "type", "content", "additional_kwargs", "response_metadata", "name", "id",
-            "tool_calls", "invalid_tool_calls", "usage_metadata"
+            "type",
+            "content",
+            "additional_kwargs",
+            "response_metadata",
+            "name",
+            "id",
+            "tool_calls",
+            "invalid_tool_calls",
+            "usage_metadata"
         ]
     );
 }
@@ -58,7 +70,13 @@ fn human_content_blocks_are_kept_verbatim() {
 
 #[test]
 fn text_skips_empty_parts_and_non_text_blocks() {
-    let c = Content::Blocks(vec![json!(""), json!({"type": "text", "text": "x"}), json!(42), json!({"type":"text","text":""}), json!("y")]);
+    let c = Content::Blocks(vec![
+        json!(""),
+        json!({"type": "text", "text": "x"}),
+        json!(42),
+        json!({"type":"text","text":""}),
+        json!("y"),
+    ]);
     assert_eq!(c.text(), "x\ny");
 }
 
@@ -68,10 +86,16 @@ fn from_input_accepts_role_aliases_pairs_and_strings() {
         (json!({"role": "user", "content": "a"}), "human"),
         (json!({"role": "assistant", "content": "a"}), "ai"),
         (json!({"role": "developer", "content": "a"}), "system"),
-        (json!({"type": "AIMessageChunk", "content": "a", "tool_call_chunks": []}), "ai"),
+        (
+            json!({"type": "AIMessageChunk", "content": "a", "tool_call_chunks": []}),
+            "ai",
+        ),
         (json!(["human", "hi"]), "human"),
         (json!("just text"), "human"),
-        (json!({"lc": 1, "type": "constructor", "id": ["langchain", "schema", "messages", "HumanMessage"], "kwargs": {"content": "x"}}), "human"),
+        (
+            json!({"lc": 1, "type": "constructor", "id": ["langchain", "schema", "messages", "HumanMessage"], "kwargs": {"content": "x"}}),
+            "human",
+        ),
     ];
     for (input, kind) in cases {
         let m = Message::from_input(input.clone()).unwrap_or_else(|e| panic!("{input}: {e}"));
@@ -89,12 +113,16 @@ fn from_input_rejects_unknown_role_and_tool_without_id() {
         Message::from_input(json!({"role": "tool", "content": "a"})),
         Err(MessageParseError::MissingToolCallId)
     );
-    assert_eq!(Message::from_input(json!(7)), Err(MessageParseError::BadShape));
+    assert_eq!(
+        Message::from_input(json!(7)),
+        Err(MessageParseError::BadShape)
+    );
 }
 
 #[test]
 fn tool_call_id_and_content_are_coerced() {
-    let m = Message::from_input(json!({"role": "tool", "tool_call_id": 12, "content": {"a": 1}})).unwrap();
+    let m = Message::from_input(json!({"role": "tool", "tool_call_id": 12, "content": {"a": 1}}))
+        .unwrap();
     let t = m.as_tool().unwrap();
     assert_eq!(t.tool_call_id, "12");
     assert_eq!(t.content, Content::Text("{\"a\":1}".into()));
@@ -116,7 +144,10 @@ fn raw_provider_tool_calls_are_backfilled() {
     assert_eq!(ai.invalid_tool_calls.len(), 1);
     assert_eq!(ai.invalid_tool_calls[0].args.as_deref(), Some("{not json"));
     // The raw copy stays.
-    assert_eq!(ai.additional_kwargs["tool_calls"].as_array().unwrap().len(), 2);
+    assert_eq!(
+        ai.additional_kwargs["tool_calls"].as_array().unwrap().len(),
+        2
+    );
 }
 
 #[test]
@@ -140,7 +171,9 @@ fn set_tool_calls_keeps_mirrors_consistent() {
     assert_eq!(ai.finish_reason(), Some("stop"));
 
     let mut filtered = AiMessage::default();
-    filtered.response_metadata.insert("finish_reason".into(), json!("content_filter"));
+    filtered
+        .response_metadata
+        .insert("finish_reason".into(), json!("content_filter"));
     filtered.set_tool_calls(vec![]);
     assert_eq!(filtered.finish_reason(), Some("content_filter"));
 }

@@ -72,7 +72,10 @@ pub fn merge_todos<T>(existing: Option<T>, new: Option<T>) -> Option<T> {
 
 fn dedupe(names: impl IntoIterator<Item = String>) -> Vec<String> {
     let mut seen = HashSet::new();
-    names.into_iter().filter(|n| seen.insert(n.clone())).collect()
+    names
+        .into_iter()
+        .filter(|n| seen.insert(n.clone()))
+        .collect()
 }
 
 /// Union scoped by catalog hash; a different (or missing) hash replaces wholesale.
@@ -129,7 +132,10 @@ pub fn merge_delegations(
         }
         by_id.insert(entry.id.clone(), entry);
     }
-    let mut out: Vec<Delegation> = order.into_iter().filter_map(|id| by_id.remove(&id)).collect();
+    let mut out: Vec<Delegation> = order
+        .into_iter()
+        .filter_map(|id| by_id.remove(&id))
+        .collect();
     if out.len() > MAX_DELEGATIONS {
         out.drain(..out.len() - MAX_DELEGATIONS);
     }
@@ -142,7 +148,11 @@ pub const MAX_SKILL_CONTEXT: usize = 8;
 pub const MAX_SKILL_DESCRIPTION: usize = 500;
 
 fn normalize_skill(mut e: SkillEntry) -> SkillEntry {
-    let collapsed = e.description.split_whitespace().collect::<Vec<_>>().join(" ");
+    let collapsed = e
+        .description
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
     e.description = collapsed.chars().take(MAX_SKILL_DESCRIPTION).collect();
     e
 }

@@ -10,7 +10,10 @@ fn s(v: &[&str]) -> Vec<String> {
 
 #[test]
 fn artifacts_dedupe_in_order() {
-    assert_eq!(merge_artifacts(Some(s(&["a", "b"])), Some(s(&["b", "c"]))), s(&["a", "b", "c"]));
+    assert_eq!(
+        merge_artifacts(Some(s(&["a", "b"])), Some(s(&["b", "c"]))),
+        s(&["a", "b", "c"])
+    );
     assert_eq!(merge_artifacts(None, Some(s(&["a"]))), s(&["a"]));
     assert_eq!(merge_artifacts(Some(s(&["a"])), None), s(&["a"]));
     assert_eq!(merge_artifacts(None, None), Vec::<String>::new());
@@ -18,8 +21,14 @@ fn artifacts_dedupe_in_order() {
 
 #[test]
 fn viewed_images_merge_and_clear() {
-    let a = json!({"/a": {"mime_type": "image/png"}}).as_object().unwrap().clone();
-    let b = json!({"/b": {"mime_type": "image/jpeg"}}).as_object().unwrap().clone();
+    let a = json!({"/a": {"mime_type": "image/png"}})
+        .as_object()
+        .unwrap()
+        .clone();
+    let b = json!({"/b": {"mime_type": "image/jpeg"}})
+        .as_object()
+        .unwrap()
+        .clone();
     let merged = merge_viewed_images(Some(a.clone()), Some(b));
     assert_eq!(merged.len(), 2);
     assert!(merge_viewed_images(Some(merged), Some(Default::default())).is_empty());
@@ -28,32 +37,80 @@ fn viewed_images_merge_and_clear() {
 
 #[test]
 fn promoted_union_under_same_hash_replace_otherwise() {
-    let p = |h: Option<&str>, n: &[&str]| Promoted { catalog_hash: h.map(Into::into), names: s(n) };
-    assert_eq!(merge_promoted(Some(p(Some("h"), &["a"])), None), Some(p(Some("h"), &["a"])));
-    assert_eq!(merge_promoted(Some(p(Some("h"), &["a"])), Some(Promoted::default())), Some(p(Some("h"), &["a"])));
-    assert_eq!(merge_promoted(None, Some(p(Some("h"), &["a", "a"]))), Some(p(Some("h"), &["a"])));
-    assert_eq!(merge_promoted(Some(p(Some("h"), &["a"])), Some(p(Some("h"), &["b", "a"]))), Some(p(Some("h"), &["a", "b"])));
-    assert_eq!(merge_promoted(Some(p(Some("h"), &["a"])), Some(p(Some("g"), &["b"]))), Some(p(Some("g"), &["b"])));
-    assert_eq!(merge_promoted(Some(p(None, &["a"])), Some(p(Some("g"), &["b"]))), Some(p(Some("g"), &["b"])));
+    let p = |h: Option<&str>, n: &[&str]| Promoted {
+        catalog_hash: h.map(Into::into),
+        names: s(n),
+    };
+    assert_eq!(
+        merge_promoted(Some(p(Some("h"), &["a"])), None),
+        Some(p(Some("h"), &["a"]))
+    );
+    assert_eq!(
+        merge_promoted(Some(p(Some("h"), &["a"])), Some(Promoted::default())),
+        Some(p(Some("h"), &["a"]))
+    );
+    assert_eq!(
+        merge_promoted(None, Some(p(Some("h"), &["a", "a"]))),
+        Some(p(Some("h"), &["a"]))
+    );
+    assert_eq!(
+        merge_promoted(Some(p(Some("h"), &["a"])), Some(p(Some("h"), &["b", "a"]))),
+        Some(p(Some("h"), &["a", "b"]))
+    );
+    assert_eq!(
+        merge_promoted(Some(p(Some("h"), &["a"])), Some(p(Some("g"), &["b"]))),
+        Some(p(Some("g"), &["b"]))
+    );
+    assert_eq!(
+        merge_promoted(Some(p(None, &["a"])), Some(p(Some("g"), &["b"]))),
+        Some(p(Some("g"), &["b"]))
+    );
     // A search with no matches is a no-op union under the same hash.
-    assert_eq!(merge_promoted(Some(p(Some("h"), &["a"])), Some(p(Some("h"), &[]))), Some(p(Some("h"), &["a"])));
+    assert_eq!(
+        merge_promoted(Some(p(Some("h"), &["a"])), Some(p(Some("h"), &[]))),
+        Some(p(Some("h"), &["a"]))
+    );
 }
 
 fn d(id: &str, status: &str) -> Delegation {
-    Delegation { id: id.into(), status: status.into(), ..Default::default() }
+    Delegation {
+        id: id.into(),
+        status: status.into(),
+        ..Default::default()
+    }
 }
 
 #[test]
 fn delegations_ledger_rules() {
-    assert_eq!(merge_delegations(Some(vec![d("a", "in_progress")]), None), vec![d("a", "in_progress")]);
-    assert_eq!(merge_delegations(None, Some(vec![d("a", "in_progress")])), vec![d("a", "in_progress")]);
+    assert_eq!(
+        merge_delegations(Some(vec![d("a", "in_progress")]), None),
+        vec![d("a", "in_progress")]
+    );
+    assert_eq!(
+        merge_delegations(None, Some(vec![d("a", "in_progress")])),
+        vec![d("a", "in_progress")]
+    );
     // latest wins, order first-seen
-    let out = merge_delegations(Some(vec![d("a", "in_progress"), d("b", "in_progress")]), Some(vec![d("a", "completed")]));
-    assert_eq!(out.iter().map(|x| (x.id.as_str(), x.status.as_str())).collect::<Vec<_>>(), [("a", "completed"), ("b", "in_progress")]);
+    let out = merge_delegations(
+        Some(vec![d("a", "in_progress"), d("b", "in_progress")]),
+        Some(vec![d("a", "completed")]),
+    );
+    assert_eq!(
+        out.iter()
+            .map(|x| (x.id.as_str(), x.status.as_str()))
+            .collect::<Vec<_>>(),
+        [("a", "completed"), ("b", "in_progress")]
+    );
     // terminal not downgraded, terminal -> terminal allowed
-    let out = merge_delegations(Some(vec![d("a", "completed")]), Some(vec![d("a", "in_progress")]));
+    let out = merge_delegations(
+        Some(vec![d("a", "completed")]),
+        Some(vec![d("a", "in_progress")]),
+    );
     assert_eq!(out[0].status, "completed");
-    let out = merge_delegations(Some(vec![d("a", "completed")]), Some(vec![d("a", "failed")]));
+    let out = merge_delegations(
+        Some(vec![d("a", "completed")]),
+        Some(vec![d("a", "failed")]),
+    );
     assert_eq!(out[0].status, "failed");
     // created_at and run_id inherited
     let mut first = d("a", "in_progress");
@@ -73,14 +130,25 @@ fn delegations_ledger_rules() {
 
 #[test]
 fn delegation_terminal_set_matches_contract() {
-    for st in ["completed", "failed", "cancelled", "timed_out", "polling_timed_out"] {
+    for st in [
+        "completed",
+        "failed",
+        "cancelled",
+        "timed_out",
+        "polling_timed_out",
+    ] {
         assert!(d("a", st).is_terminal());
     }
     assert!(!d("a", "in_progress").is_terminal());
 }
 
 fn sk(path: &str, desc: &str) -> SkillEntry {
-    SkillEntry { name: path.into(), path: path.into(), description: desc.into(), loaded_at: 0 }
+    SkillEntry {
+        name: path.into(),
+        path: path.into(),
+        description: desc.into(),
+        loaded_at: 0,
+    }
 }
 
 #[test]
@@ -89,7 +157,10 @@ fn skill_context_recency_and_cap() {
     // Re-reading /s0 refreshes its recency so /s1 is evicted instead.
     let out = merge_skill_context(Some(existing), Some(vec![sk("/s0", "d"), sk("/new", "d")]));
     let paths: Vec<&str> = out.iter().map(|e| e.path.as_str()).collect();
-    assert_eq!(paths, ["/s2", "/s3", "/s4", "/s5", "/s6", "/s7", "/s0", "/new"]);
+    assert_eq!(
+        paths,
+        ["/s2", "/s3", "/s4", "/s5", "/s6", "/s7", "/s0", "/new"]
+    );
     // Normalization happens even with no new entries.
     let long = "word  ".repeat(200);
     let out = merge_skill_context(Some(vec![sk("/a", &long)]), None);

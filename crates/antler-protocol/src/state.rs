@@ -254,14 +254,20 @@ impl StateUpdate {
 
     /// Merge `other` after `self` into one update with the same effect as applying both in order
     /// through the reducers. Used to coalesce writes of one step.
-    pub fn merge(&mut self, other: StateUpdate) {
+    pub fn merge(&mut self, other: StateUpdate) -> Result<(), ReducerError> {
         if let Some(m) = other.messages {
             self.messages.get_or_insert_with(Vec::new).extend(m);
         }
         macro_rules! last {
             ($($f:ident),*) => { $( if other.$f.is_some() { self.$f = other.$f; } )* };
         }
-        last!(title, uploaded_files, thread_data, summary_text, background_tasks);
+        last!(
+            title,
+            uploaded_files,
+            thread_data,
+            summary_text,
+            background_tasks
+        );
         if let Some(a) = other.artifacts {
             self.artifacts = Some(reducers::merge_artifacts(self.artifacts.take(), Some(a)));
         }
@@ -282,18 +288,32 @@ impl StateUpdate {
             });
         }
         if let Some(s) = other.sandbox {
-            self.sandbox = Some(s);
+            let prev = self.sandbox.take().flatten();
+            self.sandbox = Some(reducers::merge_sandbox(prev, s)?);
         }
         if let Some(p) = other.promoted {
             self.promoted = reducers::merge_promoted(self.promoted.take(), Some(p));
         }
         if let Some(d) = other.delegations {
-            self.delegations = Some(reducers::merge_delegations(self.delegations.take(), Some(d)));
+            self.delegations = Some(reducers::merge_delegations(
+                self.delegations.take(),
+                Some(d),
+            ));
         }
         if let Some(s) = other.skill_context {
             self.skill_context.get_or_insert_with(Vec::new).extend(s);
         }
         self.extensions.extend(other.extensions);
+        Ok(())
+    }
+
+    /// Give every message of the write an id now, so events and state agree on it.
+    pub fn assign_message_ids(&mut self) {
+        for m in self.messages.iter_mut().flatten() {
+            if m.id().is_none() {
+                m.set_id(uuid::Uuid::new_v4().to_string());
+            }
+        }
     }
 }
 
@@ -315,7 +335,8 @@ impl ThreadState {
             self.title = t;
         }
         if let Some(a) = update.artifacts {
-            self.artifacts = reducers::merge_artifacts(Some(std::mem::take(&mut self.artifacts)), Some(a));
+            self.artifacts =
+                reducers::merge_artifacts(Some(std::mem::take(&mut self.artifacts)), Some(a));
         }
         if let Some(t) = update.todos {
             self.todos = reducers::merge_todos(self.todos.take(), t);
@@ -327,8 +348,10 @@ impl ThreadState {
             self.uploaded_files = u;
         }
         if let Some(v) = update.viewed_images {
-            self.viewed_images =
-                reducers::merge_viewed_images(Some(std::mem::take(&mut self.viewed_images)), Some(v));
+            self.viewed_images = reducers::merge_viewed_images(
+                Some(std::mem::take(&mut self.viewed_images)),
+                Some(v),
+            );
         }
         if let Some(t) = update.thread_data {
             self.thread_data = t;
@@ -344,8 +367,10 @@ impl ThreadState {
                 reducers::merge_delegations(Some(std::mem::take(&mut self.delegations)), Some(d));
         }
         if let Some(s) = update.skill_context {
-            self.skill_context =
-                reducers::merge_skill_context(Some(std::mem::take(&mut self.skill_context)), Some(s));
+            self.skill_context = reducers::merge_skill_context(
+                Some(std::mem::take(&mut self.skill_context)),
+                Some(s),
+            );
         }
         if let Some(b) = update.background_tasks {
             self.background_tasks = b;
@@ -361,13 +386,61 @@ impl ThreadState {
         self.messages.iter().rev().find_map(Message::as_ai)
     }
 
-    /// State as JSON with the messages left out (the non-message channels).
+    /// The non-message channels as JSON (what a checkpoint stores beside the messages).
+    /// Costs O(size of those channels), never O(history).
     pub fn fields_value(&self) -> Value {
-        let mut v = serde_json::to_value(self).unwrap_or(Value::Null);
-        if let Value::Object(o) = &mut v {
-            o.remove("messages");
+        #[derive(Serialize)]
+        struct Fields<'a> {
+            title: &'a Option<String>,
+            artifacts: &'a Vec<String>,
+            todos: &'a Option<Vec<Todo>>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            goal: &'a Option<Value>,
+            uploaded_files: &'a Option<Vec<Value>>,
+            viewed_images: &'a Map<String, Value>,
+            thread_data: &'a Option<ThreadData>,
+            sandbox: &'a Option<SandboxState>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            summary_text: &'a Option<String>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            promoted: &'a Option<Promoted>,
+            #[serde(skip_serializing_if = "<[_]>::is_empty")]
+            delegations: &'a [Delegation],
+            #[serde(skip_serializing_if = "<[_]>::is_empty")]
+            skill_context: &'a [SkillEntry],
+            #[serde(skip_serializing_if = "Option::is_none")]
+            background_tasks: &'a Option<Vec<Value>>,
+            #[serde(flatten)]
+            extensions: &'a Map<String, Value>,
         }
-        v
+        serde_json::to_value(Fields {
+            title: &self.title,
+            artifacts: &self.artifacts,
+            todos: &self.todos,
+            goal: &self.goal,
+            uploaded_files: &self.uploaded_files,
+            viewed_images: &self.viewed_images,
+            thread_data: &self.thread_data,
+            sandbox: &self.sandbox,
+            summary_text: &self.summary_text,
+            promoted: &self.promoted,
+            delegations: &self.delegations,
+            skill_context: &self.skill_context,
+            background_tasks: &self.background_tasks,
+            extensions: &self.extensions,
+        })
+        .unwrap_or(Value::Null)
+    }
+
+    /// Rebuild a state from stored channels and a message list.
+    pub fn from_parts(fields: Value, messages: Messages) -> Result<ThreadState, serde_json::Error> {
+        let mut state: ThreadState = if fields.is_null() {
+            ThreadState::default()
+        } else {
+            serde_json::from_value(fields)?
+        };
+        state.messages = messages;
+        Ok(state)
     }
 }
 

@@ -12,17 +12,34 @@ fn human(id: &str, text: &str) -> Message {
 }
 
 fn ids(state: &ThreadState) -> Vec<String> {
-    state.messages.iter().map(|m| m.id().unwrap().to_owned()).collect()
+    state
+        .messages
+        .iter()
+        .map(|m| m.id().unwrap().to_owned())
+        .collect()
 }
 
 #[test]
 fn add_messages_appends_replaces_and_removes() {
     let mut s = ThreadState::default();
-    s.apply(StateUpdate::messages(vec![human("a", "1"), human("b", "2"), human("c", "3")])).unwrap();
-    s.apply(StateUpdate::messages(vec![human("b", "2'"), human("d", "4")])).unwrap();
+    s.apply(StateUpdate::messages(vec![
+        human("a", "1"),
+        human("b", "2"),
+        human("c", "3"),
+    ]))
+    .unwrap();
+    s.apply(StateUpdate::messages(vec![
+        human("b", "2'"),
+        human("d", "4"),
+    ]))
+    .unwrap();
     assert_eq!(ids(&s), ["a", "b", "c", "d"]);
     assert_eq!(s.messages.by_id("b").unwrap().text(), "2'");
-    s.apply(StateUpdate::messages(vec![Message::remove("a"), Message::remove("c")])).unwrap();
+    s.apply(StateUpdate::messages(vec![
+        Message::remove("a"),
+        Message::remove("c"),
+    ]))
+    .unwrap();
     assert_eq!(ids(&s), ["b", "d"]);
 }
 
@@ -37,9 +54,13 @@ fn add_messages_assigns_ids() {
 #[test]
 fn remove_unknown_id_is_an_error_and_changes_nothing() {
     let mut s = ThreadState::default();
-    s.apply(StateUpdate::messages(vec![human("a", "1")])).unwrap();
+    s.apply(StateUpdate::messages(vec![human("a", "1")]))
+        .unwrap();
     let err = s
-        .apply(StateUpdate::messages(vec![human("b", "2"), Message::remove("zzz")]))
+        .apply(StateUpdate::messages(vec![
+            human("b", "2"),
+            Message::remove("zzz"),
+        ]))
         .unwrap_err();
     assert!(err.to_string().contains("doesn't exist"));
     assert_eq!(ids(&s), ["a"]);
@@ -48,8 +69,16 @@ fn remove_unknown_id_is_an_error_and_changes_nothing() {
 #[test]
 fn readd_after_remove_in_same_write_cancels_removal() {
     let mut s = ThreadState::default();
-    s.apply(StateUpdate::messages(vec![human("a", "1"), human("b", "2")])).unwrap();
-    s.apply(StateUpdate::messages(vec![Message::remove("a"), human("a", "1'")])).unwrap();
+    s.apply(StateUpdate::messages(vec![
+        human("a", "1"),
+        human("b", "2"),
+    ]))
+    .unwrap();
+    s.apply(StateUpdate::messages(vec![
+        Message::remove("a"),
+        human("a", "1'"),
+    ]))
+    .unwrap();
     assert_eq!(ids(&s), ["a", "b"]);
     assert_eq!(s.messages.get(0).unwrap().text(), "1'");
 }
@@ -57,7 +86,11 @@ fn readd_after_remove_in_same_write_cancels_removal() {
 #[test]
 fn remove_all_keeps_only_the_tail_without_dedup() {
     let mut s = ThreadState::default();
-    s.apply(StateUpdate::messages(vec![human("a", "1"), human("b", "2")])).unwrap();
+    s.apply(StateUpdate::messages(vec![
+        human("a", "1"),
+        human("b", "2"),
+    ]))
+    .unwrap();
     s.apply(StateUpdate::messages(vec![
         human("x", "dropped"),
         Message::remove_all(),
@@ -72,14 +105,26 @@ fn remove_all_keeps_only_the_tail_without_dedup() {
 #[test]
 fn change_log_records_upserts_removes_and_clear() {
     let mut s = ThreadState::default();
-    s.apply(StateUpdate::messages(vec![human("a", "1"), human("b", "2")])).unwrap();
+    s.apply(StateUpdate::messages(vec![
+        human("a", "1"),
+        human("b", "2"),
+    ]))
+    .unwrap();
     let first = s.messages.take_changes();
     assert_eq!(first.len(), 2);
-    s.apply(StateUpdate::messages(vec![human("a", "1'"), Message::remove("b")])).unwrap();
+    s.apply(StateUpdate::messages(vec![
+        human("a", "1'"),
+        Message::remove("b"),
+    ]))
+    .unwrap();
     let changes = s.messages.take_changes();
     assert!(matches!(&changes[0], Change::Upsert { ord: 0, .. }));
     assert!(matches!(&changes[1], Change::Remove { ord: 1 }));
-    s.apply(StateUpdate::messages(vec![Message::remove_all(), human("z", "z")])).unwrap();
+    s.apply(StateUpdate::messages(vec![
+        Message::remove_all(),
+        human("z", "z"),
+    ]))
+    .unwrap();
     let changes = s.messages.take_changes();
     assert_eq!(changes[0], Change::Clear);
     assert!(matches!(&changes[1], Change::Upsert { ord: 2, .. }));
@@ -88,22 +133,56 @@ fn change_log_records_upserts_removes_and_clear() {
 #[test]
 fn sandbox_reducer_is_idempotent_and_fail_closed() {
     let mut s = ThreadState::default();
-    let sb = |id: &str| Some(Some(SandboxState { sandbox_id: Some(id.into()) }));
-    s.apply(StateUpdate { sandbox: sb("local"), ..Default::default() }).unwrap();
-    s.apply(StateUpdate { sandbox: sb("local"), ..Default::default() }).unwrap();
-    s.apply(StateUpdate { sandbox: Some(None), ..Default::default() }).unwrap();
-    assert_eq!(s.sandbox.as_ref().unwrap().sandbox_id.as_deref(), Some("local"));
-    let err = s.apply(StateUpdate { sandbox: sb("other"), ..Default::default() }).unwrap_err();
-    assert_eq!(err.to_string(), "Conflicting sandbox state updates: local != other");
+    let sb = |id: &str| {
+        Some(Some(SandboxState {
+            sandbox_id: Some(id.into()),
+        }))
+    };
+    s.apply(StateUpdate {
+        sandbox: sb("local"),
+        ..Default::default()
+    })
+    .unwrap();
+    s.apply(StateUpdate {
+        sandbox: sb("local"),
+        ..Default::default()
+    })
+    .unwrap();
+    s.apply(StateUpdate {
+        sandbox: Some(None),
+        ..Default::default()
+    })
+    .unwrap();
+    assert_eq!(
+        s.sandbox.as_ref().unwrap().sandbox_id.as_deref(),
+        Some("local")
+    );
+    let err = s
+        .apply(StateUpdate {
+            sandbox: sb("other"),
+            ..Default::default()
+        })
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "Conflicting sandbox state updates: local != other"
+    );
 }
 
 #[test]
 fn failed_sandbox_write_applies_nothing_else() {
-    let mut s = ThreadState { sandbox: Some(SandboxState { sandbox_id: Some("a".into()) }), ..Default::default() };
+    let mut s = ThreadState {
+        sandbox: Some(SandboxState {
+            sandbox_id: Some("a".into()),
+        }),
+        ..Default::default()
+    };
     let err = s.apply(StateUpdate {
         messages: Some(vec![human("m", "x")]),
         title: Some(Some("t".into())),
-        sandbox: Some(Some(SandboxState { sandbox_id: Some("b".into()) })),
+        sandbox: Some(Some(SandboxState {
+            sandbox_id: Some("b".into()),
+        })),
         ..Default::default()
     });
     assert!(err.is_err());
@@ -114,18 +193,40 @@ fn failed_sandbox_write_applies_nothing_else() {
 #[test]
 fn todos_null_write_preserves_and_empty_clears() {
     let mut s = ThreadState::default();
-    let todo = Todo { content: "x".into(), status: TodoStatus::Pending };
-    s.apply(StateUpdate { todos: Some(Some(vec![todo.clone()])), ..Default::default() }).unwrap();
-    s.apply(StateUpdate { todos: Some(None), ..Default::default() }).unwrap();
+    let todo = Todo {
+        content: "x".into(),
+        status: TodoStatus::Pending,
+    };
+    s.apply(StateUpdate {
+        todos: Some(Some(vec![todo.clone()])),
+        ..Default::default()
+    })
+    .unwrap();
+    s.apply(StateUpdate {
+        todos: Some(None),
+        ..Default::default()
+    })
+    .unwrap();
     assert_eq!(s.todos, Some(vec![todo]));
-    s.apply(StateUpdate { todos: Some(Some(vec![])), ..Default::default() }).unwrap();
+    s.apply(StateUpdate {
+        todos: Some(Some(vec![])),
+        ..Default::default()
+    })
+    .unwrap();
     assert_eq!(s.todos, Some(vec![]));
 }
 
 #[test]
 fn last_value_keys_accept_explicit_null() {
-    let mut s = ThreadState { title: Some("t".into()), ..Default::default() };
-    s.apply(StateUpdate { title: Some(None), ..Default::default() }).unwrap();
+    let mut s = ThreadState {
+        title: Some("t".into()),
+        ..Default::default()
+    };
+    s.apply(StateUpdate {
+        title: Some(None),
+        ..Default::default()
+    })
+    .unwrap();
     assert_eq!(s.title, None);
 }
 
@@ -134,9 +235,19 @@ fn state_json_matches_contract_shape() {
     let mut s = ThreadState::default();
     let mut t = ToolMessage::new("c1", "ok");
     t.id = Some("t".into());
-    s.apply(StateUpdate::messages(vec![human("h", "hi"), t.into()])).unwrap();
+    s.apply(StateUpdate::messages(vec![human("h", "hi"), t.into()]))
+        .unwrap();
     let v = serde_json::to_value(&s).unwrap();
-    for key in ["messages", "title", "artifacts", "todos", "uploaded_files", "viewed_images", "thread_data", "sandbox"] {
+    for key in [
+        "messages",
+        "title",
+        "artifacts",
+        "todos",
+        "uploaded_files",
+        "viewed_images",
+        "thread_data",
+        "sandbox",
+    ] {
         assert!(v.get(key).is_some(), "missing {key}");
     }
     assert_eq!(v["messages"][1]["type"], "tool");
@@ -174,7 +285,10 @@ fn reference(left: &[(String, String)], right: &[Op]) -> Option<Vec<(String, Str
         })
         .collect();
     const REMOVE_ALL: &str = crate::REMOVE_ALL_MESSAGES;
-    if let Some(pos) = right.iter().rposition(|(rm, id, _)| *rm && id.as_deref() == Some(REMOVE_ALL)) {
+    if let Some(pos) = right
+        .iter()
+        .rposition(|(rm, id, _)| *rm && id.as_deref() == Some(REMOVE_ALL))
+    {
         return Some(
             right[pos + 1..]
                 .iter()
@@ -206,7 +320,12 @@ fn reference(left: &[(String, String)], right: &[Op]) -> Option<Vec<(String, Str
             }
         }
     }
-    Some(merged.into_iter().filter(|(id, _)| !to_remove.contains(id)).collect())
+    Some(
+        merged
+            .into_iter()
+            .filter(|(id, _)| !to_remove.contains(id))
+            .collect(),
+    )
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -228,7 +347,10 @@ fn to_messages(ops: &[Op]) -> Vec<Message> {
 }
 
 fn snapshot(s: &ThreadState) -> Vec<(String, String)> {
-    s.messages.iter().map(|m| (m.id().unwrap().to_owned(), m.text())).collect()
+    s.messages
+        .iter()
+        .map(|m| (m.id().unwrap().to_owned(), m.text()))
+        .collect()
 }
 
 proptest! {

@@ -1,3 +1,25 @@
-//! The agent loop (filled in next).
+//! antler's agent runtime: the model→tools loop wrapped by a middleware chain, over a
+//! [`ThreadState`](antler_protocol::ThreadState) folded through reducers and checkpointed after
+//! every step. Policy-free: DeerFlow's middlewares live in `antler-middleware`, the lead agent's
+//! assembly in `antler-agent`.
+
+pub mod agent;
 pub mod checkpoint;
-pub use checkpoint::{Checkpoint, CheckpointError, CheckpointMeta, CheckpointWrite, Checkpointer, MemoryCheckpointer};
+pub mod context;
+mod exec;
+pub mod middleware;
+pub mod tool;
+
+pub use agent::{now_rfc3339, tool_message_for, Agent, RunError, RunInput, RunOutcome, RunStatus};
+pub use checkpoint::{
+    Checkpoint, CheckpointError, CheckpointMeta, CheckpointWrite, Checkpointer, MemoryCheckpointer,
+};
+pub use context::{CollectingSink, Emitter, EventSink, NullSink, RunContext, RunOptions};
+pub use middleware::{
+    Chain, ChainError, HookOutput, HookSet, JumpTo, Middleware, MiddlewareError, ModelCallError,
+    ModelNext, ModelRequest, ModelResponse, ToolCallRequest, ToolNext,
+};
+pub use tokio_util::sync::CancellationToken;
+pub use tool::{
+    parse_args, Command, Goto, Tool, ToolContext, ToolError, ToolOutcome, ToolOutput, ToolRegistry,
+};

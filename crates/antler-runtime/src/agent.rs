@@ -1,0 +1,593 @@
+//! The agent loop (spec 20):
+//!
+//! ```text
+//! before_agent* → [ before_model* → model → after_model* (reverse) → tools ]* → after_agent* (reverse)
+//! ```
+//!
+//! Every hook node, the model call and each tool batch is one step counted against the
+//! recursion limit, as LangGraph counts graph supersteps. After each step that wrote something
+//! the write is folded through the reducers, checkpointed (only what changed) and reported as
+//! `updates`/`values` events. Every await observes the run's cancellation token; a cancelled run
+//! keeps its last committed checkpoint and never applies half a tool batch.
+
+use std::sync::Arc;
+
+use antler_models::{ChatModel, ModelError};
+use antler_protocol::{
+    Message, Object, ReducerError, StateUpdate, ThreadState, ToolCall, ToolMessage,
+};
+use futures::future::join_all;
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::checkpoint::{CheckpointError, CheckpointMeta, CheckpointWrite, Checkpointer};
+use crate::context::RunContext;
+use crate::middleware::{
+    Chain, HookOutput, JumpTo, Middleware, MiddlewareError, ModelCallError, ModelRequest,
+    ToolCallRequest,
+};
+use crate::tool::{Goto, ToolError, ToolOutcome, ToolRegistry};
+
+/// A configured agent: model, prompt, tools, middleware chain, and where it checkpoints.
+#[derive(Clone)]
+pub struct Agent {
+    pub model: Arc<dyn ChatModel>,
+    /// The static system prompt (kept byte-identical across turns for provider prefix caches).
+    pub system_prompt: Option<Arc<str>>,
+    pub tools: Arc<ToolRegistry>,
+    pub chain: Arc<Chain>,
+    /// `None` runs without persistence (subagents).
+    pub checkpointer: Option<Arc<dyn Checkpointer>>,
+    /// Default per-call model settings.
+    pub model_settings: Object,
+}
+
+impl Agent {
+    pub fn new(model: Arc<dyn ChatModel>) -> Self {
+        Agent {
+            model,
+            system_prompt: None,
+            tools: Arc::new(ToolRegistry::new()),
+            chain: Arc::new(Chain::empty()),
+            checkpointer: None,
+            model_settings: Object::new(),
+        }
+    }
+
+    pub fn with_system_prompt(mut self, prompt: impl Into<Arc<str>>) -> Self {
+        self.system_prompt = Some(prompt.into());
+        self
+    }
+
+    pub fn with_tools(mut self, tools: ToolRegistry) -> Self {
+        self.tools = Arc::new(tools);
+        self
+    }
+
+    pub fn with_chain(mut self, chain: Chain) -> Self {
+        self.chain = Arc::new(chain);
+        self
+    }
+
+    pub fn with_checkpointer(mut self, c: Arc<dyn Checkpointer>) -> Self {
+        self.checkpointer = Some(c);
+        self
+    }
+}
+
+/// What starts a run.
+#[derive(Clone, Debug, Default)]
+pub struct RunInput {
+    /// New messages (usually one human message), folded with `add_messages`.
+    pub messages: Vec<Message>,
+    /// Writes to other channels applied with the input.
+    pub update: Option<StateUpdate>,
+    /// Start from this checkpoint instead of the thread's latest (a fork).
+    pub from_checkpoint: Option<String>,
+    /// Starting state when the agent has no checkpointer (subagents).
+    pub initial_state: Option<ThreadState>,
+}
+
+impl RunInput {
+    pub fn message(m: Message) -> Self {
+        RunInput {
+            messages: vec![m],
+            ..Default::default()
+        }
+    }
+}
+
+/// How a run ended (DeerFlow's run statuses that a run itself can produce).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunStatus {
+    Success,
+    Error,
+    Interrupted,
+}
+
+impl RunStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Success => "success",
+            RunStatus::Error => "error",
+            RunStatus::Interrupted => "interrupted",
+        }
+    }
+}
+
+/// Why a run failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("Recursion limit of {0} reached without hitting a stop condition. You can increase the limit by setting the `recursion_limit` config key.")]
+    RecursionLimit(usize),
+    #[error("model call failed: {0}")]
+    Model(#[from] ModelError),
+    #[error(transparent)]
+    Middleware(#[from] MiddlewareError),
+    #[error("tool '{tool}' failed: {source}")]
+    Tool { tool: String, source: ToolError },
+    #[error("invalid state update: {0}")]
+    Reducer(#[from] ReducerError),
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    #[error("checkpoint {0} not found")]
+    UnknownCheckpoint(String),
+}
+
+impl RunError {
+    /// The error's name as LangGraph clients expect it in `error` events.
+    pub fn name(&self) -> &'static str {
+        match self {
+            RunError::RecursionLimit(_) => "GraphRecursionError",
+            RunError::Model(_) => "ModelError",
+            RunError::Middleware(_) => "MiddlewareError",
+            RunError::Tool { .. } => "ToolException",
+            RunError::Reducer(_) => "InvalidUpdateError",
+            RunError::Checkpoint(_) | RunError::UnknownCheckpoint(_) => "CheckpointError",
+        }
+    }
+}
+
+/// The result of [`Agent::run`].
+pub struct RunOutcome {
+    pub status: RunStatus,
+    /// State as last committed.
+    pub state: Arc<ThreadState>,
+    pub error: Option<RunError>,
+    /// Latest checkpoint written (or loaded) for the thread.
+    pub checkpoint_id: Option<String>,
+    /// Steps executed against the recursion limit.
+    pub steps: usize,
+    /// `stop_reason` left in the run context by a guard (`loop_capped`, `token_capped`, …).
+    pub stop_reason: Option<String>,
+}
+
+enum Stop {
+    Cancelled,
+    Failed(RunError),
+}
+
+impl<E: Into<RunError>> From<E> for Stop {
+    fn from(e: E) -> Self {
+        Stop::Failed(e.into())
+    }
+}
+
+/// Where control goes after a phase.
+enum Flow {
+    Next,
+    Restart,
+    Exit,
+}
+
+struct Runner<'a> {
+    agent: &'a Agent,
+    run: Arc<RunContext>,
+    state: Arc<ThreadState>,
+    head: Option<String>,
+    last_fields: Option<Value>,
+    steps: usize,
+    limit: usize,
+}
+
+impl Agent {
+    /// Run one turn on a thread. Never panics on bad model output or tool failures; the outcome
+    /// says how the run ended.
+    pub async fn run(&self, input: RunInput, run: Arc<RunContext>) -> RunOutcome {
+        let mut r = Runner {
+            agent: self,
+            limit: run.options.recursion_limit.max(1),
+            run,
+            state: Arc::new(ThreadState::default()),
+            head: None,
+            last_fields: None,
+            steps: 0,
+        };
+        let result = r.drive(input).await;
+        let stop_reason = r
+            .run
+            .get("stop_reason")
+            .and_then(|v| v.as_str().map(str::to_owned));
+        let (status, error) = match result {
+            Ok(()) => (RunStatus::Success, None),
+            Err(Stop::Cancelled) => (RunStatus::Interrupted, None),
+            Err(Stop::Failed(e)) => {
+                tracing::warn!(thread = %r.run.thread_id, run = %r.run.run_id, error = %e, "run failed");
+                (RunStatus::Error, Some(e))
+            }
+        };
+        RunOutcome {
+            status,
+            state: r.state,
+            error,
+            checkpoint_id: r.head,
+            steps: r.steps,
+            stop_reason,
+        }
+    }
+}
+
+impl Runner<'_> {
+    async fn cancellable<F: std::future::Future>(&self, fut: F) -> Result<F::Output, Stop> {
+        tokio::select! {
+            biased;
+            _ = self.run.cancel.cancelled() => Err(Stop::Cancelled),
+            out = fut => Ok(out),
+        }
+    }
+
+    /// Count one graph step; fails when the limit would be exceeded.
+    fn tick(&mut self) -> Result<(), Stop> {
+        if self.steps >= self.limit {
+            return Err(Stop::Failed(RunError::RecursionLimit(self.limit)));
+        }
+        self.steps += 1;
+        self.run.events.set_step(self.steps as u64);
+        Ok(())
+    }
+
+    async fn load(&mut self, input: &mut RunInput) -> Result<(), Stop> {
+        let Some(cp) = &self.agent.checkpointer else {
+            if let Some(s) = input.initial_state.take() {
+                self.state = Arc::new(s);
+            }
+            return Ok(());
+        };
+        let loaded = match &input.from_checkpoint {
+            Some(id) => Some(
+                self.cancellable(cp.get(&self.run.thread_id, id))
+                    .await??
+                    .ok_or_else(|| RunError::UnknownCheckpoint(id.clone()))?,
+            ),
+            None => self.cancellable(cp.latest(&self.run.thread_id)).await??,
+        };
+        if let Some(c) = loaded {
+            self.head = Some(c.meta.checkpoint_id);
+            self.last_fields = Some(c.state.fields_value());
+            self.state = Arc::new(c.state);
+        } else if let Some(s) = input.initial_state.take() {
+            self.state = Arc::new(s);
+        }
+        Ok(())
+    }
+
+    /// Fold a write into state, checkpoint it and report it.
+    async fn commit(
+        &mut self,
+        node: &str,
+        mut update: StateUpdate,
+        source: &str,
+    ) -> Result<(), Stop> {
+        update.assign_message_ids();
+        if update.is_empty() {
+            return Ok(());
+        }
+        Arc::make_mut(&mut self.state).apply(update)?;
+        self.checkpoint(node, source).await?;
+        self.run.events.values(&self.state);
+        Ok(())
+    }
+
+    async fn checkpoint(&mut self, node: &str, source: &str) -> Result<(), Stop> {
+        let state = Arc::make_mut(&mut self.state);
+        let changes = state.messages.take_changes();
+        let Some(cp) = self.agent.checkpointer.clone() else {
+            return Ok(());
+        };
+        let fields = state.fields_value();
+        let fields_changed = self.last_fields.as_ref() != Some(&fields);
+        let checkpoint_id = uuid::Uuid::now_v7().to_string();
+        let step = if source == "input" {
+            -1
+        } else {
+            self.steps as i64
+        };
+        let write = CheckpointWrite {
+            meta: CheckpointMeta {
+                thread_id: self.run.thread_id.clone(),
+                checkpoint_id: checkpoint_id.clone(),
+                parent_id: self.head.clone(),
+                step,
+                created_at: now_rfc3339(),
+                metadata: json!({
+                    "source": source,
+                    "step": step,
+                    "node": node,
+                    "run_id": self.run.run_id,
+                    "thread_id": self.run.thread_id,
+                }),
+            },
+            changes,
+            fields: fields_changed.then(|| fields.clone()),
+        };
+        self.cancellable(cp.put(write)).await??;
+        self.head = Some(checkpoint_id);
+        if fields_changed {
+            self.last_fields = Some(fields);
+        }
+        Ok(())
+    }
+
+    /// Run one node hook of `mw`.
+    async fn hook(
+        &mut self,
+        mw: &Arc<dyn Middleware>,
+        kind: HookKind,
+    ) -> Result<Option<JumpTo>, Stop> {
+        self.tick()?;
+        let state = self.state.clone();
+        let fut = async {
+            match kind {
+                HookKind::BeforeAgent => mw.before_agent(&state, &self.run).await,
+                HookKind::BeforeModel => mw.before_model(&state, &self.run).await,
+                HookKind::AfterModel => mw.after_model(&state, &self.run).await,
+                HookKind::AfterAgent => mw.after_agent(&state, &self.run).await,
+            }
+        };
+        let HookOutput { update, jump_to } = self.cancellable(fut).await??;
+        drop(state);
+        let node = format!("{}.{}", mw.name(), kind.as_str());
+        let mut update = update.unwrap_or_default();
+        update.assign_message_ids();
+        self.run.events.updates(&node, &update);
+        self.commit(&node, update, "loop").await?;
+        Ok(jump_to)
+    }
+
+    async fn drive(&mut self, mut input: RunInput) -> Result<(), Stop> {
+        self.load(&mut input).await?;
+
+        let mut first = StateUpdate::default();
+        if let Some(u) = input.update.take() {
+            first = u;
+        }
+        if !input.messages.is_empty() {
+            first
+                .messages
+                .get_or_insert_with(Vec::new)
+                .extend(std::mem::take(&mut input.messages));
+        }
+        if first.is_empty() {
+            self.run.events.values(&self.state);
+        } else {
+            self.commit("__input__", first, "input").await?;
+        }
+
+        let chain = self.agent.chain.clone();
+        let mut flow = Flow::Next;
+        for mw in &chain.before_agent {
+            match self.hook(mw, HookKind::BeforeAgent).await? {
+                Some(JumpTo::End) => {
+                    flow = Flow::Exit;
+                    break;
+                }
+                Some(JumpTo::Model) => break,
+                None => {}
+            }
+        }
+
+        if !matches!(flow, Flow::Exit) {
+            'turn: loop {
+                for mw in &chain.before_model {
+                    match self.hook(mw, HookKind::BeforeModel).await? {
+                        Some(JumpTo::End) => break 'turn,
+                        Some(JumpTo::Model) => continue 'turn,
+                        None => {}
+                    }
+                }
+
+                self.model_step().await?;
+
+                for mw in &chain.after_model {
+                    match self.hook(mw, HookKind::AfterModel).await? {
+                        Some(JumpTo::End) => break 'turn,
+                        Some(JumpTo::Model) => continue 'turn,
+                        None => {}
+                    }
+                }
+
+                let pending = match self.route_after_model() {
+                    Flow::Exit => break 'turn,
+                    Flow::Restart => continue 'turn,
+                    Flow::Next => self.pending_calls(),
+                };
+                if let Flow::Exit = self.tools_step(pending).await? {
+                    break 'turn;
+                }
+            }
+        }
+
+        for mw in &chain.after_agent {
+            // A jump from after_agent has nowhere to go; it is ignored as in LangGraph.
+            self.hook(mw, HookKind::AfterAgent).await?;
+        }
+        Ok(())
+    }
+
+    async fn model_step(&mut self) -> Result<(), Stop> {
+        self.tick()?;
+        let agent = self.agent;
+        let info = agent.model.info();
+        let stream = match info.streaming {
+            Some(s) => s,
+            None => self.run.events.wants_messages(),
+        };
+        let req = ModelRequest {
+            model: agent.model.clone(),
+            system_prompt: agent.system_prompt.clone(),
+            messages: self.state.messages.arcs().cloned().collect(),
+            tools: agent.tools.specs().to_vec(),
+            tool_choice: None,
+            settings: agent.model_settings.clone(),
+            stream,
+            message_id: format!("lc_run--{}", uuid::Uuid::new_v4()),
+            state: self.state.clone(),
+            run: self.run.clone(),
+        };
+        let resp = match self.cancellable(agent.chain.call_model(req)).await? {
+            Ok(r) => r,
+            Err(ModelCallError::Model(e)) => return Err(Stop::Failed(RunError::Model(e))),
+            Err(ModelCallError::Middleware(e)) => {
+                return Err(Stop::Failed(RunError::Middleware(e)))
+            }
+        };
+        let mut update = StateUpdate::message(Message::Ai(resp.message));
+        if let Some(extra) = resp.update {
+            update.merge(extra)?;
+        }
+        self.run.events.updates("model", &update);
+        self.commit("model", update, "loop").await
+    }
+
+    /// The model→tools router (spec 20 §4), after the last after_model hook.
+    fn route_after_model(&self) -> Flow {
+        let Some(ai) = self.state.last_ai() else {
+            return Flow::Exit;
+        };
+        if ai.tool_calls.is_empty() {
+            return Flow::Exit;
+        }
+        if self.pending_calls().is_empty() {
+            // Every call already answered (e.g. a middleware injected results).
+            return Flow::Restart;
+        }
+        Flow::Next
+    }
+
+    /// Calls of the last AI message with no tool message after it.
+    fn pending_calls(&self) -> Vec<ToolCall> {
+        let msgs = &self.state.messages;
+        let Some(pos) = msgs.iter().rposition(|m| matches!(m, Message::Ai(_))) else {
+            return Vec::new();
+        };
+        let Some(Message::Ai(ai)) = msgs.get(pos) else {
+            return Vec::new();
+        };
+        let answered: std::collections::HashSet<&str> = msgs
+            .iter()
+            .skip(pos + 1)
+            .filter_map(Message::as_tool)
+            .map(|t| t.tool_call_id.as_str())
+            .collect();
+        ai.tool_calls
+            .iter()
+            .filter(|c| !answered.contains(c.id_str()))
+            .cloned()
+            .collect()
+    }
+
+    async fn tools_step(&mut self, calls: Vec<ToolCall>) -> Result<Flow, Stop> {
+        self.tick()?;
+        let agent = self.agent;
+        let names: Arc<[String]> = agent.tools.names().map(str::to_owned).collect();
+        let futures = calls.iter().map(|call| {
+            agent.chain.call_tool(ToolCallRequest {
+                call: call.clone(),
+                tool: agent.tools.get(&call.name).cloned(),
+                state: self.state.clone(),
+                run: self.run.clone(),
+                tool_names: names.clone(),
+            })
+        });
+        let results = self.cancellable(join_all(futures)).await?;
+
+        // Results are applied in call order, whatever order they completed in; one failed call
+        // fails the whole batch and nothing of it is applied.
+        let mut merged = StateUpdate::default();
+        let mut end = false;
+        let mut per_call = Vec::with_capacity(results.len());
+        for (call, res) in calls.iter().zip(results) {
+            let mut update = match res {
+                Ok(ToolOutcome::Message(tm)) => StateUpdate::message(tm),
+                Ok(ToolOutcome::Command(cmd)) => {
+                    end |= cmd.goto == Some(Goto::End);
+                    cmd.update
+                }
+                Err(source) => {
+                    return Err(Stop::Failed(RunError::Tool {
+                        tool: call.name.clone(),
+                        source,
+                    }))
+                }
+            };
+            update.assign_message_ids();
+            per_call.push((call.id_str().to_owned(), update.clone()));
+            merged.merge(update)?;
+        }
+        for (task, update) in &per_call {
+            for m in update.messages.iter().flatten() {
+                if let Message::Tool(t) = m {
+                    self.run.events.tool_message(t, task);
+                }
+            }
+            self.run.events.updates("tools", update);
+        }
+        self.commit("tools", merged, "loop").await?;
+
+        // tools→model router (spec 20 §5): end when asked to, or when every registered call of
+        // the turn is to a return_direct tool.
+        let registered: Vec<bool> = calls
+            .iter()
+            .filter_map(|c| agent.tools.get(&c.name).map(|t| t.return_direct()))
+            .collect();
+        if end || (!registered.is_empty() && registered.iter().all(|d| *d)) {
+            return Ok(Flow::Exit);
+        }
+        Ok(Flow::Next)
+    }
+}
+
+#[derive(Clone, Copy)]
+enum HookKind {
+    BeforeAgent,
+    BeforeModel,
+    AfterModel,
+    AfterAgent,
+}
+
+impl HookKind {
+    fn as_str(self) -> &'static str {
+        match self {
+            HookKind::BeforeAgent => "before_agent",
+            HookKind::BeforeModel => "before_model",
+            HookKind::AfterModel => "after_model",
+            HookKind::AfterAgent => "after_agent",
+        }
+    }
+}
+
+/// RFC 3339 UTC timestamp with microseconds.
+pub fn now_rfc3339() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+}
+
+/// A tool message answering `call` (helper for middlewares that answer calls themselves).
+pub fn tool_message_for(
+    call: &ToolCall,
+    content: impl Into<antler_protocol::Content>,
+) -> ToolMessage {
+    let mut m = ToolMessage::new(call.id_str(), content).with_name(call.name.clone());
+    m.id = Some(uuid::Uuid::new_v4().to_string());
+    m
+}

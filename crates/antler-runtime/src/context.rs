@@ -1,0 +1,284 @@
+//! The run-scoped context shared by every hook, wrapper and tool of one run (LangGraph's
+//! `runtime.context`), and the emitter through which a run reports events.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use antler_protocol::{
+    AiMessageChunk, MessageMeta, StateUpdate, StreamEvent, StreamMessage, StreamModes, ThreadState,
+    ToolMessage,
+};
+use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
+
+/// Receives a run's events. Must not block: render or enqueue, then return.
+pub trait EventSink: Send + Sync {
+    /// The modes this consumer wants; events of other modes are never built.
+    fn modes(&self) -> StreamModes;
+    fn emit(&self, event: StreamEvent);
+}
+
+/// A sink that drops everything (subagents, benchmarks).
+pub struct NullSink;
+
+impl EventSink for NullSink {
+    fn modes(&self) -> StreamModes {
+        StreamModes::NONE
+    }
+    fn emit(&self, _event: StreamEvent) {}
+}
+
+/// A sink that keeps every event (tests).
+#[derive(Default)]
+pub struct CollectingSink {
+    events: Mutex<Vec<StreamEvent>>,
+    modes: Option<StreamModes>,
+}
+
+impl CollectingSink {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn with_modes(modes: StreamModes) -> Self {
+        CollectingSink {
+            events: Mutex::new(Vec::new()),
+            modes: Some(modes),
+        }
+    }
+
+    pub fn events(&self) -> Vec<StreamEvent> {
+        self.events.lock().map(|e| e.clone()).unwrap_or_default()
+    }
+
+    /// `(name, data)` pairs, for whole-value assertions.
+    pub fn json(&self) -> Vec<(String, Value)> {
+        self.events()
+            .iter()
+            .map(|e| (e.name().to_owned(), e.data()))
+            .collect()
+    }
+}
+
+impl EventSink for CollectingSink {
+    fn modes(&self) -> StreamModes {
+        self.modes.unwrap_or(StreamModes::ALL)
+    }
+    fn emit(&self, event: StreamEvent) {
+        if let Ok(mut e) = self.events.lock() {
+            e.push(event);
+        }
+    }
+}
+
+/// Per-run options (DeerFlow's run `context`/`configurable`).
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    pub model_name: Option<String>,
+    pub thinking_enabled: bool,
+    pub reasoning_effort: Option<String>,
+    pub is_plan_mode: bool,
+    pub subagent_enabled: bool,
+    pub max_concurrent_subagents: usize,
+    pub agent_name: Option<String>,
+    /// Graph steps allowed (already clamped to `max_recursion_limit`).
+    pub recursion_limit: usize,
+    /// Other whitelisted keys, passed through.
+    pub extra: Map<String, Value>,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions {
+            model_name: None,
+            thinking_enabled: true,
+            reasoning_effort: None,
+            is_plan_mode: false,
+            subagent_enabled: false,
+            max_concurrent_subagents: 3,
+            agent_name: None,
+            recursion_limit: 100,
+            extra: Map::new(),
+        }
+    }
+}
+
+/// Emits a run's events with the run's identity and step counter attached.
+pub struct Emitter {
+    sink: Arc<dyn EventSink>,
+    modes: StreamModes,
+    step: AtomicU64,
+    thread_id: String,
+    run_id: String,
+    assistant_id: String,
+}
+
+impl Emitter {
+    fn new(sink: Arc<dyn EventSink>, thread_id: &str, run_id: &str, assistant_id: &str) -> Self {
+        Emitter {
+            modes: sink.modes(),
+            sink,
+            step: AtomicU64::new(0),
+            thread_id: thread_id.to_owned(),
+            run_id: run_id.to_owned(),
+            assistant_id: assistant_id.to_owned(),
+        }
+    }
+
+    pub fn modes(&self) -> StreamModes {
+        self.modes
+    }
+
+    pub(crate) fn set_step(&self, step: u64) {
+        self.step.store(step, Ordering::Relaxed);
+    }
+
+    /// A `custom` event (`task_started`, `llm_retry`, …).
+    pub fn custom(&self, value: Value) {
+        if self.modes.custom {
+            self.sink.emit(StreamEvent::Custom(value));
+        }
+    }
+
+    pub(crate) fn values(&self, state: &Arc<ThreadState>) {
+        if self.modes.values {
+            self.sink.emit(StreamEvent::Values(state.clone()));
+        }
+    }
+
+    pub(crate) fn updates(&self, node: &str, update: &StateUpdate) {
+        if self.modes.updates {
+            self.sink.emit(StreamEvent::Updates {
+                node: node.to_owned(),
+                update: Arc::new(update.clone()),
+            });
+        }
+    }
+
+    /// Stream metadata for a `messages` event from `node` (`model` or `tools`).
+    pub fn message_meta(
+        &self,
+        node: &'static str,
+        task_id: &str,
+        provider: Option<&str>,
+        model: Option<&str>,
+    ) -> Arc<MessageMeta> {
+        let ns = format!("{node}:{task_id}");
+        Arc::new(MessageMeta {
+            langgraph_node: node,
+            langgraph_step: self.step.load(Ordering::Relaxed),
+            langgraph_checkpoint_ns: ns.clone(),
+            checkpoint_ns: ns,
+            thread_id: self.thread_id.clone(),
+            run_id: self.run_id.clone(),
+            assistant_id: self.assistant_id.clone(),
+            ls_provider: provider.map(str::to_owned),
+            ls_model_name: model.map(str::to_owned),
+        })
+    }
+
+    pub fn wants_messages(&self) -> bool {
+        self.modes.messages
+    }
+
+    pub(crate) fn ai_chunk(&self, chunk: AiMessageChunk, meta: &Arc<MessageMeta>) {
+        if self.modes.messages {
+            self.sink.emit(StreamEvent::Messages {
+                message: StreamMessage::AiChunk(chunk),
+                meta: meta.clone(),
+            });
+        }
+    }
+
+    pub(crate) fn tool_message(&self, msg: &ToolMessage, task_id: &str) {
+        if self.modes.messages {
+            let meta = self.message_meta("tools", task_id, None, None);
+            self.sink.emit(StreamEvent::Messages {
+                message: StreamMessage::Tool(msg.clone()),
+                meta,
+            });
+        }
+    }
+}
+
+/// Everything one run shares across hooks, wrappers and tools.
+pub struct RunContext {
+    pub thread_id: String,
+    pub run_id: String,
+    pub assistant_id: String,
+    pub user_id: Option<String>,
+    pub options: RunOptions,
+    /// Cancelled when the run must stop (Ctrl-C, API cancel, parent timeout).
+    pub cancel: CancellationToken,
+    pub events: Emitter,
+    /// Mutable run-scoped values (`stop_reason`, `sandbox_id`, …).
+    values: Mutex<Map<String, Value>>,
+}
+
+impl RunContext {
+    pub fn new(
+        thread_id: impl Into<String>,
+        run_id: impl Into<String>,
+        sink: Arc<dyn EventSink>,
+    ) -> Self {
+        let thread_id = thread_id.into();
+        let run_id = run_id.into();
+        let assistant_id = "lead_agent".to_owned();
+        RunContext {
+            events: Emitter::new(sink, &thread_id, &run_id, &assistant_id),
+            thread_id,
+            run_id,
+            assistant_id,
+            user_id: None,
+            options: RunOptions::default(),
+            cancel: CancellationToken::new(),
+            values: Mutex::new(Map::new()),
+        }
+    }
+
+    pub fn with_options(mut self, options: RunOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    pub fn with_user(mut self, user_id: Option<String>) -> Self {
+        self.user_id = user_id;
+        self
+    }
+
+    pub fn with_assistant(mut self, assistant_id: impl Into<String>) -> Self {
+        self.assistant_id = assistant_id.into();
+        self.events.assistant_id = self.assistant_id.clone();
+        self
+    }
+
+    pub fn with_cancel(mut self, cancel: CancellationToken) -> Self {
+        self.cancel = cancel;
+        self
+    }
+
+    pub fn get(&self, key: &str) -> Option<Value> {
+        self.values.lock().ok().and_then(|v| v.get(key).cloned())
+    }
+
+    pub fn set(&self, key: &str, value: Value) {
+        if let Ok(mut v) = self.values.lock() {
+            v.insert(key.to_owned(), value);
+        }
+    }
+
+    /// Set only when unset; returns whether it was set.
+    pub fn set_if_absent(&self, key: &str, value: Value) -> bool {
+        match self.values.lock() {
+            Ok(mut v) if !v.contains_key(key) => {
+                v.insert(key.to_owned(), value);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    pub fn remove(&self, key: &str) -> Option<Value> {
+        self.values.lock().ok().and_then(|mut v| v.remove(key))
+    }
+}

@@ -1,0 +1,353 @@
+//! The middleware contract: four node hooks and two onion wrappers (spec 20 §3).
+//!
+//! For a chain `[M1, …, Mn]`:
+//!
+//! | phase           | order                                            |
+//! |-----------------|--------------------------------------------------|
+//! | before_agent    | M1 → Mn                                          |
+//! | before_model    | M1 → Mn                                          |
+//! | wrap_model_call | M1 outermost … Mn innermost, model in the middle |
+//! | after_model     | Mn → M1                                          |
+//! | wrap_tool_call  | M1 outermost … Mn innermost, per tool call       |
+//! | after_agent     | Mn → M1                                          |
+//!
+//! Control flow is data: a hook's `jump_to` and a tool's [`Command`](crate::Command) live on the
+//! `Ok` side of their result types, and the error types ([`MiddlewareError`], [`ModelCallError`],
+//! [`ToolError`]) have no variant that can carry them. A middleware that handles errors therefore
+//! cannot swallow a control-flow signal by accident; the run's cancellation is observed by the
+//! loop itself, outside every middleware.
+
+use std::sync::Arc;
+
+use antler_models::{ChatModel, ModelError};
+use antler_protocol::{AiMessage, Message, Object, StateUpdate, ThreadState, ToolCall, ToolSpec};
+use async_trait::async_trait;
+use serde_json::Value;
+
+use crate::context::RunContext;
+use crate::tool::{Tool, ToolError, ToolOutcome};
+
+/// Which hooks a middleware takes part in. A hook not declared here is never called, and (as in
+/// LangGraph, where each hook is a graph node) only declared node hooks count as steps.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HookSet(u8);
+
+impl HookSet {
+    pub const NONE: HookSet = HookSet(0);
+    pub const BEFORE_AGENT: HookSet = HookSet(1);
+    pub const BEFORE_MODEL: HookSet = HookSet(1 << 1);
+    pub const AFTER_MODEL: HookSet = HookSet(1 << 2);
+    pub const AFTER_AGENT: HookSet = HookSet(1 << 3);
+    pub const WRAP_MODEL: HookSet = HookSet(1 << 4);
+    pub const WRAP_TOOL: HookSet = HookSet(1 << 5);
+
+    pub const fn union(self, other: HookSet) -> HookSet {
+        HookSet(self.0 | other.0)
+    }
+
+    pub const fn contains(self, other: HookSet) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl std::ops::BitOr for HookSet {
+    type Output = HookSet;
+    fn bitor(self, rhs: HookSet) -> HookSet {
+        self.union(rhs)
+    }
+}
+
+/// Where a node hook sends the run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JumpTo {
+    /// Back to the first before_model hook (the loop entry); remaining after_model hooks are
+    /// skipped.
+    Model,
+    /// To the after_agent hooks; the run then ends.
+    End,
+}
+
+/// What a node hook returns: an optional state write and an optional jump.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct HookOutput {
+    pub update: Option<StateUpdate>,
+    pub jump_to: Option<JumpTo>,
+}
+
+impl HookOutput {
+    pub fn none() -> Self {
+        Self::default()
+    }
+
+    pub fn update(update: StateUpdate) -> Self {
+        HookOutput {
+            update: Some(update),
+            jump_to: None,
+        }
+    }
+
+    pub fn jump(jump_to: JumpTo) -> Self {
+        HookOutput {
+            update: None,
+            jump_to: Some(jump_to),
+        }
+    }
+
+    pub fn with_jump(mut self, jump_to: JumpTo) -> Self {
+        self.jump_to = Some(jump_to);
+        self
+    }
+}
+
+/// A middleware failed; the run fails with status `error`.
+#[derive(Debug, thiserror::Error)]
+#[error("{middleware}: {message}")]
+pub struct MiddlewareError {
+    pub middleware: String,
+    pub message: String,
+}
+
+impl MiddlewareError {
+    pub fn new(middleware: impl Into<String>, message: impl Into<String>) -> Self {
+        MiddlewareError {
+            middleware: middleware.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// One model call as it travels through the `wrap_model_call` onion. Changes made by a wrapper
+/// reach only the layers inside it and are never persisted.
+#[derive(Clone)]
+pub struct ModelRequest {
+    pub model: Arc<dyn ChatModel>,
+    pub system_prompt: Option<Arc<str>>,
+    pub messages: Vec<Arc<Message>>,
+    pub tools: Vec<Arc<ToolSpec>>,
+    pub tool_choice: Option<Value>,
+    /// Per-call model settings (`temperature`, `max_tokens`, …).
+    pub settings: Object,
+    /// Stream tokens from the provider.
+    pub stream: bool,
+    /// Id of the AI message this call produces (the same id for every chunk).
+    pub message_id: String,
+    /// Snapshot of the state at the start of the step.
+    pub state: Arc<ThreadState>,
+    pub run: Arc<RunContext>,
+}
+
+impl ModelRequest {
+    /// Replace the request's messages (request-only; state is untouched).
+    pub fn set_messages(&mut self, messages: Vec<Message>) {
+        self.messages = messages.into_iter().map(Arc::new).collect();
+    }
+}
+
+/// The model's answer as it travels back out of the onion.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelResponse {
+    pub message: AiMessage,
+    /// An extra state write applied with the AI message (LangChain's `ExtendedModelResponse`).
+    pub update: Option<StateUpdate>,
+}
+
+impl From<AiMessage> for ModelResponse {
+    fn from(message: AiMessage) -> Self {
+        ModelResponse {
+            message,
+            update: None,
+        }
+    }
+}
+
+/// A model call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelCallError {
+    /// The provider failed; an error-handling middleware may retry or answer instead.
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    #[error(transparent)]
+    Middleware(#[from] MiddlewareError),
+}
+
+/// One tool call as it travels through the `wrap_tool_call` onion.
+#[derive(Clone)]
+pub struct ToolCallRequest {
+    pub call: ToolCall,
+    /// The registered tool, `None` when the model named an unknown tool.
+    pub tool: Option<Arc<dyn Tool>>,
+    /// Snapshot of the state before the tool batch (each call gets the same one).
+    pub state: Arc<ThreadState>,
+    pub run: Arc<RunContext>,
+    /// Names of every registered tool (for the "not a valid tool" message).
+    pub tool_names: Arc<[String]>,
+}
+
+/// The rest of the model onion; call [`ModelNext::run`] zero or more times.
+#[derive(Clone, Copy)]
+pub struct ModelNext<'a> {
+    pub(crate) rest: &'a [Arc<dyn Middleware>],
+}
+
+impl ModelNext<'_> {
+    pub async fn run(self, req: ModelRequest) -> Result<ModelResponse, ModelCallError> {
+        match self.rest.split_first() {
+            Some((mw, rest)) => mw.wrap_model_call(req, ModelNext { rest }).await,
+            None => crate::exec::call_model(req).await,
+        }
+    }
+}
+
+/// The rest of the tool onion; call [`ToolNext::run`] zero or more times.
+#[derive(Clone, Copy)]
+pub struct ToolNext<'a> {
+    pub(crate) rest: &'a [Arc<dyn Middleware>],
+}
+
+impl ToolNext<'_> {
+    pub async fn run(self, req: ToolCallRequest) -> Result<ToolOutcome, ToolError> {
+        match self.rest.split_first() {
+            Some((mw, rest)) => mw.wrap_tool_call(req, ToolNext { rest }).await,
+            None => crate::exec::execute_tool(req).await,
+        }
+    }
+}
+
+/// A middleware. Implement the hooks you declare in [`Middleware::hooks`].
+#[async_trait]
+pub trait Middleware: Send + Sync {
+    /// Unique within a chain; also the node name in `updates` events (`<name>.<hook>`).
+    fn name(&self) -> &str;
+
+    fn hooks(&self) -> HookSet;
+
+    async fn before_agent(
+        &self,
+        _state: &ThreadState,
+        _run: &RunContext,
+    ) -> Result<HookOutput, MiddlewareError> {
+        Ok(HookOutput::none())
+    }
+
+    async fn before_model(
+        &self,
+        _state: &ThreadState,
+        _run: &RunContext,
+    ) -> Result<HookOutput, MiddlewareError> {
+        Ok(HookOutput::none())
+    }
+
+    async fn after_model(
+        &self,
+        _state: &ThreadState,
+        _run: &RunContext,
+    ) -> Result<HookOutput, MiddlewareError> {
+        Ok(HookOutput::none())
+    }
+
+    async fn after_agent(
+        &self,
+        _state: &ThreadState,
+        _run: &RunContext,
+    ) -> Result<HookOutput, MiddlewareError> {
+        Ok(HookOutput::none())
+    }
+
+    async fn wrap_model_call(
+        &self,
+        req: ModelRequest,
+        next: ModelNext<'_>,
+    ) -> Result<ModelResponse, ModelCallError> {
+        next.run(req).await
+    }
+
+    async fn wrap_tool_call(
+        &self,
+        req: ToolCallRequest,
+        next: ToolNext<'_>,
+    ) -> Result<ToolOutcome, ToolError> {
+        next.run(req).await
+    }
+}
+
+/// An ordered, validated middleware list with each phase's participants precomputed.
+#[derive(Clone, Default)]
+pub struct Chain {
+    all: Vec<Arc<dyn Middleware>>,
+    pub(crate) before_agent: Vec<Arc<dyn Middleware>>,
+    pub(crate) before_model: Vec<Arc<dyn Middleware>>,
+    /// Already reversed: run in this order.
+    pub(crate) after_model: Vec<Arc<dyn Middleware>>,
+    /// Already reversed: run in this order.
+    pub(crate) after_agent: Vec<Arc<dyn Middleware>>,
+    pub(crate) wrap_model: Vec<Arc<dyn Middleware>>,
+    pub(crate) wrap_tool: Vec<Arc<dyn Middleware>>,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ChainError {
+    #[error("duplicate middleware name '{0}': every middleware in a chain needs a unique name")]
+    DuplicateName(String),
+}
+
+impl Chain {
+    /// Build from an ordered list (list order = semantics).
+    pub fn new(middlewares: Vec<Arc<dyn Middleware>>) -> Result<Chain, ChainError> {
+        let mut seen = std::collections::HashSet::new();
+        for mw in &middlewares {
+            if !seen.insert(mw.name().to_owned()) {
+                return Err(ChainError::DuplicateName(mw.name().to_owned()));
+            }
+        }
+        let pick = |h: HookSet| -> Vec<Arc<dyn Middleware>> {
+            middlewares
+                .iter()
+                .filter(|m| m.hooks().contains(h))
+                .cloned()
+                .collect()
+        };
+        let mut after_model = pick(HookSet::AFTER_MODEL);
+        after_model.reverse();
+        let mut after_agent = pick(HookSet::AFTER_AGENT);
+        after_agent.reverse();
+        Ok(Chain {
+            before_agent: pick(HookSet::BEFORE_AGENT),
+            before_model: pick(HookSet::BEFORE_MODEL),
+            wrap_model: pick(HookSet::WRAP_MODEL),
+            wrap_tool: pick(HookSet::WRAP_TOOL),
+            after_model,
+            after_agent,
+            all: middlewares,
+        })
+    }
+
+    pub fn empty() -> Chain {
+        Chain::default()
+    }
+
+    pub fn middlewares(&self) -> &[Arc<dyn Middleware>] {
+        &self.all
+    }
+
+    pub fn names(&self) -> Vec<&str> {
+        self.all.iter().map(|m| m.name()).collect()
+    }
+
+    /// Run a model request through the whole model onion.
+    pub async fn call_model(&self, req: ModelRequest) -> Result<ModelResponse, ModelCallError> {
+        ModelNext {
+            rest: &self.wrap_model,
+        }
+        .run(req)
+        .await
+    }
+
+    /// Run a tool call through the whole tool onion.
+    pub async fn call_tool(&self, req: ToolCallRequest) -> Result<ToolOutcome, ToolError> {
+        ToolNext {
+            rest: &self.wrap_tool,
+        }
+        .run(req)
+        .await
+    }
+}
