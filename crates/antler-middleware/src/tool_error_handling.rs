@@ -1,0 +1,142 @@
+//! ToolErrorHandling (chain S14, wrap_tool): any tool failure becomes an error tool message and
+//! the run continues.
+//!
+//! Sits inside guardrails and the bash audit and outside Clarification, so every outer wrapper
+//! still sees the raw call. Only `Err` is converted: results and commands (the clarification
+//! stop) pass through unchanged — the error type cannot carry them.
+
+use antler_protocol::{ToolMessage, ToolStatus};
+use antler_runtime::{
+    HookSet, Middleware, ToolCallRequest, ToolError, ToolNext, ToolOutcome,
+};
+use async_trait::async_trait;
+use serde_json::json;
+
+/// Longest failure detail kept in the message.
+const MAX_DETAIL_CHARS: usize = 500;
+
+#[derive(Debug, Default)]
+pub struct ToolErrorHandlingMiddleware;
+
+impl ToolErrorHandlingMiddleware {
+    pub fn new() -> Self {
+        ToolErrorHandlingMiddleware
+    }
+}
+
+fn error_kind(e: &ToolError) -> &'static str {
+    match e {
+        ToolError::InvalidArguments(_) => "ValidationError",
+        ToolError::Failed(_) => "ToolException",
+        ToolError::Io(_) => "OSError",
+        ToolError::InvalidCommand(..) => "InvalidCommand",
+    }
+}
+
+/// The message the model reads for a failed tool call.
+pub fn failure_message(tool: &str, e: &ToolError) -> String {
+    let kind = error_kind(e);
+    let mut detail = e.to_string();
+    if detail.is_empty() {
+        detail = kind.to_owned();
+    }
+    if detail.chars().count() > MAX_DETAIL_CHARS {
+        detail = detail.chars().take(MAX_DETAIL_CHARS - 3).collect::<String>() + "...";
+    }
+    // One line: the reason, then the recovery hint.
+    let detail = detail.replace('\n', " ");
+    format!(
+        "Error: Tool '{tool}' failed with {kind}: {detail}. Continue with available context, or choose an alternative tool."
+    )
+}
+
+#[async_trait]
+impl Middleware for ToolErrorHandlingMiddleware {
+    fn name(&self) -> &str {
+        "ToolErrorHandlingMiddleware"
+    }
+
+    fn hooks(&self) -> HookSet {
+        HookSet::WRAP_TOOL
+    }
+
+    async fn wrap_tool_call(
+        &self,
+        req: ToolCallRequest,
+        next: ToolNext<'_>,
+    ) -> Result<ToolOutcome, ToolError> {
+        let call = req.call.clone();
+        match next.run(req).await {
+            Ok(outcome) => Ok(outcome),
+            Err(e) => {
+                tracing::warn!(tool = %call.name, error = %e, "tool failed; returning an error result");
+                let id = call
+                    .id
+                    .clone()
+                    .filter(|s| !s.is_empty())
+                    .unwrap_or_else(|| "missing_tool_call_id".to_owned());
+                let mut msg = ToolMessage::error(id, failure_message(&call.name, &e))
+                    .with_name(call.name.clone());
+                msg.id = Some(uuid::Uuid::new_v4().to_string());
+                msg.status = ToolStatus::Error;
+                msg.additional_kwargs.insert(
+                    "deerflow_tool_meta".into(),
+                    json!({"status": "error", "error_type": error_kind(&e)}),
+                );
+                Ok(ToolOutcome::Message(msg))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use antler_models::{ScriptedModel, ScriptedReply};
+    use antler_protocol::{Message, Object, ToolSpec};
+    use antler_runtime::*;
+    use std::sync::Arc;
+
+    struct Boom(Arc<ToolSpec>);
+
+    #[async_trait]
+    impl Tool for Boom {
+        fn spec(&self) -> &Arc<ToolSpec> {
+            &self.0
+        }
+        async fn call(&self, _: Object, _: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
+            Err(ToolError::Failed("disk on fire\nsecond line".into()))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failing_tool_becomes_an_error_message_and_the_run_continues() {
+        let spec = Arc::new(ToolSpec { name: "boom".into(), description: String::new(), parameters: json!({"type": "object"}) });
+        let model = Arc::new(ScriptedModel::new([
+            ScriptedReply::tool_call("c1", "boom", json!({})),
+            ScriptedReply::text("recovered"),
+        ]));
+        let agent = Agent::new(model.clone())
+            .with_tools(ToolRegistry::new().with(Arc::new(Boom(spec))))
+            .with_chain(Chain::new(vec![Arc::new(ToolErrorHandlingMiddleware::new())]).unwrap());
+        let run = Arc::new(RunContext::new("t", "r", Arc::new(NullSink)));
+        let out = agent.run(RunInput::message(Message::human("go")), run).await;
+        assert_eq!(out.status, RunStatus::Success);
+        let tm = out.state.messages.iter().find_map(Message::as_tool).unwrap();
+        assert_eq!(tm.status, ToolStatus::Error);
+        assert_eq!(tm.name.as_deref(), Some("boom"));
+        assert_eq!(
+            tm.content.text(),
+            "Error: Tool 'boom' failed with ToolException: disk on fire second line. Continue with available context, or choose an alternative tool."
+        );
+        assert_eq!(model.requests().len(), 2);
+    }
+
+    #[test]
+    fn long_details_are_cut() {
+        let msg = failure_message("t", &ToolError::Failed("x".repeat(2000)));
+        assert!(msg.contains(&format!("{}...", "x".repeat(497))));
+        assert!(!msg.contains(&"x".repeat(498)));
+    }
+}
