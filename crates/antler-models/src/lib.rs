@@ -157,9 +157,9 @@ impl ModelError {
                 matches!(status, 408 | 409 | 425 | 429) || *status >= 500
             }
             ModelError::Timeout(_) | ModelError::Connect(_) | ModelError::Stream(_) => true,
-            ModelError::Decode(_) | ModelError::InvalidRequest(_) | ModelError::ScriptExhausted(_) => {
-                false
-            }
+            ModelError::Decode(_)
+            | ModelError::InvalidRequest(_)
+            | ModelError::ScriptExhausted(_) => false,
         }
     }
 }

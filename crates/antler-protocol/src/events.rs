@@ -60,6 +60,7 @@ impl StreamModes {
 
 /// One event of a run.
 #[derive(Clone, Debug)]
+#[allow(clippy::large_enum_variant)] // emitted and consumed once; boxing would cost more
 pub enum StreamEvent {
     /// First event: the run was admitted.
     Metadata { run_id: String, thread_id: String },

@@ -18,6 +18,7 @@ pub enum Goto {
 
 /// What the tool onion yields for one call: a tool message, or a command carrying one.
 #[derive(Clone, Debug, PartialEq)]
+#[allow(clippy::large_enum_variant)] // a command carries a whole StateUpdate; moved once per call
 pub enum ToolOutcome {
     Message(antler_protocol::ToolMessage),
     Command(Command),
@@ -33,6 +34,7 @@ pub struct Command {
 
 /// What a tool returns.
 #[derive(Clone, Debug, PartialEq)]
+#[allow(clippy::large_enum_variant)] // see ToolOutcome
 pub enum ToolOutput {
     /// Content for a tool message (the runtime fills in `tool_call_id`, `name`, `id`).
     Content {

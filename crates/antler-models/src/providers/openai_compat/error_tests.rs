@@ -1,0 +1,100 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::{Duration, SystemTime};
+
+use pretty_assertions::assert_eq;
+use reqwest::header::{HeaderMap, HeaderValue};
+
+use super::{http_error, retry_after, truncate};
+use crate::ModelError;
+
+fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    for (k, v) in pairs {
+        h.insert(*k, HeaderValue::from_str(v).unwrap());
+    }
+    h
+}
+
+#[test]
+fn retry_after_seconds_ms_and_http_date() {
+    let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+    assert_eq!(
+        retry_after(&headers(&[("retry-after", "7")]), now),
+        Some(Duration::from_secs(7))
+    );
+    assert_eq!(
+        retry_after(
+            &headers(&[("retry-after", "7"), ("retry-after-ms", "1500")]),
+            now
+        ),
+        Some(Duration::from_millis(1500))
+    );
+    let date = httpdate::fmt_http_date(now + Duration::from_secs(30));
+    assert_eq!(
+        retry_after(&headers(&[("retry-after", &date)]), now),
+        Some(Duration::from_secs(30))
+    );
+    let past = httpdate::fmt_http_date(now - Duration::from_secs(30));
+    assert_eq!(
+        retry_after(&headers(&[("retry-after", &past)]), now),
+        Some(Duration::ZERO)
+    );
+    assert_eq!(retry_after(&headers(&[("retry-after", "soon")]), now), None);
+    assert_eq!(retry_after(&headers(&[]), now), None);
+}
+
+#[test]
+fn openai_error_body_gives_message_and_code() {
+    let body = br#"{"error":{"message":"Rate limit reached","type":"requests","param":null,"code":"rate_limit_exceeded"}}"#;
+    let err = http_error(429, &headers(&[("retry-after", "3")]), body);
+    assert_eq!(
+        err,
+        ModelError::Http {
+            status: 429,
+            retry_after: Some(Duration::from_secs(3)),
+            message: "Rate limit reached".into(),
+            code: Some("rate_limit_exceeded".into()),
+            body: String::from_utf8(body.to_vec()).unwrap(),
+        }
+    );
+}
+
+#[test]
+fn code_falls_back_to_type_and_message_to_raw_body() {
+    let err = http_error(
+        400,
+        &HeaderMap::new(),
+        br#"{"error":{"message":"bad","type":"invalid_request_error","code":null}}"#,
+    );
+    assert_eq!(err.to_string(), "provider returned HTTP 400: bad");
+    let ModelError::Http { code, .. } = err else {
+        panic!()
+    };
+    assert_eq!(code.as_deref(), Some("invalid_request_error"));
+
+    let html = format!("<html>{}</html>", "x".repeat(5000));
+    let ModelError::Http {
+        message,
+        code,
+        body,
+        ..
+    } = http_error(502, &HeaderMap::new(), html.as_bytes())
+    else {
+        panic!()
+    };
+    assert_eq!(message.chars().count(), 2001);
+    assert_eq!(code, None);
+    assert_eq!(body, html);
+
+    let ModelError::Http { message, .. } = http_error(503, &HeaderMap::new(), b"") else {
+        panic!()
+    };
+    assert_eq!(message, "Service Unavailable");
+}
+
+#[test]
+fn truncate_respects_char_boundaries() {
+    assert_eq!(truncate("héllo", 2), "hé…");
+    assert_eq!(truncate("hé", 2), "hé");
+}

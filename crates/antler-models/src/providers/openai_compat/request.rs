@@ -1,0 +1,469 @@
+//! The Chat Completions request body, serialized straight from the borrowed history.
+//!
+//! Nothing here clones the conversation: [`WireBody`] and its helpers are `Serialize` views over
+//! `&[Arc<Message>]` that write OpenAI's shapes (`user`/`assistant`/`system`/`tool` roles,
+//! `tool_calls` with JSON-string `arguments`, `tool_call_id`) directly into the output buffer.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use antler_protocol::{AiMessage, Content, Message, Object, ToolSpec};
+use serde::ser::{SerializeMap, SerializeSeq};
+use serde::{Serialize, Serializer};
+use serde_json::Value;
+
+use super::OpenAiCompatConfig;
+use crate::{ChatRequest, ModelError};
+
+/// Body keys owned by the adapter; configured extras and per-call settings cannot replace them.
+const RESERVED_KEYS: [&str; 4] = ["model", "messages", "tools", "stream"];
+
+/// Content-block types that carry reasoning or provider-native tool use; Chat Completions
+/// rejects them inside `content`, so they are dropped from outgoing messages.
+const DROPPED_BLOCK_TYPES: [&str; 6] = [
+    "thinking",
+    "redacted_thinking",
+    "reasoning",
+    "reasoning_content",
+    "tool_use",
+    "tool_call",
+];
+
+/// Serialize the request body for one call.
+pub(crate) fn encode(
+    cfg: &OpenAiCompatConfig,
+    req: &ChatRequest<'_>,
+    streaming: bool,
+) -> Result<Vec<u8>, ModelError> {
+    let body = WireBody {
+        model: &cfg.info.model,
+        messages: WireMessages::new(req, cfg.replay_reasoning_content),
+        tools: req.tools,
+        tool_choice: if req.tools.is_empty() {
+            None
+        } else {
+            req.tool_choice.map(map_tool_choice)
+        },
+        streaming,
+        params: params(cfg, req, streaming),
+    };
+    serde_json::to_vec(&body).map_err(|e| ModelError::InvalidRequest(e.to_string()))
+}
+
+/// Configured sampling fields, `extra`, `extra_body`, then the call's `settings`, key by key (later
+/// wins; `null` settings are ignored; a `settings.extra_body` object is merged like `extra_body`).
+pub(crate) fn params(cfg: &OpenAiCompatConfig, req: &ChatRequest<'_>, streaming: bool) -> Object {
+    let mut p = Object::new();
+    if let Some(t) = cfg.temperature {
+        p.insert("temperature".into(), Value::from(t));
+    }
+    if let Some(m) = cfg.max_tokens {
+        p.insert("max_tokens".into(), Value::from(m));
+    }
+    if let Some(r) = &cfg.reasoning_effort {
+        p.insert("reasoning_effort".into(), Value::from(r.as_str()));
+    }
+    for (k, v) in cfg.extra.iter().chain(cfg.extra_body.iter()) {
+        p.insert(k.clone(), v.clone());
+    }
+    for (k, v) in req.settings {
+        match (k.as_str(), v) {
+            (_, Value::Null) => {}
+            ("extra_body", Value::Object(extra)) => {
+                for (k, v) in extra {
+                    p.insert(k.clone(), v.clone());
+                }
+            }
+            _ => {
+                p.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    for key in RESERVED_KEYS {
+        if p.remove(key).is_some() {
+            tracing::debug!(key, "ignoring a configured body field the adapter owns");
+        }
+    }
+    if req.tools.is_empty() {
+        // OpenAI rejects these without `tools`.
+        p.remove("tool_choice");
+        p.remove("parallel_tool_calls");
+    } else if req.tool_choice.is_some() {
+        p.remove("tool_choice");
+    } else if let Some(choice) = p.get_mut("tool_choice") {
+        *choice = map_tool_choice(choice);
+    }
+    if streaming && cfg.stream_usage {
+        let mut opts = match p.remove("stream_options") {
+            Some(Value::Object(o)) => o,
+            _ => Object::new(),
+        };
+        opts.insert("include_usage".into(), Value::Bool(true));
+        p.insert("stream_options".into(), Value::Object(opts));
+    } else if !streaming {
+        p.remove("stream_options");
+    }
+    p
+}
+
+/// Provider-neutral tool choice → OpenAI's: `auto`/`none`/`required` stay, `any` means
+/// `required`, `{"name": n}` or any other string names a function.
+pub(crate) fn map_tool_choice(choice: &Value) -> Value {
+    let function = |name: &str| serde_json::json!({"type": "function", "function": {"name": name}});
+    match choice {
+        Value::String(s) => match s.as_str() {
+            "auto" | "none" | "required" => choice.clone(),
+            "any" => Value::from("required"),
+            name => function(name),
+        },
+        Value::Bool(true) => Value::from("required"),
+        Value::Bool(false) => Value::from("none"),
+        Value::Object(o) if o.get("type").is_none() => {
+            match o.get("name").and_then(Value::as_str) {
+                Some(name) => function(name),
+                None => choice.clone(),
+            }
+        }
+        other => other.clone(),
+    }
+}
+
+struct WireBody<'a> {
+    model: &'a str,
+    messages: WireMessages<'a>,
+    tools: &'a [Arc<ToolSpec>],
+    tool_choice: Option<Value>,
+    streaming: bool,
+    params: Object,
+}
+
+impl Serialize for WireBody<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("model", self.model)?;
+        m.serialize_entry("messages", &self.messages)?;
+        if !self.tools.is_empty() {
+            m.serialize_entry("tools", &WireTools(self.tools))?;
+        }
+        if let Some(choice) = &self.tool_choice {
+            m.serialize_entry("tool_choice", choice)?;
+        }
+        if self.streaming {
+            m.serialize_entry("stream", &true)?;
+        }
+        for (k, v) in &self.params {
+            m.serialize_entry(k, v)?;
+        }
+        m.end()
+    }
+}
+
+struct WireTools<'a>(&'a [Arc<ToolSpec>]);
+
+impl Serialize for WireTools<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut seq = s.serialize_seq(Some(self.0.len()))?;
+        for tool in self.0 {
+            seq.serialize_element(&WireTool(tool))?;
+        }
+        seq.end()
+    }
+}
+
+struct WireTool<'a>(&'a ToolSpec);
+
+impl Serialize for WireTool<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(2))?;
+        m.serialize_entry("type", "function")?;
+        m.serialize_entry("function", &WireFunction(self.0))?;
+        m.end()
+    }
+}
+
+struct WireFunction<'a>(&'a ToolSpec);
+
+impl Serialize for WireFunction<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let tool = self.0;
+        let mut m = s.serialize_map(Some(3))?;
+        m.serialize_entry("name", &tool.name)?;
+        m.serialize_entry("description", &tool.description)?;
+        if tool.parameters.is_null() {
+            m.serialize_entry(
+                "parameters",
+                &serde_json::json!({"type": "object", "properties": {}}),
+            )?;
+        } else {
+            m.serialize_entry("parameters", &tool.parameters)?;
+        }
+        m.end()
+    }
+}
+
+/// The system prompt followed by the history.
+struct WireMessages<'a> {
+    system: Option<&'a str>,
+    messages: &'a [Arc<Message>],
+    replay_reasoning: bool,
+    /// Tool-call ids that have a tool result; computed only when some AI message carries invalid
+    /// tool calls (those are replayed only when answered, else a strict provider rejects the
+    /// unanswered call).
+    answered: Option<HashSet<&'a str>>,
+}
+
+impl<'a> WireMessages<'a> {
+    fn new(req: &ChatRequest<'a>, replay_reasoning: bool) -> Self {
+        let has_invalid = req.messages.iter().any(|m| {
+            m.as_ai()
+                .is_some_and(|ai| !ai.invalid_tool_calls.is_empty())
+        });
+        let answered = has_invalid.then(|| {
+            req.messages
+                .iter()
+                .filter_map(|m| m.as_tool())
+                .map(|t| t.tool_call_id.as_str())
+                .collect()
+        });
+        WireMessages {
+            system: req.system.filter(|s| !s.is_empty()),
+            messages: req.messages,
+            replay_reasoning,
+            answered,
+        }
+    }
+}
+
+impl Serialize for WireMessages<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut seq = s.serialize_seq(None)?;
+        if let Some(system) = self.system {
+            seq.serialize_element(&SystemPrompt(system))?;
+        }
+        for msg in self.messages {
+            if matches!(**msg, Message::Remove(_)) {
+                continue;
+            }
+            seq.serialize_element(&WireMessage {
+                msg,
+                replay_reasoning: self.replay_reasoning,
+                answered: self.answered.as_ref(),
+            })?;
+        }
+        seq.end()
+    }
+}
+
+struct SystemPrompt<'a>(&'a str);
+
+impl Serialize for SystemPrompt<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(2))?;
+        m.serialize_entry("role", "system")?;
+        m.serialize_entry("content", self.0)?;
+        m.end()
+    }
+}
+
+struct WireMessage<'a> {
+    msg: &'a Message,
+    replay_reasoning: bool,
+    answered: Option<&'a HashSet<&'a str>>,
+}
+
+impl Serialize for WireMessage<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(None)?;
+        match self.msg {
+            Message::Human(h) => {
+                m.serialize_entry("role", "user")?;
+                m.serialize_entry("content", &WireContent(&h.content))?;
+            }
+            Message::System(sys) => {
+                m.serialize_entry("role", "system")?;
+                m.serialize_entry("content", &WireContent(&sys.content))?;
+            }
+            Message::Ai(ai) => {
+                m.serialize_entry("role", "assistant")?;
+                let calls = WireToolCalls {
+                    ai,
+                    answered: self.answered,
+                };
+                let has_calls = calls.is_present();
+                if content_is_empty(&ai.content) {
+                    // OpenAI's documented "no content" for a tool-calling turn is `null`.
+                    if has_calls {
+                        m.serialize_entry("content", &Value::Null)?;
+                    } else {
+                        m.serialize_entry("content", "")?;
+                    }
+                } else {
+                    m.serialize_entry("content", &WireContent(&ai.content))?;
+                }
+                if has_calls {
+                    m.serialize_entry("tool_calls", &calls)?;
+                }
+                if self.replay_reasoning {
+                    if let Some(Value::String(r)) = ai.additional_kwargs.get("reasoning_content") {
+                        m.serialize_entry("reasoning_content", r)?;
+                    }
+                }
+            }
+            Message::Tool(t) => {
+                m.serialize_entry("role", "tool")?;
+                m.serialize_entry("tool_call_id", &t.tool_call_id)?;
+                match &t.content {
+                    Content::Text(text) => m.serialize_entry("content", text)?,
+                    blocks @ Content::Blocks(_) => m.serialize_entry("content", &blocks.text())?,
+                }
+            }
+            // Filtered out by `WireMessages`; reducer instructions never reach a provider.
+            Message::Remove(_) => {}
+        }
+        if let Some(name) = self.msg.name().as_deref().filter(|n| !n.is_empty()) {
+            m.serialize_entry("name", name)?;
+        }
+        m.end()
+    }
+}
+
+fn is_dropped_block(block: &Value) -> bool {
+    block
+        .get("type")
+        .and_then(Value::as_str)
+        .is_some_and(|t| DROPPED_BLOCK_TYPES.contains(&t))
+}
+
+fn content_is_empty(content: &Content) -> bool {
+    match content {
+        Content::Text(t) => t.is_empty(),
+        Content::Blocks(blocks) => blocks.iter().all(is_dropped_block),
+    }
+}
+
+/// Message content: a string as is; blocks with bare strings wrapped as text parts and
+/// reasoning/tool-use blocks dropped.
+struct WireContent<'a>(&'a Content);
+
+impl Serialize for WireContent<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            Content::Text(t) => s.serialize_str(t),
+            Content::Blocks(blocks) => {
+                let mut seq = s.serialize_seq(None)?;
+                for block in blocks {
+                    match block {
+                        Value::String(text) => seq.serialize_element(&TextPart(text))?,
+                        b if is_dropped_block(b) => {}
+                        b => seq.serialize_element(b)?,
+                    }
+                }
+                seq.end()
+            }
+        }
+    }
+}
+
+struct TextPart<'a>(&'a str);
+
+impl Serialize for TextPart<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(2))?;
+        m.serialize_entry("type", "text")?;
+        m.serialize_entry("text", self.0)?;
+        m.end()
+    }
+}
+
+/// An assistant message's calls in OpenAI's shape: the parsed calls, answered invalid calls (with
+/// their raw arguments), or, when the message has neither, the raw provider copy verbatim.
+struct WireToolCalls<'a> {
+    ai: &'a AiMessage,
+    answered: Option<&'a HashSet<&'a str>>,
+}
+
+impl WireToolCalls<'_> {
+    fn replayed_invalid(&self) -> impl Iterator<Item = &antler_protocol::InvalidToolCall> {
+        let answered = self.answered;
+        self.ai
+            .invalid_tool_calls
+            .iter()
+            .filter(move |c| match (c.id.as_deref(), answered) {
+                (Some(id), Some(set)) => set.contains(id),
+                _ => false,
+            })
+    }
+
+    fn raw(&self) -> Option<&Vec<Value>> {
+        match self.ai.additional_kwargs.get("tool_calls") {
+            Some(Value::Array(raw)) if !raw.is_empty() => Some(raw),
+            _ => None,
+        }
+    }
+
+    fn structured(&self) -> bool {
+        !self.ai.tool_calls.is_empty() || self.replayed_invalid().next().is_some()
+    }
+
+    fn is_present(&self) -> bool {
+        self.structured()
+            || (self.ai.tool_calls.is_empty()
+                && self.ai.invalid_tool_calls.is_empty()
+                && self.raw().is_some())
+    }
+}
+
+impl Serialize for WireToolCalls<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if !self.structured() {
+            if let Some(raw) = self.raw() {
+                return raw.serialize(s);
+            }
+        }
+        let mut seq = s.serialize_seq(None)?;
+        for call in &self.ai.tool_calls {
+            let args = serde_json::to_string(&call.args).map_err(serde::ser::Error::custom)?;
+            seq.serialize_element(&WireToolCall {
+                id: call.id_str(),
+                name: &call.name,
+                arguments: &args,
+            })?;
+        }
+        for call in self.replayed_invalid() {
+            seq.serialize_element(&WireToolCall {
+                id: call.id.as_deref().unwrap_or_default(),
+                name: call.name.as_deref().unwrap_or_default(),
+                arguments: call.args.as_deref().unwrap_or_default(),
+            })?;
+        }
+        seq.end()
+    }
+}
+
+struct WireToolCall<'a> {
+    id: &'a str,
+    name: &'a str,
+    arguments: &'a str,
+}
+
+impl Serialize for WireToolCall<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(3))?;
+        m.serialize_entry("id", self.id)?;
+        m.serialize_entry("type", "function")?;
+        m.serialize_entry(
+            "function",
+            &FunctionCall {
+                name: self.name,
+                arguments: self.arguments,
+            },
+        )?;
+        m.end()
+    }
+}
+
+#[derive(Serialize)]
+struct FunctionCall<'a> {
+    name: &'a str,
+    arguments: &'a str,
+}

@@ -1,0 +1,325 @@
+//! Turning a Chat Completions answer into an [`AiMessage`].
+//!
+//! Both paths end in [`Parts::into_message`]: the non-streaming path reads [`Parts`] from one
+//! `chat.completion` object, the streaming path accumulates them from `chat.completion.chunk`
+//! deltas. So a streamed answer folds into exactly the message the same answer would give
+//! unstreamed.
+
+use antler_protocol::{AiMessage, Content, InvalidToolCall, Object, ToolCall, UsageMetadata};
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::ModelError;
+
+/// Everything the final message is built from.
+#[derive(Debug, Default)]
+pub(crate) struct Parts {
+    pub content: Content,
+    pub reasoning: Option<String>,
+    /// The provider's `tool_calls` entries (OpenAI shape), kept verbatim.
+    pub raw_tool_calls: Vec<Value>,
+    pub refusal: Option<String>,
+    pub finish_reason: Option<String>,
+    pub model: Option<String>,
+    pub provider_id: Option<String>,
+    pub system_fingerprint: Option<String>,
+    pub usage: Option<UsageMetadata>,
+}
+
+impl Parts {
+    /// The LangChain-shaped message: raw calls in `additional_kwargs.tool_calls` (missing ids
+    /// filled in), parsed calls in `tool_calls` / `invalid_tool_calls`.
+    pub(crate) fn into_message(mut self, message_id: &str, default_model: &str) -> AiMessage {
+        ensure_tool_call_ids(&mut self.raw_tool_calls);
+        let (tool_calls, invalid_tool_calls) = parse_tool_calls(&self.raw_tool_calls);
+
+        let mut additional_kwargs = Object::new();
+        if let Some(r) = self.reasoning.filter(|r| !r.is_empty()) {
+            additional_kwargs.insert("reasoning_content".into(), Value::String(r));
+        }
+        if let Some(r) = self.refusal {
+            additional_kwargs.insert("refusal".into(), Value::String(r));
+        }
+        if !self.raw_tool_calls.is_empty() {
+            additional_kwargs.insert("tool_calls".into(), Value::Array(self.raw_tool_calls));
+        }
+
+        let mut response_metadata = Object::new();
+        response_metadata.insert(
+            "finish_reason".into(),
+            self.finish_reason.map_or(Value::Null, Value::String),
+        );
+        response_metadata.insert(
+            "model_name".into(),
+            Value::String(self.model.unwrap_or_else(|| default_model.to_owned())),
+        );
+        if let Some(id) = self.provider_id {
+            response_metadata.insert("id".into(), Value::String(id));
+        }
+        if let Some(fp) = self.system_fingerprint {
+            response_metadata.insert("system_fingerprint".into(), Value::String(fp));
+        }
+
+        AiMessage {
+            content: self.content,
+            additional_kwargs,
+            response_metadata,
+            name: None,
+            id: Some(message_id.to_owned()),
+            tool_calls,
+            invalid_tool_calls,
+            usage_metadata: self.usage,
+        }
+    }
+}
+
+/// Give every raw call without a usable id a generated `call_<uuid>` so its result can be paired.
+pub(crate) fn ensure_tool_call_ids(raw: &mut [Value]) {
+    for entry in raw {
+        let Value::Object(obj) = entry else { continue };
+        let has_id = obj
+            .get("id")
+            .and_then(Value::as_str)
+            .is_some_and(|id| !id.is_empty());
+        if !has_id {
+            let id = format!("call_{}", uuid::Uuid::new_v4().simple());
+            tracing::debug!(%id, "provider sent a tool call without an id; generated one");
+            obj.insert("id".into(), Value::String(id));
+        }
+    }
+}
+
+/// Parse raw OpenAI tool calls: arguments that are empty mean `{}`; arguments that are not a JSON
+/// object become an [`InvalidToolCall`] carrying the raw text and the error.
+pub(crate) fn parse_tool_calls(raw: &[Value]) -> (Vec<ToolCall>, Vec<InvalidToolCall>) {
+    let mut valid = Vec::new();
+    let mut invalid = Vec::new();
+    for entry in raw {
+        let id = entry.get("id").and_then(Value::as_str).map(str::to_owned);
+        let function = entry.get("function");
+        let name = function
+            .and_then(|f| f.get("name"))
+            .and_then(Value::as_str)
+            .filter(|n| !n.is_empty())
+            .map(str::to_owned);
+        let arguments = function.and_then(|f| f.get("arguments"));
+        let parsed = match arguments {
+            None | Some(Value::Null) => Ok(Object::new()),
+            Some(Value::String(s)) if s.trim().is_empty() => Ok(Object::new()),
+            Some(Value::String(s)) => match serde_json::from_str::<Value>(s) {
+                Ok(Value::Object(o)) => Ok(o),
+                Ok(_) => Err((
+                    s.clone(),
+                    "tool call arguments are not a JSON object".to_owned(),
+                )),
+                Err(e) => Err((
+                    s.clone(),
+                    format!("tool call arguments are not valid JSON: {e}"),
+                )),
+            },
+            // Not OpenAI's shape, but unambiguous.
+            Some(Value::Object(o)) => Ok(o.clone()),
+            Some(other) => Err((
+                other.to_string(),
+                "tool call arguments are not a JSON object".to_owned(),
+            )),
+        };
+        match (parsed, name) {
+            (Ok(args), Some(name)) => valid.push(ToolCall {
+                name,
+                args,
+                id,
+                kind: "tool_call".into(),
+            }),
+            (Ok(args), None) => invalid.push(InvalidToolCall {
+                kind: "invalid_tool_call".into(),
+                id,
+                name: None,
+                args: Some(
+                    arguments
+                        .and_then(Value::as_str)
+                        .map_or_else(|| Value::Object(args).to_string(), str::to_owned),
+                ),
+                error: Some("tool call has no function name".into()),
+            }),
+            (Err((args, error)), name) => invalid.push(InvalidToolCall {
+                kind: "invalid_tool_call".into(),
+                id,
+                name,
+                args: Some(args),
+                error: Some(error),
+            }),
+        }
+    }
+    (valid, invalid)
+}
+
+/// OpenAI's `usage` object.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct WireUsage {
+    #[serde(default)]
+    prompt_tokens: Option<u64>,
+    #[serde(default)]
+    completion_tokens: Option<u64>,
+    #[serde(default)]
+    total_tokens: Option<u64>,
+    #[serde(default)]
+    prompt_tokens_details: Option<WireTokenDetails>,
+    #[serde(default)]
+    completion_tokens_details: Option<WireTokenDetails>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct WireTokenDetails {
+    #[serde(default)]
+    cached_tokens: Option<u64>,
+    #[serde(default)]
+    reasoning_tokens: Option<u64>,
+    #[serde(default)]
+    audio_tokens: Option<u64>,
+}
+
+impl WireUsage {
+    pub(crate) fn into_usage(self) -> UsageMetadata {
+        let input = self.prompt_tokens.unwrap_or(0);
+        let output = self.completion_tokens.unwrap_or(0);
+        let mut usage = UsageMetadata {
+            input_tokens: input,
+            output_tokens: output,
+            total_tokens: self.total_tokens.unwrap_or(input + output),
+            input_token_details: None,
+            output_token_details: None,
+        };
+        if let Some(d) = self.prompt_tokens_details {
+            let mut details = Object::new();
+            if let Some(n) = d.audio_tokens {
+                details.insert("audio".into(), Value::from(n));
+            }
+            if let Some(n) = d.cached_tokens {
+                details.insert("cache_read".into(), Value::from(n));
+            }
+            usage.input_token_details = (!details.is_empty()).then_some(details);
+        }
+        if let Some(d) = self.completion_tokens_details {
+            let mut details = Object::new();
+            if let Some(n) = d.audio_tokens {
+                details.insert("audio".into(), Value::from(n));
+            }
+            if let Some(n) = d.reasoning_tokens {
+                details.insert("reasoning".into(), Value::from(n));
+            }
+            usage.output_token_details = (!details.is_empty()).then_some(details);
+        }
+        usage
+    }
+}
+
+/// Reasoning text: DeepSeek-style `reasoning_content`, else a string `reasoning` (vLLM, OpenRouter).
+pub(crate) fn reasoning_text(
+    reasoning_content: Option<String>,
+    reasoning: Option<Value>,
+) -> Option<String> {
+    reasoning_content.or(match reasoning {
+        Some(Value::String(s)) => Some(s),
+        _ => None,
+    })
+}
+
+/// A `chat.completion` object, as much of it as we read.
+#[derive(Debug, Deserialize)]
+struct WireCompletion {
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    system_fingerprint: Option<String>,
+    #[serde(default)]
+    choices: Option<Vec<WireChoice>>,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+struct WireChoice {
+    #[serde(default)]
+    message: Option<WireMessage>,
+    #[serde(default)]
+    finish_reason: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct WireMessage {
+    #[serde(default)]
+    content: Option<Value>,
+    #[serde(default)]
+    reasoning_content: Option<String>,
+    #[serde(default)]
+    reasoning: Option<Value>,
+    #[serde(default)]
+    tool_calls: Option<Vec<Value>>,
+    #[serde(default)]
+    refusal: Option<String>,
+}
+
+/// Message content as the provider sent it: `null` → `""`, a string, or content parts.
+pub(crate) fn content_of(value: Option<Value>) -> Content {
+    match value {
+        None | Some(Value::Null) => Content::Text(String::new()),
+        Some(Value::String(s)) => Content::Text(s),
+        Some(Value::Array(parts)) => Content::Blocks(parts),
+        Some(other) => Content::Text(other.to_string()),
+    }
+}
+
+/// The provider's error description from an `{"error": …}` object or string.
+pub(crate) fn error_text(error: &Value) -> String {
+    match error {
+        Value::String(s) => s.clone(),
+        Value::Object(o) => match o.get("message").and_then(Value::as_str) {
+            Some(m) => m.to_owned(),
+            None => error.to_string(),
+        },
+        other => other.to_string(),
+    }
+}
+
+/// Parse a 2xx non-streaming body.
+pub(crate) fn parse_completion(
+    body: &[u8],
+    message_id: &str,
+    default_model: &str,
+) -> Result<AiMessage, ModelError> {
+    let wire: WireCompletion = serde_json::from_slice(body).map_err(|e| {
+        ModelError::Decode(format!(
+            "response is not a chat completion ({e}): {}",
+            super::error::truncate(&String::from_utf8_lossy(body), 500)
+        ))
+    })?;
+    if let Some(err) = &wire.error {
+        return Err(ModelError::Decode(format!(
+            "provider answered 2xx with an error: {}",
+            error_text(err)
+        )));
+    }
+    let Some(choice) = wire.choices.and_then(|c| c.into_iter().next()) else {
+        return Err(ModelError::Decode("response has no choices".into()));
+    };
+    let Some(message) = choice.message else {
+        return Err(ModelError::Decode("response choice has no message".into()));
+    };
+    let parts = Parts {
+        content: content_of(message.content),
+        reasoning: reasoning_text(message.reasoning_content, message.reasoning),
+        raw_tool_calls: message.tool_calls.unwrap_or_default(),
+        refusal: message.refusal,
+        finish_reason: choice.finish_reason,
+        model: wire.model,
+        provider_id: wire.id,
+        system_fingerprint: wire.system_fingerprint,
+        usage: wire.usage.map(WireUsage::into_usage),
+    };
+    Ok(parts.into_message(message_id, default_model))
+}

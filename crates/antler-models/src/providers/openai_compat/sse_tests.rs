@@ -1,0 +1,105 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use pretty_assertions::assert_eq;
+
+use super::{SseDecoder, SseEvent};
+
+fn data(s: &str) -> SseEvent {
+    SseEvent {
+        event: None,
+        data: s.to_owned(),
+    }
+}
+
+/// Feed `chunks` one by one and collect every event, flushing at the end.
+fn decode(chunks: &[&[u8]]) -> Vec<SseEvent> {
+    let mut dec = SseDecoder::new();
+    let mut out = Vec::new();
+    for c in chunks {
+        dec.push(c, &mut out).unwrap();
+    }
+    dec.finish(&mut out);
+    out
+}
+
+#[test]
+fn several_events_in_one_chunk() {
+    let body = b"data: {\"a\":1}\n\ndata: {\"b\":2}\n\ndata: [DONE]\n\n";
+    assert_eq!(
+        decode(&[body]),
+        vec![data("{\"a\":1}"), data("{\"b\":2}"), data("[DONE]")]
+    );
+}
+
+#[test]
+fn a_line_split_across_chunks_at_every_position() {
+    let body = b"data: {\"content\":\"h\xc3\xa9llo\"}\n\ndata: [DONE]\n\n";
+    for split in 0..=body.len() {
+        let (a, b) = body.split_at(split);
+        assert_eq!(
+            decode(&[a, b]),
+            vec![data("{\"content\":\"h\u{e9}llo\"}"), data("[DONE]")],
+            "split at {split}"
+        );
+    }
+}
+
+#[test]
+fn one_byte_at_a_time() {
+    let body: &[u8] = b"data: one\r\n\r\ndata: two\n\n";
+    let chunks: Vec<&[u8]> = body.chunks(1).collect();
+    assert_eq!(decode(&chunks), vec![data("one"), data("two")]);
+}
+
+#[test]
+fn crlf_and_lone_cr_line_endings() {
+    assert_eq!(
+        decode(&[b"data: a\r\n\r\ndata: b\r\rdata: c\n\n"]),
+        vec![data("a"), data("b"), data("c")]
+    );
+    // The \r and \n of one line ending in different chunks do not make an extra blank line.
+    assert_eq!(
+        decode(&[b"data: a\r", b"\ndata: b\r", b"\n\r", b"\n"]),
+        vec![data("a\nb")]
+    );
+}
+
+#[test]
+fn comments_and_unknown_fields_are_ignored() {
+    let body = b": OPENROUTER PROCESSING\n\nid: 7\nretry: 100\ndata: x\nfoo\n\n:keep-alive\n\n";
+    assert_eq!(decode(&[body]), vec![data("x")]);
+}
+
+#[test]
+fn multi_line_data_is_joined_and_event_name_kept() {
+    assert_eq!(
+        decode(&[b"event: error\ndata: {\"error\":\ndata:  1}\n\n"]),
+        vec![SseEvent {
+            event: Some("error".into()),
+            data: "{\"error\":\n 1}".into(),
+        }]
+    );
+}
+
+#[test]
+fn an_event_without_data_is_not_dispatched() {
+    assert_eq!(
+        decode(&[b"event: ping\n\n\n\ndata: y\n\n"]),
+        vec![data("y")]
+    );
+}
+
+#[test]
+fn unterminated_last_event_is_flushed_on_finish() {
+    let mut dec = SseDecoder::new();
+    let mut out = Vec::new();
+    dec.push(b"data: [DONE]", &mut out).unwrap();
+    assert!(out.is_empty());
+    dec.finish(&mut out);
+    assert_eq!(out, vec![data("[DONE]")]);
+}
+
+#[test]
+fn data_without_space_after_colon() {
+    assert_eq!(decode(&[b"data:{}\n\n"]), vec![data("{}")]);
+}
