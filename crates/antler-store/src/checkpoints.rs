@@ -1,0 +1,640 @@
+//! Checkpoints on SQLite: writes proportional to what changed, any checkpoint loads in one scan.
+//!
+//! Each checkpoint of a thread gets a sequence number `seq` (1, 2, ... in write order). Message
+//! bodies live in `checkpoint_messages`, one row per version of the message at position `ord`,
+//! valid for `from_seq <= seq < to_seq` (`to_seq` NULL while live). The live rows are always the
+//! head's list. A write:
+//!
+//! - folds its [`Change`]s into a net effect per `ord` (a message replaced twice in one step is
+//!   stored once);
+//! - `Upsert` closes the live row at `ord` (if any) and inserts the new body; `Remove` closes it;
+//!   `Clear` closes every live row (O(live rows); summarization only);
+//! - on a fork (parent is not the head) first makes the parent's list live again: head rows the
+//!   parent did not have are closed, parent rows closed since are re-inserted from the new seq;
+//!   rows both share stay as they are. A write without a parent on a non-empty thread starts from
+//!   an empty list.
+//!
+//! Non-message channels (`fields`) are stored only when the write carries them; otherwise the
+//! row points (`fields_seq`) at the checkpoint whose fields are current.
+//!
+//! Loading checkpoint `s` is the checkpoint row joined with its fields row, plus
+//! `from_seq <= s AND (to_seq IS NULL OR to_seq > s) ORDER BY ord` (for the head, the partial
+//! index on live rows).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use antler_protocol::{Change, Entry, Message, Messages, ThreadState};
+use antler_runtime::{Checkpoint, CheckpointError, CheckpointMeta, CheckpointWrite, Checkpointer};
+use async_trait::async_trait;
+use rusqlite::{params, OptionalExtension};
+use serde_json::Value;
+
+use crate::db::Cx;
+use crate::error::StoreError;
+use crate::SqliteStore;
+
+/// A checkpoint write, encoded off the writer thread.
+struct EncodedWrite {
+    thread_id: String,
+    checkpoint_id: String,
+    parent_id: Option<String>,
+    step: i64,
+    created_at: String,
+    metadata: String,
+    fields: Option<String>,
+    /// A `Clear` came first in the net effect.
+    cleared: bool,
+    /// Net effect per position: `Some(body)` = the message now there, `None` = removed.
+    ops: Vec<(i64, Option<String>)>,
+    /// Payload bytes (metadata, fields, bodies).
+    bytes: u64,
+}
+
+fn ord_i64(ord: u64) -> Result<i64, StoreError> {
+    i64::try_from(ord).map_err(|e| StoreError::encode(format!("message ord {ord}"), e))
+}
+
+fn encode(write: CheckpointWrite) -> Result<EncodedWrite, StoreError> {
+    let CheckpointWrite {
+        meta,
+        changes,
+        fields,
+    } = write;
+    let mut cleared = false;
+    let mut net: BTreeMap<u64, Option<Arc<Message>>> = BTreeMap::new();
+    for change in changes {
+        match change {
+            Change::Upsert { ord, message } => {
+                net.insert(ord, Some(message));
+            }
+            Change::Remove { ord } => {
+                net.insert(ord, None);
+            }
+            Change::Clear => {
+                cleared = true;
+                net.clear();
+            }
+        }
+    }
+    let metadata = serde_json::to_string(&meta.metadata)
+        .map_err(|e| StoreError::encode("checkpoint metadata", e))?;
+    let fields = fields
+        .map(|f| serde_json::to_string(&f))
+        .transpose()
+        .map_err(|e| StoreError::encode("checkpoint fields", e))?;
+    let mut bytes = (metadata.len() + fields.as_ref().map_or(0, String::len)) as u64;
+    let mut ops = Vec::with_capacity(net.len());
+    for (ord, message) in net {
+        // After a clear, removing a position that is already gone is a no-op.
+        if cleared && message.is_none() {
+            continue;
+        }
+        let body = message
+            .map(|m| serde_json::to_string(&*m))
+            .transpose()
+            .map_err(|e| StoreError::encode(format!("message at ord {ord}"), e))?;
+        bytes += body.as_ref().map_or(0, String::len) as u64;
+        ops.push((ord_i64(ord)?, body));
+    }
+    Ok(EncodedWrite {
+        thread_id: meta.thread_id,
+        checkpoint_id: meta.checkpoint_id,
+        parent_id: meta.parent_id,
+        step: meta.step,
+        created_at: meta.created_at,
+        metadata,
+        fields,
+        cleared,
+        ops,
+        bytes,
+    })
+}
+
+/// Close every live message row of a thread at `seq` (rows born at `seq` are deleted instead).
+fn close_all(cx: &Cx<'_>, thread: &str, seq: i64, born_here: bool) -> Result<(), StoreError> {
+    if born_here {
+        cx.conn
+            .prepare_cached(
+                "DELETE FROM checkpoint_messages
+                 WHERE thread_id = ?1 AND to_seq IS NULL AND from_seq = ?2",
+            )
+            .and_then(|mut s| s.execute(params![thread, seq]))
+            .map_err(cx.err("close messages"))?;
+    }
+    cx.conn
+        .prepare_cached(
+            "UPDATE checkpoint_messages SET to_seq = ?2 WHERE thread_id = ?1 AND to_seq IS NULL",
+        )
+        .and_then(|mut s| s.execute(params![thread, seq]))
+        .map_err(cx.err("close messages"))?;
+    Ok(())
+}
+
+/// Close the live row at `ord`, if any.
+fn close_one(
+    cx: &Cx<'_>,
+    thread: &str,
+    ord: i64,
+    seq: i64,
+    born_here: bool,
+) -> Result<(), StoreError> {
+    if born_here {
+        cx.conn
+            .prepare_cached(
+                "DELETE FROM checkpoint_messages
+                 WHERE thread_id = ?1 AND ord = ?2 AND to_seq IS NULL AND from_seq = ?3",
+            )
+            .and_then(|mut s| s.execute(params![thread, ord, seq]))
+            .map_err(cx.err("close a message"))?;
+    }
+    cx.conn
+        .prepare_cached(
+            "UPDATE checkpoint_messages SET to_seq = ?3
+             WHERE thread_id = ?1 AND ord = ?2 AND to_seq IS NULL",
+        )
+        .and_then(|mut s| s.execute(params![thread, ord, seq]))
+        .map_err(cx.err("close a message"))?;
+    Ok(())
+}
+
+/// Make the message list of checkpoint `parent` live again at `seq`; returns bytes copied.
+fn rebase(cx: &Cx<'_>, thread: &str, parent: i64, seq: i64) -> Result<u64, StoreError> {
+    // Live rows born after the parent are not in its list.
+    cx.conn
+        .prepare_cached(
+            "UPDATE checkpoint_messages SET to_seq = ?3
+             WHERE thread_id = ?1 AND to_seq IS NULL AND from_seq > ?2",
+        )
+        .and_then(|mut s| s.execute(params![thread, parent, seq]))
+        .map_err(cx.err("fork a checkpoint"))?;
+    // Parent rows closed since then come back, valid from `seq`.
+    let bytes: i64 = cx
+        .conn
+        .prepare_cached(
+            "SELECT COALESCE(SUM(LENGTH(CAST(body AS BLOB))), 0) FROM checkpoint_messages
+             WHERE thread_id = ?1 AND from_seq <= ?2 AND to_seq > ?2",
+        )
+        .and_then(|mut s| s.query_row(params![thread, parent], |r| r.get(0)))
+        .map_err(cx.err("fork a checkpoint"))?;
+    cx.conn
+        .prepare_cached(
+            "INSERT INTO checkpoint_messages (thread_id, ord, from_seq, body)
+             SELECT thread_id, ord, ?3, body FROM checkpoint_messages
+             WHERE thread_id = ?1 AND from_seq <= ?2 AND to_seq > ?2",
+        )
+        .and_then(|mut s| s.execute(params![thread, parent, seq]))
+        .map_err(cx.err("fork a checkpoint"))?;
+    Ok(u64::try_from(bytes).unwrap_or(0))
+}
+
+/// Persist one checkpoint; returns payload bytes written.
+fn put_tx(cx: &Cx<'_>, w: &EncodedWrite) -> Result<u64, StoreError> {
+    let thread = w.thread_id.as_str();
+    let head: Option<i64> = cx
+        .conn
+        .prepare_cached("SELECT MAX(seq) FROM checkpoints WHERE thread_id = ?1")
+        .and_then(|mut s| s.query_row([thread], |r| r.get(0)))
+        .map_err(cx.err("read the thread head"))?;
+    let seq = head.map_or(1, |h| h + 1);
+    let parent: Option<(i64, Option<i64>)> = match &w.parent_id {
+        Some(pid) => Some(
+            cx.conn
+                .prepare_cached(
+                    "SELECT seq, fields_seq FROM checkpoints
+                     WHERE thread_id = ?1 AND checkpoint_id = ?2",
+                )
+                .and_then(|mut s| {
+                    s.query_row(params![thread, pid], |r| Ok((r.get(0)?, r.get(1)?)))
+                        .optional()
+                })
+                .map_err(cx.err("read the parent checkpoint"))?
+                .ok_or_else(|| StoreError::UnknownParent(pid.clone()))?,
+        ),
+        None => None,
+    };
+    let fields_seq = match (&w.fields, parent) {
+        (Some(_), _) => Some(seq),
+        (None, Some((_, fs))) => fs,
+        (None, None) => None,
+    };
+    cx.conn
+        .prepare_cached(
+            "INSERT INTO checkpoints (thread_id, seq, checkpoint_id, parent_id, step, created_at,
+                                      metadata, fields, fields_seq)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        )
+        .and_then(|mut s| {
+            s.execute(params![
+                thread,
+                seq,
+                w.checkpoint_id,
+                w.parent_id,
+                w.step,
+                w.created_at,
+                w.metadata,
+                w.fields,
+                fields_seq,
+            ])
+        })
+        .map_err(cx.err("insert a checkpoint"))?;
+
+    let mut bytes = w.bytes;
+    let mut born_here = false;
+    match (head, parent) {
+        (Some(h), Some((p, _))) if p != h => {
+            bytes += rebase(cx, thread, p, seq)?;
+            born_here = true;
+        }
+        (Some(_), None) => close_all(cx, thread, seq, false)?,
+        _ => {}
+    }
+    if w.cleared {
+        close_all(cx, thread, seq, born_here)?;
+    }
+    let mut insert = cx
+        .conn
+        .prepare_cached(
+            "INSERT INTO checkpoint_messages (thread_id, ord, from_seq, body)
+             VALUES (?1, ?2, ?3, ?4)",
+        )
+        .map_err(cx.err("insert a message"))?;
+    for (ord, body) in &w.ops {
+        if !w.cleared {
+            close_one(cx, thread, *ord, seq, born_here)?;
+        }
+        if let Some(body) = body {
+            insert
+                .execute(params![thread, ord, seq, body])
+                .map_err(cx.err("insert a message"))?;
+        }
+    }
+    Ok(bytes)
+}
+
+/// Which checkpoint to load.
+pub(crate) enum Which<'a> {
+    Head,
+    Id(&'a str),
+    Seq(i64),
+}
+
+const CHECKPOINT_COLUMNS: &str = "SELECT c.seq, c.checkpoint_id, c.parent_id, c.step,
+        c.created_at, c.metadata, c.fields_seq, f.fields
+    FROM checkpoints c
+    LEFT JOIN checkpoints f ON f.thread_id = c.thread_id AND f.seq = c.fields_seq";
+
+struct Row {
+    seq: i64,
+    meta: CheckpointMeta,
+    metadata: String,
+    fields_seq: Option<i64>,
+    fields: Option<String>,
+}
+
+fn corrupt(row: &Row, what: impl Into<String>, cause: impl ToString) -> StoreError {
+    StoreError::CorruptCheckpoint {
+        thread_id: row.meta.thread_id.clone(),
+        checkpoint_id: row.meta.checkpoint_id.clone(),
+        what: what.into(),
+        cause: cause.to_string(),
+    }
+}
+
+fn read_row(thread: &str, r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
+    Ok(Row {
+        seq: r.get(0)?,
+        meta: CheckpointMeta {
+            thread_id: thread.to_owned(),
+            checkpoint_id: r.get(1)?,
+            parent_id: r.get(2)?,
+            step: r.get(3)?,
+            created_at: r.get(4)?,
+            metadata: Value::Null,
+        },
+        metadata: r.get(5)?,
+        fields_seq: r.get(6)?,
+        fields: r.get(7)?,
+    })
+}
+
+fn decode_meta(row: &Row) -> Result<CheckpointMeta, StoreError> {
+    let mut meta = row.meta.clone();
+    meta.metadata = serde_json::from_str(&row.metadata).map_err(|e| corrupt(row, "metadata", e))?;
+    Ok(meta)
+}
+
+/// Load one checkpoint of `thread` within the caller's read snapshot.
+pub(crate) fn load(
+    cx: &Cx<'_>,
+    thread: &str,
+    which: Which<'_>,
+) -> Result<Option<Checkpoint>, StoreError> {
+    let head: Option<i64> = cx
+        .conn
+        .prepare_cached("SELECT MAX(seq) FROM checkpoints WHERE thread_id = ?1")
+        .and_then(|mut s| s.query_row([thread], |r| r.get(0)))
+        .map_err(cx.err("read the thread head"))?;
+    let Some(head) = head else {
+        return Ok(None);
+    };
+    let row = match which {
+        Which::Head => cx
+            .conn
+            .prepare_cached(&format!(
+                "{CHECKPOINT_COLUMNS} WHERE c.thread_id = ?1 AND c.seq = ?2"
+            ))
+            .and_then(|mut s| {
+                s.query_row(params![thread, head], |r| read_row(thread, r))
+                    .optional()
+            }),
+        Which::Seq(seq) => cx
+            .conn
+            .prepare_cached(&format!(
+                "{CHECKPOINT_COLUMNS} WHERE c.thread_id = ?1 AND c.seq = ?2"
+            ))
+            .and_then(|mut s| {
+                s.query_row(params![thread, seq], |r| read_row(thread, r))
+                    .optional()
+            }),
+        Which::Id(id) => cx
+            .conn
+            .prepare_cached(&format!(
+                "{CHECKPOINT_COLUMNS} WHERE c.thread_id = ?1 AND c.checkpoint_id = ?2"
+            ))
+            .and_then(|mut s| {
+                s.query_row(params![thread, id], |r| read_row(thread, r))
+                    .optional()
+            }),
+    }
+    .map_err(cx.err("read a checkpoint"))?;
+    let Some(row) = row else {
+        return Ok(None);
+    };
+    let meta = decode_meta(&row)?;
+    let mut state: ThreadState = match (row.fields_seq, &row.fields) {
+        (None, _) => ThreadState::default(),
+        (Some(_), Some(f)) => serde_json::from_str(f).map_err(|e| corrupt(&row, "fields", e))?,
+        (Some(fs), None) => {
+            return Err(corrupt(
+                &row,
+                "fields",
+                format!("checkpoint seq {fs} holding them has no fields"),
+            ))
+        }
+    };
+    state.messages = Messages::from_entries(load_entries(cx, &row, row.seq == head)?);
+    Ok(Some(Checkpoint { meta, state }))
+}
+
+fn load_entries(cx: &Cx<'_>, row: &Row, is_head: bool) -> Result<Vec<Entry>, StoreError> {
+    let thread = row.meta.thread_id.as_str();
+    // The head's list is exactly the live rows (partial index); older ones need the range test.
+    let (sql, seq) = if is_head {
+        (
+            "SELECT ord, body FROM checkpoint_messages
+             WHERE thread_id = ?1 AND to_seq IS NULL ORDER BY ord",
+            None,
+        )
+    } else {
+        (
+            "SELECT ord, body FROM checkpoint_messages
+             WHERE thread_id = ?1 AND from_seq <= ?2 AND (to_seq IS NULL OR to_seq > ?2)
+             ORDER BY ord",
+            Some(row.seq),
+        )
+    };
+    let mut stmt = cx
+        .conn
+        .prepare_cached(sql)
+        .map_err(cx.err("read messages"))?;
+    let mut rows = match seq {
+        None => stmt.query(params![thread]),
+        Some(seq) => stmt.query(params![thread, seq]),
+    }
+    .map_err(cx.err("read messages"))?;
+    let mut entries = Vec::new();
+    while let Some(r) = rows.next().map_err(cx.err("read messages"))? {
+        let ord: i64 = r.get(0).map_err(cx.err("read messages"))?;
+        let body: String = r
+            .get(1)
+            .map_err(|e| corrupt(row, format!("message at ord {ord}"), e))?;
+        let message: Message = serde_json::from_str(&body)
+            .map_err(|e| corrupt(row, format!("message at ord {ord}"), e))?;
+        let ord =
+            u64::try_from(ord).map_err(|e| corrupt(row, format!("message at ord {ord}"), e))?;
+        entries.push(Entry {
+            ord,
+            message: Arc::new(message),
+        });
+    }
+    Ok(entries)
+}
+
+fn list_tx(
+    cx: &Cx<'_>,
+    thread: &str,
+    limit: usize,
+    before: Option<&str>,
+) -> Result<Vec<CheckpointMeta>, StoreError> {
+    let before_seq: Option<i64> = match before {
+        Some(b) => cx
+            .conn
+            .prepare_cached(
+                "SELECT seq FROM checkpoints WHERE thread_id = ?1 AND checkpoint_id = ?2",
+            )
+            .and_then(|mut s| s.query_row(params![thread, b], |r| r.get(0)).optional())
+            .map_err(cx.err("list checkpoints"))?,
+        None => None,
+    };
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let mut stmt = cx
+        .conn
+        .prepare_cached(&format!(
+            "{CHECKPOINT_COLUMNS} WHERE c.thread_id = ?1 AND c.seq < ?2 ORDER BY c.seq DESC LIMIT ?3"
+        ))
+        .map_err(cx.err("list checkpoints"))?;
+    let rows = stmt
+        .query_map(
+            params![thread, before_seq.unwrap_or(i64::MAX), limit],
+            |r| read_row(thread, r),
+        )
+        .map_err(cx.err("list checkpoints"))?;
+    let mut out = Vec::new();
+    for row in rows {
+        let row = row.map_err(cx.err("list checkpoints"))?;
+        out.push(decode_meta(&row)?);
+    }
+    Ok(out)
+}
+
+pub(crate) fn delete_checkpoints_tx(cx: &Cx<'_>, thread: &str) -> Result<bool, StoreError> {
+    cx.conn
+        .prepare_cached("DELETE FROM checkpoint_messages WHERE thread_id = ?1")
+        .and_then(|mut s| s.execute([thread]))
+        .map_err(cx.err("delete checkpoints"))?;
+    let n = cx
+        .conn
+        .prepare_cached("DELETE FROM checkpoints WHERE thread_id = ?1")
+        .and_then(|mut s| s.execute([thread]))
+        .map_err(cx.err("delete checkpoints"))?;
+    Ok(n > 0)
+}
+
+/// The newest checkpoint of a thread that decodes, and the ids of newer ones that did not.
+#[derive(Clone, Debug)]
+pub struct LatestGood {
+    /// `None` when the thread has no checkpoint that loads.
+    pub checkpoint: Option<Checkpoint>,
+    /// Corrupt checkpoint ids skipped, newest first.
+    pub skipped: Vec<String>,
+}
+
+/// Counters of checkpoint writes committed through one store handle (and its clones).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Checkpoints written.
+    pub checkpoints: u64,
+    /// Logical payload bytes written by checkpoint puts: metadata, fields when present, message
+    /// bodies (including those a fork re-materialized).
+    pub checkpoint_bytes: u64,
+}
+
+impl SqliteStore {
+    /// Persist one checkpoint (see [`Checkpointer::put`]).
+    pub async fn put_checkpoint(&self, write: CheckpointWrite) -> Result<(), StoreError> {
+        let encoded = encode(write)?;
+        let bytes = self.db().write(move |cx| put_tx(cx, &encoded)).await?;
+        let stats = self.stats_counters();
+        stats.checkpoints.fetch_add(1, Ordering::Relaxed);
+        stats.checkpoint_bytes.fetch_add(bytes, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The head checkpoint of a thread.
+    pub async fn latest_checkpoint(
+        &self,
+        thread_id: &str,
+    ) -> Result<Option<Checkpoint>, StoreError> {
+        let thread = thread_id.to_owned();
+        self.db()
+            .read(move |cx| load(cx, &thread, Which::Head))
+            .await
+    }
+
+    /// One checkpoint of a thread by id.
+    pub async fn get_checkpoint(
+        &self,
+        thread_id: &str,
+        checkpoint_id: &str,
+    ) -> Result<Option<Checkpoint>, StoreError> {
+        let thread = thread_id.to_owned();
+        let id = checkpoint_id.to_owned();
+        self.db()
+            .read(move |cx| load(cx, &thread, Which::Id(&id)))
+            .await
+    }
+
+    /// Checkpoint metadata newest first; `before` (a checkpoint id) keeps only older ones.
+    pub async fn list_checkpoints(
+        &self,
+        thread_id: &str,
+        limit: usize,
+        before: Option<&str>,
+    ) -> Result<Vec<CheckpointMeta>, StoreError> {
+        let thread = thread_id.to_owned();
+        let before = before.map(str::to_owned);
+        self.db()
+            .read(move |cx| list_tx(cx, &thread, limit, before.as_deref()))
+            .await
+    }
+
+    /// Walk back from the head to the newest checkpoint that decodes.
+    pub async fn latest_good(&self, thread_id: &str) -> Result<LatestGood, StoreError> {
+        let thread = thread_id.to_owned();
+        self.db()
+            .read(move |cx| {
+                let seqs: Vec<(i64, String)> = cx
+                    .conn
+                    .prepare_cached(
+                        "SELECT seq, checkpoint_id FROM checkpoints
+                         WHERE thread_id = ?1 ORDER BY seq DESC",
+                    )
+                    .and_then(|mut s| {
+                        s.query_map([&thread], |r| Ok((r.get(0)?, r.get(1)?)))?
+                            .collect::<rusqlite::Result<Vec<_>>>()
+                    })
+                    .map_err(cx.err("list checkpoints"))?;
+                let mut skipped = Vec::new();
+                for (seq, id) in seqs {
+                    match load(cx, &thread, Which::Seq(seq)) {
+                        Ok(checkpoint) => {
+                            return Ok(LatestGood {
+                                checkpoint,
+                                skipped,
+                            })
+                        }
+                        Err(StoreError::CorruptCheckpoint { .. }) => skipped.push(id),
+                        Err(e) => return Err(e),
+                    }
+                }
+                Ok(LatestGood {
+                    checkpoint: None,
+                    skipped,
+                })
+            })
+            .await
+    }
+
+    /// Forget a thread's checkpoints (its thread record and runs stay).
+    pub async fn delete_checkpoints(&self, thread_id: &str) -> Result<bool, StoreError> {
+        let thread = thread_id.to_owned();
+        self.db()
+            .write(move |cx| delete_checkpoints_tx(cx, &thread))
+            .await
+    }
+
+    /// Checkpoint write counters since this store was opened.
+    pub fn stats(&self) -> StoreStats {
+        let s = self.stats_counters();
+        StoreStats {
+            checkpoints: s.checkpoints.load(Ordering::Relaxed),
+            checkpoint_bytes: s.checkpoint_bytes.load(Ordering::Relaxed),
+        }
+    }
+}
+
+#[async_trait]
+impl Checkpointer for SqliteStore {
+    async fn put(&self, write: CheckpointWrite) -> Result<(), CheckpointError> {
+        Ok(self.put_checkpoint(write).await?)
+    }
+
+    async fn latest(&self, thread_id: &str) -> Result<Option<Checkpoint>, CheckpointError> {
+        Ok(self.latest_checkpoint(thread_id).await?)
+    }
+
+    async fn get(
+        &self,
+        thread_id: &str,
+        checkpoint_id: &str,
+    ) -> Result<Option<Checkpoint>, CheckpointError> {
+        Ok(self.get_checkpoint(thread_id, checkpoint_id).await?)
+    }
+
+    async fn list(
+        &self,
+        thread_id: &str,
+        limit: usize,
+        before: Option<&str>,
+    ) -> Result<Vec<CheckpointMeta>, CheckpointError> {
+        Ok(self.list_checkpoints(thread_id, limit, before).await?)
+    }
+
+    /// Checkpoints only; [`SqliteStore::delete_thread`] also drops the thread record and runs.
+    async fn delete_thread(&self, thread_id: &str) -> Result<(), CheckpointError> {
+        self.delete_checkpoints(thread_id).await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,351 @@
+//! Connection plumbing: one writer thread, a pool of read connections.
+//!
+//! rusqlite's `Connection` is `Send` but not `Sync`, and every call blocks. Writes go to a
+//! dedicated OS thread that owns the only read-write connection; callers send it a job and await a
+//! oneshot reply, so the tokio runtime never blocks on SQLite. The writer drains whatever jobs are
+//! queued into one transaction (group commit), each job inside its own savepoint: a failing job
+//! rolls back alone, and replies are sent only after the batch committed, so an `Ok` always means
+//! durable-as-configured. Reads run on `spawn_blocking` with a pooled read-only connection inside
+//! a read transaction (a consistent WAL snapshot), so a slow reader never delays a writer.
+//!
+//! An in-memory database has no second connection to read from, so there reads go through the
+//! writer too.
+
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags};
+use tokio::sync::oneshot;
+
+use crate::error::{classify_io, StoreError};
+use crate::schema;
+
+/// How long a statement waits for a lock held by another connection or process.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Most jobs committed in one writer transaction.
+const MAX_BATCH: usize = 128;
+/// Idle read connections kept open.
+const MAX_IDLE_READERS: usize = 8;
+const STATEMENT_CACHE: usize = 64;
+
+/// What a job sees: the connection and the path to name in errors.
+pub(crate) struct Cx<'a> {
+    pub conn: &'a Connection,
+    pub path: &'a Path,
+}
+
+impl Cx<'_> {
+    /// Map a rusqlite error to a [`StoreError`] naming this database and `op`.
+    pub fn err(&self, op: &'static str) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
+        move |e| StoreError::sqlite(self.path, op, &e)
+    }
+}
+
+/// A queued write. `run` executes it inside a savepoint and keeps the result; `finish` replies
+/// once the batch's fate is known.
+trait WriteJob: Send {
+    fn run(&mut self, cx: &Cx<'_>) -> bool;
+    fn fail(&mut self, err: StoreError);
+    /// The error this job ran into, if any.
+    fn error(&self) -> Option<StoreError>;
+    fn finish(self: Box<Self>, commit: Result<(), StoreError>);
+}
+
+struct Pending<R, F> {
+    f: Option<F>,
+    result: Option<Result<R, StoreError>>,
+    reply: oneshot::Sender<Result<R, StoreError>>,
+}
+
+impl<R, F> WriteJob for Pending<R, F>
+where
+    R: Send + 'static,
+    F: FnOnce(&Cx<'_>) -> Result<R, StoreError> + Send + 'static,
+{
+    fn run(&mut self, cx: &Cx<'_>) -> bool {
+        let Some(f) = self.f.take() else {
+            return false;
+        };
+        let r = f(cx);
+        let ok = r.is_ok();
+        self.result = Some(r);
+        ok
+    }
+
+    fn fail(&mut self, err: StoreError) {
+        self.f = None;
+        self.result = Some(Err(err));
+    }
+
+    fn error(&self) -> Option<StoreError> {
+        match &self.result {
+            Some(Err(e)) => Some(e.clone()),
+            _ => None,
+        }
+    }
+
+    fn finish(self: Box<Self>, commit: Result<(), StoreError>) {
+        let out = match (self.result, commit) {
+            (Some(Err(e)), _) | (_, Err(e)) => Err(e),
+            (Some(Ok(r)), Ok(())) => Ok(r),
+            // Never ran and the batch committed: cannot happen, but stay total.
+            (None, Ok(())) => Err(StoreError::Encode {
+                what: "write job".into(),
+                cause: "job was not executed".into(),
+            }),
+        };
+        // The caller may have gone away (cancelled); nothing to do then.
+        let _ = self.reply.send(out);
+    }
+}
+
+type Job = Box<dyn WriteJob>;
+
+/// Read-only connections for one database file.
+struct ReadPool {
+    path: PathBuf,
+    idle: Mutex<Vec<Connection>>,
+}
+
+impl ReadPool {
+    fn take(&self) -> Result<Connection, StoreError> {
+        if let Some(c) = self.idle.lock().ok().and_then(|mut v| v.pop()) {
+            return Ok(c);
+        }
+        let conn = Connection::open_with_flags(
+            &self.path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(|e| StoreError::open(&self.path, &e))?;
+        conn.busy_timeout(BUSY_TIMEOUT)
+            .map_err(|e| StoreError::open(&self.path, &e))?;
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+        Ok(conn)
+    }
+
+    fn give_back(&self, conn: Connection) {
+        if let Ok(mut idle) = self.idle.lock() {
+            if idle.len() < MAX_IDLE_READERS {
+                idle.push(conn);
+            }
+        }
+    }
+}
+
+/// The shared database handle.
+pub(crate) struct Db {
+    path: PathBuf,
+    writer: mpsc::Sender<Job>,
+    readers: Option<Arc<ReadPool>>,
+}
+
+impl Db {
+    /// Open (creating) a database file. Blocking; call at startup.
+    pub fn open(path: &Path) -> Result<Db, StoreError> {
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(|e| StoreError::Open {
+                path: path.to_path_buf(),
+                kind: classify_io(&e),
+                cause: format!("cannot create directory {}: {e}", parent.display()),
+            })?;
+        }
+        let mut conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_CREATE
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(|e| StoreError::open(path, &e))?;
+        configure(&conn, path, true)?;
+        schema::migrate(&mut conn, path)?;
+        let readers = Arc::new(ReadPool {
+            path: path.to_path_buf(),
+            idle: Mutex::new(Vec::new()),
+        });
+        Self::start(conn, path.to_path_buf(), Some(readers))
+    }
+
+    /// A private in-memory database (tests).
+    pub fn open_in_memory() -> Result<Db, StoreError> {
+        let path = PathBuf::from(":memory:");
+        let mut conn = Connection::open_in_memory().map_err(|e| StoreError::open(&path, &e))?;
+        configure(&conn, &path, false)?;
+        schema::migrate(&mut conn, &path)?;
+        Self::start(conn, path, None)
+    }
+
+    fn start(
+        conn: Connection,
+        path: PathBuf,
+        readers: Option<Arc<ReadPool>>,
+    ) -> Result<Db, StoreError> {
+        let (tx, rx) = mpsc::channel::<Job>();
+        let thread_path = path.clone();
+        std::thread::Builder::new()
+            .name("antler-store-writer".into())
+            .spawn(move || writer_loop(&conn, &thread_path, &rx))
+            .map_err(|e| StoreError::Open {
+                path: path.clone(),
+                kind: crate::error::Failure::Other,
+                cause: format!("cannot start the writer thread: {e}"),
+            })?;
+        Ok(Db {
+            path,
+            writer: tx,
+            readers,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn closed(&self) -> StoreError {
+        StoreError::Closed {
+            path: self.path.clone(),
+        }
+    }
+
+    /// Run `f` on the writer connection, atomically (its own savepoint in a group commit).
+    pub async fn write<R, F>(&self, f: F) -> Result<R, StoreError>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Cx<'_>) -> Result<R, StoreError> + Send + 'static,
+    {
+        let (reply, rx) = oneshot::channel();
+        let job: Job = Box::new(Pending {
+            f: Some(f),
+            result: None,
+            reply,
+        });
+        self.writer.send(job).map_err(|_| self.closed())?;
+        rx.await.map_err(|_| self.closed())?
+    }
+
+    /// Run `f` against a consistent snapshot, off the async runtime.
+    pub async fn read<R, F>(&self, f: F) -> Result<R, StoreError>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Cx<'_>) -> Result<R, StoreError> + Send + 'static,
+    {
+        let Some(pool) = &self.readers else {
+            return self.write(f).await;
+        };
+        let pool = pool.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut conn = pool.take()?;
+            let result = {
+                let tx = conn
+                    .transaction()
+                    .map_err(|e| StoreError::sqlite(&pool.path, "begin a read", &e))?;
+                f(&Cx {
+                    conn: &tx,
+                    path: &pool.path,
+                })
+                // Dropping the transaction rolls back, which ends the read snapshot.
+            };
+            pool.give_back(conn);
+            result
+        })
+        .await
+        .map_err(|_| self.closed())?
+    }
+}
+
+/// Connection settings for the writer (`wal` = switch the file to WAL).
+fn configure(conn: &Connection, path: &Path, wal: bool) -> Result<(), StoreError> {
+    let open_err = |e: rusqlite::Error| StoreError::open(path, &e);
+    conn.busy_timeout(BUSY_TIMEOUT).map_err(open_err)?;
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+    if wal {
+        let mode: String = conn
+            .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
+            .map_err(open_err)?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(StoreError::Open {
+                path: path.to_path_buf(),
+                kind: crate::error::Failure::Other,
+                cause: format!("cannot switch to WAL journal mode (got {mode})"),
+            });
+        }
+    }
+    conn.pragma_update(None, "synchronous", "NORMAL")
+        .map_err(open_err)?;
+    conn.pragma_update(None, "foreign_keys", true)
+        .map_err(open_err)?;
+    Ok(())
+}
+
+fn writer_loop(conn: &Connection, path: &Path, rx: &mpsc::Receiver<Job>) {
+    while let Ok(first) = rx.recv() {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        run_batch(conn, path, batch);
+    }
+}
+
+fn run_batch(conn: &Connection, path: &Path, mut batch: Vec<Job>) {
+    let cx = Cx { conn, path };
+    let fail_all = |batch: Vec<Job>, err: StoreError| {
+        for job in batch {
+            job.finish(Err(err.clone()));
+        }
+    };
+    if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+        return fail_all(batch, StoreError::sqlite(path, "begin a write", &e));
+    }
+    let mut broken = None;
+    for job in &mut batch {
+        if let Err(e) = conn.execute_batch("SAVEPOINT job") {
+            job.fail(StoreError::sqlite(path, "begin a write", &e));
+            continue;
+        }
+        let ok = job.run(&cx);
+        if conn.is_autocommit() {
+            // SQLite rolled the whole transaction back (disk full, I/O error): every job of
+            // the batch is lost, including those that succeeded.
+            broken = Some(job.error().unwrap_or_else(|| StoreError::Sqlite {
+                path: path.to_path_buf(),
+                op: "write",
+                kind: crate::error::Failure::Io,
+                cause: "SQLite rolled the transaction back".into(),
+            }));
+            break;
+        }
+        let end = if ok {
+            "RELEASE job"
+        } else {
+            "ROLLBACK TO job; RELEASE job"
+        };
+        if let Err(e) = conn.execute_batch(end) {
+            broken = Some(StoreError::sqlite(path, "end a write", &e));
+            break;
+        }
+    }
+    if let Some(err) = broken {
+        if !conn.is_autocommit() {
+            let _ = conn.execute_batch("ROLLBACK");
+        }
+        return fail_all(batch, err);
+    }
+    match conn.execute_batch("COMMIT") {
+        Ok(()) => {
+            for job in batch {
+                job.finish(Ok(()));
+            }
+        }
+        Err(e) => {
+            if !conn.is_autocommit() {
+                let _ = conn.execute_batch("ROLLBACK");
+            }
+            fail_all(batch, StoreError::sqlite(path, "commit", &e));
+        }
+    }
+}

@@ -1,0 +1,130 @@
+//! Schema and migrations, keyed by `PRAGMA user_version`.
+//!
+//! `MIGRATIONS[i]` moves the schema from version `i` to `i + 1`. Each runs in its own
+//! `BEGIN IMMEDIATE` transaction together with the version bump, so a crash mid-migration leaves
+//! the previous version intact, and two processes opening the same file never migrate twice.
+//! Append new migrations; never edit a released one.
+//!
+//! Checkpoint storage is temporal: `checkpoint_messages` keeps one row per message *version*,
+//! valid for checkpoint sequence numbers `from_seq <= s < to_seq` (`to_seq` NULL = still live).
+//! A step that appends one message writes one checkpoint row and one message row, whatever the
+//! history length; any checkpoint loads with one range scan.
+
+use std::path::Path;
+
+use rusqlite::{Connection, TransactionBehavior};
+
+use crate::error::StoreError;
+
+const V1: &str = r#"
+CREATE TABLE threads (
+    thread_id   TEXT PRIMARY KEY,
+    created_at  TEXT NOT NULL,
+    updated_at  TEXT NOT NULL,
+    metadata    TEXT NOT NULL DEFAULT '{}',
+    status      TEXT NOT NULL DEFAULT 'idle',
+    title       TEXT,
+    owner       TEXT
+);
+CREATE INDEX threads_by_updated ON threads (updated_at DESC);
+CREATE INDEX threads_by_owner ON threads (owner, updated_at DESC);
+
+-- One row per checkpoint. `seq` orders a thread's checkpoints (1, 2, ...). `fields` holds the
+-- non-message channels when they changed at this checkpoint; `fields_seq` names the checkpoint
+-- whose `fields` are current here (NULL: default state).
+CREATE TABLE checkpoints (
+    id            INTEGER PRIMARY KEY,
+    thread_id     TEXT NOT NULL,
+    seq           INTEGER NOT NULL,
+    checkpoint_id TEXT NOT NULL UNIQUE,
+    parent_id     TEXT,
+    step          INTEGER NOT NULL,
+    created_at    TEXT NOT NULL,
+    metadata      TEXT NOT NULL,
+    fields        TEXT,
+    fields_seq    INTEGER,
+    UNIQUE (thread_id, seq)
+);
+
+-- One row per message version: the body at position `ord`, valid from checkpoint `from_seq`
+-- until `to_seq` (exclusive; NULL while live).
+CREATE TABLE checkpoint_messages (
+    id        INTEGER PRIMARY KEY,
+    thread_id TEXT NOT NULL,
+    ord       INTEGER NOT NULL,
+    from_seq  INTEGER NOT NULL,
+    to_seq    INTEGER,
+    body      TEXT NOT NULL,
+    UNIQUE (thread_id, ord, from_seq),
+    FOREIGN KEY (thread_id, from_seq) REFERENCES checkpoints (thread_id, seq) ON DELETE CASCADE
+);
+-- The head's message list (and the rows a write closes).
+CREATE INDEX checkpoint_messages_live ON checkpoint_messages (thread_id, ord)
+    WHERE to_seq IS NULL;
+
+CREATE TABLE runs (
+    run_id              TEXT PRIMARY KEY,
+    thread_id           TEXT NOT NULL,
+    assistant_id        TEXT NOT NULL,
+    status              TEXT NOT NULL,
+    created_at          TEXT NOT NULL,
+    updated_at          TEXT NOT NULL,
+    error               TEXT,
+    stop_reason         TEXT,
+    metadata            TEXT NOT NULL DEFAULT '{}',
+    kwargs              TEXT NOT NULL DEFAULT '{}',
+    multitask_strategy  TEXT NOT NULL,
+    total_input_tokens  INTEGER NOT NULL DEFAULT 0,
+    total_output_tokens INTEGER NOT NULL DEFAULT 0,
+    total_tokens        INTEGER NOT NULL DEFAULT 0,
+    llm_call_count      INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX runs_by_thread ON runs (thread_id, created_at DESC);
+CREATE INDEX runs_unfinished ON runs (status) WHERE status IN ('pending', 'running');
+"#;
+
+/// Every migration, in order. The schema version after all of them is `MIGRATIONS.len()`.
+pub(crate) const MIGRATIONS: &[&str] = &[V1];
+
+/// The schema version this binary writes.
+pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+fn user_version(conn: &Connection, path: &Path) -> Result<i64, StoreError> {
+    conn.pragma_query_value(None, "user_version", |r| r.get(0))
+        .map_err(|e| StoreError::open(path, &e))
+}
+
+/// Bring the schema up to [`SCHEMA_VERSION`]; refuse a newer one.
+pub(crate) fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
+    let newer = |found| StoreError::NewerSchema {
+        path: path.to_path_buf(),
+        found,
+        known: SCHEMA_VERSION,
+    };
+    let current = user_version(conn, path)?;
+    if current > SCHEMA_VERSION {
+        return Err(newer(current));
+    }
+    for (from, sql) in (0_i64..).zip(MIGRATIONS) {
+        if from < current {
+            continue;
+        }
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| StoreError::open(path, &e))?;
+        // Another process may have migrated while we waited for the write lock.
+        let now = user_version(&tx, path)?;
+        if now > SCHEMA_VERSION {
+            return Err(newer(now));
+        }
+        if now > from {
+            continue;
+        }
+        tx.execute_batch(sql)
+            .and_then(|()| tx.pragma_update(None, "user_version", from + 1))
+            .and_then(|()| tx.commit())
+            .map_err(|e| StoreError::open(path, &e))?;
+        tracing::info!(path = %path.display(), version = from + 1, "migrated database schema");
+    }
+    Ok(())
+}

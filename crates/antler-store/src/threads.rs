@@ -1,0 +1,270 @@
+//! The thread index: one row per thread with its status, title, owner and metadata.
+//!
+//! Independent of checkpoints: a thread can be listed before its first run, and checkpoints can
+//! be written for a thread that has no record. [`SqliteStore::delete_thread`] removes all three.
+
+use rusqlite::{params, OptionalExtension};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::checkpoints::delete_checkpoints_tx;
+use crate::db::Cx;
+use crate::error::StoreError;
+use crate::{json_text, json_value, now, SqliteStore};
+
+/// One thread of the index.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ThreadRecord {
+    pub thread_id: String,
+    /// RFC 3339 UTC.
+    pub created_at: String,
+    /// RFC 3339 UTC; bumped by every upsert and update.
+    pub updated_at: String,
+    /// A JSON object.
+    pub metadata: Value,
+    /// `idle` | `busy` | `interrupted` | `error`.
+    pub status: String,
+    pub title: Option<String>,
+    pub owner: Option<String>,
+}
+
+impl ThreadRecord {
+    pub const IDLE: &'static str = "idle";
+    pub const BUSY: &'static str = "busy";
+    pub const INTERRUPTED: &'static str = "interrupted";
+    pub const ERROR: &'static str = "error";
+
+    /// A fresh idle thread with empty metadata, stamped now.
+    pub fn new(thread_id: impl Into<String>) -> Self {
+        let ts = now();
+        ThreadRecord {
+            thread_id: thread_id.into(),
+            created_at: ts.clone(),
+            updated_at: ts,
+            metadata: Value::Object(Map::new()),
+            status: Self::IDLE.to_owned(),
+            title: None,
+            owner: None,
+        }
+    }
+}
+
+/// Filters and paging of [`SqliteStore::list_threads`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ThreadQuery {
+    pub limit: usize,
+    pub offset: usize,
+    pub owner: Option<String>,
+    pub status: Option<String>,
+}
+
+impl Default for ThreadQuery {
+    fn default() -> Self {
+        ThreadQuery {
+            limit: 50,
+            offset: 0,
+            owner: None,
+            status: None,
+        }
+    }
+}
+
+/// A partial update of a thread; `None` leaves a column as it is.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ThreadUpdate {
+    /// `Some(None)` clears the title.
+    pub title: Option<Option<String>>,
+    pub status: Option<String>,
+    /// Keys merged into the stored metadata object (shallow; a key set to null stays null).
+    pub metadata: Option<Map<String, Value>>,
+}
+
+const COLUMNS: &str =
+    "SELECT thread_id, created_at, updated_at, metadata, status, title, owner FROM threads";
+
+struct RawThread {
+    record: ThreadRecord,
+    metadata: String,
+}
+
+fn read_raw(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawThread> {
+    Ok(RawThread {
+        record: ThreadRecord {
+            thread_id: r.get(0)?,
+            created_at: r.get(1)?,
+            updated_at: r.get(2)?,
+            metadata: Value::Null,
+            status: r.get(4)?,
+            title: r.get(5)?,
+            owner: r.get(6)?,
+        },
+        metadata: r.get(3)?,
+    })
+}
+
+fn decode(raw: RawThread) -> Result<ThreadRecord, StoreError> {
+    let mut record = raw.record;
+    record.metadata = json_value(
+        format!("metadata of thread {}", record.thread_id),
+        &raw.metadata,
+    )?;
+    Ok(record)
+}
+
+fn get_tx(cx: &Cx<'_>, thread_id: &str) -> Result<Option<ThreadRecord>, StoreError> {
+    cx.conn
+        .prepare_cached(&format!("{COLUMNS} WHERE thread_id = ?1"))
+        .and_then(|mut s| s.query_row([thread_id], read_raw).optional())
+        .map_err(cx.err("read a thread"))?
+        .map(decode)
+        .transpose()
+}
+
+fn not_found(thread_id: &str) -> StoreError {
+    StoreError::NotFound {
+        kind: "thread",
+        id: thread_id.to_owned(),
+    }
+}
+
+impl SqliteStore {
+    /// Insert a thread, or overwrite every column but `created_at` of an existing one.
+    /// `updated_at` is set to now; an empty `created_at` is stamped now. Returns the stored row.
+    pub async fn upsert_thread(&self, record: ThreadRecord) -> Result<ThreadRecord, StoreError> {
+        let metadata = json_text("thread metadata", &record.metadata)?;
+        self.db()
+            .write(move |cx| {
+                let ts = now();
+                let created = if record.created_at.is_empty() {
+                    ts.clone()
+                } else {
+                    record.created_at.clone()
+                };
+                cx.conn
+                    .prepare_cached(
+                        "INSERT INTO threads
+                           (thread_id, created_at, updated_at, metadata, status, title, owner)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                         ON CONFLICT (thread_id) DO UPDATE SET
+                           updated_at = excluded.updated_at, metadata = excluded.metadata,
+                           status = excluded.status, title = excluded.title,
+                           owner = excluded.owner",
+                    )
+                    .and_then(|mut s| {
+                        s.execute(params![
+                            record.thread_id,
+                            created,
+                            ts,
+                            metadata,
+                            record.status,
+                            record.title,
+                            record.owner
+                        ])
+                    })
+                    .map_err(cx.err("upsert a thread"))?;
+                get_tx(cx, &record.thread_id)?.ok_or_else(|| not_found(&record.thread_id))
+            })
+            .await
+    }
+
+    pub async fn get_thread(&self, thread_id: &str) -> Result<Option<ThreadRecord>, StoreError> {
+        let id = thread_id.to_owned();
+        self.db().read(move |cx| get_tx(cx, &id)).await
+    }
+
+    /// Threads, most recently updated first.
+    pub async fn list_threads(&self, query: ThreadQuery) -> Result<Vec<ThreadRecord>, StoreError> {
+        self.db()
+            .read(move |cx| {
+                let mut stmt = cx
+                    .conn
+                    .prepare_cached(&format!(
+                        "{COLUMNS} WHERE (?1 IS NULL OR owner = ?1) AND (?2 IS NULL OR status = ?2)
+                         ORDER BY updated_at DESC, thread_id DESC LIMIT ?3 OFFSET ?4"
+                    ))
+                    .map_err(cx.err("list threads"))?;
+                let rows = stmt
+                    .query_map(
+                        params![
+                            query.owner,
+                            query.status,
+                            i64::try_from(query.limit).unwrap_or(i64::MAX),
+                            i64::try_from(query.offset).unwrap_or(i64::MAX),
+                        ],
+                        read_raw,
+                    )
+                    .map_err(cx.err("list threads"))?;
+                let mut out = Vec::new();
+                for raw in rows {
+                    out.push(decode(raw.map_err(cx.err("list threads"))?)?);
+                }
+                Ok(out)
+            })
+            .await
+    }
+
+    /// Change title, status and/or metadata; bumps `updated_at`. Returns the updated row.
+    pub async fn update_thread(
+        &self,
+        thread_id: &str,
+        update: ThreadUpdate,
+    ) -> Result<ThreadRecord, StoreError> {
+        let id = thread_id.to_owned();
+        self.db()
+            .write(move |cx| {
+                let mut record = get_tx(cx, &id)?.ok_or_else(|| not_found(&id))?;
+                if let Some(title) = update.title {
+                    record.title = title;
+                }
+                if let Some(status) = update.status {
+                    record.status = status;
+                }
+                if let Some(patch) = update.metadata {
+                    match &mut record.metadata {
+                        Value::Object(m) => m.extend(patch),
+                        other => *other = Value::Object(patch),
+                    }
+                }
+                record.updated_at = now();
+                let metadata = json_text("thread metadata", &record.metadata)?;
+                cx.conn
+                    .prepare_cached(
+                        "UPDATE threads SET title = ?2, status = ?3, metadata = ?4, updated_at = ?5
+                         WHERE thread_id = ?1",
+                    )
+                    .and_then(|mut s| {
+                        s.execute(params![
+                            id,
+                            record.title,
+                            record.status,
+                            metadata,
+                            record.updated_at
+                        ])
+                    })
+                    .map_err(cx.err("update a thread"))?;
+                Ok(record)
+            })
+            .await
+    }
+
+    /// Remove a thread record with its checkpoints and runs. Returns whether anything existed.
+    pub async fn delete_thread(&self, thread_id: &str) -> Result<bool, StoreError> {
+        let id = thread_id.to_owned();
+        self.db()
+            .write(move |cx| {
+                let had_checkpoints = delete_checkpoints_tx(cx, &id)?;
+                let runs = cx
+                    .conn
+                    .prepare_cached("DELETE FROM runs WHERE thread_id = ?1")
+                    .and_then(|mut s| s.execute([&id]))
+                    .map_err(cx.err("delete runs"))?;
+                let threads = cx
+                    .conn
+                    .prepare_cached("DELETE FROM threads WHERE thread_id = ?1")
+                    .and_then(|mut s| s.execute([&id]))
+                    .map_err(cx.err("delete a thread"))?;
+                Ok(had_checkpoints || runs > 0 || threads > 0)
+            })
+            .await
+    }
+}

@@ -1,0 +1,491 @@
+//! Checkpoint semantics: replay equivalence, forks, reopen, corruption, bytes per step.
+
+use std::sync::Arc;
+
+use antler_protocol::{Message, StateUpdate, ThreadState};
+use antler_runtime::{CheckpointError, CheckpointWrite, Checkpointer};
+use antler_store::{SqliteStore, StoreError};
+use pretty_assertions::assert_eq;
+use proptest::prelude::*;
+
+use super::{meta, msg, temp_store, ThreadWriter};
+
+/// Whole-state equality plus the stored position keys.
+fn assert_same(loaded: &ThreadState, expected: &ThreadState, what: &str) {
+    assert_eq!(loaded, expected, "{what}: state");
+    assert_eq!(
+        loaded.messages.entries(),
+        expected.messages.entries(),
+        "{what}: entries (ords)"
+    );
+}
+
+#[derive(Clone, Debug)]
+enum MsgOp {
+    Put(u8, u8),
+    Remove(u8),
+}
+
+#[derive(Clone, Debug)]
+enum Write {
+    Msgs(Vec<MsgOp>),
+    RemoveAll(Vec<(u8, u8)>),
+    Title(Option<u8>),
+    Nothing,
+}
+
+#[derive(Clone, Debug)]
+enum Start {
+    Head,
+    /// Fork from an earlier checkpoint (index modulo the number written).
+    Fork(usize),
+    /// A write without a parent on a thread that already has checkpoints.
+    Fresh,
+}
+
+fn id_of(k: u8) -> String {
+    format!("m{k}")
+}
+
+fn text_of(k: u8, v: u8) -> String {
+    format!("message {k} version {v}")
+}
+
+fn write_strategy() -> impl Strategy<Value = Write> {
+    let op = prop_oneof![
+        3 => (0u8..8, any::<u8>()).prop_map(|(k, v)| MsgOp::Put(k, v)),
+        1 => (0u8..8).prop_map(MsgOp::Remove),
+    ];
+    prop_oneof![
+        6 => prop::collection::vec(op, 1..4).prop_map(Write::Msgs),
+        1 => prop::collection::vec((0u8..8, any::<u8>()), 0..3).prop_map(Write::RemoveAll),
+        1 => prop::option::of(0u8..3).prop_map(Write::Title),
+        1 => Just(Write::Nothing),
+    ]
+}
+
+fn start_strategy() -> impl Strategy<Value = Start> {
+    prop_oneof![
+        12 => Just(Start::Head),
+        2 => any::<usize>().prop_map(Start::Fork),
+        1 => Just(Start::Fresh),
+    ]
+}
+
+fn apply(state: &mut ThreadState, write: &Write) {
+    let update = match write {
+        Write::Msgs(ops) => StateUpdate::messages(
+            ops.iter()
+                .map(|op| match op {
+                    MsgOp::Put(k, v) => msg(&id_of(*k), &text_of(*k, *v)),
+                    MsgOp::Remove(k) => Message::remove(id_of(*k)),
+                })
+                .collect(),
+        ),
+        Write::RemoveAll(tail) => StateUpdate::messages(
+            std::iter::once(Message::remove_all())
+                .chain(tail.iter().map(|(k, v)| msg(&id_of(*k), &text_of(*k, *v))))
+                .collect(),
+        ),
+        Write::Title(t) => StateUpdate {
+            title: Some(t.map(|t| format!("title {t}"))),
+            ..Default::default()
+        },
+        Write::Nothing => StateUpdate::default(),
+    };
+    // Removing an unknown id is rejected by the reducer and leaves the state untouched; the
+    // checkpoint is still written (with no changes).
+    let _ = state.apply(update);
+}
+
+async fn run_sequence(steps: &[(Start, Write)]) {
+    let (_dir, store) = temp_store();
+    let mut writer = ThreadWriter::new("t");
+    let mut state = ThreadState::default();
+    let mut written: Vec<(String, ThreadState)> = Vec::new();
+    for (start, write) in steps {
+        match start {
+            Start::Head => {}
+            Start::Fork(i) if !written.is_empty() => {
+                let (id, _) = &written[i % written.len()];
+                // Resume the way the runtime does: from the stored checkpoint.
+                let cp = store.get("t", id).await.unwrap().unwrap();
+                state = cp.state;
+                writer.reset_to(Some(id.clone()), &state);
+            }
+            Start::Fork(_) => {}
+            Start::Fresh => {
+                state = ThreadState::default();
+                writer.reset_to(None, &state);
+            }
+        }
+        apply(&mut state, write);
+        let id = writer.commit(&store, &mut state).await;
+        written.push((id, state.clone()));
+    }
+    let latest = store.latest("t").await.unwrap().unwrap();
+    let (last_id, _) = written.last().unwrap();
+    assert_eq!(&latest.meta.checkpoint_id, last_id);
+    assert_same(&latest.state, &state, "latest");
+    for (i, (id, expected)) in written.iter().enumerate() {
+        let cp = store.get("t", id).await.unwrap().unwrap();
+        assert_same(&cp.state, expected, &format!("checkpoint {i} ({id})"));
+    }
+    let listed = store.list("t", usize::MAX, None).await.unwrap();
+    let ids: Vec<&str> = listed.iter().map(|m| m.checkpoint_id.as_str()).collect();
+    let expected: Vec<&str> = written.iter().rev().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(ids, expected);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// Any sequence of reducer writes, forks and fresh starts, checkpointed after every step,
+    /// loads back exactly: the head and every earlier checkpoint.
+    #[test]
+    fn checkpoints_replay_the_in_memory_state(
+        steps in prop::collection::vec((start_strategy(), write_strategy()), 1..40)
+    ) {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(run_sequence(&steps));
+    }
+}
+
+fn push(state: &mut ThreadState, id: &str, text: &str) {
+    state.apply(StateUpdate::message(msg(id, text))).unwrap();
+}
+
+#[tokio::test]
+async fn fork_from_an_older_checkpoint() {
+    let (_dir, store) = temp_store();
+    let mut w = ThreadWriter::new("t");
+    let mut state = ThreadState::default();
+    let mut ids = Vec::new();
+    let mut states = Vec::new();
+    for i in 0..5 {
+        push(&mut state, &format!("m{i}"), &format!("hello {i}"));
+        if i == 3 {
+            // Replace an older message too, so the fork must bring back a closed row.
+            push(&mut state, "m1", "hello 1, edited");
+        }
+        ids.push(w.commit(&store, &mut state).await);
+        states.push(state.clone());
+    }
+
+    // Resume from checkpoint 2 (three messages, m1 unedited) and write something new.
+    let base = store.get("t", &ids[2]).await.unwrap().unwrap();
+    assert_eq!(base.state, states[2]);
+    let mut forked = base.state;
+    w.reset_to(Some(ids[2].clone()), &forked);
+    push(&mut forked, "f0", "forked");
+    let fork_id = w.commit(&store, &mut forked).await;
+
+    let head = store.latest("t").await.unwrap().unwrap();
+    assert_eq!(head.meta.checkpoint_id, fork_id);
+    assert_eq!(head.meta.parent_id.as_deref(), Some(ids[2].as_str()));
+    let texts: Vec<String> = head.state.messages.iter().map(Message::text).collect();
+    assert_eq!(texts, ["hello 0", "hello 1", "hello 2", "forked"]);
+    assert_eq!(head.state, forked);
+
+    // The original branch is intact.
+    for (id, expected) in ids.iter().zip(&states) {
+        assert_eq!(&store.get("t", id).await.unwrap().unwrap().state, expected);
+    }
+
+    // Fork again, from the old branch's tip (now not the head), and continue on it.
+    let mut tip = store.get("t", &ids[4]).await.unwrap().unwrap().state;
+    w.reset_to(Some(ids[4].clone()), &tip);
+    state
+        .apply(StateUpdate::message(Message::remove("m0")))
+        .unwrap();
+    tip.apply(StateUpdate::message(Message::remove("m0")))
+        .unwrap();
+    let second = w.commit(&store, &mut tip).await;
+    push(&mut tip, "m5", "after the second fork");
+    let third = w.commit(&store, &mut tip).await;
+    assert_eq!(store.get("t", &second).await.unwrap().unwrap().state, state);
+    assert_eq!(store.latest("t").await.unwrap().unwrap().state, tip);
+    assert_eq!(
+        store.latest("t").await.unwrap().unwrap().meta.checkpoint_id,
+        third
+    );
+    // ... and the first fork still loads.
+    assert_eq!(
+        store.get("t", &fork_id).await.unwrap().unwrap().state,
+        forked
+    );
+}
+
+#[tokio::test]
+async fn unknown_parent_is_rejected_and_writes_nothing() {
+    let (_dir, store) = temp_store();
+    let mut w = ThreadWriter::new("t");
+    let mut state = ThreadState::default();
+    push(&mut state, "a", "a");
+    w.commit(&store, &mut state).await;
+    let mut other = ThreadWriter::new("u");
+    let other_id = other.commit(&store, &mut ThreadState::default()).await;
+
+    for parent in ["nope", other_id.as_str()] {
+        let err = store
+            .put(CheckpointWrite {
+                meta: meta("t", "bad", Some(parent), 5),
+                changes: vec![],
+                fields: None,
+            })
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, CheckpointError::UnknownParent(p) if p == parent),
+            "{err}"
+        );
+    }
+    assert_eq!(store.list("t", 10, None).await.unwrap().len(), 1);
+    assert!(store.get("t", "bad").await.unwrap().is_none());
+    assert_eq!(store.stats().checkpoints, 2);
+}
+
+#[tokio::test]
+async fn no_parent_on_a_non_empty_thread_starts_empty() {
+    let (_dir, store) = temp_store();
+    let mut w = ThreadWriter::new("t");
+    let mut state = ThreadState::default();
+    push(&mut state, "a", "a");
+    state.title = Some("old".into());
+    let first = w.commit(&store, &mut state).await;
+
+    let mut fresh = ThreadState::default();
+    w.reset_to(None, &fresh);
+    push(&mut fresh, "b", "b");
+    w.commit(&store, &mut fresh).await;
+
+    let head = store.latest("t").await.unwrap().unwrap();
+    assert_eq!(head.state, fresh);
+    assert_eq!(head.state.title, None);
+    assert_eq!(store.get("t", &first).await.unwrap().unwrap().state, state);
+}
+
+#[tokio::test]
+async fn list_is_newest_first_with_before_and_limit() {
+    let (_dir, store) = temp_store();
+    let mut w = ThreadWriter::new("t");
+    let mut state = ThreadState::default();
+    let mut ids = Vec::new();
+    for i in 0..6 {
+        push(&mut state, &format!("m{i}"), "x");
+        ids.push(w.commit(&store, &mut state).await);
+    }
+    let got = |v: Vec<antler_runtime::CheckpointMeta>| {
+        v.into_iter().map(|m| m.checkpoint_id).collect::<Vec<_>>()
+    };
+    assert_eq!(
+        got(store.list("t", 2, None).await.unwrap()),
+        [ids[5].clone(), ids[4].clone()]
+    );
+    assert_eq!(
+        got(store.list("t", 10, Some(&ids[2])).await.unwrap()),
+        [ids[1].clone(), ids[0].clone()]
+    );
+    let first = store.list("t", 1, Some(&ids[1])).await.unwrap();
+    assert_eq!(first[0], meta("t", &ids[0], None, -1));
+    assert!(store.list("nobody", 10, None).await.unwrap().is_empty());
+    assert!(store.latest("nobody").await.unwrap().is_none());
+
+    Checkpointer::delete_thread(&store, "t").await.unwrap();
+    assert!(store.latest("t").await.unwrap().is_none());
+    assert!(store.list("t", 10, None).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn reopen_resumes_from_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("antler.db");
+    let mut w = ThreadWriter::new("t");
+    let mut state = ThreadState::default();
+    {
+        let store = SqliteStore::open(&path).unwrap();
+        for i in 0..20 {
+            push(&mut state, &format!("m{i}"), &format!("turn {i}"));
+            if i == 10 {
+                state.title = Some("A title".into());
+            }
+            w.commit(&store, &mut state).await;
+        }
+    }
+    let store = SqliteStore::open(&path).unwrap();
+    let head = store.latest("t").await.unwrap().unwrap();
+    assert_same(&head.state, &state, "after reopen");
+    assert_eq!(head.meta.checkpoint_id, w.head.clone().unwrap());
+
+    // Resume: the loaded state continues with fresh ords and writes on top of the file.
+    let mut resumed = head.state;
+    w.reset_to(Some(head.meta.checkpoint_id), &resumed);
+    push(&mut resumed, "m20", "turn 20");
+    w.commit(&store, &mut resumed).await;
+    drop(store);
+    let store = SqliteStore::open(&path).unwrap();
+    let head = store.latest("t").await.unwrap().unwrap();
+    assert_same(&head.state, &resumed, "after the second reopen");
+    assert_eq!(head.state.messages.len(), 21);
+    assert_eq!(head.state.title.as_deref(), Some("A title"));
+}
+
+#[tokio::test]
+async fn corrupt_rows_fall_back_to_an_earlier_checkpoint() {
+    let (dir, store) = temp_store();
+    let mut w = ThreadWriter::new("t");
+    let mut state = ThreadState::default();
+    let mut ids = Vec::new();
+    let mut states = Vec::new();
+    for i in 0..4 {
+        push(&mut state, &format!("m{i}"), &format!("turn {i}"));
+        ids.push(w.commit(&store, &mut state).await);
+        states.push(state.clone());
+    }
+    // Garble the message written by the last checkpoint (seq 4) behind the store's back.
+    let raw = rusqlite::Connection::open(dir.path().join("db").join("antler.db")).unwrap();
+    let n = raw
+        .execute(
+            "UPDATE checkpoint_messages SET body = '{\"type\": \"human\", \"conte' \
+             WHERE thread_id = 't' AND from_seq = 4",
+            [],
+        )
+        .unwrap();
+    assert_eq!(n, 1);
+
+    let err = store.latest("t").await.unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, CheckpointError::Corrupt(_)), "{text}");
+    assert!(
+        text.contains(&ids[3]) && text.contains("thread t"),
+        "{text}"
+    );
+    assert!(text.contains("ord 3"), "{text}");
+
+    let good = store.latest_good("t").await.unwrap();
+    assert_eq!(good.skipped, [ids[3].clone()]);
+    let cp = good.checkpoint.unwrap();
+    assert_eq!(cp.meta.checkpoint_id, ids[2]);
+    assert_eq!(cp.state, states[2]);
+
+    // Garbled metadata of checkpoint 3 as well: the walk skips both.
+    raw.execute(
+        "UPDATE checkpoints SET metadata = 'not json' WHERE checkpoint_id = ?1",
+        [&ids[2]],
+    )
+    .unwrap();
+    let good = store.latest_good("t").await.unwrap();
+    assert_eq!(good.skipped, [ids[3].clone(), ids[2].clone()]);
+    assert_eq!(good.checkpoint.unwrap().state, states[1]);
+    let err = store.get_checkpoint("t", &ids[2]).await.unwrap_err();
+    assert!(
+        matches!(&err, StoreError::CorruptCheckpoint { what, .. } if what == "metadata"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn corrupt_fields_are_reported() {
+    let (dir, store) = temp_store();
+    let mut w = ThreadWriter::new("t");
+    let mut state = ThreadState {
+        title: Some("t1".into()),
+        ..Default::default()
+    };
+    let first = w.commit(&store, &mut state).await;
+    push(&mut state, "a", "a");
+    let second = w.commit(&store, &mut state).await;
+    let raw = rusqlite::Connection::open(dir.path().join("db").join("antler.db")).unwrap();
+    // The second checkpoint did not change the fields: it reads them from the first.
+    raw.execute(
+        "UPDATE checkpoints SET fields = '[1,' WHERE checkpoint_id = ?1",
+        [&first],
+    )
+    .unwrap();
+    for id in [&first, &second] {
+        let err = store.get("t", id).await.unwrap_err();
+        assert!(err.to_string().contains(id.as_str()), "{err}");
+        assert!(err.to_string().contains("fields"), "{err}");
+    }
+    let good = store.latest_good("t").await.unwrap();
+    assert!(good.checkpoint.is_none());
+    assert_eq!(good.skipped, [second, first]);
+}
+
+/// Bytes of checkpoint payload written by one step that appends one message.
+async fn step_bytes(store: &SqliteStore, history: usize) -> u64 {
+    let thread = format!("h{history}");
+    let mut w = ThreadWriter::new(&thread);
+    let mut state = ThreadState::default();
+    let body = "x".repeat(400);
+    for i in 0..history {
+        push(&mut state, &format!("m{i:06}"), &body);
+        w.commit(store, &mut state).await;
+    }
+    // Measure a few steps at this history length and keep the largest.
+    let mut worst = 0;
+    for i in history..history + 3 {
+        push(&mut state, &format!("m{i:06}"), &body);
+        let before = store.stats().checkpoint_bytes;
+        w.commit(store, &mut state).await;
+        worst = worst.max(store.stats().checkpoint_bytes - before);
+    }
+    assert_eq!(
+        store
+            .latest(&thread)
+            .await
+            .unwrap()
+            .unwrap()
+            .state
+            .messages
+            .len(),
+        history + 3
+    );
+    worst
+}
+
+#[tokio::test]
+async fn bytes_per_step_do_not_grow_with_history() {
+    let (_dir, store) = temp_store();
+    let at_10 = step_bytes(&store, 10).await;
+    let at_100 = step_bytes(&store, 100).await;
+    let at_1000 = step_bytes(&store, 1000).await;
+    eprintln!("checkpoint bytes per step at 10/100/1000 messages: {at_10}/{at_100}/{at_1000}");
+    assert!(at_10 > 400 && at_10 < 1000, "{at_10}");
+    assert!(at_100 * 2 <= at_10 * 3, "{at_100} vs {at_10}");
+    assert!(at_1000 * 2 <= at_10 * 3, "{at_1000} vs {at_10}");
+    let stats = store.stats();
+    assert_eq!(stats.checkpoints, 10 + 100 + 1000 + 9);
+}
+
+#[tokio::test]
+async fn a_step_replacing_a_message_twice_stores_one_version() {
+    let (dir, store) = temp_store();
+    let mut w = ThreadWriter::new("t");
+    let mut state = ThreadState::default();
+    push(&mut state, "a", "one");
+    push(&mut state, "a", "two");
+    push(&mut state, "b", "b");
+    state
+        .apply(StateUpdate::message(Message::remove("b")))
+        .unwrap();
+    w.commit(&store, &mut state).await;
+    let raw = rusqlite::Connection::open(dir.path().join("db").join("antler.db")).unwrap();
+    let rows: i64 = raw
+        .query_row("SELECT COUNT(*) FROM checkpoint_messages", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(rows, 1);
+    assert_eq!(store.latest("t").await.unwrap().unwrap().state, state);
+}
+
+#[tokio::test]
+async fn works_behind_a_trait_object_and_in_memory() {
+    let store: Arc<dyn Checkpointer> = Arc::new(SqliteStore::open_in_memory().unwrap());
+    let mut w = ThreadWriter::new("t");
+    let mut state = ThreadState::default();
+    for i in 0..5 {
+        push(&mut state, &format!("m{i}"), "x");
+        w.commit(store.as_ref(), &mut state).await;
+    }
+    assert_eq!(store.latest("t").await.unwrap().unwrap().state, state);
+}
