@@ -1,0 +1,354 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use pretty_assertions::assert_eq;
+use serde_json::{json, Map, Value};
+
+use crate::test_util::{load_err, load_ok};
+use crate::*;
+
+fn model_with(use_: Option<&str>, provider: Option<Provider>) -> ModelConfig {
+    let mut m = ModelConfig::openai_compatible("m", "id");
+    m.use_ = use_.map(str::to_owned);
+    m.provider = provider;
+    m
+}
+
+fn obj(v: Value) -> Map<String, Value> {
+    match v {
+        Value::Object(m) => m,
+        other => panic!("not an object: {other}"),
+    }
+}
+
+#[test]
+fn provider_kind_for_every_accepted_use() {
+    let compat = |replay| ProviderKind::OpenAiCompat {
+        replay_reasoning_content: replay,
+    };
+    for (use_, kind) in [
+        ("langchain_openai:ChatOpenAI", compat(false)),
+        ("langchain_deepseek:ChatDeepSeek", compat(false)),
+        (
+            "deerflow.models.patched_deepseek:PatchedChatDeepSeek",
+            compat(true),
+        ),
+        (
+            "deerflow.models.patched_openai:PatchedChatOpenAI",
+            compat(true),
+        ),
+        ("deerflow.models.patched_mimo:PatchedChatMiMo", compat(true)),
+        (
+            "deerflow.models.patched_stepfun:PatchedChatStepFun",
+            compat(true),
+        ),
+        (
+            "deerflow.models.patched_minimax:PatchedChatMiniMax",
+            compat(false),
+        ),
+        ("deerflow.models.vllm_provider:VllmChatModel", compat(false)),
+        (
+            "deerflow.models.mindie_provider:MindIEChatModel",
+            compat(false),
+        ),
+        ("langchain_anthropic:ChatAnthropic", ProviderKind::Anthropic),
+        (
+            "deerflow.models.claude_provider:ClaudeChatModel",
+            ProviderKind::Anthropic,
+        ),
+    ] {
+        assert_eq!(
+            model_with(Some(use_), None).provider_kind(),
+            Ok(kind),
+            "{use_}"
+        );
+    }
+    assert_eq!(
+        model_with(None, Some(Provider::Openai)).provider_kind(),
+        Ok(compat(false))
+    );
+    assert_eq!(
+        model_with(None, Some(Provider::Anthropic)).provider_kind(),
+        Ok(ProviderKind::Anthropic)
+    );
+    // Both set and agreeing: `use` decides the quirks.
+    assert_eq!(
+        model_with(
+            Some("deerflow.models.patched_deepseek:PatchedChatDeepSeek"),
+            Some(Provider::Openai)
+        )
+        .provider_kind(),
+        Ok(compat(true))
+    );
+}
+
+#[test]
+fn provider_kind_errors() {
+    assert_eq!(
+        model_with(None, None).provider_kind(),
+        Err(ModelError::MissingProvider { model: "m".into() })
+    );
+    let conflict = model_with(
+        Some("langchain_anthropic:ChatAnthropic"),
+        Some(Provider::Openai),
+    )
+    .provider_kind()
+    .unwrap_err();
+    assert_eq!(
+        conflict.to_string(),
+        "model 'm': use 'langchain_anthropic:ChatAnthropic' and provider 'openai' disagree — keep only one of them"
+    );
+    let unknown = model_with(Some("foo:Bar"), None)
+        .provider_kind()
+        .unwrap_err();
+    let text = unknown.to_string();
+    assert!(
+        text.starts_with("model 'm': unknown provider class 'foo:Bar' — use one of langchain_openai:ChatOpenAI, langchain_deepseek:ChatDeepSeek, deerflow.models.patched_deepseek:PatchedChatDeepSeek, "),
+        "{text}"
+    );
+    assert!(
+        text.ends_with("langchain_anthropic:ChatAnthropic, deerflow.models.claude_provider:ClaudeChatModel, or provider: openai|anthropic"),
+        "{text}"
+    );
+    assert!(matches!(
+        model_with(Some("langchain_google_genai:ChatGoogleGenerativeAI"), None).provider_kind(),
+        Err(ModelError::UnsupportedProvider { .. })
+    ));
+}
+
+#[test]
+fn unknown_use_fails_the_load_naming_the_entry() {
+    let err = load_err(
+        "models:\n  - {name: a, use: 'langchain_openai:ChatOpenAI', model: m}\n  - {name: b, use: 'foo:Bar', model: m}\n",
+    );
+    assert!(
+        err.starts_with("config.yaml: models[1].use: unknown provider class 'foo:Bar' (model 'b') — use one of langchain_openai:ChatOpenAI, "),
+        "{err}"
+    );
+    assert!(err.ends_with(", or provider: openai|anthropic"), "{err}");
+
+    assert_eq!(
+        load_err("models:\n  - {name: a, model: m}\n"),
+        "config.yaml: models[0]: no `use` or `provider` (model 'a') — add `use: langchain_openai:ChatOpenAI` (or `provider: openai|anthropic`)"
+    );
+    assert!(
+        load_err("models:\n  - {name: a, provider: gemini, model: m}\n")
+            .starts_with("config.yaml: models[0].provider: unknown variant `gemini`")
+    );
+}
+
+#[test]
+fn unsupported_deerflow_provider_warns_at_load() {
+    let loaded = load_ok(
+        "models:\n  - {name: g, use: 'langchain_google_genai:ChatGoogleGenerativeAI', model: gemini-2.5-pro, gemini_api_key: k}\n",
+    );
+    assert_eq!(
+        loaded.warnings,
+        vec!["config.yaml: models[0].use: 'langchain_google_genai:ChatGoogleGenerativeAI' is a DeerFlow provider antler does not implement; model 'g' cannot be selected".to_owned()]
+    );
+}
+
+#[test]
+fn every_typed_model_field_parses() {
+    let loaded = load_ok(
+        "models:
+  - name: full
+    display_name: Full
+    description: every key
+    use: langchain_openai:ChatOpenAI
+    model: gpt-5
+    api_key: k
+    base_url: http://x/v1
+    max_tokens: 4096
+    temperature: 0.2
+    context_window: 200000
+    request_timeout: 120
+    max_retries: 2
+    supports_thinking: true
+    supports_reasoning_effort: true
+    supports_vision: true
+    when_thinking_enabled: {extra_body: {thinking: {type: enabled}}}
+    when_thinking_disabled: {temperature: 0.0}
+    thinking: {budget_tokens: 1024}
+    extra_body: {top_k: 5}
+    use_responses_api: true
+    output_version: responses/v1
+    stream_chunk_timeout: 30
+    stream_usage: false
+    reasoning_effort: high
+    streaming: true
+    pricing: {currency: USD, input_per_million: 1.25, output_per_million: 10}
+",
+    );
+    assert_eq!(loaded.warnings, Vec::<String>::new());
+    let m = &loaded.config.models[0];
+    assert_eq!(m.display_name.as_deref(), Some("Full"));
+    assert_eq!(m.max_tokens, Some(4096));
+    assert_eq!(m.temperature, Some(0.2));
+    assert_eq!(m.context_window, Some(200_000));
+    assert_eq!(m.request_timeout, Some(120.0));
+    assert_eq!(m.max_retries, Some(2));
+    assert!(m.supports_thinking && m.supports_reasoning_effort && m.supports_vision);
+    assert_eq!(m.use_responses_api, Some(true));
+    assert_eq!(m.output_version.as_deref(), Some("responses/v1"));
+    assert_eq!(m.effective_stream_chunk_timeout(), Some(30.0));
+    assert!(!m.effective_stream_usage());
+    assert_eq!(m.reasoning_effort.as_deref(), Some("high"));
+    assert_eq!(m.streaming, Some(true));
+    assert_eq!(m.pricing.as_ref().unwrap().output_per_million, Some(10.0));
+    assert!(m.extra.is_empty());
+}
+
+#[test]
+fn stream_defaults_depend_on_protocol() {
+    let openai = model_with(Some("langchain_openai:ChatOpenAI"), None);
+    assert_eq!(openai.effective_stream_chunk_timeout(), Some(240.0));
+    assert!(openai.effective_stream_usage());
+    let anthropic = model_with(None, Some(Provider::Anthropic));
+    assert_eq!(anthropic.effective_stream_chunk_timeout(), None);
+}
+
+fn thinking_model(yaml_fields: &str) -> ModelConfig {
+    let loaded = load_ok(&format!(
+        "models:\n  - name: t\n    use: langchain_openai:ChatOpenAI\n    model: x\n{yaml_fields}"
+    ));
+    loaded.config.models[0].clone()
+}
+
+#[test]
+fn thinking_on_merges_when_thinking_enabled() {
+    let m = thinking_model(
+        "    supports_thinking: true\n    extra_body: {top_k: 5, thinking: {budget: 1}}\n    when_thinking_enabled:\n      extra_body: {thinking: {type: enabled}}\n      temperature: 1.0\n",
+    );
+    assert_eq!(
+        effective_request_options(&m, true).unwrap(),
+        obj(json!({
+            "extra_body": {"top_k": 5, "thinking": {"budget": 1, "type": "enabled"}},
+            "temperature": 1.0,
+        }))
+    );
+}
+
+#[test]
+fn thinking_shortcut_lands_in_thinking() {
+    let m = thinking_model(
+        "    supports_thinking: true\n    when_thinking_enabled: {thinking: {type: enabled}}\n    thinking: {budget_tokens: 2048}\n",
+    );
+    assert_eq!(
+        effective_request_options(&m, true).unwrap(),
+        obj(json!({"thinking": {"type": "enabled", "budget_tokens": 2048}}))
+    );
+    // Thinking off: native Anthropic switch.
+    assert_eq!(
+        effective_request_options(&m, false).unwrap(),
+        obj(json!({"thinking": {"type": "disabled"}}))
+    );
+}
+
+#[test]
+fn thinking_on_requires_support() {
+    let m = thinking_model("    thinking: {type: enabled}\n");
+    assert_eq!(
+        effective_request_options(&m, true),
+        Err(ModelError::ThinkingUnsupported { model: "t".into() })
+    );
+    // Without thinking settings, thinking on is a no-op even without support.
+    let plain = thinking_model("    extra_body: {top_k: 5}\n");
+    assert_eq!(
+        effective_request_options(&plain, true).unwrap(),
+        obj(json!({"extra_body": {"top_k": 5}}))
+    );
+    assert_eq!(
+        effective_request_options(&plain, false).unwrap(),
+        obj(json!({"extra_body": {"top_k": 5}}))
+    );
+}
+
+#[test]
+fn thinking_off_user_disabled_settings_win() {
+    let m = thinking_model(
+        "    supports_thinking: true\n    when_thinking_enabled: {extra_body: {thinking: {type: enabled}}}\n    when_thinking_disabled: {extra_body: {thinking: {type: off_by_user}}}\n",
+    );
+    assert_eq!(
+        effective_request_options(&m, false).unwrap(),
+        obj(json!({"extra_body": {"thinking": {"type": "off_by_user"}}}))
+    );
+}
+
+#[test]
+fn thinking_off_extra_body_switch() {
+    let supported = thinking_model(
+        "    supports_thinking: true\n    supports_reasoning_effort: true\n    when_thinking_enabled: {extra_body: {thinking: {type: enabled}}}\n",
+    );
+    assert_eq!(
+        effective_request_options(&supported, false).unwrap(),
+        obj(json!({
+            "extra_body": {"thinking": {"type": "disabled"}},
+            "reasoning_effort": "minimal",
+        }))
+    );
+    // Without reasoning-effort support the "minimal" effort is dropped.
+    let unsupported = thinking_model(
+        "    supports_thinking: true\n    when_thinking_enabled: {extra_body: {thinking: {type: enabled}}}\n",
+    );
+    assert_eq!(
+        effective_request_options(&unsupported, false).unwrap(),
+        obj(json!({"extra_body": {"thinking": {"type": "disabled"}}}))
+    );
+}
+
+#[test]
+fn thinking_off_chat_template_kwargs_switch() {
+    let m = thinking_model(
+        "    supports_thinking: true\n    extra_body: {chat_template_kwargs: {other: 1}}\n    when_thinking_enabled:\n      extra_body: {chat_template_kwargs: {enable_thinking: true}}\n",
+    );
+    assert_eq!(
+        effective_request_options(&m, false).unwrap(),
+        obj(
+            json!({"extra_body": {"chat_template_kwargs": {"other": 1, "enable_thinking": false}}})
+        )
+    );
+    assert_eq!(
+        effective_request_options(&m, true).unwrap(),
+        obj(json!({"extra_body": {"chat_template_kwargs": {"other": 1, "enable_thinking": true}}}))
+    );
+    let both = thinking_model(
+        "    supports_thinking: true\n    when_thinking_enabled:\n      extra_body: {chat_template_kwargs: {thinking: true, enable_thinking: true}}\n",
+    );
+    assert_eq!(
+        effective_request_options(&both, false).unwrap(),
+        obj(
+            json!({"extra_body": {"chat_template_kwargs": {"thinking": false, "enable_thinking": false}}})
+        )
+    );
+}
+
+#[test]
+fn reasoning_effort_needs_support() {
+    let without = thinking_model("    reasoning_effort: high\n");
+    assert_eq!(
+        effective_request_options(&without, true).unwrap(),
+        Map::new()
+    );
+    let with = thinking_model("    reasoning_effort: high\n    supports_reasoning_effort: true\n");
+    assert_eq!(
+        effective_request_options(&with, true).unwrap(),
+        obj(json!({"reasoning_effort": "high"}))
+    );
+    assert_eq!(
+        effective_request_options(&with, false).unwrap(),
+        obj(json!({"reasoning_effort": "high"}))
+    );
+}
+
+#[test]
+fn deep_merge_merges_objects_and_replaces_the_rest() {
+    let mut base = obj(json!({"a": {"b": 1, "c": [1]}, "d": 1}));
+    deep_merge(
+        &mut base,
+        &obj(json!({"a": {"c": [2], "e": 3}, "d": {"x": 1}})),
+    );
+    assert_eq!(
+        base,
+        obj(json!({"a": {"b": 1, "c": [2], "e": 3}, "d": {"x": 1}}))
+    );
+}
