@@ -37,10 +37,15 @@ pub enum AddMessagesError {
 }
 
 /// The ordered message list of a thread.
+///
+/// The messages themselves live in one `Arc<Vec<Arc<Message>>>` that model requests share
+/// without copying ([`Messages::shared`]); appends go in place while nobody else holds it.
 #[derive(Clone, Debug, Default)]
 pub struct Messages {
-    entries: Vec<Entry>,
-    /// id → index of the last entry with that id.
+    msgs: Arc<Vec<Arc<Message>>>,
+    /// Stable position key of each message, parallel to `msgs`.
+    ords: Vec<u64>,
+    /// id → index of the last message with that id.
     index: HashMap<Arc<str>, usize>,
     next_ord: u64,
     changes: Vec<Change>,
@@ -48,12 +53,8 @@ pub struct Messages {
 
 impl PartialEq for Messages {
     fn eq(&self, other: &Self) -> bool {
-        self.entries.len() == other.entries.len()
-            && self
-                .entries
-                .iter()
-                .zip(&other.entries)
-                .all(|(a, b)| a.message == b.message)
+        self.msgs.len() == other.msgs.len()
+            && self.msgs.iter().zip(other.msgs.iter()).all(|(a, b)| a == b)
     }
 }
 
@@ -66,11 +67,18 @@ impl Messages {
         Self::default()
     }
 
-    /// Rebuild from stored entries (ords as persisted). Records no changes.
+    /// Rebuild from stored entries (ords as persisted, ascending). Records no changes.
     pub fn from_entries(entries: Vec<Entry>) -> Self {
         let next_ord = entries.iter().map(|e| e.ord + 1).max().unwrap_or(0);
+        let mut ords = Vec::with_capacity(entries.len());
+        let mut msgs = Vec::with_capacity(entries.len());
+        for e in entries {
+            ords.push(e.ord);
+            msgs.push(e.message);
+        }
         let mut list = Messages {
-            entries,
+            msgs: Arc::new(msgs),
+            ords,
             index: HashMap::new(),
             next_ord,
             changes: Vec::new(),
@@ -81,63 +89,86 @@ impl Messages {
 
     /// Build from plain messages (ids assigned where missing). Records no changes.
     pub fn from_messages(msgs: impl IntoIterator<Item = Message>) -> Self {
-        let mut list = Messages::new();
-        for (ord, mut m) in msgs.into_iter().enumerate() {
-            if m.id().is_none() {
-                m.set_id(fresh_id());
-            }
-            list.entries.push(Entry {
-                ord: ord as u64,
-                message: Arc::new(m),
-            });
-        }
-        list.next_ord = list.entries.len() as u64;
+        let msgs: Vec<Arc<Message>> = msgs
+            .into_iter()
+            .map(|mut m| {
+                if m.id().is_none() {
+                    m.set_id(fresh_id());
+                }
+                Arc::new(m)
+            })
+            .collect();
+        let mut list = Messages {
+            ords: (0..msgs.len() as u64).collect(),
+            next_ord: msgs.len() as u64,
+            msgs: Arc::new(msgs),
+            index: HashMap::new(),
+            changes: Vec::new(),
+        };
         list.reindex();
         list
     }
 
     fn reindex(&mut self) {
         self.index.clear();
-        for (i, e) in self.entries.iter().enumerate() {
-            if let Some(id) = e.message.id() {
+        for (i, m) in self.msgs.iter().enumerate() {
+            if let Some(id) = m.id() {
                 self.index.insert(Arc::from(id), i);
             }
         }
     }
 
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.msgs.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.msgs.is_empty()
     }
 
-    pub fn entries(&self) -> &[Entry] {
-        &self.entries
+    /// The messages with their position keys (copies the list: O(n), for storage and tests).
+    pub fn entries(&self) -> Vec<Entry> {
+        self.ords
+            .iter()
+            .zip(self.msgs.iter())
+            .map(|(&ord, m)| Entry {
+                ord,
+                message: m.clone(),
+            })
+            .collect()
+    }
+
+    /// Position keys, parallel to the messages.
+    pub fn ords(&self) -> &[u64] {
+        &self.ords
+    }
+
+    /// The list itself, shared: O(1). Model requests hold this instead of a copy.
+    pub fn shared(&self) -> Arc<Vec<Arc<Message>>> {
+        self.msgs.clone()
     }
 
     pub fn iter(&self) -> impl DoubleEndedIterator<Item = &Message> + ExactSizeIterator {
-        self.entries.iter().map(|e| e.message.as_ref())
+        self.msgs.iter().map(|m| m.as_ref())
     }
 
     pub fn arcs(&self) -> impl DoubleEndedIterator<Item = &Arc<Message>> + ExactSizeIterator {
-        self.entries.iter().map(|e| &e.message)
+        self.msgs.iter()
     }
 
     pub fn get(&self, i: usize) -> Option<&Message> {
-        self.entries.get(i).map(|e| e.message.as_ref())
+        self.msgs.get(i).map(|m| m.as_ref())
     }
 
     pub fn last(&self) -> Option<&Message> {
-        self.entries.last().map(|e| e.message.as_ref())
+        self.msgs.last().map(|m| m.as_ref())
     }
 
     pub fn by_id(&self, id: &str) -> Option<&Message> {
         self.index
             .get(id)
-            .and_then(|&i| self.entries.get(i))
-            .map(|e| e.message.as_ref())
+            .and_then(|&i| self.msgs.get(i))
+            .map(|m| m.as_ref())
     }
 
     pub fn position(&self, id: &str) -> Option<usize> {
@@ -155,6 +186,18 @@ impl Messages {
 
     pub fn take_changes(&mut self) -> Vec<Change> {
         std::mem::take(&mut self.changes)
+    }
+
+    fn append(&mut self, id: Arc<str>, message: Arc<Message>) {
+        let ord = self.next_ord;
+        self.next_ord += 1;
+        self.changes.push(Change::Upsert {
+            ord,
+            message: message.clone(),
+        });
+        self.index.insert(id, self.msgs.len());
+        Arc::make_mut(&mut self.msgs).push(message);
+        self.ords.push(ord);
     }
 
     /// Fold one write with LangGraph's `add_messages` semantics (spec 10 §2).
@@ -175,21 +218,17 @@ impl Messages {
         if let Some(pos) = last_remove_all {
             // Result = the tail after the marker, not de-duplicated. (LangGraph would even keep
             // stray remove instructions of the tail as messages; they are dropped here.)
-            self.entries.clear();
+            self.msgs = Arc::new(Vec::new());
+            self.ords.clear();
+            self.index.clear();
             self.changes.push(Change::Clear);
             for m in write
                 .into_iter()
                 .skip(pos + 1)
                 .filter(|m| !matches!(m, Message::Remove(_)))
             {
-                let ord = self.next_ord;
-                self.next_ord += 1;
-                let message = Arc::new(m);
-                self.changes.push(Change::Upsert {
-                    ord,
-                    message: message.clone(),
-                });
-                self.entries.push(Entry { ord, message });
+                let id: Arc<str> = Arc::from(m.id().unwrap_or_default());
+                self.append(id, Arc::new(m));
             }
             self.reindex();
             return Ok(());
@@ -225,43 +264,37 @@ impl Messages {
                 }
                 (Some(i), _) => {
                     to_remove.retain(|r| r != &id);
-                    let ord = self.entries[i].ord;
                     let message = Arc::new(m);
                     self.changes.push(Change::Upsert {
-                        ord,
+                        ord: self.ords[i],
                         message: message.clone(),
                     });
-                    self.entries[i].message = message;
+                    Arc::make_mut(&mut self.msgs)[i] = message;
                 }
                 (None, Message::Remove(_)) => {
                     // Unreachable after validation; keep the reducer total.
                     return Err(AddMessagesError::RemoveUnknown(id.to_string()));
                 }
-                (None, _) => {
-                    let ord = self.next_ord;
-                    self.next_ord += 1;
-                    let message = Arc::new(m);
-                    self.changes.push(Change::Upsert {
-                        ord,
-                        message: message.clone(),
-                    });
-                    self.index.insert(id, self.entries.len());
-                    self.entries.push(Entry { ord, message });
-                }
+                (None, _) => self.append(id, Arc::new(m)),
             }
         }
         if !to_remove.is_empty() {
-            let changes = &mut self.changes;
-            self.entries.retain(|e| {
-                let gone = e
-                    .message
+            let msgs = Arc::make_mut(&mut self.msgs);
+            let mut kept_msgs = Vec::with_capacity(msgs.len());
+            let mut kept_ords = Vec::with_capacity(msgs.len());
+            for (m, ord) in msgs.drain(..).zip(self.ords.drain(..)) {
+                let gone = m
                     .id()
                     .is_some_and(|id| to_remove.iter().any(|r| r.as_ref() == id));
                 if gone {
-                    changes.push(Change::Remove { ord: e.ord });
+                    self.changes.push(Change::Remove { ord });
+                } else {
+                    kept_msgs.push(m);
+                    kept_ords.push(ord);
                 }
-                !gone
-            });
+            }
+            *msgs = kept_msgs;
+            self.ords = kept_ords;
             self.reindex();
         }
         Ok(())

@@ -436,7 +436,7 @@ impl Runner<'_> {
         let req = ModelRequest {
             model: agent.model.clone(),
             system_prompt: agent.system_prompt.clone(),
-            messages: self.state.messages.arcs().cloned().collect(),
+            messages: self.state.messages.shared(),
             tools: agent.tools.specs().to_vec(),
             tool_choice: None,
             settings: agent.model_settings.clone(),

@@ -122,7 +122,8 @@ impl MiddlewareError {
 pub struct ModelRequest {
     pub model: Arc<dyn ChatModel>,
     pub system_prompt: Option<Arc<str>>,
-    pub messages: Vec<Arc<Message>>,
+    /// Shared with the state's list; edit with [`ModelRequest::messages_mut`] (copy on write).
+    pub messages: Arc<Vec<Arc<Message>>>,
     pub tools: Vec<Arc<ToolSpec>>,
     pub tool_choice: Option<Value>,
     /// Per-call model settings (`temperature`, `max_tokens`, …).
@@ -139,7 +140,12 @@ pub struct ModelRequest {
 impl ModelRequest {
     /// Replace the request's messages (request-only; state is untouched).
     pub fn set_messages(&mut self, messages: Vec<Message>) {
-        self.messages = messages.into_iter().map(Arc::new).collect();
+        self.messages = Arc::new(messages.into_iter().map(Arc::new).collect());
+    }
+
+    /// Mutable access to the request's messages (copies the list if it is shared).
+    pub fn messages_mut(&mut self) -> &mut Vec<Arc<Message>> {
+        Arc::make_mut(&mut self.messages)
     }
 }
 
