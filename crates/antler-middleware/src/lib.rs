@@ -10,8 +10,8 @@
 //!
 //! A middleware sees only `antler-runtime`'s public API, never another middleware.
 
-pub mod thread_data;
-pub mod uploads;
 pub mod sandbox;
 pub mod sandbox_audit;
+pub mod thread_data;
 pub mod tool_error_handling;
+pub mod uploads;

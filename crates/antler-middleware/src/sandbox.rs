@@ -1,1 +1,141 @@
-//! (in progress)
+//! Sandbox (chain S6): bind the thread's sandbox and persist its id; release it when the run
+//! ends.
+//!
+//! Lazy mode (the default) acquires nothing up front: the first sandbox tool call does, and this
+//! middleware's tool wrapper turns that into a `sandbox` state update for the call (a plain tool
+//! message becomes a command carrying both; an existing command gets `sandbox` merged in).
+//! Parallel calls that each acquire produce the same id, which the `sandbox` reducer accepts.
+//! Eager mode acquires in before_agent. after_agent releases the state's sandbox, else the one
+//! this run used (local: a no-op; sandboxes stay warm across turns).
+
+use std::sync::Arc;
+
+use antler_protocol::{SandboxState, StateUpdate, ThreadState};
+use antler_runtime::{
+    Command, HookOutput, HookSet, Middleware, MiddlewareError, RunContext, ToolCallRequest,
+    ToolError, ToolNext, ToolOutcome,
+};
+use antler_sandbox::sandbox::run_keys;
+use antler_sandbox::SandboxProvider;
+use async_trait::async_trait;
+
+const NAME: &str = "SandboxMiddleware";
+
+pub struct SandboxMiddleware {
+    provider: Arc<dyn SandboxProvider>,
+    lazy_init: bool,
+}
+
+impl SandboxMiddleware {
+    /// Lazy acquisition (DeerFlow's default).
+    pub fn new(provider: Arc<dyn SandboxProvider>) -> Self {
+        SandboxMiddleware {
+            provider,
+            lazy_init: true,
+        }
+    }
+
+    pub fn with_lazy_init(mut self, lazy: bool) -> Self {
+        self.lazy_init = lazy;
+        self
+    }
+}
+
+fn state_id(state: &ThreadState) -> Option<&str> {
+    state.sandbox.as_ref().and_then(|s| s.sandbox_id.as_deref())
+}
+
+fn with_sandbox(outcome: ToolOutcome, id: &str) -> ToolOutcome {
+    let sandbox = Some(Some(SandboxState {
+        sandbox_id: Some(id.to_owned()),
+    }));
+    match outcome {
+        ToolOutcome::Message(m) => ToolOutcome::Command(Command {
+            update: StateUpdate {
+                sandbox,
+                messages: Some(vec![m.into()]),
+                ..Default::default()
+            },
+            goto: None,
+        }),
+        ToolOutcome::Command(mut c) => {
+            if c.update.sandbox.is_none() {
+                c.update.sandbox = sandbox;
+            }
+            ToolOutcome::Command(c)
+        }
+    }
+}
+
+#[async_trait]
+impl Middleware for SandboxMiddleware {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    fn hooks(&self) -> HookSet {
+        HookSet::BEFORE_AGENT | HookSet::AFTER_AGENT | HookSet::WRAP_TOOL
+    }
+
+    async fn before_agent(
+        &self,
+        state: &ThreadState,
+        run: &RunContext,
+    ) -> Result<HookOutput, MiddlewareError> {
+        if self.lazy_init || state_id(state).is_some() || run.thread_id.is_empty() {
+            return Ok(HookOutput::none());
+        }
+        let provider = self.provider.clone();
+        let (thread, user) = (run.thread_id.clone(), run.user_id.clone());
+        let id =
+            tokio::task::spawn_blocking(move || provider.acquire(Some(&thread), user.as_deref()))
+                .await
+                .map_err(|e| MiddlewareError::new(NAME, e.to_string()))?
+                .map_err(|e| MiddlewareError::new(NAME, e.to_string()))?;
+        run.set(run_keys::SANDBOX_ID, id.clone().into());
+        Ok(HookOutput::update(StateUpdate {
+            sandbox: Some(Some(SandboxState {
+                sandbox_id: Some(id),
+            })),
+            ..Default::default()
+        }))
+    }
+
+    async fn after_agent(
+        &self,
+        state: &ThreadState,
+        run: &RunContext,
+    ) -> Result<HookOutput, MiddlewareError> {
+        let id = state_id(state).map(str::to_owned).or_else(|| {
+            run.get(run_keys::SANDBOX_ID)
+                .and_then(|v| v.as_str().map(str::to_owned))
+        });
+        if let Some(id) = id {
+            let provider = self.provider.clone();
+            let _ = tokio::task::spawn_blocking(move || provider.release(&id)).await;
+        }
+        Ok(HookOutput::none())
+    }
+
+    async fn wrap_tool_call(
+        &self,
+        req: ToolCallRequest,
+        next: ToolNext<'_>,
+    ) -> Result<ToolOutcome, ToolError> {
+        if state_id(&req.state).is_some() {
+            return next.run(req).await;
+        }
+        let run = req.run.clone();
+        let key = run_keys::acquired_by(req.call.id_str());
+        let res = next.run(req).await;
+        let acquired = run.remove(&key).is_some();
+        let outcome = res?;
+        match run
+            .get(run_keys::SANDBOX_ID)
+            .and_then(|v| v.as_str().map(str::to_owned))
+        {
+            Some(id) if acquired => Ok(with_sandbox(outcome, &id)),
+            _ => Ok(outcome),
+        }
+    }
+}

@@ -6,9 +6,7 @@
 //! stop) pass through unchanged — the error type cannot carry them.
 
 use antler_protocol::{ToolMessage, ToolStatus};
-use antler_runtime::{
-    HookSet, Middleware, ToolCallRequest, ToolError, ToolNext, ToolOutcome,
-};
+use antler_runtime::{HookSet, Middleware, ToolCallRequest, ToolError, ToolNext, ToolOutcome};
 use async_trait::async_trait;
 use serde_json::json;
 
@@ -41,7 +39,11 @@ pub fn failure_message(tool: &str, e: &ToolError) -> String {
         detail = kind.to_owned();
     }
     if detail.chars().count() > MAX_DETAIL_CHARS {
-        detail = detail.chars().take(MAX_DETAIL_CHARS - 3).collect::<String>() + "...";
+        detail = detail
+            .chars()
+            .take(MAX_DETAIL_CHARS - 3)
+            .collect::<String>()
+            + "...";
     }
     // One line: the reason, then the recovery hint.
     let detail = detail.replace('\n', " ");
@@ -112,7 +114,11 @@ mod tests {
 
     #[tokio::test]
     async fn a_failing_tool_becomes_an_error_message_and_the_run_continues() {
-        let spec = Arc::new(ToolSpec { name: "boom".into(), description: String::new(), parameters: json!({"type": "object"}) });
+        let spec = Arc::new(ToolSpec {
+            name: "boom".into(),
+            description: String::new(),
+            parameters: json!({"type": "object"}),
+        });
         let model = Arc::new(ScriptedModel::new([
             ScriptedReply::tool_call("c1", "boom", json!({})),
             ScriptedReply::text("recovered"),
@@ -121,9 +127,16 @@ mod tests {
             .with_tools(ToolRegistry::new().with(Arc::new(Boom(spec))))
             .with_chain(Chain::new(vec![Arc::new(ToolErrorHandlingMiddleware::new())]).unwrap());
         let run = Arc::new(RunContext::new("t", "r", Arc::new(NullSink)));
-        let out = agent.run(RunInput::message(Message::human("go")), run).await;
+        let out = agent
+            .run(RunInput::message(Message::human("go")), run)
+            .await;
         assert_eq!(out.status, RunStatus::Success);
-        let tm = out.state.messages.iter().find_map(Message::as_tool).unwrap();
+        let tm = out
+            .state
+            .messages
+            .iter()
+            .find_map(Message::as_tool)
+            .unwrap();
         assert_eq!(tm.status, ToolStatus::Error);
         assert_eq!(tm.name.as_deref(), Some("boom"));
         assert_eq!(

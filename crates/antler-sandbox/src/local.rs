@@ -1,0 +1,562 @@
+//! The local sandbox provider — antler's embedded default (spec 50 §3).
+//!
+//! Commands and file operations run on the host, inside the thread's folders, addressed with
+//! virtual paths. Unlike DeerFlow's, this provider confines `bash` with Landlock where the
+//! kernel supports it (see [`crate::confine`]).
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+
+use crate::confine::{self, ConfinementStatus};
+use crate::env::scrubbed_env;
+use crate::error::SandboxError;
+use crate::exec::{self, Confinement, ExecSpec};
+use crate::fsops;
+use crate::mapping::{is_under, Mapper, PathMapping};
+use crate::paths::{
+    ThreadPaths, VIRTUAL_OUTPUTS, VIRTUAL_UPLOADS, VIRTUAL_USER_DATA, VIRTUAL_WORKSPACE,
+};
+use crate::sandbox::{
+    CommandOutput, CommandRequest, GrepMatch, GrepQuery, Sandbox, SandboxProvider,
+};
+use crate::settings::SandboxSettings;
+
+/// Largest file `download_file` returns.
+pub const MAX_DOWNLOAD_BYTES: u64 = 100 * 1024 * 1024;
+/// How many per-thread sandboxes stay cached.
+pub const LRU_CAPACITY: usize = 256;
+
+/// Virtual prefixes a custom mount may not claim.
+fn reserved_prefixes(settings: &SandboxSettings) -> Vec<String> {
+    vec![
+        VIRTUAL_USER_DATA.to_owned(),
+        "/mnt/acp-workspace".to_owned(),
+        settings
+            .skills_container_path
+            .trim_end_matches('/')
+            .to_owned(),
+    ]
+}
+
+/// Split `sandbox.mounts` into entries that pass validation (spec 50 §3.2) and the reasons the
+/// others were skipped. Pure: no logging (see [`valid_mounts`]).
+pub fn validate_mounts(settings: &SandboxSettings) -> (Vec<PathMapping>, Vec<String>) {
+    let reserved = reserved_prefixes(settings);
+    let mut ok = Vec::new();
+    let mut skipped = Vec::new();
+    for m in &settings.mounts {
+        let container = m.container_path.trim_end_matches('/').to_owned();
+        let host = m.host_path.display();
+        let why = if !m.host_path.is_absolute() {
+            Some(format!("host_path {host} must be absolute"))
+        } else if !m.host_path.exists() {
+            Some(format!(
+                "host_path {host} does not exist; create it or fix sandbox.mounts in config.yaml"
+            ))
+        } else if !container.starts_with('/') {
+            Some(format!(
+                "container_path {} must be absolute",
+                m.container_path
+            ))
+        } else if reserved.iter().any(|r| is_under(&container, r)) {
+            Some(format!("container_path {} is reserved", m.container_path))
+        } else {
+            None
+        };
+        match why {
+            Some(w) => skipped.push(format!("skipping sandbox mount {}: {w}", m.container_path)),
+            None => ok.push(PathMapping::new(container, &m.host_path, m.read_only)),
+        }
+    }
+    (ok, skipped)
+}
+
+/// The valid `sandbox.mounts` entries; each skipped one is logged (missing host paths at error
+/// level, with guidance).
+pub fn valid_mounts(settings: &SandboxSettings) -> Vec<PathMapping> {
+    let (ok, skipped) = validate_mounts(settings);
+    for s in skipped {
+        if s.contains("does not exist") {
+            tracing::error!("{s}");
+        } else {
+            tracing::warn!("{s}");
+        }
+    }
+    ok
+}
+
+/// One thread's (or the generic) local sandbox.
+pub struct LocalSandbox {
+    id: String,
+    paths: Option<ThreadPaths>,
+    mapper: Mapper,
+    settings: Arc<SandboxSettings>,
+    confinement: ConfinementStatus,
+    /// Directories a confined command may write.
+    writable: Vec<PathBuf>,
+    /// Host files this sandbox wrote (their content had container paths rewritten).
+    agent_written: Mutex<HashSet<PathBuf>>,
+}
+
+impl LocalSandbox {
+    fn new(
+        id: String,
+        paths: Option<ThreadPaths>,
+        static_mounts: &[PathMapping],
+        settings: Arc<SandboxSettings>,
+        confinement: ConfinementStatus,
+    ) -> LocalSandbox {
+        let mut mappings = Vec::new();
+        let mut writable = Vec::new();
+        if let Some(p) = &paths {
+            mappings.push(PathMapping::new(VIRTUAL_USER_DATA, &p.user_data, false));
+            mappings.push(PathMapping::new(VIRTUAL_WORKSPACE, &p.workspace, false));
+            mappings.push(PathMapping::new(VIRTUAL_UPLOADS, &p.uploads, false));
+            mappings.push(PathMapping::new(VIRTUAL_OUTPUTS, &p.outputs, false));
+            writable.push(p.user_data.clone());
+        }
+        if let Some(skills) = &settings.skills_host_path {
+            if skills.is_dir() {
+                mappings.push(PathMapping::new(
+                    settings.skills_container_path.clone(),
+                    skills,
+                    true,
+                ));
+            }
+        }
+        for m in static_mounts {
+            if !m.read_only {
+                writable.push(m.host.clone());
+            }
+            mappings.push(m.clone());
+        }
+        writable.extend(confine::default_writable_extras());
+        LocalSandbox {
+            id,
+            paths,
+            mapper: Mapper::new(mappings),
+            settings,
+            confinement,
+            writable,
+            agent_written: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// The thread folders, when this sandbox belongs to a thread.
+    pub fn thread_paths(&self) -> Option<&ThreadPaths> {
+        self.paths.as_ref()
+    }
+
+    pub fn mapper(&self) -> &Mapper {
+        &self.mapper
+    }
+
+    /// Directories a confined command may write.
+    pub fn writable_dirs(&self) -> &[PathBuf] {
+        &self.writable
+    }
+
+    fn is_agent_written(&self, host: &Path) -> bool {
+        self.agent_written
+            .lock()
+            .map(|s| s.contains(host))
+            .unwrap_or(false)
+    }
+
+    fn exec_spec(&self, command: &str, req: &CommandRequest) -> Result<ExecSpec, SandboxError> {
+        let shell = exec::find_shell().ok_or_else(|| {
+            SandboxError::Runtime("No usable shell found (tried bash, sh, zsh)".into())
+        })?;
+        let env = scrubbed_env(&req.env)?;
+        let cwd = self
+            .paths
+            .as_ref()
+            .map(|p| p.workspace.clone())
+            .filter(|w| w.is_dir());
+        let timeout = req.timeout.unwrap_or(self.settings.bash_command_timeout);
+        let shell_args = vec!["-c".into(), command.into()];
+        let (program, args, confinement) = match (&self.confinement.active, &self.settings.helper) {
+            (true, Some(helper)) => {
+                let mut args = helper.args.clone();
+                for w in &self.writable {
+                    args.push("--write".into());
+                    args.push(w.clone().into_os_string());
+                }
+                args.push("--".into());
+                args.push(shell.clone().into_os_string());
+                args.extend(shell_args);
+                (helper.exe.clone(), args, Confinement::None)
+            }
+            (true, None) => (
+                shell,
+                shell_args,
+                Confinement::InProcess {
+                    writable: self.writable.clone(),
+                },
+            ),
+            (false, _) => (shell, shell_args, Confinement::None),
+        };
+        Ok(ExecSpec {
+            program,
+            args,
+            env,
+            cwd,
+            timeout,
+            capture_limit: self.settings.capture_limit_bytes,
+            confinement,
+        })
+    }
+}
+
+#[async_trait]
+impl Sandbox for LocalSandbox {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    async fn execute_command(&self, req: CommandRequest) -> Result<CommandOutput, SandboxError> {
+        if self.confinement.refuses() {
+            return Err(SandboxError::ConfinementRequired(
+                self.confinement.reason.clone(),
+            ));
+        }
+        let command = self.mapper.rewrite_command(&req.command).into_owned();
+        let spec = self.exec_spec(&command, &req)?;
+        let timeout = spec.timeout;
+        let res = exec::run(spec).await?;
+        let text = exec::assemble_output(&res, timeout);
+        Ok(CommandOutput {
+            text: self.mapper.mask(&text).into_owned(),
+            exit_code: res.exit_code,
+            timed_out: res.timed_out,
+            timeout,
+        })
+    }
+
+    fn read_file(
+        &self,
+        path: &str,
+        start_line: Option<u64>,
+        end_line: Option<u64>,
+    ) -> Result<String, SandboxError> {
+        let r = self.mapper.resolve(path)?;
+        if r.host.is_dir() {
+            return Err(SandboxError::IsADirectory(path.to_owned()));
+        }
+        let content = if start_line.is_none() && end_line.is_none() {
+            fsops::read_text(&r.host, path, self.settings.read_file_max_bytes)?
+        } else {
+            fsops::read_lines(&r.host, path, start_line.unwrap_or(1).max(1), end_line)?
+        };
+        if self.is_agent_written(&r.host) {
+            return Ok(self.mapper.mask(&content).into_owned());
+        }
+        Ok(content)
+    }
+
+    fn download_file(&self, path: &str) -> Result<Vec<u8>, SandboxError> {
+        if !is_under(path, VIRTUAL_USER_DATA) {
+            tracing::error!(path, "refused download outside /mnt/user-data");
+            return Err(SandboxError::PermissionDenied(format!(
+                "Access denied: path must be under '{VIRTUAL_USER_DATA}'"
+            )));
+        }
+        let r = self.mapper.resolve(path)?;
+        let meta = std::fs::metadata(&r.host).map_err(|e| SandboxError::from_io(path, e))?;
+        if meta.is_dir() {
+            return Err(SandboxError::IsADirectory(path.to_owned()));
+        }
+        if meta.len() > MAX_DOWNLOAD_BYTES {
+            return Err(SandboxError::TooLarge {
+                path: path.to_owned(),
+                size: meta.len(),
+                limit: MAX_DOWNLOAD_BYTES,
+            });
+        }
+        std::fs::read(&r.host).map_err(|e| SandboxError::from_io(path, e))
+    }
+
+    fn list_dir(&self, path: &str, max_depth: usize) -> Result<Vec<String>, SandboxError> {
+        let r = self.mapper.resolve(path)?;
+        let meta = std::fs::metadata(&r.host).map_err(|e| SandboxError::from_io(path, e))?;
+        if !meta.is_dir() {
+            return Err(SandboxError::NotADirectory(path.to_owned()));
+        }
+        let mut out: Vec<String> = fsops::list_dir(&r.host, max_depth)
+            .into_iter()
+            .map(|e| {
+                let v = self.mapper.reverse(&e.path);
+                if e.is_dir {
+                    format!("{}/", v.trim_end_matches('/'))
+                } else {
+                    v
+                }
+            })
+            .collect();
+        // Mounts that are direct children of `path` but live elsewhere on the host.
+        let base = path.trim_end_matches('/');
+        for m in self.mapper.mappings() {
+            if let Some(child) = m
+                .container
+                .strip_prefix(base)
+                .and_then(|r| r.strip_prefix('/'))
+            {
+                let listed = format!("{}/", m.container);
+                if !child.is_empty()
+                    && !child.contains('/')
+                    && !out.contains(&listed)
+                    && m.host.is_dir()
+                {
+                    out.push(listed);
+                }
+            }
+        }
+        out.sort();
+        out.dedup();
+        Ok(out)
+    }
+
+    fn write_file(&self, path: &str, content: &str, append: bool) -> Result<(), SandboxError> {
+        let r = self.mapper.resolve(path)?;
+        if r.read_only {
+            return Err(SandboxError::ReadOnly(path.to_owned()));
+        }
+        if r.host.is_dir() {
+            return Err(SandboxError::IsADirectory(path.to_owned()));
+        }
+        if let Some(parent) = r.host.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| SandboxError::from_io(path, e))?;
+        }
+        let content = self.mapper.rewrite_content(content);
+        let res = if append {
+            use std::io::Write;
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&r.host)
+                .and_then(|mut f| f.write_all(content.as_bytes()))
+        } else {
+            std::fs::write(&r.host, content.as_bytes())
+        };
+        res.map_err(|e| SandboxError::from_io(path, e))?;
+        if let Ok(mut set) = self.agent_written.lock() {
+            set.insert(r.host);
+        }
+        Ok(())
+    }
+
+    fn glob(
+        &self,
+        path: &str,
+        pattern: &str,
+        include_dirs: bool,
+        max_results: usize,
+    ) -> Result<(Vec<String>, bool), SandboxError> {
+        let r = self.mapper.resolve(path)?;
+        let (found, truncated) = fsops::glob(&r.host, path, pattern, include_dirs, max_results)?;
+        Ok((
+            found.iter().map(|p| self.mapper.reverse(p)).collect(),
+            truncated,
+        ))
+    }
+
+    fn grep(&self, path: &str, query: &GrepQuery) -> Result<(Vec<GrepMatch>, bool), SandboxError> {
+        let r = self.mapper.resolve(path)?;
+        let (found, truncated) = fsops::grep(
+            &r.host,
+            path,
+            &query.pattern,
+            query.glob.as_deref(),
+            query.literal,
+            query.case_sensitive,
+            query.max_results,
+        )?;
+        Ok((
+            found
+                .into_iter()
+                .map(|m| GrepMatch {
+                    path: self.mapper.reverse(&m.path),
+                    line_number: m.line_number,
+                    line: m.line,
+                })
+                .collect(),
+            truncated,
+        ))
+    }
+
+    fn update_file(&self, path: &str, bytes: &[u8]) -> Result<(), SandboxError> {
+        let r = self.mapper.resolve(path)?;
+        if r.read_only {
+            return Err(SandboxError::ReadOnly(path.to_owned()));
+        }
+        if let Some(parent) = r.host.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| SandboxError::from_io(path, e))?;
+        }
+        std::fs::write(&r.host, bytes).map_err(|e| SandboxError::from_io(path, e))
+    }
+
+    fn mask(&self, text: &str) -> String {
+        self.mapper.mask(text).into_owned()
+    }
+}
+
+#[derive(Default)]
+struct Cache {
+    map: HashMap<String, (Arc<LocalSandbox>, u64)>,
+    tick: u64,
+}
+
+impl Cache {
+    fn get(&mut self, id: &str) -> Option<Arc<LocalSandbox>> {
+        self.tick += 1;
+        let t = self.tick;
+        self.map.get_mut(id).map(|(s, used)| {
+            *used = t;
+            s.clone()
+        })
+    }
+
+    fn insert(&mut self, id: String, s: Arc<LocalSandbox>) -> Arc<LocalSandbox> {
+        if let Some(existing) = self.get(&id) {
+            return existing;
+        }
+        self.tick += 1;
+        self.map.insert(id, (s.clone(), self.tick));
+        while self.map.len() > LRU_CAPACITY {
+            let oldest = self
+                .map
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(k, _)| k.clone());
+            match oldest {
+                Some(k) => {
+                    self.map.remove(&k);
+                }
+                None => break,
+            }
+        }
+        s
+    }
+}
+
+/// Hands out [`LocalSandbox`]es: one per (user, thread), cached (LRU, 256) and reused across
+/// turns. Ids: `local:{thread}`, `local:{user}:{thread}`, or `local` without a thread.
+pub struct LocalSandboxProvider {
+    home: PathBuf,
+    settings: Arc<SandboxSettings>,
+    status: ConfinementStatus,
+    mounts: Vec<PathMapping>,
+    cache: Mutex<Cache>,
+}
+
+impl LocalSandboxProvider {
+    /// `home` is the data home (`$ANTLER_HOME`). Probes Landlock (once per process) and logs
+    /// the confinement status.
+    pub fn new(home: impl Into<PathBuf>, settings: SandboxSettings) -> LocalSandboxProvider {
+        let status = confine::confinement_status(settings.confine);
+        confine::log_status(&status);
+        Self::with_status(home, settings, status)
+    }
+
+    /// As [`LocalSandboxProvider::new`] with a given confinement status (tests, or a caller
+    /// that already probed).
+    pub fn with_status(
+        home: impl Into<PathBuf>,
+        settings: SandboxSettings,
+        status: ConfinementStatus,
+    ) -> LocalSandboxProvider {
+        let mounts = valid_mounts(&settings);
+        LocalSandboxProvider {
+            home: home.into(),
+            settings: Arc::new(settings),
+            status,
+            mounts,
+            cache: Mutex::new(Cache::default()),
+        }
+    }
+
+    pub fn home(&self) -> &Path {
+        &self.home
+    }
+
+    pub fn settings(&self) -> &Arc<SandboxSettings> {
+        &self.settings
+    }
+
+    /// The concrete sandbox for an id (for callers that need its thread paths).
+    pub fn get_local(&self, id: &str) -> Option<Arc<LocalSandbox>> {
+        self.cache.lock().ok()?.get(id)
+    }
+
+    /// The sandbox id `acquire` returns for (thread, user).
+    pub fn sandbox_id(thread_id: Option<&str>, user_id: Option<&str>) -> String {
+        match (thread_id, user_id) {
+            (None, _) => "local".to_owned(),
+            (Some(t), None) => format!("local:{t}"),
+            (Some(t), Some(u)) => format!("local:{u}:{t}"),
+        }
+    }
+}
+
+impl SandboxProvider for LocalSandboxProvider {
+    fn acquire(
+        &self,
+        thread_id: Option<&str>,
+        user_id: Option<&str>,
+    ) -> Result<String, SandboxError> {
+        let id = Self::sandbox_id(thread_id, user_id);
+        if let Some(found) = self.cache.lock().ok().and_then(|mut c| c.get(&id)) {
+            return Ok(found.id.clone());
+        }
+        // Filesystem work outside the lock; the insert re-checks and keeps the first.
+        let paths = match thread_id {
+            Some(t) => {
+                let p = ThreadPaths::new(&self.home, t, user_id)?;
+                p.ensure_dirs().map_err(|e| {
+                    SandboxError::Runtime(format!("Failed to create thread folders: {e}"))
+                })?;
+                Some(p)
+            }
+            None => None,
+        };
+        let sandbox = Arc::new(LocalSandbox::new(
+            id.clone(),
+            paths,
+            &self.mounts,
+            self.settings.clone(),
+            self.status.clone(),
+        ));
+        let mut cache = self
+            .cache
+            .lock()
+            .map_err(|_| SandboxError::Runtime("sandbox cache lock poisoned".into()))?;
+        Ok(cache.insert(id, sandbox).id.clone())
+    }
+
+    fn get(&self, id: &str) -> Option<Arc<dyn Sandbox>> {
+        self.get_local(id).map(|s| s as Arc<dyn Sandbox>)
+    }
+
+    fn release(&self, _id: &str) {}
+
+    fn reset(&self) {
+        if let Ok(mut c) = self.cache.lock() {
+            c.map.clear();
+        }
+    }
+
+    fn uses_thread_data_mounts(&self) -> bool {
+        true
+    }
+
+    fn is_local(&self) -> bool {
+        true
+    }
+
+    fn confinement(&self) -> ConfinementStatus {
+        self.status.clone()
+    }
+}

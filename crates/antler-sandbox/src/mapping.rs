@@ -1,0 +1,352 @@
+//! Virtual ↔ host path translation (spec 50 §3.3).
+//!
+//! A [`Mapper`] holds the mount table of one sandbox. It resolves virtual paths to host paths
+//! (longest container prefix, segment boundary, canonicalised, contained in the mount), maps
+//! host paths back, and rewrites paths inside text in both directions: container → host in
+//! shell commands and written file content, host → container in everything the model reads.
+
+use std::borrow::Cow;
+use std::path::{Component, Path, PathBuf};
+
+use crate::error::SandboxError;
+
+/// One mount: what the agent sees at `container`, backed by host directory `host`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PathMapping {
+    pub container: String,
+    pub host: PathBuf,
+    pub read_only: bool,
+}
+
+impl PathMapping {
+    pub fn new(container: impl Into<String>, host: impl Into<PathBuf>, read_only: bool) -> Self {
+        PathMapping {
+            container: container.into(),
+            host: host.into(),
+            read_only,
+        }
+    }
+}
+
+/// A resolved virtual path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resolved {
+    /// Canonical host path (the deepest existing ancestor canonicalised, the rest appended).
+    pub host: PathBuf,
+    /// Writes must be refused.
+    pub read_only: bool,
+}
+
+/// `Access denied: path traversal detected` when any segment is `..` (either separator).
+pub fn reject_traversal(path: &str) -> Result<(), SandboxError> {
+    if path.replace('\\', "/").split('/').any(|s| s == "..") {
+        return Err(traversal());
+    }
+    Ok(())
+}
+
+pub(crate) fn traversal() -> SandboxError {
+    SandboxError::PermissionDenied("Access denied: path traversal detected".to_owned())
+}
+
+fn escapes() -> SandboxError {
+    SandboxError::PermissionDenied("Access denied: path escapes mounted directory".to_owned())
+}
+
+/// `path == prefix` or `path` starts with `prefix + "/"`.
+pub fn is_under(path: &str, prefix: &str) -> bool {
+    let prefix = prefix.trim_end_matches('/');
+    path == prefix || (path.starts_with(prefix) && path.as_bytes().get(prefix.len()) == Some(&b'/'))
+}
+
+/// Canonicalise a path that may not exist yet: the deepest existing ancestor is canonicalised
+/// and the missing components appended. A component that exists but cannot be canonicalised
+/// (a dangling or looping symlink) is an escape: following it could land anywhere.
+pub fn canonicalize_lenient(path: &Path) -> Result<PathBuf, SandboxError> {
+    let mut missing: Vec<&std::ffi::OsStr> = Vec::new();
+    let mut cur = path;
+    loop {
+        match std::fs::canonicalize(cur) {
+            Ok(mut c) => {
+                for m in missing.iter().rev() {
+                    c.push(m);
+                }
+                return Ok(c);
+            }
+            Err(_) if std::fs::symlink_metadata(cur).is_ok() => return Err(escapes()),
+            Err(_) => {}
+        }
+        let name = match cur.components().next_back() {
+            Some(Component::Normal(n)) => n,
+            _ => return Ok(path.to_path_buf()),
+        };
+        missing.push(name);
+        match cur.parent() {
+            Some(p) if !p.as_os_str().is_empty() => cur = p,
+            _ => return Ok(path.to_path_buf()),
+        }
+    }
+}
+
+/// Which characters may follow a matched prefix for it to count as a whole path segment.
+#[derive(Clone, Copy, Debug)]
+enum Boundary {
+    /// Shell commands: `/`, end, whitespace, quotes, backtick or `; & | < > ( )`.
+    Shell,
+    /// Text: `/`, end, or anything outside `[A-Za-z0-9_.-]` (so `,`, `:` still end a path).
+    Text,
+}
+
+impl Boundary {
+    fn allows_after(self, c: Option<char>) -> bool {
+        match c {
+            None | Some('/') => true,
+            Some(c) => match self {
+                Boundary::Shell => {
+                    c.is_whitespace() || "\"'`;&|<>()".contains(c) || c == ':' || c == ','
+                }
+                Boundary::Text => !(c.is_alphanumeric() || "_.-".contains(c)),
+            },
+        }
+    }
+}
+
+/// Whether `c` (the char before a match) lets a path start here: not part of a longer word or
+/// path (`x/mnt/user-data` and `/a/mnt/user-data` are left alone).
+fn allows_before(c: Option<char>) -> bool {
+    match c {
+        None => true,
+        Some(c) => !(c.is_alphanumeric() || "_.-/\\".contains(c)),
+    }
+}
+
+/// Prefix substitution with segment boundaries; longest `from` wins.
+#[derive(Clone, Debug, Default)]
+struct Rewriter {
+    pairs: Vec<(String, String)>,
+}
+
+impl Rewriter {
+    fn new(mut pairs: Vec<(String, String)>) -> Rewriter {
+        pairs.retain(|(f, _)| !f.is_empty() && f != "/");
+        pairs.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then_with(|| a.0.cmp(&b.0)));
+        pairs.dedup_by(|a, b| a.0 == b.0);
+        Rewriter { pairs }
+    }
+
+    fn apply<'a>(&self, text: &'a str, boundary: Boundary) -> Cow<'a, str> {
+        if self.pairs.is_empty() {
+            return Cow::Borrowed(text);
+        }
+        let mut out: Option<String> = None;
+        let mut copied = 0;
+        let mut i = 0;
+        let bytes = text.as_bytes();
+        while i < bytes.len() {
+            if bytes[i] != b'/' {
+                i += 1;
+                continue;
+            }
+            let before = text[..i].chars().next_back();
+            if !allows_before(before) {
+                i += 1;
+                continue;
+            }
+            let rest = &text[i..];
+            let hit = self.pairs.iter().find(|(from, _)| {
+                rest.starts_with(from.as_str())
+                    && boundary.allows_after(rest[from.len()..].chars().next())
+            });
+            match hit {
+                Some((from, to)) => {
+                    let o = out.get_or_insert_with(|| String::with_capacity(text.len()));
+                    o.push_str(&text[copied..i]);
+                    o.push_str(to);
+                    i += from.len();
+                    copied = i;
+                }
+                None => i += 1,
+            }
+        }
+        match out {
+            Some(mut o) => {
+                o.push_str(&text[copied..]);
+                Cow::Owned(o)
+            }
+            None => Cow::Borrowed(text),
+        }
+    }
+}
+
+/// The mount table of one sandbox, with its text rewriters compiled once.
+#[derive(Clone, Debug, Default)]
+pub struct Mapper {
+    /// Sorted by container path length, longest first.
+    mappings: Vec<PathMapping>,
+    /// Canonical host root of each mapping (same order).
+    canon: Vec<PathBuf>,
+    to_host: Rewriter,
+    to_virtual: Rewriter,
+}
+
+fn host_str(p: &Path) -> String {
+    p.to_string_lossy().trim_end_matches('/').to_owned()
+}
+
+impl Mapper {
+    pub fn new(mut mappings: Vec<PathMapping>) -> Mapper {
+        for m in &mut mappings {
+            let trimmed = m.container.trim_end_matches('/');
+            m.container = if trimmed.is_empty() {
+                "/".to_owned()
+            } else {
+                trimmed.to_owned()
+            };
+        }
+        mappings.sort_by_key(|m| std::cmp::Reverse(m.container.len()));
+        let canon: Vec<PathBuf> = mappings
+            .iter()
+            .map(|m| canonicalize_lenient(&m.host).unwrap_or_else(|_| m.host.clone()))
+            .collect();
+        let to_host = Rewriter::new(
+            mappings
+                .iter()
+                .map(|m| (m.container.clone(), host_str(&m.host)))
+                .collect(),
+        );
+        let mut back = Vec::new();
+        for (m, c) in mappings.iter().zip(&canon) {
+            back.push((host_str(&m.host), m.container.clone()));
+            back.push((host_str(c), m.container.clone()));
+        }
+        Mapper {
+            to_virtual: Rewriter::new(back),
+            mappings,
+            canon,
+            to_host,
+        }
+    }
+
+    pub fn mappings(&self) -> &[PathMapping] {
+        &self.mappings
+    }
+
+    /// The mapping whose container path is the longest segment-boundary prefix of `path`.
+    pub fn find(&self, path: &str) -> Option<(usize, &PathMapping)> {
+        self.mappings
+            .iter()
+            .enumerate()
+            .find(|(_, m)| is_under(path, &m.container))
+    }
+
+    /// DeerFlow's forward resolution: the host path for `path`, or `path` unchanged when no
+    /// mapping matches. Contained and canonicalised like [`Mapper::resolve`].
+    pub fn resolve_forward(&self, path: &str) -> Result<String, SandboxError> {
+        match self.find(path) {
+            None => Ok(path.to_owned()),
+            Some(_) => Ok(self.resolve(path)?.host.to_string_lossy().into_owned()),
+        }
+    }
+
+    /// Resolve a virtual path. Unmapped paths, `..` segments and symlinks leading out of the
+    /// mount are refused.
+    pub fn resolve(&self, path: &str) -> Result<Resolved, SandboxError> {
+        reject_traversal(path)?;
+        let Some((idx, m)) = self.find(path) else {
+            return Err(SandboxError::PermissionDenied(format!(
+                "Access denied: {path} is outside the sandbox's mounted directories"
+            )));
+        };
+        let rest = path[m.container.len()..].trim_start_matches('/');
+        let joined = if rest.is_empty() {
+            m.host.clone()
+        } else {
+            m.host.join(rest)
+        };
+        let host = canonicalize_lenient(&joined)?;
+        let root = &self.canon[idx];
+        if !host.starts_with(root) {
+            return Err(escapes());
+        }
+        let read_only = m.read_only || self.host_is_read_only(&host);
+        Ok(Resolved { host, read_only })
+    }
+
+    /// Whether a canonical host path falls (longest host prefix) under a read-only mount —
+    /// catches symlinks from a writable mount into a read-only one.
+    fn host_is_read_only(&self, host: &Path) -> bool {
+        self.mappings
+            .iter()
+            .zip(&self.canon)
+            .filter(|(_, c)| host.starts_with(c))
+            .max_by_key(|(_, c)| c.as_os_str().len())
+            .is_some_and(|(m, _)| m.read_only)
+    }
+
+    /// Host → virtual for one path (longest host root first); unchanged when none matches.
+    pub fn reverse(&self, host: &Path) -> String {
+        let s = host.to_string_lossy();
+        self.to_virtual.apply(&s, Boundary::Text).into_owned()
+    }
+
+    /// Container paths inside a shell command → host paths.
+    pub fn rewrite_command<'a>(&self, command: &'a str) -> Cow<'a, str> {
+        self.to_host.apply(command, Boundary::Shell)
+    }
+
+    /// Container paths inside file content → host paths (what `write_file` stores).
+    pub fn rewrite_content<'a>(&self, content: &'a str) -> Cow<'a, str> {
+        self.to_host.apply(content, Boundary::Text)
+    }
+
+    /// Host paths inside text → container paths (everything the model reads).
+    pub fn mask<'a>(&self, text: &'a str) -> Cow<'a, str> {
+        self.to_virtual.apply(text, Boundary::Text)
+    }
+}
+
+/// A standalone host → virtual masker over `(host, virtual)` pairs (raw and canonical
+/// spellings are both added).
+#[derive(Clone, Debug, Default)]
+pub struct Masker(Rewriter);
+
+impl Masker {
+    pub fn new<'a>(pairs: impl IntoIterator<Item = (&'a Path, &'a str)>) -> Masker {
+        let mut v = Vec::new();
+        for (host, virt) in pairs {
+            v.push((host_str(host), virt.to_owned()));
+            if let Ok(c) = canonicalize_lenient(host) {
+                v.push((host_str(&c), virt.to_owned()));
+            }
+        }
+        Masker(Rewriter::new(v))
+    }
+
+    pub fn mask<'a>(&self, text: &'a str) -> Cow<'a, str> {
+        self.0.apply(text, Boundary::Text)
+    }
+}
+
+/// A virtual → host rewriter for shell commands over `(virtual, host)` pairs.
+#[derive(Clone, Debug, Default)]
+pub struct CommandRewriter(Rewriter);
+
+impl CommandRewriter {
+    pub fn new<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a Path)>) -> CommandRewriter {
+        CommandRewriter(Rewriter::new(
+            pairs
+                .into_iter()
+                .map(|(v, h)| (v.to_owned(), host_str(h)))
+                .collect(),
+        ))
+    }
+
+    /// Uses text boundaries (`:` and `,` end a path too), as DeerFlow's user-data rewrite does.
+    pub fn rewrite<'a>(&self, command: &'a str) -> Cow<'a, str> {
+        self.0.apply(command, Boundary::Text)
+    }
+}
+
+#[cfg(test)]
+#[path = "mapping_tests.rs"]
+mod tests;

@@ -1,0 +1,68 @@
+//! Shared helpers for the sandbox integration tests.
+#![allow(
+    dead_code,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::print_stderr
+)]
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use antler_sandbox::{Confine, ConfinementStatus, LocalSandboxProvider, SandboxSettings};
+
+/// A data home outside `/tmp` (a confined command may write `/tmp`, so "outside" checks need
+/// a place that is not).
+pub fn home() -> tempfile::TempDir {
+    let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    std::fs::create_dir_all(&base).unwrap();
+    tempfile::tempdir_in(base).unwrap()
+}
+
+pub fn unconfined() -> ConfinementStatus {
+    ConfinementStatus {
+        mode: Confine::Off,
+        active: false,
+        reason: "off".into(),
+    }
+}
+
+pub fn provider(home: &Path, settings: SandboxSettings) -> LocalSandboxProvider {
+    LocalSandboxProvider::with_status(home, settings, unconfined())
+}
+
+pub fn quick() -> SandboxSettings {
+    SandboxSettings {
+        bash_command_timeout: Duration::from_secs(20),
+        ..Default::default()
+    }
+}
+
+/// `Some(reason)` when Landlock cannot be used here; the caller prints it and skips.
+pub fn landlock_missing() -> Option<String> {
+    antler_sandbox::confine::landlock_support().err()
+}
+
+/// Whether `pid` dies within two seconds (SIGKILL lands asynchronously).
+pub fn exits_soon(pid: u32) -> bool {
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    while !process_gone(pid) {
+        if std::time::Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    true
+}
+
+/// Whether `pid` is gone (no `/proc` entry, or a zombie waiting for a reaper).
+pub fn process_gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit(')')
+            .next()
+            .and_then(|rest| rest.split_whitespace().next())
+            .is_some_and(|state| state == "Z" || state == "X"),
+    }
+}

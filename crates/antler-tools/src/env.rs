@@ -1,0 +1,259 @@
+//! What every sandbox tool shares: the provider, the settings, per-file locks, and the steps
+//! DeerFlow runs before each call (ensure the sandbox, ensure the thread folders, load the
+//! local path policy).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+
+use antler_protocol::{Object, ToolSpec};
+use antler_runtime::{ToolContext, ToolOutput};
+use antler_sandbox::sandbox::run_keys;
+use antler_sandbox::{
+    is_local_sandbox_id, LocalPolicy, Sandbox, SandboxError, SandboxProvider, SandboxSettings,
+    ThreadDirs,
+};
+use serde_json::{json, Value};
+
+/// Everything a built-in tool needs from the rest of antler.
+#[derive(Clone)]
+pub struct ToolEnv {
+    pub provider: Arc<dyn SandboxProvider>,
+    pub settings: Arc<SandboxSettings>,
+    pub locks: Arc<FileLocks>,
+}
+
+impl ToolEnv {
+    pub fn new(provider: Arc<dyn SandboxProvider>, settings: Arc<SandboxSettings>) -> ToolEnv {
+        ToolEnv {
+            provider,
+            settings,
+            locks: Arc::new(FileLocks::default()),
+        }
+    }
+
+    /// Whether `bash` is offered (see [`antler_sandbox::bash_available`]); non-local providers
+    /// always offer it.
+    pub fn bash_available(&self) -> bool {
+        !self.provider.is_local()
+            || antler_sandbox::bash_available(&self.settings, &self.provider.confinement())
+    }
+}
+
+/// Per-(sandbox, file) async mutexes so parallel edits of one file in one model turn both land.
+/// Entries are dropped when no call holds them.
+type LockMap = HashMap<(String, String), Weak<tokio::sync::Mutex<()>>>;
+
+#[derive(Default)]
+pub struct FileLocks {
+    map: Mutex<LockMap>,
+}
+
+impl FileLocks {
+    pub fn lock_for(&self, sandbox_id: &str, path: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let Ok(mut map) = self.map.lock() else {
+            return Arc::new(tokio::sync::Mutex::new(()));
+        };
+        map.retain(|_, w| w.strong_count() > 0);
+        let key = (sandbox_id.to_owned(), path.to_owned());
+        if let Some(existing) = map.get(&key).and_then(Weak::upgrade) {
+            return existing;
+        }
+        let fresh = Arc::new(tokio::sync::Mutex::new(()));
+        map.insert(key, Arc::downgrade(&fresh));
+        fresh
+    }
+
+    /// Live entries (tests).
+    pub fn len(&self) -> usize {
+        self.map
+            .lock()
+            .map(|m| m.values().filter(|w| w.strong_count() > 0).count())
+            .unwrap_or(0)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A tool failure already worded for the model (`Error: …`).
+pub(crate) struct Fail(pub String);
+
+impl From<Fail> for ToolOutput {
+    fn from(f: Fail) -> ToolOutput {
+        ToolOutput::error(f.0)
+    }
+}
+
+pub(crate) type Step<T> = Result<T, Fail>;
+
+pub(crate) fn fail(msg: impl Into<String>) -> Fail {
+    Fail(msg.into())
+}
+
+/// DeerFlow's `ensure_sandbox_initialized` (spec 50 §2.3): reuse the state's sandbox, else
+/// acquire one for the run's thread and record it for the SandboxMiddleware to persist.
+pub(crate) fn ensure_sandbox(env: &ToolEnv, ctx: &ToolContext<'_>) -> Step<Arc<dyn Sandbox>> {
+    if let Some(id) = ctx
+        .state
+        .sandbox
+        .as_ref()
+        .and_then(|s| s.sandbox_id.as_deref())
+    {
+        if let Some(sb) = env.provider.get(id) {
+            ctx.run.set(run_keys::SANDBOX_ID, Value::from(id));
+            return Ok(sb);
+        }
+    }
+    let mark = |id: &str| {
+        ctx.run.set(run_keys::SANDBOX_ID, Value::from(id));
+        ctx.run
+            .set(&run_keys::acquired_by(ctx.call_id), Value::Bool(true));
+    };
+    if let Some(id) = ctx
+        .run
+        .get(run_keys::SANDBOX_ID)
+        .and_then(|v| v.as_str().map(str::to_owned))
+    {
+        if let Some(sb) = env.provider.get(&id) {
+            mark(&id);
+            return Ok(sb);
+        }
+    }
+    if ctx.run.thread_id.is_empty() {
+        return Err(fail("Error: Thread ID not available in runtime context"));
+    }
+    let id = env
+        .provider
+        .acquire(Some(&ctx.run.thread_id), ctx.run.user_id.as_deref())
+        .map_err(|e| match e {
+            SandboxError::Runtime(_)
+            | SandboxError::InvalidId { .. }
+            | SandboxError::PermissionDenied(_) => fail(format!("Error: {e}")),
+            other => fail(format!(
+                "Error: Unexpected error initializing sandbox: {}: {other}",
+                other.kind_name()
+            )),
+        })?;
+    let sb = env
+        .provider
+        .get(&id)
+        .ok_or_else(|| fail(format!("Error: Sandbox {id} not found")))?;
+    mark(&id);
+    Ok(sb)
+}
+
+/// Create the thread folders named in `thread_data` once per run (local sandbox only).
+pub(crate) fn ensure_thread_dirs(ctx: &ToolContext<'_>) {
+    if ctx.run.get(run_keys::THREAD_DIRS_CREATED).is_some() {
+        return;
+    }
+    if let Some(dirs) = ctx
+        .state
+        .thread_data
+        .as_ref()
+        .and_then(ThreadDirs::from_thread_data)
+    {
+        match dirs.ensure_dirs() {
+            Ok(()) => ctx
+                .run
+                .set(run_keys::THREAD_DIRS_CREATED, Value::Bool(true)),
+            Err(e) => tracing::warn!(error = %e, "could not create the thread folders"),
+        }
+    }
+}
+
+/// The sandbox plus, for the local provider, the tool-layer policy.
+pub(crate) struct Prepared {
+    pub sandbox: Arc<dyn Sandbox>,
+    pub policy: Option<LocalPolicy>,
+}
+
+impl Prepared {
+    pub fn mask(&self, text: &str) -> String {
+        let once = self.sandbox.mask(text);
+        match &self.policy {
+            Some(p) => p.mask(&once),
+            None => once,
+        }
+    }
+}
+
+pub(crate) fn prepare(env: &ToolEnv, ctx: &ToolContext<'_>) -> Step<Prepared> {
+    let sandbox = ensure_sandbox(env, ctx)?;
+    let local = is_local_sandbox_id(sandbox.id());
+    let policy = if local {
+        ensure_thread_dirs(ctx);
+        Some(
+            LocalPolicy::new(ctx.state.thread_data.as_ref(), &env.settings)
+                .map_err(|e| fail(format!("Error: {e}")))?,
+        )
+    } else {
+        None
+    };
+    Ok(Prepared { sandbox, policy })
+}
+
+/// Run a blocking sandbox operation off the async executor.
+pub(crate) async fn blocking<T, F>(f: F) -> Result<T, SandboxError>
+where
+    T: Send + 'static,
+    F: FnOnce() -> Result<T, SandboxError> + Send + 'static,
+{
+    tokio::task::spawn_blocking(f)
+        .await
+        .unwrap_or_else(|e| Err(SandboxError::Runtime(format!("sandbox task failed: {e}"))))
+}
+
+/// `"{Type}: {message}"`, masked — DeerFlow's sanitized error detail.
+pub(crate) fn detail(p: &Prepared, e: &SandboxError) -> String {
+    p.mask(&format!("{}: {e}", e.kind_name()))
+}
+
+/// A JSON-schema property.
+pub(crate) fn prop(kind: &str, description: &str) -> Value {
+    json!({"type": kind, "description": description})
+}
+
+/// An optional (nullable) property with a default.
+pub(crate) fn opt_prop(kind: &str, description: &str, default: Value) -> Value {
+    json!({"anyOf": [{"type": kind}, {"type": "null"}], "default": default, "description": description})
+}
+
+pub(crate) fn spec(
+    name: &str,
+    description: &str,
+    properties: Value,
+    required: &[&str],
+) -> Arc<ToolSpec> {
+    Arc::new(ToolSpec {
+        name: name.to_owned(),
+        description: description.to_owned(),
+        parameters: json!({"type": "object", "properties": properties, "required": required}),
+    })
+}
+
+/// The `description` argument every sandbox tool takes first.
+pub(crate) fn description_prop(what: &str) -> Value {
+    prop(
+        "string",
+        &format!("Why you are {what}, in a few words. Always give this argument first."),
+    )
+}
+
+/// Parse arguments, treating `null` like an absent optional value.
+pub(crate) fn args<T: serde::de::DeserializeOwned>(
+    mut a: Object,
+) -> Result<T, antler_runtime::ToolError> {
+    a.retain(|_, v| !v.is_null());
+    antler_runtime::parse_args(a)
+}
+
+/// Clamp a `max_results`: ≤ 0 → `default`, capped at `upper`.
+pub(crate) fn clamp_results(v: i64, default: usize, upper: usize) -> usize {
+    if v <= 0 {
+        default
+    } else {
+        (v as usize).min(upper)
+    }
+}

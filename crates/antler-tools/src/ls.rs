@@ -1,0 +1,103 @@
+//! `ls` (spec 50 §4.2): a flat, sorted listing two levels deep; folders end with `/`.
+
+use std::sync::Arc;
+
+use antler_protocol::{Object, ToolSpec};
+use antler_runtime::{Tool, ToolContext, ToolError, ToolOutput};
+use antler_sandbox::mapping::is_under;
+use antler_sandbox::paths::VIRTUAL_USER_DATA;
+use antler_sandbox::truncate::{head_truncate, LS_HINT};
+use antler_sandbox::SandboxError;
+use async_trait::async_trait;
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::env::{
+    args, blocking, description_prop, detail, fail, prepare, prop, spec, Step, ToolEnv,
+};
+
+#[derive(Deserialize)]
+struct Args {
+    #[allow(dead_code)]
+    #[serde(default)]
+    description: Option<String>,
+    path: String,
+}
+
+pub struct LsTool {
+    spec: Arc<ToolSpec>,
+    env: ToolEnv,
+}
+
+impl LsTool {
+    pub fn new(env: ToolEnv) -> LsTool {
+        LsTool {
+            spec: spec(
+                "ls",
+                "List a folder's files and subfolders, two levels deep, one absolute path per line (folders end with `/`).",
+                json!({
+                    "description": description_prop("listing this folder"),
+                    "path": prop("string", "The **absolute** path of the folder to list."),
+                }),
+                &["description", "path"],
+            ),
+            env,
+        }
+    }
+
+    async fn run(&self, a: Args, ctx: ToolContext<'_>) -> Step<ToolOutput> {
+        let path = a.path;
+        let p = prepare(&self.env, &ctx)?;
+        if let Some(policy) = &p.policy {
+            let check = policy.validate_tool_path(&path, true).and_then(|()| {
+                if is_under(&path, VIRTUAL_USER_DATA) {
+                    policy.resolve_user_data(&path).map(|_| ())
+                } else {
+                    Ok(())
+                }
+            });
+            if let Err(e) = check {
+                return Err(fail(format!("Error: Permission denied: {path} ({e})")));
+            }
+        }
+        let sb = p.sandbox.clone();
+        let vp = path.clone();
+        let entries = blocking(move || sb.list_dir(&vp, 2))
+            .await
+            .map_err(|e| match e {
+                SandboxError::NotFound(_) => fail(format!("Error: Directory not found: {path}")),
+                SandboxError::NotADirectory(_) => {
+                    fail(format!("Error: Path is not a directory: {path}"))
+                }
+                SandboxError::PermissionDenied(r) => {
+                    fail(format!("Error: Permission denied: {path} ({r})"))
+                }
+                SandboxError::Runtime(_) => fail(format!("Error: {e}")),
+                other => fail(format!(
+                    "Error: Unexpected error listing directory: {}",
+                    detail(&p, &other)
+                )),
+            })?;
+        if entries.is_empty() {
+            return Ok(ToolOutput::text("(empty)"));
+        }
+        let out = p.mask(&entries.join("\n"));
+        Ok(ToolOutput::text(head_truncate(
+            &out,
+            self.env.settings.ls_output_max_chars,
+            LS_HINT,
+        )))
+    }
+}
+
+#[async_trait]
+impl Tool for LsTool {
+    fn spec(&self) -> &Arc<ToolSpec> {
+        &self.spec
+    }
+
+    async fn call(&self, a: Object, ctx: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
+        let a: Args = args(a)?;
+        Ok(self.run(a, ctx).await.unwrap_or_else(ToolOutput::from))
+    }
+}

@@ -1,0 +1,135 @@
+//! `present_files` (spec 50 §4.9): make files in `/mnt/user-data/outputs` visible to the user by
+//! adding them to `artifacts`. The update goes through the artifacts reducer (order-preserving
+//! de-duplication), so parallel calls never lose or duplicate paths.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use antler_protocol::{Message, Object, StateUpdate, ToolMessage, ToolSpec};
+use antler_runtime::{Command, Tool, ToolContext, ToolError, ToolOutput};
+use antler_sandbox::mapping::{canonicalize_lenient, reject_traversal};
+use antler_sandbox::paths::{ThreadDirs, VIRTUAL_OUTPUTS};
+use async_trait::async_trait;
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::env::spec;
+
+#[derive(Deserialize)]
+struct Args {
+    filepaths: Vec<String>,
+}
+
+pub struct PresentFilesTool {
+    spec: Arc<ToolSpec>,
+}
+
+impl Default for PresentFilesTool {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Resolve one path to `/mnt/user-data/outputs/{relative}`.
+fn normalize(dirs: &ThreadDirs, filepath: &str) -> Result<String, String> {
+    let outputs = canonicalize_lenient(&dirs.outputs).map_err(|e| e.to_string())?;
+    let stripped = filepath.trim_start_matches('/');
+    let actual: PathBuf = if stripped == "mnt/user-data" || stripped.starts_with("mnt/user-data/") {
+        reject_traversal(filepath).map_err(|e| e.to_string())?;
+        let root = dirs
+            .user_data_root()
+            .ok_or_else(|| "Thread outputs path is not available in runtime state".to_owned())?;
+        let rest = stripped["mnt/user-data".len()..].trim_start_matches('/');
+        let joined = if rest.is_empty() {
+            root.clone()
+        } else {
+            root.join(rest)
+        };
+        let resolved = canonicalize_lenient(&joined)
+            .map_err(|_| "Access denied: path traversal detected".to_owned())?;
+        let root = canonicalize_lenient(&root).unwrap_or(root);
+        if !resolved.starts_with(&root) {
+            return Err("Access denied: path traversal detected".to_owned());
+        }
+        resolved
+    } else {
+        canonicalize_lenient(Path::new(filepath))
+            .map_err(|_| format!("Only files in {VIRTUAL_OUTPUTS} can be presented: {filepath}"))?
+    };
+    let rel = actual
+        .strip_prefix(&outputs)
+        .map_err(|_| format!("Only files in {VIRTUAL_OUTPUTS} can be presented: {filepath}"))?;
+    if rel.as_os_str().is_empty() || !actual.is_file() {
+        return Err(format!("File not found: {filepath}"));
+    }
+    let rel = rel.to_string_lossy().replace('\\', "/");
+    Ok(format!("{VIRTUAL_OUTPUTS}/{rel}"))
+}
+
+impl PresentFilesTool {
+    pub fn new() -> PresentFilesTool {
+        PresentFilesTool {
+            spec: spec(
+                "present_files",
+                "Show files to the user so they can open, view or download them in the client.\n\nUse it for deliverables once they are written to `/mnt/user-data/outputs` — not for intermediate files or files you only need to read yourself. Several files can be presented in one call, and it is safe to call in parallel with other tools.",
+                json!({
+                    "filepaths": {
+                        "type": "array",
+                        "items": {"type": "string"},
+                        "description": "Absolute paths of the files to present. **Only** files under `/mnt/user-data/outputs` can be presented.",
+                    }
+                }),
+                &["filepaths"],
+            ),
+        }
+    }
+
+    fn resolve(&self, a: &Args, ctx: &ToolContext<'_>) -> Result<Vec<String>, String> {
+        if ctx.run.thread_id.is_empty() {
+            return Err(
+                "Thread ID is not available in runtime context or runtime config".to_owned(),
+            );
+        }
+        let dirs = ctx
+            .state
+            .thread_data
+            .as_ref()
+            .and_then(ThreadDirs::from_thread_data)
+            .ok_or_else(|| "Thread outputs path is not available in runtime state".to_owned())?;
+        a.filepaths.iter().map(|f| normalize(&dirs, f)).collect()
+    }
+}
+
+fn reply(ctx: &ToolContext<'_>, text: String, ok: bool) -> ToolMessage {
+    let mut m = if ok {
+        ToolMessage::new(ctx.call_id, text)
+    } else {
+        ToolMessage::error(ctx.call_id, text)
+    };
+    m.name = Some("present_files".to_owned());
+    m
+}
+
+#[async_trait]
+impl Tool for PresentFilesTool {
+    fn spec(&self) -> &Arc<ToolSpec> {
+        &self.spec
+    }
+
+    async fn call(&self, a: Object, ctx: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
+        let a: Args = crate::env::args(a)?;
+        let update = match self.resolve(&a, &ctx) {
+            Ok(paths) => StateUpdate {
+                artifacts: Some(paths),
+                messages: Some(vec![Message::Tool(reply(
+                    &ctx,
+                    "Successfully presented files".into(),
+                    true,
+                ))]),
+                ..Default::default()
+            },
+            Err(e) => StateUpdate::message(reply(&ctx, format!("Error: {e}"), false)),
+        };
+        Ok(ToolOutput::Command(Command { update, goto: None }))
+    }
+}

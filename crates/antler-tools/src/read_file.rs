@@ -1,0 +1,129 @@
+//! `read_file` (spec 50 §4.5): UTF-8 text, whole or a 1-indexed inclusive line range.
+
+use std::sync::Arc;
+
+use antler_protocol::{Object, ToolSpec};
+use antler_runtime::{Tool, ToolContext, ToolError, ToolOutput};
+use antler_sandbox::truncate::{head_truncate, READ_FILE_HINT};
+use antler_sandbox::SandboxError;
+use async_trait::async_trait;
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::env::{
+    args, blocking, description_prop, detail, fail, opt_prop, prepare, prop, spec, Prepared, Step,
+    ToolEnv,
+};
+
+/// What the model reads for a file that is not UTF-8 text.
+pub fn binary_file_message(path: &str) -> String {
+    format!(
+        "Error: cannot read '{path}' as text — it appears to be a binary file (e.g. .xlsx, .pdf, or an image). read_file only supports UTF-8 text. Use bash with a suitable library instead (pandas/openpyxl for spreadsheets), or view_image for images."
+    )
+}
+
+#[derive(Deserialize)]
+struct Args {
+    #[allow(dead_code)]
+    #[serde(default)]
+    description: Option<String>,
+    path: String,
+    #[serde(default)]
+    start_line: Option<i64>,
+    #[serde(default)]
+    end_line: Option<i64>,
+}
+
+pub struct ReadFileTool {
+    spec: Arc<ToolSpec>,
+    env: ToolEnv,
+}
+
+/// Map a read failure to the line the model sees.
+pub(crate) fn read_error(p: &Prepared, path: &str, e: SandboxError) -> crate::env::Fail {
+    match e {
+        SandboxError::NotFound(_) => fail(format!("Error: File not found: {path}")),
+        SandboxError::PermissionDenied(r) => fail(format!("Error: Permission denied reading file: {path} ({r})")),
+        SandboxError::IsADirectory(_) => fail(format!("Error: Path is a directory, not a file: {path}")),
+        SandboxError::NotText(_) => fail(binary_file_message(path)),
+        SandboxError::TooLarge { size, limit, .. } => fail(format!(
+            "Error: File is too large to read at once: {path} ({size} bytes; the limit is {limit} bytes). Read a part with start_line/end_line, or search it with grep."
+        )),
+        SandboxError::Runtime(_) => fail(format!("Error: {e}")),
+        other => fail(format!("Error: Unexpected error reading file: {}", detail(p, &other))),
+    }
+}
+
+impl ReadFileTool {
+    pub fn new(env: ToolEnv) -> ReadFileTool {
+        ReadFileTool {
+            spec: spec(
+                "read_file",
+                "Read a text file (source code, configuration, logs, documents converted to Markdown). Large files can be read in parts with a line range.",
+                json!({
+                    "description": description_prop("reading this file"),
+                    "path": prop("string", "The **absolute** path of the file to read."),
+                    "start_line": opt_prop("integer", "First line to read, 1-indexed and inclusive. Omit to start at the top.", json!(null)),
+                    "end_line": opt_prop("integer", "Last line to read, 1-indexed and inclusive. Omit to read to the end.", json!(null)),
+                }),
+                &["description", "path"],
+            ),
+            env,
+        }
+    }
+
+    async fn run(&self, a: Args, ctx: ToolContext<'_>) -> Step<ToolOutput> {
+        if a.start_line.is_some_and(|s| s < 1) {
+            return Ok(ToolOutput::text("(start_line must be >= 1)"));
+        }
+        let start = a.start_line.unwrap_or(1);
+        if a.end_line.is_some_and(|e| e < 1) {
+            return Ok(ToolOutput::text("(end_line must be >= 1)"));
+        }
+        if a.end_line.is_some_and(|e| start > e) {
+            return Ok(ToolOutput::text(
+                "(start_line > end_line — no lines in range)",
+            ));
+        }
+        let path = a.path;
+        let p = prepare(&self.env, &ctx)?;
+        if let Some(policy) = &p.policy {
+            if let Err(e) = policy.check_read(&path) {
+                return Err(read_error(&p, &path, e));
+            }
+        }
+        let ranged = a.start_line.is_some() || a.end_line.is_some();
+        let (s, e) = if ranged {
+            (a.start_line.map(|v| v as u64), a.end_line.map(|v| v as u64))
+        } else {
+            (None, None)
+        };
+        let (sb, vp) = (p.sandbox.clone(), path.clone());
+        let content = blocking(move || sb.read_file(&vp, s, e))
+            .await
+            .map_err(|e| read_error(&p, &path, e))?;
+        if content.is_empty() {
+            if a.start_line.is_some_and(|s| s > 1) {
+                return Ok(ToolOutput::text("(start_line exceeds file length)"));
+            }
+            return Ok(ToolOutput::text("(empty)"));
+        }
+        Ok(ToolOutput::text(head_truncate(
+            &content,
+            self.env.settings.read_file_output_max_chars,
+            READ_FILE_HINT,
+        )))
+    }
+}
+
+#[async_trait]
+impl Tool for ReadFileTool {
+    fn spec(&self) -> &Arc<ToolSpec> {
+        &self.spec
+    }
+
+    async fn call(&self, a: Object, ctx: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
+        let a: Args = args(a)?;
+        Ok(self.run(a, ctx).await.unwrap_or_else(ToolOutput::from))
+    }
+}

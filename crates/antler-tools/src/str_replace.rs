@@ -1,0 +1,127 @@
+//! `str_replace` (spec 50 §4.7): replace a substring in a file. antler requires the match to be
+//! unique unless `replace_all` is set (DESIGN §7; DeerFlow silently replaces the first).
+
+use std::sync::Arc;
+
+use antler_protocol::{Object, ToolSpec};
+use antler_runtime::{Tool, ToolContext, ToolError, ToolOutput};
+use antler_sandbox::SandboxError;
+use async_trait::async_trait;
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::env::{
+    args, blocking, description_prop, detail, fail, prepare, prop, spec, Prepared, Step, ToolEnv,
+};
+use crate::read_file::binary_file_message;
+use crate::write_file::lock_key;
+
+#[derive(Deserialize)]
+struct Args {
+    #[allow(dead_code)]
+    #[serde(default)]
+    description: Option<String>,
+    path: String,
+    old_str: String,
+    new_str: String,
+    #[serde(default)]
+    replace_all: bool,
+}
+
+pub struct StrReplaceTool {
+    spec: Arc<ToolSpec>,
+    env: ToolEnv,
+}
+
+fn replace_error(p: &Prepared, path: &str, e: SandboxError) -> crate::env::Fail {
+    match e {
+        SandboxError::NotFound(_) => fail(format!("Error: File not found: {path}")),
+        SandboxError::PermissionDenied(r) => fail(format!(
+            "Error: Permission denied accessing file: {path} ({r})"
+        )),
+        SandboxError::NotText(_) => fail(binary_file_message(path)),
+        SandboxError::IsADirectory(_) => {
+            fail(format!("Error: Path is a directory, not a file: {path}"))
+        }
+        SandboxError::Runtime(_) => fail(format!("Error: {e}")),
+        other => fail(format!(
+            "Error: Unexpected error replacing string: {}",
+            detail(p, &other)
+        )),
+    }
+}
+
+impl StrReplaceTool {
+    pub fn new(env: ToolEnv) -> StrReplaceTool {
+        StrReplaceTool {
+            spec: spec(
+                "str_replace",
+                "Replace text in a file. Unless `replace_all` is true, `old_str` must occur exactly once: include enough surrounding lines to make it unique.",
+                json!({
+                    "description": description_prop("changing this file"),
+                    "path": prop("string", "The **absolute** path of the file to edit. Give it second."),
+                    "old_str": prop("string", "The exact text to replace. Give it third."),
+                    "new_str": prop("string", "The replacement text. Give it fourth."),
+                    "replace_all": {"type": "boolean", "default": false, "description": "Replace every occurrence instead of requiring exactly one."},
+                }),
+                &["description", "path", "old_str", "new_str"],
+            ),
+            env,
+        }
+    }
+
+    async fn run(&self, a: Args, ctx: ToolContext<'_>) -> Step<ToolOutput> {
+        let path = a.path;
+        let p = prepare(&self.env, &ctx)?;
+        if let Some(policy) = &p.policy {
+            if let Err(e) = policy.check_write(&path) {
+                return Err(replace_error(&p, &path, e));
+            }
+        }
+        let lock = self
+            .env
+            .locks
+            .lock_for(p.sandbox.id(), &lock_key(&p, &path));
+        let _guard = lock.lock().await;
+        let (sb, vp) = (p.sandbox.clone(), path.clone());
+        let content = blocking(move || sb.read_file(&vp, None, None))
+            .await
+            .map_err(|e| replace_error(&p, &path, e))?;
+        if a.old_str.is_empty() {
+            return Ok(ToolOutput::text("OK"));
+        }
+        let count = content.matches(a.old_str.as_str()).count();
+        if count == 0 {
+            return Err(fail(format!(
+                "Error: String to replace not found in file: {path}"
+            )));
+        }
+        if count > 1 && !a.replace_all {
+            return Err(fail(format!(
+                "Error: String to replace appears {count} times in file: {path}; it must appear exactly once. Include more surrounding text in old_str, or set replace_all to true."
+            )));
+        }
+        let updated = if a.replace_all {
+            content.replace(&a.old_str, &a.new_str)
+        } else {
+            content.replacen(&a.old_str, &a.new_str, 1)
+        };
+        let (sb, vp) = (p.sandbox.clone(), path.clone());
+        blocking(move || sb.write_file(&vp, &updated, false))
+            .await
+            .map_err(|e| replace_error(&p, &path, e))?;
+        Ok(ToolOutput::text("OK"))
+    }
+}
+
+#[async_trait]
+impl Tool for StrReplaceTool {
+    fn spec(&self) -> &Arc<ToolSpec> {
+        &self.spec
+    }
+
+    async fn call(&self, a: Object, ctx: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
+        let a: Args = args(a)?;
+        Ok(self.run(a, ctx).await.unwrap_or_else(ToolOutput::from))
+    }
+}
