@@ -116,11 +116,12 @@ impl Config {
         normalize_models(&mut root, &file, &mut warnings);
         migrate_memory(&mut root, &file, &mut warnings);
         if root.get("sandbox").is_none_or(Value::is_null) {
-            warnings.push(format!(
-                "{file}: no sandbox section; using the local sandbox \
-                 (sandbox.use: {})",
+            // DeerFlow requires the section; antler's documented default is the local sandbox,
+            // so this is not worth a warning on every run.
+            tracing::debug!(
+                "{file}: no sandbox section; using the local sandbox (sandbox.use: {})",
                 crate::LOCAL_SANDBOX_USE
-            ));
+            );
         }
         if let Some(uploads) = root.get("uploads") {
             if let Ok(json) = serde_json::to_value(uploads) {

@@ -343,17 +343,13 @@ fn legacy_memory_keys_move_into_backend_config() {
 }
 
 #[test]
-fn missing_sandbox_defaults_to_local_with_a_warning() {
+fn missing_sandbox_defaults_to_local_quietly() {
     for yaml in [MODEL.to_owned(), format!("{MODEL}sandbox:\n")] {
         let loaded = load(&yaml).unwrap();
         assert!(loaded.config.sandbox.is_local());
+        assert_eq!(loaded.config.sandbox.use_, LOCAL_SANDBOX_USE);
         assert!(!loaded.config.sandbox.allow_host_bash);
-        assert_eq!(
-            loaded.warnings,
-            vec![format!(
-                "config.yaml: no sandbox section; using the local sandbox (sandbox.use: {LOCAL_SANDBOX_USE})"
-            )]
-        );
+        assert_eq!(loaded.warnings, Vec::<String>::new());
     }
 }
 

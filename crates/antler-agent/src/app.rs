@@ -1,0 +1,353 @@
+//! The application: config, data home, store, sandbox provider and models, and one turn of the
+//! lead agent on a thread. The CLI and the server are thin front ends over [`App`].
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use antler_config::{CheckpointerType, Config, DatabaseBackend};
+use antler_models::ChatModel;
+use antler_protocol::{Message, Object, ThreadState};
+use antler_runtime::{
+    Agent, CancellationToken, EventSink, RunContext, RunInput, RunOptions, RunStatus,
+};
+use antler_sandbox::{ConfinementStatus, LocalSandboxProvider};
+use antler_store::{RunRecord, SqliteStore, ThreadRecord, ThreadUpdate};
+use serde_json::Value;
+
+use crate::{chain, models, prompt, toolset, AgentError};
+
+/// The SQLite file inside the data directory.
+pub const DB_FILE: &str = "antler.db";
+
+/// Everything a turn needs, shared across turns and threads.
+pub struct App {
+    pub config: Arc<Config>,
+    /// `$ANTLER_HOME`.
+    pub home: PathBuf,
+    pub store: SqliteStore,
+    pub sandbox: Arc<LocalSandboxProvider>,
+    pub confinement: ConfinementStatus,
+    models: Mutex<HashMap<(String, bool), Arc<dyn ChatModel>>>,
+    /// Replaces every configured model (tests and benchmarks).
+    model_override: Option<Arc<dyn ChatModel>>,
+}
+
+/// One user turn on a thread.
+#[derive(Clone, Debug, Default)]
+pub struct TurnRequest {
+    /// `None` starts a new thread.
+    pub thread_id: Option<String>,
+    /// `None` = a fresh run id.
+    pub run_id: Option<String>,
+    pub message: Option<Message>,
+    /// Config model name; `None` = the default (first) model.
+    pub model_name: Option<String>,
+    pub plan_mode: bool,
+    /// `None` = `subagents.enabled` from config.
+    pub subagents: Option<bool>,
+    /// Client-requested limit, clamped to `max_recursion_limit`.
+    pub recursion_limit: Option<i64>,
+    pub user_id: Option<String>,
+    pub cancel: Option<CancellationToken>,
+}
+
+/// How a turn ended.
+pub struct TurnOutcome {
+    pub thread_id: String,
+    pub run_id: String,
+    pub status: RunStatus,
+    pub state: Arc<ThreadState>,
+    /// One-line reason when the run failed.
+    pub error: Option<String>,
+    /// LangGraph error name (`GraphRecursionError`, …) when the run failed.
+    pub error_name: Option<String>,
+    pub stop_reason: Option<String>,
+}
+
+fn db_path(config: &Config, home: &Path) -> Option<PathBuf> {
+    if let Some(cp) = &config.checkpointer {
+        return match cp.kind {
+            CheckpointerType::Memory => None,
+            CheckpointerType::Sqlite => Some(
+                cp.connection_string
+                    .as_deref()
+                    .filter(|s| !s.is_empty())
+                    .map(|s| {
+                        let p = PathBuf::from(s);
+                        if p.is_absolute() {
+                            p
+                        } else {
+                            home.join(p)
+                        }
+                    })
+                    .unwrap_or_else(|| home.join(DB_FILE)),
+            ),
+            CheckpointerType::Postgres => Some(home.join(DB_FILE)),
+        };
+    }
+    match config.database.backend {
+        DatabaseBackend::Memory => None,
+        DatabaseBackend::Sqlite | DatabaseBackend::Postgres => Some(
+            config
+                .database
+                .sqlite_dir
+                .as_deref()
+                .filter(|s| !s.is_empty())
+                .map(PathBuf::from)
+                .unwrap_or_else(|| home.to_path_buf())
+                .join(DB_FILE),
+        ),
+    }
+}
+
+impl App {
+    /// Open the store and the sandbox provider for `config` under `home`.
+    pub fn open(config: Config, home: impl Into<PathBuf>) -> Result<App, AgentError> {
+        let home = home.into();
+        let postgres = matches!(config.database.backend, DatabaseBackend::Postgres)
+            || config
+                .checkpointer
+                .as_ref()
+                .is_some_and(|c| matches!(c.kind, CheckpointerType::Postgres));
+        if postgres {
+            return Err(AgentError::Config(
+                "database.backend: postgres is not available in this build yet — use sqlite (the default) or memory".into(),
+            ));
+        }
+        let store = match db_path(&config, &home) {
+            Some(path) => SqliteStore::open(&path)?,
+            None => SqliteStore::open_in_memory()?,
+        };
+        let settings = toolset::sandbox_settings(&config, &home);
+        let confinement = antler_sandbox::confinement_status(settings.confine);
+        antler_sandbox::confine::log_status(&confinement);
+        let sandbox = Arc::new(LocalSandboxProvider::with_status(
+            home.clone(),
+            settings,
+            confinement.clone(),
+        ));
+        Ok(App {
+            config: Arc::new(config),
+            home,
+            store,
+            sandbox,
+            confinement,
+            models: Mutex::new(HashMap::new()),
+            model_override: None,
+        })
+    }
+
+    /// Use `model` for every run instead of the configured ones.
+    pub fn with_model_override(mut self, model: Arc<dyn ChatModel>) -> Self {
+        self.model_override = Some(model);
+        self
+    }
+
+    /// Resolve a model by config name (`None` = the default). An unknown name is an error.
+    pub fn model(
+        &self,
+        name: Option<&str>,
+        thinking: bool,
+    ) -> Result<Arc<dyn ChatModel>, AgentError> {
+        if let Some(m) = &self.model_override {
+            return Ok(m.clone());
+        }
+        let cfg = match name {
+            Some(n) => self.config.model(n).ok_or_else(|| {
+                let known: Vec<&str> = self.config.models.iter().map(|m| m.name.as_str()).collect();
+                AgentError::UnknownModel(n.to_owned(), known.join(", "))
+            })?,
+            None => self.config.default_model().ok_or_else(|| {
+                AgentError::Config(
+                    "no chat models are configured — add an entry under `models:`".into(),
+                )
+            })?,
+        };
+        let key = (cfg.name.clone(), thinking);
+        if let Some(m) = self.models.lock().ok().and_then(|m| m.get(&key).cloned()) {
+            return Ok(m);
+        }
+        let model = models::build_model(cfg, thinking)?;
+        if let Ok(mut cache) = self.models.lock() {
+            cache.insert(key, model.clone());
+        }
+        Ok(model)
+    }
+
+    /// Run options for a request (config defaults + request overrides).
+    pub fn run_options(&self, req: &TurnRequest) -> RunOptions {
+        RunOptions {
+            model_name: req.model_name.clone(),
+            is_plan_mode: req.plan_mode,
+            subagent_enabled: req.subagents.unwrap_or(self.config.subagents.enabled),
+            recursion_limit: self.config.clamp_recursion_limit(req.recursion_limit),
+            ..Default::default()
+        }
+    }
+
+    /// Assemble the lead agent for one run.
+    pub fn lead_agent(&self, opts: &RunOptions) -> Result<Agent, AgentError> {
+        let model = self.model(opts.model_name.as_deref(), opts.thinking_enabled)?;
+        let tools = toolset::lead_tools(self, model.info(), opts)?;
+        let chain = chain::lead_chain(self, model.info(), opts)?;
+        let prompt_opts = prompt::PromptOptions {
+            agent_name: opts.agent_name.clone(),
+            subagents_enabled: opts.subagent_enabled,
+            max_concurrent_subagents: opts.max_concurrent_subagents,
+            max_total_subagents: self.config.subagents.max_total_per_run as usize,
+            mounts: self
+                .config
+                .sandbox
+                .mounts
+                .iter()
+                .map(|m| (m.container_path.clone(), m.read_only))
+                .collect(),
+            skills_section: String::new(),
+        };
+        let mut agent = Agent::new(model)
+            .with_system_prompt(prompt::system_prompt(&prompt_opts))
+            .with_tools(tools)
+            .with_chain(chain)
+            .with_checkpointer(Arc::new(self.store.clone()));
+        agent.model_settings = Object::new();
+        Ok(agent)
+    }
+
+    /// Run one turn of the lead agent. Errors before the run starts (unknown model, bad thread
+    /// id, unreachable store) are `Err`; a run that starts always yields an outcome.
+    pub async fn run_turn(
+        &self,
+        req: TurnRequest,
+        sink: Arc<dyn EventSink>,
+    ) -> Result<TurnOutcome, AgentError> {
+        let thread_id = req
+            .thread_id
+            .clone()
+            .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+        if !antler_sandbox::paths::is_valid_thread_id(&thread_id) {
+            return Err(AgentError::BadThreadId(thread_id));
+        }
+        let run_id = req
+            .run_id
+            .clone()
+            .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+        let opts = self.run_options(&req);
+        let agent = self.lead_agent(&opts)?;
+
+        let mut thread = match self.store.get_thread(&thread_id).await? {
+            Some(t) => t,
+            None => ThreadRecord::new(thread_id.clone()),
+        };
+        thread.status = ThreadRecord::BUSY.into();
+        if thread.owner.is_none() {
+            thread.owner = req.user_id.clone();
+        }
+        self.store.upsert_thread(thread).await?;
+        let mut record = RunRecord::new(run_id.clone(), thread_id.clone(), "lead_agent");
+        record.kwargs = serde_json::json!({
+            "context": {
+                "model_name": opts.model_name,
+                "is_plan_mode": opts.is_plan_mode,
+                "subagent_enabled": opts.subagent_enabled,
+            },
+            "config": {"recursion_limit": opts.recursion_limit},
+        });
+        self.store.create_run(record).await?;
+        self.store
+            .set_run_status(&run_id, antler_store::RunStatus::Running, None)
+            .await?;
+
+        sink.emit(antler_protocol::StreamEvent::Metadata {
+            run_id: run_id.clone(),
+            thread_id: thread_id.clone(),
+        });
+        let mut run = RunContext::new(thread_id.clone(), run_id.clone(), sink.clone())
+            .with_options(opts)
+            .with_user(req.user_id.clone());
+        if let Some(c) = &req.cancel {
+            run = run.with_cancel(c.clone());
+        }
+        let run = Arc::new(run);
+        let input = RunInput {
+            messages: req.message.into_iter().collect(),
+            ..Default::default()
+        };
+        let outcome = agent.run(input, run).await;
+
+        let error = outcome.error.as_ref().map(|e| e.to_string());
+        let error_name = outcome.error.as_ref().map(|e| e.name().to_owned());
+        let status = outcome.status;
+        let store_status = antler_store::RunStatus::from(status);
+        // Bookkeeping failures must not hide the run's own outcome; they are logged.
+        if let Err(e) = self
+            .store
+            .set_run_status(&run_id, store_status, error.clone())
+            .await
+        {
+            tracing::error!(run = %run_id, error = %e, "could not record the run status");
+        }
+        if outcome.stop_reason.is_some() {
+            let _ = self
+                .store
+                .set_run_stop_reason(&run_id, outcome.stop_reason.clone())
+                .await;
+        }
+        let usage = run_usage(&outcome.state, &run_id);
+        let _ = self.store.update_run_usage(&run_id, usage).await;
+        let thread_status = match status {
+            RunStatus::Success => ThreadRecord::IDLE,
+            RunStatus::Error => ThreadRecord::ERROR,
+            RunStatus::Interrupted => ThreadRecord::INTERRUPTED,
+        };
+        let update = ThreadUpdate {
+            title: outcome.state.title.clone().map(Some),
+            status: Some(thread_status.into()),
+            metadata: None,
+        };
+        if let Err(e) = self.store.update_thread(&thread_id, update).await {
+            tracing::error!(thread = %thread_id, error = %e, "could not update the thread record");
+        }
+        if let (Some(name), Some(message)) = (&error_name, &error) {
+            sink.emit(antler_protocol::StreamEvent::Error {
+                name: name.clone(),
+                message: message.clone(),
+            });
+        }
+        sink.emit(antler_protocol::StreamEvent::End);
+        Ok(TurnOutcome {
+            thread_id,
+            run_id,
+            status,
+            state: outcome.state,
+            error,
+            error_name,
+            stop_reason: outcome.stop_reason,
+        })
+    }
+}
+
+/// Token usage of the AI messages this run produced (those stamped after its human message).
+fn run_usage(state: &ThreadState, run_id: &str) -> antler_store::RunUsage {
+    let start = state
+        .messages
+        .iter()
+        .rposition(|m| {
+            m.as_human().is_some_and(|h| {
+                h.additional_kwargs.get("run_id").and_then(Value::as_str) == Some(run_id)
+            })
+        })
+        .unwrap_or(0);
+    let mut usage = antler_store::RunUsage::default();
+    for m in state.messages.iter().skip(start) {
+        if let Some(ai) = m.as_ai() {
+            usage.llm_call_count += 1;
+            if let Some(u) = &ai.usage_metadata {
+                usage.total_input_tokens += u.input_tokens as i64;
+                usage.total_output_tokens += u.output_tokens as i64;
+                usage.total_tokens += u.total_tokens as i64;
+            }
+        }
+    }
+    usage
+}

@@ -1,0 +1,95 @@
+//! Chat models from config entries (`use:` / `provider:` resolved to built-in adapters).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use antler_config::{effective_request_options, ModelConfig, ProviderKind};
+use antler_models::providers::openai_compat::{OpenAiCompatConfig, OpenAiCompatModel};
+use antler_models::{ChatModel, ModelInfo};
+use serde_json::{Map, Value};
+
+use crate::AgentError;
+
+/// Keys of a model entry that describe the model to antler and are never sent to a provider.
+const METADATA_KEYS: &[&str] = &[
+    "use",
+    "name",
+    "display_name",
+    "description",
+    "supports_thinking",
+    "supports_reasoning_effort",
+    "when_thinking_enabled",
+    "when_thinking_disabled",
+    "thinking",
+    "supports_vision",
+    "context_window",
+    "pricing",
+    "provider",
+    "streaming",
+];
+
+/// The [`ModelInfo`] of a config entry.
+pub fn model_info(cfg: &ModelConfig, provider: &str) -> ModelInfo {
+    ModelInfo {
+        name: cfg.name.clone(),
+        model: cfg.model.clone(),
+        provider: provider.to_owned(),
+        supports_vision: cfg.supports_vision,
+        supports_thinking: cfg.supports_thinking,
+        context_window: cfg.context_window,
+        streaming: cfg.streaming,
+    }
+}
+
+/// Build the chat model for a config entry. `thinking` applies the entry's thinking toggles
+/// (spec 60 §3.3); it is forced off when the model does not support thinking.
+pub fn build_model(cfg: &ModelConfig, thinking: bool) -> Result<Arc<dyn ChatModel>, AgentError> {
+    let kind = cfg
+        .provider_kind()
+        .map_err(|e| AgentError::Model(format!("models entry '{}': {e}", cfg.name)))?;
+    let thinking = thinking && cfg.supports_thinking;
+    let mut options = effective_request_options(cfg, thinking)
+        .map_err(|e| AgentError::Model(format!("models entry '{}': {e}", cfg.name)))?;
+    match kind {
+        ProviderKind::OpenAiCompat {
+            replay_reasoning_content,
+        } => {
+            let mut oc = OpenAiCompatConfig::from_info(model_info(cfg, "openai"));
+            if let Some(url) = &cfg.base_url {
+                oc.base_url = url.clone();
+            }
+            oc.api_key = cfg.api_key.clone().filter(|k| !k.is_empty());
+            oc.temperature = cfg.temperature;
+            oc.max_tokens = cfg.max_tokens;
+            oc.replay_reasoning_content = replay_reasoning_content;
+            if let Some(t) = cfg.request_timeout.filter(|t| *t > 0.0) {
+                oc.request_timeout = Some(Duration::from_secs_f64(t));
+            }
+            if let Some(t) = cfg.effective_stream_chunk_timeout().filter(|t| *t > 0.0) {
+                oc.stream_chunk_timeout = Duration::from_secs_f64(t);
+            }
+            oc.stream_usage = cfg.effective_stream_usage();
+            if let Some(Value::Object(body)) = options.remove("extra_body") {
+                oc.extra_body = body;
+            }
+            if let Some(Value::String(effort)) = options.remove("reasoning_effort") {
+                oc.reasoning_effort = Some(effort);
+            }
+            // Anything else the thinking toggles produced goes into the body as-is.
+            let mut extra: Map<String, Value> = options;
+            for (k, v) in &cfg.extra {
+                if !METADATA_KEYS.contains(&k.as_str()) && !v.is_null() {
+                    extra.entry(k.clone()).or_insert_with(|| v.clone());
+                }
+            }
+            oc.extra = extra;
+            let model = OpenAiCompatModel::new(oc)
+                .map_err(|e| AgentError::Model(format!("models entry '{}': {e}", cfg.name)))?;
+            Ok(Arc::new(model))
+        }
+        ProviderKind::Anthropic => Err(AgentError::Model(format!(
+            "models entry '{}': the Anthropic provider is not available in this build yet — use an OpenAI-compatible endpoint",
+            cfg.name
+        ))),
+    }
+}

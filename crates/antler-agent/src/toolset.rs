@@ -1,0 +1,128 @@
+//! The lead agent's tools (spec 50 §4.0): config `tools:` entries in file order (bash entries
+//! dropped when bash is not available), then the built-ins.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use antler_config::Config;
+use antler_models::ModelInfo;
+use antler_runtime::{RunOptions, ToolRegistry};
+use antler_sandbox::{Mount, SandboxProvider, SandboxSettings, ThreadPaths, UploadSettings};
+use antler_tools::ToolEnv;
+use serde_json::Value;
+
+use crate::{AgentError, App};
+
+/// Sandbox settings from `sandbox:` and `skills:`.
+pub fn sandbox_settings(config: &Config, _home: &Path) -> SandboxSettings {
+    let s = &config.sandbox;
+    SandboxSettings {
+        allow_host_bash: s.allow_host_bash,
+        confine: match s.confine {
+            antler_config::Confine::Auto => antler_sandbox::Confine::Auto,
+            antler_config::Confine::Off => antler_sandbox::Confine::Off,
+            antler_config::Confine::Required => antler_sandbox::Confine::Required,
+        },
+        bash_output_max_chars: s.bash_output_max_chars,
+        read_file_output_max_chars: s.read_file_output_max_chars,
+        ls_output_max_chars: s.ls_output_max_chars,
+        bash_command_timeout: s.bash_timeout(),
+        mounts: s
+            .mounts
+            .iter()
+            .map(|m| Mount {
+                host_path: PathBuf::from(&m.host_path),
+                container_path: m.container_path.clone(),
+                read_only: m.read_only,
+            })
+            .collect(),
+        skills_host_path: config.skills.path.as_ref().map(PathBuf::from),
+        skills_container_path: config.skills.container_path.clone(),
+        ..SandboxSettings::default()
+    }
+}
+
+/// Upload limits from `uploads:`.
+pub fn upload_settings(config: &Config) -> UploadSettings {
+    let u = &config.uploads;
+    UploadSettings {
+        max_files: u.max_files as usize,
+        max_file_size: u.max_file_size,
+        max_total_size: u.max_total_size,
+        auto_convert_documents: u.auto_convert_documents,
+    }
+}
+
+fn tool_env(app: &App) -> ToolEnv {
+    let provider: Arc<dyn SandboxProvider> = app.sandbox.clone();
+    ToolEnv::new(provider, app.sandbox.settings().clone())
+}
+
+/// Tools offered to the lead agent's model.
+pub fn lead_tools(
+    app: &App,
+    model: &ModelInfo,
+    _opts: &RunOptions,
+) -> Result<ToolRegistry, AgentError> {
+    let env = tool_env(app);
+    let bash_ok = env.bash_available();
+    let mut reg = ToolRegistry::new();
+    for t in &app.config.tools {
+        let is_bash = t.group == "bash" || antler_tools::is_bash_tool(&t.use_);
+        if is_bash && !bash_ok {
+            tracing::debug!(tool = %t.name, "bash is not available (host bash off and no confinement); tool dropped");
+            continue;
+        }
+        let built = antler_tools::builtin_tool(&t.use_, &t.extra, &env)
+            .or_else(|| antler_tools::builtin_tool(&t.name, &t.extra, &env));
+        match built {
+            Some(tool) => {
+                if tool.name() != t.name {
+                    tracing::warn!(configured = %t.name, actual = %tool.name(), "tool name differs from its implementation; the model sees the implementation's name");
+                }
+                reg.register(tool);
+            }
+            None => {
+                tracing::warn!(tool = %t.name, r#use = %t.use_, "tool is not available in antler; skipped")
+            }
+        }
+    }
+    reg.register(antler_tools::present_files_tool());
+    if model.supports_vision {
+        reg.register(antler_tools::view_image_tool(&env));
+    }
+    Ok(reg)
+}
+
+/// Files attached to a message.
+pub struct Attached {
+    /// `additional_kwargs.files` entries (`{filename, size, path, status}`).
+    pub files: Vec<Value>,
+    /// One line per file that was renamed or not converted to Markdown.
+    pub notes: Vec<String>,
+}
+
+/// Copy files into a thread's uploads folder (converting documents when
+/// `uploads.auto_convert_documents` is on).
+pub fn attach(app: &App, thread_id: &str, paths: &[PathBuf]) -> Result<Attached, AgentError> {
+    let thread = ThreadPaths::new(&app.home, thread_id, None)
+        .map_err(|e| AgentError::Sandbox(e.to_string()))?;
+    let files = antler_sandbox::attach_files(paths, &thread, &upload_settings(&app.config))
+        .map_err(|e| AgentError::Upload(e.to_string()))?;
+    let mut notes = Vec::new();
+    for f in &files {
+        if let Some(orig) = &f.original_filename {
+            notes.push(format!("{orig}: uploaded as {}", f.filename));
+        }
+        if let Some(md) = &f.markdown_file {
+            notes.push(format!("{}: converted to {md}", f.filename));
+        }
+        if let Some(n) = &f.note {
+            notes.push(format!("{}: {n}", f.filename));
+        }
+    }
+    Ok(Attached {
+        files: files.iter().map(|f| f.kwargs_entry()).collect(),
+        notes,
+    })
+}

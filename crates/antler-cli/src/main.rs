@@ -1,0 +1,434 @@
+//! `antler`: DeerFlow's super-agent harness in one binary.
+
+mod render;
+mod threads;
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use antler_agent::{AgentError, App, TurnRequest};
+use antler_config::{Config, Loaded};
+use antler_protocol::Message;
+use antler_runtime::{CancellationToken, EventSink, NullSink, RunStatus};
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use render::{JsonlRenderer, OutputFormat, TextRenderer};
+use serde_json::json;
+
+/// Exit codes (README "Exit codes").
+pub(crate) mod exit {
+    /// Success, interrupted, or an error the agent answered gracefully.
+    pub const OK: u8 = 0;
+    /// The run failed (status `error`).
+    pub const RUN_FAILED: u8 = 1;
+    /// Bad config, unknown model, bad arguments.
+    pub const USAGE: u8 = 2;
+    /// The store (database, data home) is unavailable.
+    pub const STORE: u8 = 3;
+}
+
+#[derive(Parser)]
+#[command(
+    name = "antler",
+    version,
+    about = "DeerFlow's super-agent harness, in Rust"
+)]
+struct Cli {
+    /// config.yaml to use (default: $ANTLER_CONFIG, then ./config.yaml, else a built-in default).
+    #[arg(long, global = true, value_name = "PATH")]
+    config: Option<PathBuf>,
+    /// More log output on stderr (-v info, -vv debug). RUST_LOG overrides.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the lead agent for one user message on a thread.
+    Run(RunArgs),
+    /// Inspect threads.
+    #[command(subcommand)]
+    Threads(ThreadsCmd),
+    /// Write or validate config.yaml.
+    #[command(subcommand)]
+    Config(ConfigCmd),
+    /// Internal: run a command under the sandbox's confinement.
+    #[command(name = "sandbox-exec", hide = true)]
+    SandboxExec {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<std::ffi::OsString>,
+    },
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// Continue this thread (created when new).
+    #[arg(long)]
+    thread_id: Option<String>,
+    /// Model name from config.yaml `models:` (default: the first).
+    #[arg(long)]
+    model: Option<String>,
+    /// Plan mode: the agent keeps a todo list.
+    #[arg(long)]
+    plan_mode: bool,
+    /// Allow delegating to subagents (overrides `subagents.enabled`).
+    #[arg(long, overrides_with = "no_subagents")]
+    subagents: bool,
+    /// Do not delegate to subagents.
+    #[arg(long)]
+    no_subagents: bool,
+    /// Graph steps allowed (default 100, clamped to `max_recursion_limit`).
+    #[arg(long)]
+    recursion_limit: Option<i64>,
+    /// Files to upload into the thread and attach to the message.
+    #[arg(long, num_args = 1.., value_name = "FILE")]
+    attach: Vec<PathBuf>,
+    #[arg(long, value_enum, default_value = "text")]
+    output: OutputFormat,
+    /// The message (`-` reads it from stdin).
+    message: String,
+}
+
+#[derive(Subcommand)]
+enum ThreadsCmd {
+    /// List threads, most recently updated first.
+    List {
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+        #[arg(long, value_enum, default_value = "text")]
+        output: OutputFormat,
+    },
+    /// Print a thread's conversation.
+    Show {
+        id: String,
+        /// Include hidden messages.
+        #[arg(long)]
+        full: bool,
+        #[arg(long, value_enum, default_value = "text")]
+        output: OutputFormat,
+    },
+}
+
+#[derive(Subcommand)]
+enum ConfigCmd {
+    /// Write a commented config.yaml.
+    Init {
+        #[arg(long, default_value = "config.yaml")]
+        path: PathBuf,
+        /// Overwrite an existing file.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Validate a config file and show what it sets up.
+    Check,
+}
+
+/// An error with the exit code it maps to.
+struct Failure {
+    code: u8,
+    message: String,
+}
+
+impl Failure {
+    fn usage(message: impl Into<String>) -> Self {
+        Failure {
+            code: exit::USAGE,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<AgentError> for Failure {
+    fn from(e: AgentError) -> Self {
+        let code = if e.is_usage() {
+            exit::USAGE
+        } else {
+            exit::STORE
+        };
+        Failure {
+            code,
+            message: e.to_string(),
+        }
+    }
+}
+
+impl From<anyhow::Error> for Failure {
+    fn from(e: anyhow::Error) -> Self {
+        Failure {
+            code: exit::RUN_FAILED,
+            message: format!("{e:#}"),
+        }
+    }
+}
+
+fn init_logging(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}
+
+#[allow(clippy::print_stderr)]
+fn warn_user(msg: &str) {
+    eprintln!("antler: {msg}");
+}
+
+/// `$ANTLER_HOME`, default `./.antler`.
+fn data_home() -> PathBuf {
+    std::env::var_os("ANTLER_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(".antler"))
+}
+
+fn env_lookup(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+/// Load the config file, or the built-in default when there is none.
+fn load_config(cli: Option<&Path>) -> Result<Config, Failure> {
+    match antler_config::resolve_path(cli) {
+        Some(path) => {
+            let Loaded {
+                config, warnings, ..
+            } = Config::load(&path).map_err(|e| Failure::usage(e.to_string()))?;
+            for w in warnings {
+                warn_user(&format!("warning: {w}"));
+            }
+            Ok(config)
+        }
+        None => {
+            let config =
+                Config::zero_config(&env_lookup).map_err(|e| Failure::usage(e.to_string()))?;
+            let model = config.default_model();
+            warn_user(&format!(
+                "no config.yaml found; using the built-in default (model '{}' at {}, SQLite in {}, local sandbox). Run `antler config init` to write one.",
+                model.map(|m| m.model.as_str()).unwrap_or("?"),
+                model
+                    .and_then(|m| m.base_url.as_deref())
+                    .unwrap_or("https://api.openai.com/v1"),
+                data_home().display()
+            ));
+            Ok(config)
+        }
+    }
+}
+
+fn open_app(cli: Option<&Path>) -> Result<App, Failure> {
+    let config = load_config(cli)?;
+    Ok(App::open(config, data_home())?)
+}
+
+fn main() -> ExitCode {
+    // The sandbox helper must not start a runtime or logging: it execs the command.
+    let raw: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if raw.get(1).is_some_and(|a| a == "sandbox-exec") {
+        let code = antler_sandbox::sandbox_exec_main(&raw[2..]);
+        return ExitCode::from(u8::try_from(code).unwrap_or(1));
+    }
+    let cli = Cli::parse();
+    init_logging(cli.verbose);
+    let result = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("could not start the async runtime")
+    {
+        Ok(rt) => rt.block_on(dispatch(cli)),
+        Err(e) => Err(Failure::from(e)),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(f) => {
+            warn_user(&format!("error: {}", f.message));
+            ExitCode::from(f.code)
+        }
+    }
+}
+
+async fn dispatch(cli: Cli) -> Result<u8, Failure> {
+    let config_path = cli.config.as_deref();
+    match cli.command {
+        Command::Run(args) => run(config_path, args).await,
+        Command::Threads(cmd) => {
+            let app = open_app(config_path)?;
+            threads::run(&app, cmd).await
+        }
+        Command::Config(ConfigCmd::Init { path, force }) => config_init(&path, force),
+        Command::Config(ConfigCmd::Check) => config_check(config_path),
+        Command::SandboxExec { args } => {
+            Ok(u8::try_from(antler_sandbox::sandbox_exec_main(&args)).unwrap_or(1))
+        }
+    }
+}
+
+fn read_message(arg: &str) -> Result<String, Failure> {
+    if arg != "-" {
+        return Ok(arg.to_owned());
+    }
+    let mut s = String::new();
+    std::io::stdin()
+        .read_to_string(&mut s)
+        .map_err(|e| Failure::usage(format!("could not read the message from stdin: {e}")))?;
+    Ok(s)
+}
+
+#[allow(clippy::print_stdout)]
+async fn run(config_path: Option<&Path>, args: RunArgs) -> Result<u8, Failure> {
+    let text = read_message(&args.message)?;
+    if text.trim().is_empty() && args.attach.is_empty() {
+        return Err(Failure::usage("the message is empty"));
+    }
+    let app = open_app(config_path)?;
+    let thread_id = args
+        .thread_id
+        .clone()
+        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    let mut message = Message::human(text);
+    if !args.attach.is_empty() {
+        let attached = antler_agent::toolset::attach(&app, &thread_id, &args.attach)?;
+        for note in &attached.notes {
+            warn_user(note);
+        }
+        message
+            .additional_kwargs_mut()
+            .insert("files".into(), serde_json::Value::Array(attached.files));
+    }
+    let cancel = CancellationToken::new();
+    spawn_ctrl_c(cancel.clone());
+    let subagents = if args.subagents {
+        Some(true)
+    } else if args.no_subagents {
+        Some(false)
+    } else {
+        None
+    };
+    let req = TurnRequest {
+        thread_id: Some(thread_id),
+        message: Some(message),
+        model_name: args.model.clone(),
+        plan_mode: args.plan_mode,
+        subagents,
+        recursion_limit: args.recursion_limit,
+        cancel: Some(cancel),
+        ..Default::default()
+    };
+    let text_sink = Arc::new(TextRenderer::new(std::io::stdout(), std::io::stderr()));
+    let sink: Arc<dyn EventSink> = match args.output {
+        OutputFormat::Text => text_sink.clone(),
+        OutputFormat::Jsonl => Arc::new(JsonlRenderer::new(std::io::stdout())),
+        OutputFormat::Json => Arc::new(NullSink),
+    };
+    let outcome = app.run_turn(req, sink).await?;
+    match args.output {
+        OutputFormat::Text => {
+            text_sink.finish();
+            match outcome.status {
+                RunStatus::Success => {}
+                RunStatus::Interrupted => warn_user("run interrupted"),
+                RunStatus::Error => warn_user(&format!(
+                    "run failed: {}",
+                    outcome.error.as_deref().unwrap_or("see the last message")
+                )),
+            }
+            warn_user(&format!("thread {}", outcome.thread_id));
+        }
+        OutputFormat::Json => {
+            let obj = json!({
+                "thread_id": outcome.thread_id,
+                "run_id": outcome.run_id,
+                "status": outcome.status.as_str(),
+                "values": outcome.state.as_ref(),
+                "error": outcome.error,
+            });
+            println!("{obj}");
+        }
+        OutputFormat::Jsonl => {}
+    }
+    Ok(if outcome.error.is_some() {
+        exit::RUN_FAILED
+    } else {
+        exit::OK
+    })
+}
+
+/// First Ctrl-C cancels the run cleanly; a second one exits at once.
+fn spawn_ctrl_c(cancel: CancellationToken) {
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            warn_user("cancelling… (Ctrl-C again to quit now)");
+            cancel.cancel();
+            if tokio::signal::ctrl_c().await.is_ok() {
+                std::process::exit(130);
+            }
+        }
+    });
+}
+
+#[allow(clippy::print_stdout)]
+fn config_init(path: &Path, force: bool) -> Result<u8, Failure> {
+    if path.exists() && !force {
+        return Err(Failure::usage(format!(
+            "{} already exists — pass --force to overwrite it",
+            path.display()
+        )));
+    }
+    std::fs::write(path, antler_config::TEMPLATE)
+        .map_err(|e| Failure::usage(format!("could not write {}: {e}", path.display())))?;
+    println!("wrote {}", path.display());
+    Ok(exit::OK)
+}
+
+#[allow(clippy::print_stdout)]
+fn config_check(cli: Option<&Path>) -> Result<u8, Failure> {
+    let Some(path) = antler_config::resolve_path(cli) else {
+        return Err(Failure::usage(
+            "no config file: pass --config PATH, set ANTLER_CONFIG, or create ./config.yaml (`antler config init`)",
+        ));
+    };
+    let loaded = Config::load(&path).map_err(|e| Failure::usage(e.to_string()))?;
+    for w in &loaded.warnings {
+        warn_user(&format!("warning: {w}"));
+    }
+    let config = &loaded.config;
+    for m in &config.models {
+        m.provider_kind()
+            .map_err(|e| Failure::usage(format!("{}: {e}", path.display())))?;
+    }
+    println!("{}: ok", path.display());
+    println!(
+        "  models: {}",
+        config
+            .models
+            .iter()
+            .map(|m| format!("{} ({})", m.name, m.model))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    println!(
+        "  tools: {}",
+        config
+            .tools
+            .iter()
+            .map(|t| t.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    println!(
+        "  sandbox: {} (allow_host_bash: {}, confine: {:?})",
+        config.sandbox.use_, config.sandbox.allow_host_bash, config.sandbox.confine
+    );
+    println!("  max_recursion_limit: {}", config.max_recursion_limit);
+    Ok(exit::OK)
+}

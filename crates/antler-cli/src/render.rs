@@ -1,0 +1,255 @@
+//! Renderers of a run's event stream: `text` (tokens as they arrive, one line per tool call and
+//! per tool outcome), `jsonl` (one LangGraph-named event per line) and `json` (nothing while
+//! running; the final object is printed by the caller).
+
+use std::collections::HashSet;
+use std::io::Write;
+use std::sync::Mutex;
+
+use antler_protocol::{Message, StreamEvent, StreamMessage, StreamModes, ToolStatus};
+use antler_runtime::EventSink;
+use serde_json::{json, Value};
+
+/// `--output` formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    Text,
+    Json,
+    Jsonl,
+}
+
+/// Longest tool argument/result preview on a progress line.
+const PREVIEW_CHARS: usize = 100;
+
+fn one_line(s: &str, max: usize) -> String {
+    let flat: String = s
+        .chars()
+        .map(|c| {
+            if c == '\n' || c == '\r' || c == '\t' {
+                ' '
+            } else {
+                c
+            }
+        })
+        .collect();
+    let flat = flat.trim();
+    if flat.chars().count() > max {
+        let cut: String = flat.chars().take(max.saturating_sub(1)).collect();
+        format!("{cut}…")
+    } else {
+        flat.to_owned()
+    }
+}
+
+/// The most telling argument of a tool call, for its progress line.
+fn call_summary(args: &serde_json::Map<String, Value>) -> String {
+    for key in [
+        "command",
+        "path",
+        "pattern",
+        "query",
+        "url",
+        "prompt",
+        "question",
+        "filepaths",
+    ] {
+        if let Some(v) = args.get(key) {
+            return match v {
+                Value::String(s) => one_line(s, PREVIEW_CHARS),
+                other => one_line(&other.to_string(), PREVIEW_CHARS),
+            };
+        }
+    }
+    one_line(&Value::Object(args.clone()).to_string(), PREVIEW_CHARS)
+}
+
+struct TextState {
+    /// AI message ids whose text already streamed.
+    streamed: HashSet<String>,
+    /// Whether stdout is mid-line.
+    mid_line: bool,
+    in_reasoning: bool,
+}
+
+/// Human output: assistant text on stdout, tool activity on stderr.
+pub struct TextRenderer<O: Write + Send, E: Write + Send> {
+    out: Mutex<(O, E, TextState)>,
+}
+
+impl<O: Write + Send, E: Write + Send> TextRenderer<O, E> {
+    pub fn new(out: O, err: E) -> Self {
+        TextRenderer {
+            out: Mutex::new((
+                out,
+                err,
+                TextState {
+                    streamed: HashSet::new(),
+                    mid_line: false,
+                    in_reasoning: false,
+                },
+            )),
+        }
+    }
+
+    /// End the current line of streamed text, if any.
+    pub fn finish(&self) {
+        if let Ok(mut g) = self.out.lock() {
+            let (out, _, st) = &mut *g;
+            if st.mid_line {
+                let _ = writeln!(out);
+                st.mid_line = false;
+            }
+            let _ = out.flush();
+        }
+    }
+
+    #[cfg(test)]
+    pub fn into_inner(self) -> Option<(O, E)> {
+        self.out.into_inner().ok().map(|(o, e, _)| (o, e))
+    }
+}
+
+impl<O: Write + Send, E: Write + Send> EventSink for TextRenderer<O, E> {
+    fn modes(&self) -> StreamModes {
+        StreamModes {
+            values: false,
+            updates: true,
+            messages: true,
+            custom: true,
+        }
+    }
+
+    fn emit(&self, event: StreamEvent) {
+        let Ok(mut g) = self.out.lock() else { return };
+        let (out, err, st) = &mut *g;
+        match event {
+            StreamEvent::Messages {
+                message: StreamMessage::AiChunk(chunk),
+                ..
+            } => {
+                if let Some(r) = chunk
+                    .additional_kwargs
+                    .get("reasoning_content")
+                    .and_then(Value::as_str)
+                {
+                    if !st.in_reasoning {
+                        let _ = write!(err, "[thinking] ");
+                        st.in_reasoning = true;
+                    }
+                    let _ = write!(err, "{r}");
+                    let _ = err.flush();
+                }
+                let text = chunk.content.text();
+                if !text.is_empty() {
+                    if st.in_reasoning {
+                        let _ = writeln!(err);
+                        st.in_reasoning = false;
+                    }
+                    if let Some(id) = &chunk.id {
+                        st.streamed.insert(id.clone());
+                    }
+                    let _ = write!(out, "{text}");
+                    let _ = out.flush();
+                    st.mid_line = !text.ends_with('\n');
+                }
+            }
+            StreamEvent::Messages {
+                message: StreamMessage::Tool(tm),
+                ..
+            } => {
+                let name = tm.name.as_deref().unwrap_or("tool");
+                let mark = match tm.status {
+                    ToolStatus::Success => "✓",
+                    ToolStatus::Error => "✗",
+                };
+                let _ = writeln!(
+                    err,
+                    "  {mark} {name}: {}",
+                    one_line(&tm.content.text(), PREVIEW_CHARS)
+                );
+            }
+            StreamEvent::Updates { node, update } if node == "model" => {
+                for m in update.messages.iter().flatten() {
+                    let Message::Ai(ai) = m else { continue };
+                    let id = ai.id.clone().unwrap_or_default();
+                    // Models that did not stream: print the answer now.
+                    if !st.streamed.contains(&id) {
+                        let text = ai.content.text();
+                        if !text.is_empty() {
+                            let _ = write!(out, "{text}");
+                            st.mid_line = !text.ends_with('\n');
+                        }
+                    }
+                    if st.mid_line && !ai.tool_calls.is_empty() {
+                        let _ = writeln!(out);
+                        st.mid_line = false;
+                    }
+                    let _ = out.flush();
+                    if st.in_reasoning {
+                        let _ = writeln!(err);
+                        st.in_reasoning = false;
+                    }
+                    for call in &ai.tool_calls {
+                        let _ = writeln!(err, "  → {}({})", call.name, call_summary(&call.args));
+                    }
+                    for bad in &ai.invalid_tool_calls {
+                        let _ = writeln!(
+                            err,
+                            "  ✗ {}: invalid tool call: {}",
+                            bad.name.as_deref().unwrap_or("?"),
+                            one_line(bad.error.as_deref().unwrap_or(""), PREVIEW_CHARS)
+                        );
+                    }
+                }
+            }
+            StreamEvent::Custom(v) => {
+                if let Some(kind) = v.get("type").and_then(Value::as_str) {
+                    let detail = v
+                        .get("message")
+                        .or_else(|| v.get("description"))
+                        .and_then(Value::as_str)
+                        .map(|s| format!(": {}", one_line(s, PREVIEW_CHARS)))
+                        .unwrap_or_default();
+                    let _ = writeln!(err, "  · {kind}{detail}");
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// One JSON object per line: `{"event": <name>, "data": <data>}`.
+pub struct JsonlRenderer<O: Write + Send> {
+    out: Mutex<O>,
+}
+
+impl<O: Write + Send> JsonlRenderer<O> {
+    pub fn new(out: O) -> Self {
+        JsonlRenderer {
+            out: Mutex::new(out),
+        }
+    }
+
+    #[cfg(test)]
+    pub fn into_inner(self) -> Option<O> {
+        self.out.into_inner().ok()
+    }
+}
+
+impl<O: Write + Send> EventSink for JsonlRenderer<O> {
+    fn modes(&self) -> StreamModes {
+        StreamModes::ALL
+    }
+
+    fn emit(&self, event: StreamEvent) {
+        let line = json!({"event": event.name(), "data": event.data()});
+        if let Ok(mut out) = self.out.lock() {
+            let _ = writeln!(out, "{line}");
+            let _ = out.flush();
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "render_tests.rs"]
+mod tests;

@@ -1,0 +1,110 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+use super::*;
+use antler_protocol::{AiMessage, AiMessageChunk, MessageMeta, StateUpdate, ToolCall, ToolMessage};
+use std::sync::Arc;
+
+fn meta() -> Arc<MessageMeta> {
+    Arc::new(MessageMeta {
+        langgraph_node: "model",
+        langgraph_step: 1,
+        langgraph_checkpoint_ns: "model:x".into(),
+        checkpoint_ns: "model:x".into(),
+        thread_id: "t".into(),
+        run_id: "r".into(),
+        assistant_id: "lead_agent".into(),
+        ls_provider: None,
+        ls_model_name: None,
+    })
+}
+
+fn chunk(id: &str, text: &str) -> StreamEvent {
+    StreamEvent::Messages {
+        message: StreamMessage::AiChunk(AiMessageChunk {
+            content: text.into(),
+            id: Some(id.into()),
+            ..Default::default()
+        }),
+        meta: meta(),
+    }
+}
+
+fn model_update(ai: AiMessage) -> StreamEvent {
+    StreamEvent::Updates {
+        node: "model".into(),
+        update: Arc::new(StateUpdate::message(ai)),
+    }
+}
+
+#[test]
+fn text_streams_tokens_and_one_line_per_tool_call_and_outcome() {
+    let r = TextRenderer::new(Vec::new(), Vec::new());
+    r.emit(chunk("a1", "Let me "));
+    r.emit(chunk("a1", "look."));
+    let mut ai = AiMessage {
+        content: "Let me look.".into(),
+        id: Some("a1".into()),
+        ..Default::default()
+    };
+    let mut args = serde_json::Map::new();
+    args.insert("description".into(), json!("list"));
+    args.insert("path".into(), json!("/mnt/user-data/workspace"));
+    ai.tool_calls.push(ToolCall::new("c1", "ls", args));
+    r.emit(model_update(ai));
+    r.emit(StreamEvent::Messages {
+        message: StreamMessage::Tool(
+            ToolMessage::error("c1", "Error: Directory not found\nmore").with_name("ls"),
+        ),
+        meta: meta(),
+    });
+    r.emit(chunk("a2", "Done."));
+    r.emit(model_update(AiMessage {
+        content: "Done.".into(),
+        id: Some("a2".into()),
+        ..Default::default()
+    }));
+    r.finish();
+    let (out, err) = r.into_inner().unwrap();
+    assert_eq!(String::from_utf8(out).unwrap(), "Let me look.\nDone.\n");
+    assert_eq!(
+        String::from_utf8(err).unwrap(),
+        "  → ls(/mnt/user-data/workspace)\n  ✗ ls: Error: Directory not found more\n"
+    );
+}
+
+#[test]
+fn text_prints_non_streamed_answers_from_the_model_update() {
+    let r = TextRenderer::new(Vec::new(), Vec::new());
+    r.emit(model_update(AiMessage {
+        content: "whole answer".into(),
+        id: Some("a".into()),
+        ..Default::default()
+    }));
+    r.finish();
+    let (out, _) = r.into_inner().unwrap();
+    assert_eq!(String::from_utf8(out).unwrap(), "whole answer\n");
+}
+
+#[test]
+fn jsonl_writes_one_named_event_per_line() {
+    let r = JsonlRenderer::new(Vec::new());
+    r.emit(StreamEvent::Metadata {
+        run_id: "r".into(),
+        thread_id: "t".into(),
+    });
+    r.emit(chunk("a", "hi"));
+    r.emit(StreamEvent::End);
+    let out = String::from_utf8(r.into_inner().unwrap()).unwrap();
+    let lines: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3);
+    assert_eq!(
+        lines[0],
+        json!({"event": "metadata", "data": {"run_id": "r", "thread_id": "t", "attempt": 1}})
+    );
+    assert_eq!(lines[1]["event"], "messages");
+    assert_eq!(lines[1]["data"][0]["type"], "AIMessageChunk");
+    assert_eq!(lines[1]["data"][1]["langgraph_node"], "model");
+    assert_eq!(lines[2], json!({"event": "end", "data": null}));
+}

@@ -1,0 +1,519 @@
+//! `antler run` end to end: the real binary, a real SQLite file, real tool processes, and a
+//! mock OpenAI-compatible server on 127.0.0.1 that checks tool-call pairing on every request.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use antler_test_support::{MockOpenAi, MockReply, MockToolCall};
+use common::{kinds, roles, Project};
+use pretty_assertions::assert_eq;
+use serde_json::{json, Value};
+
+const BASH_ON: &str = "sandbox:\n  use: deerflow.sandbox.local:LocalSandboxProvider\n  allow_host_bash: true\ntools:\n  - {name: ls, group: file:read, use: deerflow.sandbox.tools:ls_tool}\n  - {name: read_file, group: file:read, use: deerflow.sandbox.tools:read_file_tool}\n  - {name: write_file, group: file:write, use: deerflow.sandbox.tools:write_file_tool}\n  - {name: bash, group: bash, use: deerflow.sandbox.tools:bash_tool}\n";
+
+fn streaming(on: bool) -> String {
+    format!("    streaming: {on}\n")
+}
+
+fn tool_round_trip(stream: bool) {
+    let mock = MockOpenAi::start_on_thread().with_replies([
+        MockReply::tool_call(
+            "call_w",
+            "write_file",
+            json!({"description": "save", "path": "/mnt/user-data/workspace/notes.txt", "content": "hello antler"}),
+        ),
+        MockReply::tool_call("call_r", "read_file", json!({"description": "check", "path": "/mnt/user-data/workspace/notes.txt"})),
+        MockReply::text("The file says hello antler.").usage(30, 7),
+    ]);
+    let p = Project::new(&mock, &format!("{}{BASH_ON}", streaming(stream)));
+    let (code, out, stderr) = p.run_json(&["--thread-id", "t1", "write a note"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(out["status"], "success");
+    assert_eq!(out["thread_id"], "t1");
+    assert_eq!(out["error"], Value::Null);
+    assert_eq!(
+        kinds(&out["values"]),
+        ["human", "ai", "tool", "ai", "tool", "ai"]
+    );
+    let msgs = out["values"]["messages"].as_array().unwrap();
+    assert_eq!(msgs[4]["content"], "hello antler");
+    assert_eq!(msgs[4]["status"], "success");
+    assert_eq!(msgs[5]["content"], "The file says hello antler.");
+    assert_eq!(msgs[5]["usage_metadata"]["total_tokens"], 37);
+    // The file landed in the thread's workspace under ANTLER_HOME.
+    let host = p.home().join("threads/t1/user-data/workspace/notes.txt");
+    assert_eq!(std::fs::read_to_string(host).unwrap(), "hello antler");
+    let reqs = mock.requests();
+    assert_eq!(reqs.len(), 3);
+    assert!(reqs.iter().all(|r| r.is_stream() == stream));
+    assert_eq!(reqs[2].header("authorization"), Some("Bearer sk-test"));
+    assert_eq!(
+        roles(&reqs[2].body),
+        ["system", "user", "assistant", "tool", "assistant", "tool"]
+    );
+    // The model never sees a host path.
+    assert!(!reqs[2]
+        .body
+        .to_string()
+        .contains(p.home().to_str().unwrap()));
+    mock.assert_no_violations();
+}
+
+#[test]
+fn tool_round_trip_non_streaming() {
+    tool_round_trip(false);
+}
+
+#[test]
+fn tool_round_trip_streaming() {
+    tool_round_trip(true);
+}
+
+#[test]
+fn parallel_tool_calls_are_answered_in_call_order() {
+    let mock = MockOpenAi::start_on_thread().with_replies([
+        MockReply::tool_calls([
+            MockToolCall::new(
+                "call_a",
+                "bash",
+                json!({"description": "slow", "command": "sleep 0.3; echo first"}),
+            ),
+            MockToolCall::new(
+                "call_b",
+                "bash",
+                json!({"description": "fast", "command": "echo second"}),
+            ),
+        ]),
+        MockReply::text("both ran"),
+    ]);
+    let p = Project::new(&mock, BASH_ON);
+    let (code, out, stderr) = p.run_json(&["two at once"]);
+    assert_eq!(code, 0, "{stderr}");
+    let msgs = out["values"]["messages"].as_array().unwrap();
+    assert_eq!(msgs[2]["tool_call_id"], "call_a");
+    assert_eq!(msgs[2]["content"], "first\n");
+    assert_eq!(msgs[3]["tool_call_id"], "call_b");
+    assert_eq!(msgs[3]["content"], "second\n");
+    mock.assert_no_violations();
+}
+
+#[test]
+fn a_thread_resumes_from_sqlite_in_a_new_process() {
+    let mock = MockOpenAi::start_on_thread().with_replies([
+        MockReply::text("first answer"),
+        MockReply::text("second answer"),
+    ]);
+    let p = Project::new(&mock, "");
+    let (code, _, stderr) = p.run_json(&["--thread-id", "resume-me", "first question"]);
+    assert_eq!(code, 0, "{stderr}");
+    let (code, out, stderr) = p.run_json(&["--thread-id", "resume-me", "second question"]);
+    assert_eq!(code, 0, "{stderr}");
+    let texts: Vec<&str> = out["values"]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        texts,
+        [
+            "first question",
+            "first answer",
+            "second question",
+            "second answer"
+        ]
+    );
+    let second = &mock.requests()[1].body;
+    assert_eq!(roles(second), ["system", "user", "assistant", "user"]);
+    // The system prompt is byte-identical across turns (provider prefix caches).
+    assert_eq!(
+        mock.requests()[0].body["messages"][0],
+        second["messages"][0]
+    );
+}
+
+#[test]
+fn the_recursion_limit_ends_the_run_with_an_error_status() {
+    let mock = MockOpenAi::start_on_thread();
+    let n = std::sync::atomic::AtomicUsize::new(0);
+    mock.set_fallback(move |_| {
+        let i = n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        MockReply::tool_call(
+            format!("call_{i}"),
+            "ls",
+            json!({"description": "again", "path": "/mnt/user-data/workspace"}),
+        )
+    });
+    let p = Project::new(&mock, BASH_ON);
+    let (code, out, _) = p.run_json(&["--recursion-limit", "12", "loop forever"]);
+    assert_eq!(code, 1);
+    assert_eq!(out["status"], "error");
+    assert!(
+        out["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("Recursion limit of 12 reached"),
+        "{}",
+        out["error"]
+    );
+    // Every committed tool call still has its result.
+    mock.assert_no_violations();
+}
+
+#[test]
+fn malformed_provider_responses_are_recoverable() {
+    let mock = MockOpenAi::start_on_thread().with_replies([
+        // Bad JSON arguments → an invalid tool call, never executed; the turn ends.
+        MockReply::tool_call("call_bad", "ls", Value::String("{not json".into())),
+        // Missing tool-call id → antler assigns one so the result pairs.
+        MockReply::tool_calls([MockToolCall::without_id(
+            "ls",
+            json!({"description": "list", "path": "/mnt/user-data/workspace"}),
+        )]),
+        MockReply::text("recovered"),
+        // A body that is not JSON at all → a failed run, not a crash.
+        MockReply::raw_body(200, "this is not json"),
+    ]);
+    let p = Project::new(&mock, BASH_ON);
+    let (code, out, stderr) = p.run_json(&["--thread-id", "m", "go"]);
+    assert_eq!(code, 0, "{stderr}");
+    let ai = &out["values"]["messages"][1];
+    assert_eq!(ai["tool_calls"], json!([]));
+    assert_eq!(ai["invalid_tool_calls"][0]["args"], "{not json");
+
+    let (code, out, stderr) = p.run_json(&["--thread-id", "m", "again"]);
+    assert_eq!(code, 0, "{stderr}");
+    let msgs = out["values"]["messages"].as_array().unwrap();
+    let call_id = msgs[3]["tool_calls"][0]["id"].as_str().unwrap();
+    assert!(!call_id.is_empty());
+    assert_eq!(msgs[4]["tool_call_id"], call_id);
+    assert_eq!(msgs[5]["content"], "recovered");
+
+    let (code, out, _) = p.run_json(&["--thread-id", "m", "third"]);
+    assert_eq!(code, 1);
+    assert_eq!(out["status"], "error");
+    assert!(
+        out["error"]
+            .as_str()
+            .unwrap()
+            .contains("malformed provider response"),
+        "{}",
+        out["error"]
+    );
+    mock.assert_no_violations();
+}
+
+#[test]
+fn ctrl_c_interrupts_the_run_and_keeps_the_checkpoint() {
+    let mock = MockOpenAi::start_on_thread().with_replies([MockReply::tool_call(
+        "call_1",
+        "bash",
+        json!({"description": "slow", "command": "sleep 30"}),
+    )]);
+    let p = Project::new(&mock, BASH_ON);
+    let child = p
+        .cmd(&[
+            "run",
+            "--output",
+            "json",
+            "--thread-id",
+            "c",
+            "run something long",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until the tool is running: the bash process exists under the workspace.
+    let ws = p.home().join("threads/c/user-data/workspace");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !(mock.requests().len() == 1 && ws.exists() && sleeping_child(child.id())) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the tool never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["status"], "interrupted");
+    // The AI message that made the call was checkpointed before the tool ran.
+    assert_eq!(kinds(&v["values"]), ["human", "ai"]);
+    let show = p.run(&["threads", "show", "c", "--output", "json"]);
+    let shown: Value = serde_json::from_slice(&show.stdout).unwrap();
+    assert_eq!(kinds(&shown["values"]), ["human", "ai"]);
+}
+
+/// Whether `pid` has a `sleep` descendant.
+fn sleeping_child(pid: u32) -> bool {
+    let out = std::process::Command::new("ps")
+        .args(["-eo", "ppid=,pid=,comm="])
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    let rows: Vec<(u32, u32, String)> = table
+        .lines()
+        .filter_map(|l| {
+            let mut it = l.split_whitespace();
+            Some((
+                it.next()?.parse().ok()?,
+                it.next()?.parse().ok()?,
+                it.next()?.to_owned(),
+            ))
+        })
+        .collect();
+    let mut frontier = vec![pid];
+    while let Some(p) = frontier.pop() {
+        for (pp, c, comm) in &rows {
+            if *pp == p {
+                if comm == "sleep" {
+                    return true;
+                }
+                frontier.push(*c);
+            }
+        }
+    }
+    false
+}
+
+#[test]
+fn text_output_streams_tokens_and_shows_tool_activity() {
+    let mock = MockOpenAi::start_on_thread().with_replies([
+        MockReply::tool_call(
+            "call_1",
+            "ls",
+            json!({"description": "look", "path": "/mnt/user-data/missing"}),
+        ),
+        MockReply::text("Nothing there, all done."),
+    ]);
+    let p = Project::new(&mock, &format!("{}{BASH_ON}", streaming(true)));
+    let out = p.run(&["run", "look around"]);
+    assert_eq!(out.status.code(), Some(0));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stdout, "Nothing there, all done.\n");
+    assert!(
+        stderr.contains("  → ls(/mnt/user-data/missing)\n"),
+        "{stderr}"
+    );
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.starts_with("  ✓ ls:") || l.starts_with("  ✗ ls:")),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn jsonl_output_uses_langgraph_event_names() {
+    let mock = MockOpenAi::start_on_thread().with_replies([
+        MockReply::tool_call(
+            "call_1",
+            "ls",
+            json!({"description": "look", "path": "/mnt/user-data/workspace"}),
+        ),
+        MockReply::text("done"),
+    ]);
+    let p = Project::new(&mock, BASH_ON);
+    let out = p.run(&["run", "--output", "jsonl", "go"]);
+    assert_eq!(out.status.code(), Some(0));
+    let events: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let names: Vec<&str> = events
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    assert_eq!(names.first(), Some(&"metadata"));
+    assert_eq!(names.last(), Some(&"end"));
+    for n in ["values", "updates", "messages"] {
+        assert!(names.contains(&n), "{names:?}");
+    }
+    // One message id everywhere: the final AI message's id is the one its chunks used.
+    let last_values = events
+        .iter()
+        .rev()
+        .find(|e| e["event"] == "values")
+        .unwrap();
+    let final_id = last_values["data"]["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()["id"]
+        .clone();
+    assert!(events.iter().any(|e| e["event"] == "messages"
+        && e["data"][0]["type"] == "AIMessageChunk"
+        && e["data"][0]["id"] == final_id));
+}
+
+#[test]
+fn zero_config_uses_openai_env_vars() {
+    let mock = MockOpenAi::start_on_thread().with_replies([MockReply::text("hi from zero config")]);
+    let p = Project::empty();
+    let out = p
+        .cmd(&["run", "--output", "json", "hello"])
+        .env("OPENAI_BASE_URL", mock.base_url())
+        .env("OPENAI_API_KEY", "sk-zero")
+        .env("ANTLER_MODEL", "tiny-model")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["values"]["messages"][1]["content"], "hi from zero config");
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .contains("no config.yaml found; using the built-in default"));
+    let req = &mock.requests()[0];
+    assert_eq!(req.body["model"], "tiny-model");
+    assert_eq!(req.header("authorization"), Some("Bearer sk-zero"));
+    assert!(p.home().join("antler.db").exists());
+}
+
+#[test]
+fn bad_config_and_unknown_model_exit_non_zero_with_one_line() {
+    let mock = MockOpenAi::start_on_thread();
+    let p = Project::new(&mock, "max_recursion_limit: lots\n");
+    let out = p.run(&["run", "hi"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("config.yaml") && err.contains("max_recursion_limit"),
+        "{err}"
+    );
+
+    let p = Project::new(&mock, "");
+    let out = p
+        .cmd(&["run", "hi"])
+        .env_remove("MOCK_KEY")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("MOCK_KEY") && err.contains("models[0].api_key"),
+        "{err}"
+    );
+
+    let out = p.run(&["run", "--model", "nope", "hi"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown model 'nope'"));
+    assert_eq!(mock.requests().len(), 0);
+}
+
+#[test]
+fn unreachable_store_exits_non_zero() {
+    let mock = MockOpenAi::start_on_thread();
+    let p = Project::new(&mock, "");
+    std::fs::write(p.path().join("not-a-dir"), "x").unwrap();
+    let out = p
+        .cmd(&["run", "hi"])
+        .env("ANTLER_HOME", p.path().join("not-a-dir"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stderr).lines().count(), 1);
+}
+
+#[test]
+fn threads_list_and_show() {
+    let mock = MockOpenAi::start_on_thread().with_replies([MockReply::text("answer one")]);
+    let p = Project::new(&mock, "");
+    let (code, _, _) = p.run_json(&["--thread-id", "listed", "what is antler?"]);
+    assert_eq!(code, 0);
+    let list = p.run(&["threads", "list"]);
+    let text = String::from_utf8_lossy(&list.stdout);
+    assert!(
+        text.contains("listed") && text.contains("idle") && text.contains("what is antler?"),
+        "{text}"
+    );
+    let list: Value =
+        serde_json::from_slice(&p.run(&["threads", "list", "--output", "json"]).stdout).unwrap();
+    assert_eq!(list[0]["thread_id"], "listed");
+    let show = p.run(&["threads", "show", "listed"]);
+    let text = String::from_utf8_lossy(&show.stdout);
+    assert!(
+        text.contains("[user] what is antler?") && text.contains("[assistant] answer one"),
+        "{text}"
+    );
+    let missing = p.run(&["threads", "show", "nope"]);
+    assert_eq!(missing.status.code(), Some(2));
+}
+
+#[test]
+fn config_init_writes_a_template_that_checks_clean() {
+    let p = Project::empty();
+    let out = p.run(&["config", "init"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(p.path().join("config.yaml").exists());
+    let again = p.run(&["config", "init"]);
+    assert_eq!(again.status.code(), Some(2));
+    let check = p
+        .cmd(&["config", "check"])
+        .env("OPENAI_API_KEY", "sk")
+        .output()
+        .unwrap();
+    assert_eq!(
+        check.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&check.stderr).is_empty(),
+        "warnings: {}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+}
+
+#[test]
+fn attached_files_are_uploaded_and_listed_for_the_model() {
+    let mock = MockOpenAi::start_on_thread().with_replies([MockReply::text("read it")]);
+    let p = Project::new(&mock, "");
+    std::fs::write(p.path().join("report.txt"), "quarterly numbers").unwrap();
+    let (code, out, stderr) = p.run_json(&[
+        "--thread-id",
+        "up",
+        "--attach",
+        "report.txt",
+        "--",
+        "summarize the report",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let human = &out["values"]["messages"][0];
+    assert_eq!(
+        human["additional_kwargs"]["files"][0]["path"],
+        "/mnt/user-data/uploads/report.txt"
+    );
+    assert_eq!(
+        std::fs::read_to_string(p.home().join("threads/up/user-data/uploads/report.txt")).unwrap(),
+        "quarterly numbers"
+    );
+    // The model was told about the upload before any tool use, by its virtual path.
+    let sent = mock.requests()[0].body["messages"][1]["content"].to_string();
+    assert!(sent.contains("/mnt/user-data/uploads/report.txt"), "{sent}");
+    // A missing attachment is refused before anything runs.
+    let out = p.run(&["run", "--attach", "nope.txt", "--", "x"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(mock.requests().len(), 1);
+}
