@@ -133,9 +133,7 @@ fn run_ctx(thread: &str) -> Arc<RunContext> {
 }
 
 fn home() -> tempfile::TempDir {
-    let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    std::fs::create_dir_all(&base).unwrap();
-    tempfile::tempdir_in(base).unwrap()
+    tempfile::tempdir_in(scratch_base()).unwrap()
 }
 
 #[tokio::test]
@@ -570,4 +568,26 @@ async fn uploads_scans_history_for_files_from_earlier_messages() {
     )
     .await;
     assert_eq!(sent, "again");
+}
+
+/// A scratch base outside `/tmp`: confined commands may write `/tmp`, so "cannot write outside"
+/// checks need a place that is not under it. Prefers cargo's per-target temp dir, else
+/// `/var/tmp`, else the crate folder's `target/`.
+fn scratch_base() -> PathBuf {
+    let under_tmp = |p: &std::path::Path| {
+        std::fs::canonicalize(p)
+            .map(|c| c.starts_with("/tmp") || c.starts_with("/dev/shm"))
+            .unwrap_or(true)
+    };
+    let candidates = [
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")),
+        PathBuf::from("/var/tmp/antler-tests"),
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/test-scratch"),
+    ];
+    for c in candidates {
+        if std::fs::create_dir_all(&c).is_ok() && !under_tmp(&c) {
+            return c;
+        }
+    }
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
 }

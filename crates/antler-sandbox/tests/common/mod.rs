@@ -14,9 +14,7 @@ use antler_sandbox::{Confine, ConfinementStatus, LocalSandboxProvider, SandboxSe
 /// A data home outside `/tmp` (a confined command may write `/tmp`, so "outside" checks need
 /// a place that is not).
 pub fn home() -> tempfile::TempDir {
-    let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    std::fs::create_dir_all(&base).unwrap();
-    tempfile::tempdir_in(base).unwrap()
+    tempfile::tempdir_in(scratch_base()).unwrap()
 }
 
 pub fn unconfined() -> ConfinementStatus {
@@ -65,4 +63,26 @@ pub fn process_gone(pid: u32) -> bool {
             .and_then(|rest| rest.split_whitespace().next())
             .is_some_and(|state| state == "Z" || state == "X"),
     }
+}
+
+/// A scratch base outside `/tmp`: confined commands may write `/tmp`, so "cannot write outside"
+/// checks need a place that is not under it. Prefers cargo's per-target temp dir, else
+/// `/var/tmp`, else the crate folder's `target/`.
+fn scratch_base() -> PathBuf {
+    let under_tmp = |p: &std::path::Path| {
+        std::fs::canonicalize(p)
+            .map(|c| c.starts_with("/tmp") || c.starts_with("/dev/shm"))
+            .unwrap_or(true)
+    };
+    let candidates = [
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")),
+        PathBuf::from("/var/tmp/antler-tests"),
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/test-scratch"),
+    ];
+    for c in candidates {
+        if std::fs::create_dir_all(&c).is_ok() && !under_tmp(&c) {
+            return c;
+        }
+    }
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
 }

@@ -54,9 +54,7 @@ pub fn off() -> ConfinementStatus {
 
 /// A folder outside `/tmp` (confined commands may write `/tmp`).
 pub fn scratch_dir() -> tempfile::TempDir {
-    let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    std::fs::create_dir_all(&base).unwrap();
-    tempfile::tempdir_in(base).unwrap()
+    tempfile::tempdir_in(scratch_base()).unwrap()
 }
 
 impl Harness {
@@ -224,4 +222,26 @@ pub fn exits_soon(pid: u32) -> bool {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// A scratch base outside `/tmp`: confined commands may write `/tmp`, so "cannot write outside"
+/// checks need a place that is not under it. Prefers cargo's per-target temp dir, else
+/// `/var/tmp`, else the crate folder's `target/`.
+fn scratch_base() -> PathBuf {
+    let under_tmp = |p: &std::path::Path| {
+        std::fs::canonicalize(p)
+            .map(|c| c.starts_with("/tmp") || c.starts_with("/dev/shm"))
+            .unwrap_or(true)
+    };
+    let candidates = [
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")),
+        PathBuf::from("/var/tmp/antler-tests"),
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/test-scratch"),
+    ];
+    for c in candidates {
+        if std::fs::create_dir_all(&c).is_ok() && !under_tmp(&c) {
+            return c;
+        }
+    }
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
 }
