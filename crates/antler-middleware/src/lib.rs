@@ -1,17 +1,52 @@
-//! DeerFlow's middlewares for antler's runtime, one file each, in chain order:
+//! DeerFlow's middlewares for antler's runtime, one file each, listed in chain order (spec 20
+//! §12: S = shared runtime segment, L = lead-only segment):
 //!
-//! | # | middleware | hooks |
-//! |---|------------|-------|
-//! | S4 | [`ThreadDataMiddleware`](thread_data) | before_agent |
-//! | S5 | [`UploadsMiddleware`](uploads) | before_agent |
-//! | S6 | [`SandboxMiddleware`](sandbox) | before_agent, after_agent, wrap_tool |
-//! | S11 | [`SandboxAuditMiddleware`](sandbox_audit) | wrap_tool |
-//! | S14 | [`ToolErrorHandlingMiddleware`](tool_error_handling) | wrap_tool |
+//! | #   | module | hooks |
+//! |-----|--------|-------|
+//! | S2  | [`tool_output_budget`] | wrap_model, wrap_tool |
+//! | S4  | [`thread_data`] | before_agent |
+//! | S5  | [`uploads`] | before_agent |
+//! | S6  | [`sandbox`] | before_agent, after_agent, wrap_tool |
+//! | S7  | [`dangling_tool_call`] | wrap_model |
+//! | S8  | [`llm_error_handling`] | wrap_model |
+//! | S9/S10 | [`guardrail`] | wrap_tool |
+//! | S11 | [`sandbox_audit`] | wrap_tool |
+//! | S14 | [`tool_error_handling`] | wrap_tool |
+//! | L1  | [`dynamic_context`] | before_agent |
+//! | L4  | [`durable_context`] | before_model, after_model, wrap_model |
+//! | L5  | [`summarization`] | before_model |
+//! | L6  | [`todo`] | before_agent, before_model, after_model, wrap_model, after_agent |
+//! | L7  | [`token_usage`] | after_model |
+//! | L8  | [`title`] | after_model |
+//! | L9  | [`memory`] | after_agent |
+//! | L10 | [`view_image`] | before_model, after_model |
+//! | L12 | [`deferred_tool_filter`] | wrap_model, wrap_tool |
+//! | L14 | [`subagent_limit`] | after_model |
+//! | L15 | [`loop_detection`] | before_agent, after_model, after_agent, wrap_model |
+//! | L16 | [`token_budget`] | before_agent, after_model, after_agent, wrap_model |
+//! | L22 | [`clarification`] | wrap_tool |
 //!
 //! A middleware sees only `antler-runtime`'s public API, never another middleware.
 
+pub mod clarification;
+pub mod dangling_tool_call;
+pub mod deferred_tool_filter;
+pub mod durable_context;
+pub mod dynamic_context;
+pub mod guardrail;
+pub mod llm_error_handling;
+pub mod loop_detection;
+pub mod memory;
 pub mod sandbox;
 pub mod sandbox_audit;
+pub mod subagent_limit;
+pub mod summarization;
 pub mod thread_data;
+pub mod title;
+pub mod todo;
+pub mod token_budget;
+pub mod token_usage;
 pub mod tool_error_handling;
+pub mod tool_output_budget;
 pub mod uploads;
+pub mod view_image;

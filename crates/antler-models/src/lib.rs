@@ -12,8 +12,10 @@ use serde_json::Value;
 
 pub mod providers;
 pub mod scripted;
+pub mod tokens;
 
 pub use scripted::{RecordedRequest, ScriptedModel, ScriptedReply};
+pub use tokens::TokenCounter;
 
 /// What the runtime knows about a configured model.
 #[derive(Clone, Debug, Default, PartialEq)]

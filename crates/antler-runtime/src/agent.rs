@@ -26,6 +26,7 @@ use crate::middleware::{
     Chain, HookOutput, JumpTo, Middleware, MiddlewareError, ModelCallError, ModelRequest,
     ToolCallRequest,
 };
+use crate::observe::RunEvent;
 use crate::tool::{Goto, ToolError, ToolOutcome, ToolRegistry};
 
 /// A configured agent: model, prompt, tools, middleware chain, and where it checkpoints.
@@ -217,6 +218,13 @@ impl Agent {
                 (RunStatus::Error, Some(e))
             }
         };
+        if r.run.observed() {
+            let msg = error.as_ref().map(|e| e.to_string());
+            r.run.observe(&RunEvent::RunEnd {
+                status,
+                error: msg.as_deref(),
+            });
+        }
         RunOutcome {
             status,
             state: r.state,
@@ -282,6 +290,12 @@ impl Runner<'_> {
         update.assign_message_ids();
         if update.is_empty() {
             return Ok(());
+        }
+        if self.run.observed() {
+            self.run.observe(&RunEvent::Update {
+                node,
+                update: &update,
+            });
         }
         Arc::make_mut(&mut self.state).apply(update)?;
         self.checkpoint(node, source).await?;
@@ -372,6 +386,9 @@ impl Runner<'_> {
             self.run.events.values(&self.state);
         } else {
             self.commit("__input__", first, "input").await?;
+        }
+        if self.run.observed() {
+            self.run.observe(&RunEvent::RunStart);
         }
 
         let chain = self.agent.chain.clone();
@@ -502,15 +519,26 @@ impl Runner<'_> {
         let agent = self.agent;
         let names: Arc<[String]> = agent.tools.names().map(str::to_owned).collect();
         let futures = calls.iter().map(|call| {
-            agent.chain.call_tool(ToolCallRequest {
+            let fut = agent.chain.call_tool(ToolCallRequest {
                 call: call.clone(),
                 tool: agent.tools.get(&call.name).cloned(),
                 state: self.state.clone(),
                 run: self.run.clone(),
                 tool_names: names.clone(),
-            })
+            });
+            async move {
+                let started = std::time::Instant::now();
+                let out = fut.await;
+                (out, started.elapsed())
+            }
         });
-        let results = self.cancellable(join_all(futures)).await?;
+        let timed = self.cancellable(join_all(futures)).await?;
+        let mut results = Vec::with_capacity(timed.len());
+        let mut durations = Vec::with_capacity(timed.len());
+        for (out, d) in timed {
+            results.push(out);
+            durations.push(d);
+        }
 
         // Results are applied in call order, whatever order they completed in; one failed call
         // fails the whole batch and nothing of it is applied.
@@ -535,10 +563,18 @@ impl Runner<'_> {
             per_call.push((call.id_str().to_owned(), update.clone()));
             merged.merge(update)?;
         }
-        for (task, update) in &per_call {
+        for ((task, update), (call, duration)) in per_call.iter().zip(calls.iter().zip(&durations))
+        {
             for m in update.messages.iter().flatten() {
                 if let Message::Tool(t) = m {
                     self.run.events.tool_message(t, task);
+                    if self.run.observed() && t.tool_call_id == call.id_str() {
+                        self.run.observe(&RunEvent::ToolResult {
+                            call,
+                            message: t,
+                            duration: *duration,
+                        });
+                    }
                 }
             }
             self.run.events.updates("tools", update);

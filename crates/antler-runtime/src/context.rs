@@ -213,6 +213,7 @@ pub struct RunContext {
     pub events: Emitter,
     /// Mutable run-scoped values (`stop_reason`, `sandbox_id`, …).
     values: Mutex<Map<String, Value>>,
+    observers: Vec<Arc<dyn crate::observe::RunObserver>>,
 }
 
 impl RunContext {
@@ -233,6 +234,25 @@ impl RunContext {
             options: RunOptions::default(),
             cancel: CancellationToken::new(),
             values: Mutex::new(Map::new()),
+            observers: Vec::new(),
+        }
+    }
+
+    /// Add an observer (the run journal, usage accounting …).
+    pub fn with_observer(mut self, observer: Arc<dyn crate::observe::RunObserver>) -> Self {
+        self.observers.push(observer);
+        self
+    }
+
+    /// Whether anyone observes this run (skip building events otherwise).
+    pub fn observed(&self) -> bool {
+        !self.observers.is_empty()
+    }
+
+    /// Report an event to every observer.
+    pub fn observe(&self, event: &crate::observe::RunEvent<'_>) {
+        for o in &self.observers {
+            o.on_event(self, event);
         }
     }
 

@@ -4,6 +4,7 @@ use antler_models::ChatRequest;
 use antler_protocol::{Message, ToolMessage};
 
 use crate::middleware::{ModelCallError, ModelRequest, ModelResponse, ToolCallRequest};
+use crate::observe::RunEvent;
 use crate::tool::{ToolContext, ToolError, ToolOutcome, ToolOutput};
 
 /// Call the model, streaming deltas to the run's event sink when `req.stream` is set.
@@ -17,7 +18,8 @@ pub(crate) async fn call_model(req: ModelRequest) -> Result<ModelResponse, Model
         message_id: &req.message_id,
     };
     let info = req.model.info();
-    let mut message = if req.stream && req.run.events.wants_messages() {
+    let started = std::time::Instant::now();
+    let result = if req.stream && req.run.events.wants_messages() {
         let meta = req.run.events.message_meta(
             "model",
             &req.message_id,
@@ -30,15 +32,44 @@ pub(crate) async fn call_model(req: ModelRequest) -> Result<ModelResponse, Model
             chunk.id = Some(id.clone());
             events.ai_chunk(chunk, &meta);
         };
-        req.model.stream(chat, &mut on_chunk).await?
+        req.model.stream(chat, &mut on_chunk).await
     } else if req.stream {
-        req.model.stream(chat, &mut |_| {}).await?
+        req.model.stream(chat, &mut |_| {}).await
     } else {
-        req.model.invoke(chat).await?
+        req.model.invoke(chat).await
     };
-    // One id everywhere: chunks, values, checkpoints.
-    message.id = Some(req.message_id.clone());
-    Ok(ModelResponse::from(message))
+    let caller = req
+        .run
+        .get("caller")
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_else(|| "lead_agent".to_owned());
+    match result {
+        Ok(mut message) => {
+            // One id everywhere: chunks, values, checkpoints.
+            message.id = Some(req.message_id.clone());
+            if req.run.observed() {
+                req.run.observe(&RunEvent::ModelResponse {
+                    caller: &caller,
+                    model: &info.name,
+                    request_messages: req.messages.len(),
+                    response: &message,
+                    latency: started.elapsed(),
+                });
+            }
+            Ok(ModelResponse::from(message))
+        }
+        Err(error) => {
+            if req.run.observed() {
+                req.run.observe(&RunEvent::ModelError {
+                    caller: &caller,
+                    model: &info.name,
+                    error: &error,
+                    latency: started.elapsed(),
+                });
+            }
+            Err(error.into())
+        }
+    }
 }
 
 /// Validate and run one tool call.

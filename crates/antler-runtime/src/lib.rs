@@ -8,6 +8,7 @@ pub mod checkpoint;
 pub mod context;
 mod exec;
 pub mod middleware;
+pub mod observe;
 pub mod tool;
 
 pub use agent::{now_rfc3339, tool_message_for, Agent, RunError, RunInput, RunOutcome, RunStatus};
@@ -19,6 +20,7 @@ pub use middleware::{
     Chain, ChainError, HookOutput, HookSet, JumpTo, Middleware, MiddlewareError, ModelCallError,
     ModelNext, ModelRequest, ModelResponse, ToolCallRequest, ToolNext,
 };
+pub use observe::{RunEvent, RunObserver};
 pub use tokio_util::sync::CancellationToken;
 pub use tool::{
     parse_args, Command, Goto, Tool, ToolContext, ToolError, ToolOutcome, ToolOutput, ToolRegistry,

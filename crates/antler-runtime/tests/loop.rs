@@ -767,3 +767,47 @@ async fn events_share_one_message_id_and_follow_langgraph_names() {
     let last_values = events.iter().rev().find(|(n, _)| n == "values").unwrap();
     assert_eq!(last_values.1["messages"].as_array().unwrap().len(), 4);
 }
+
+/// Records event kinds.
+#[derive(Default)]
+struct Recorder(Mutex<Vec<String>>);
+
+impl RunObserver for Recorder {
+    fn on_event(&self, _run: &RunContext, event: &RunEvent<'_>) {
+        let s = match event {
+            RunEvent::RunStart => "start".to_string(),
+            RunEvent::ModelResponse {
+                caller,
+                request_messages,
+                ..
+            } => format!("model({caller},{request_messages})"),
+            RunEvent::ModelError { .. } => "model_error".into(),
+            RunEvent::ToolResult { call, message, .. } => {
+                format!("tool({},{:?})", call.name, message.status)
+            }
+            RunEvent::Update { node, .. } => format!("update({node})"),
+            RunEvent::Middleware { name, .. } => format!("mw({name})"),
+            RunEvent::RunEnd { status, .. } => format!("end({})", status.as_str()),
+        };
+        self.0.lock().unwrap().push(s);
+    }
+}
+
+#[tokio::test]
+async fn observers_see_model_calls_tool_results_updates_and_the_end() {
+    let rec = Arc::new(Recorder::default());
+    let run = Arc::new(RunContext::new("t1", "r1", Arc::new(NullSink)).with_observer(rec.clone()));
+    let model = Arc::new(ScriptedModel::new([
+        ScriptedReply::tool_call("c1", "echo", json!({"text": "x"})),
+        ScriptedReply::text("done"),
+    ]));
+    let out = Agent::new(model)
+        .with_tools(ToolRegistry::new().with(echo("echo")))
+        .run(RunInput::message(Message::human("q")), run)
+        .await;
+    assert_eq!(out.status, RunStatus::Success);
+    assert_eq!(
+        rec.0.lock().unwrap().join(" "),
+        "update(__input__) start model(lead_agent,1) update(model) tool(echo,Success) update(tools) model(lead_agent,3) update(model) end(success)"
+    );
+}

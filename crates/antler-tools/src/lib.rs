@@ -11,6 +11,7 @@
 //! [`present_files_tool`] and [`view_image_tool`] build the two non-config built-ins (the latter
 //! only for vision models).
 
+pub mod ask_clarification;
 pub mod bash;
 pub mod env;
 pub mod glob;
@@ -19,8 +20,10 @@ pub mod ls;
 pub mod present_files;
 pub mod read_file;
 pub mod str_replace;
+pub mod tool_search;
 pub mod view_image;
 pub mod write_file;
+pub mod write_todos;
 
 use std::sync::Arc;
 

@@ -1,0 +1,1 @@
+//! Anthropic messages API (in progress).
