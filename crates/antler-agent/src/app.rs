@@ -28,6 +28,10 @@ pub struct App {
     pub store: SqliteStore,
     pub sandbox: Arc<LocalSandboxProvider>,
     pub confinement: ConfinementStatus,
+    /// Host skills root (spec 50 §5.2).
+    pub skills_root: PathBuf,
+    /// The project root: relative paths in config resolve against it (the working directory).
+    pub project_root: PathBuf,
     models: Mutex<HashMap<(String, bool), Arc<dyn ChatModel>>>,
     /// Replaces every configured model (tests and benchmarks).
     model_override: Option<Arc<dyn ChatModel>>,
@@ -119,7 +123,12 @@ impl App {
             Some(path) => SqliteStore::open(&path)?,
             None => SqliteStore::open_in_memory()?,
         };
-        let settings = toolset::sandbox_settings(&config, &home);
+        let project_root = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+        let skills_root = crate::skills::skills_root(config.skills.path.as_deref(), &project_root);
+        let mut settings = toolset::sandbox_settings(&config, &home);
+        if skills_root.is_dir() {
+            settings.skills_host_path = Some(skills_root.clone());
+        }
         let confinement = antler_sandbox::confinement_status(settings.confine);
         antler_sandbox::confine::log_status(&confinement);
         let sandbox = Arc::new(LocalSandboxProvider::with_status(
@@ -133,6 +142,8 @@ impl App {
             store,
             sandbox,
             confinement,
+            skills_root,
+            project_root,
             models: Mutex::new(HashMap::new()),
             model_override: None,
         })
@@ -175,6 +186,20 @@ impl App {
         Ok(model)
     }
 
+    /// The prompt's `<skill_system>` block for the skills enabled now (`allowlist` from a custom
+    /// agent's `skills`).
+    pub fn skills_section(&self, allowlist: Option<&[String]>) -> String {
+        let skills = crate::skills::discover(&self.skills_root, &self.config.skills.container_path);
+        let enabled =
+            crate::skills::enabled_states(&self.project_root.join("extensions_config.json"));
+        crate::skills::skills_section(
+            &skills,
+            &enabled,
+            &self.config.skills.container_path,
+            allowlist,
+        )
+    }
+
     /// Run options for a request (config defaults + request overrides).
     pub fn run_options(&self, req: &TurnRequest) -> RunOptions {
         RunOptions {
@@ -203,7 +228,7 @@ impl App {
                 .iter()
                 .map(|m| (m.container_path.clone(), m.read_only))
                 .collect(),
-            skills_section: String::new(),
+            skills_section: self.skills_section(None),
         };
         let mut agent = Agent::new(model)
             .with_system_prompt(prompt::system_prompt(&prompt_opts))

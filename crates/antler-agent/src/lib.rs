@@ -6,6 +6,7 @@ pub mod app;
 pub mod chain;
 pub mod models;
 pub mod prompt;
+pub mod skills;
 pub mod toolset;
 
 pub use app::{App, TurnOutcome, TurnRequest, DB_FILE};

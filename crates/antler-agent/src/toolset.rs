@@ -36,7 +36,8 @@ pub fn sandbox_settings(config: &Config, _home: &Path) -> SandboxSettings {
                 read_only: m.read_only,
             })
             .collect(),
-        skills_host_path: config.skills.path.as_ref().map(PathBuf::from),
+        // Set by App::open to the resolved skills root when it exists.
+        skills_host_path: None,
         skills_container_path: config.skills.container_path.clone(),
         ..SandboxSettings::default()
     }

@@ -517,3 +517,44 @@ fn attached_files_are_uploaded_and_listed_for_the_model() {
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(mock.requests().len(), 1);
 }
+
+#[test]
+fn skills_are_listed_in_the_prompt_and_readable_read_only() {
+    let mock = MockOpenAi::start_on_thread().with_replies([
+        MockReply::tool_call("call_1", "read_file", json!({"description": "load skill", "path": "/mnt/skills/public/deck/SKILL.md"})),
+        MockReply::tool_call("call_2", "write_file", json!({"description": "try", "path": "/mnt/skills/public/deck/SKILL.md", "content": "x"})),
+        MockReply::text("done"),
+    ]);
+    let p = Project::new(&mock, BASH_ON);
+    let skill_dir = p.path().join("skills/public/deck");
+    std::fs::create_dir_all(&skill_dir).unwrap();
+    std::fs::write(
+        skill_dir.join("SKILL.md"),
+        "---\nname: deck-builder\ndescription: Build slide decks\n---\nStep 1: outline.\n",
+    )
+    .unwrap();
+    let (code, out, stderr) = p.run_json(&["make slides"]);
+    assert_eq!(code, 0, "{stderr}");
+    let system = mock.requests()[0].body["messages"][0]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        system.contains("<name>deck-builder</name>")
+            && system.contains("<location>/mnt/skills/public/deck/SKILL.md</location>"),
+        "{system}"
+    );
+    let msgs = out["values"]["messages"].as_array().unwrap();
+    assert!(
+        msgs[2]["content"]
+            .as_str()
+            .unwrap()
+            .contains("Step 1: outline."),
+        "{}",
+        msgs[2]
+    );
+    assert_eq!(msgs[4]["status"], "error");
+    assert!(std::fs::read_to_string(skill_dir.join("SKILL.md"))
+        .unwrap()
+        .ends_with("Step 1: outline.\n"));
+}

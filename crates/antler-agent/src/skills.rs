@@ -1,0 +1,339 @@
+//! Skills: `SKILL.md` packages discovered under the skills root and listed in the lead agent's
+//! system prompt (spec 50 §5). The agent loads a skill by reading its `SKILL.md` through the
+//! sandbox's read-only `/mnt/skills` mount ("progressive loading"); the prompt only lists them.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+/// Where a skill comes from, in the order categories are scanned (a later one wins a name
+/// clash: custom beats public).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Category {
+    Public,
+    Custom,
+    Integrations,
+    Legacy,
+}
+
+impl Category {
+    pub const ALL: [Category; 4] = [
+        Category::Public,
+        Category::Custom,
+        Category::Integrations,
+        Category::Legacy,
+    ];
+
+    pub fn dir(self) -> &'static str {
+        match self {
+            Category::Public => "public",
+            Category::Custom => "custom",
+            Category::Integrations => "integrations",
+            Category::Legacy => "legacy",
+        }
+    }
+
+    /// The label shown after the description in the prompt.
+    fn label(self) -> &'static str {
+        match self {
+            Category::Public | Category::Integrations => "[built-in]",
+            Category::Custom => "[custom, editable]",
+            Category::Legacy => "[legacy, read-only]",
+        }
+    }
+}
+
+/// One discovered skill.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Skill {
+    pub name: String,
+    pub description: String,
+    pub license: Option<String>,
+    /// `None` = no restriction declared; `Some([])` = no tools.
+    pub allowed_tools: Option<Vec<String>>,
+    pub category: Category,
+    /// Skill folder relative to its category root, `/`-separated.
+    pub relative_path: String,
+    /// `{container_path}/{category}/{relative_path}/SKILL.md`.
+    pub container_file: String,
+    pub host_dir: PathBuf,
+}
+
+/// Why a `SKILL.md` was skipped.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SkillParseError {
+    #[error("no YAML front matter (the file must start with a `---` line)")]
+    NoFrontMatter,
+    #[error("invalid YAML front matter: {0}")]
+    Yaml(String),
+    #[error("front matter is not a mapping")]
+    NotAMapping,
+    #[error("missing or empty `{0}`")]
+    Missing(&'static str),
+    #[error("`allowed-tools` must be a list of non-empty strings")]
+    BadAllowedTools,
+}
+
+/// The parsed front matter of a `SKILL.md`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FrontMatter {
+    pub name: String,
+    pub description: String,
+    pub license: Option<String>,
+    pub allowed_tools: Option<Vec<String>>,
+}
+
+/// Split `---\n<yaml>\n---` off the top of a `SKILL.md` (lenient runtime parsing, spec 50 §5.1).
+pub fn parse_skill_md(text: &str) -> Result<FrontMatter, SkillParseError> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let mut lines = text.split_inclusive('\n');
+    let first = lines.next().ok_or(SkillParseError::NoFrontMatter)?;
+    if first.trim_end() != "---" {
+        return Err(SkillParseError::NoFrontMatter);
+    }
+    let mut yaml = String::new();
+    let mut closed = false;
+    for line in lines {
+        if line.trim_end() == "---" {
+            closed = true;
+            break;
+        }
+        yaml.push_str(line);
+    }
+    if !closed {
+        return Err(SkillParseError::NoFrontMatter);
+    }
+    let value: serde_yaml::Value = serde_yaml::from_str(&yaml).map_err(|e| {
+        let hint = yaml
+            .lines()
+            .enumerate()
+            .find(|(_, l)| {
+                l.split_once(": ").is_some_and(|(_, v)| {
+                    v.contains(": ") && !v.trim_start().starts_with(['"', '\''])
+                })
+            })
+            .map(|(i, l)| {
+                format!(
+                    " (line {}: `{}` — quote values that contain \": \")",
+                    i + 2,
+                    l.trim()
+                )
+            })
+            .unwrap_or_default();
+        SkillParseError::Yaml(format!("{e}{hint}"))
+    })?;
+    let map = value.as_mapping().ok_or(SkillParseError::NotAMapping)?;
+    let text_field = |key: &str| -> Option<String> {
+        map.get(serde_yaml::Value::String(key.into()))
+            .and_then(|v| v.as_str())
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+    };
+    let name = text_field("name").ok_or(SkillParseError::Missing("name"))?;
+    let description = text_field("description").ok_or(SkillParseError::Missing("description"))?;
+    let allowed_tools = match map.get(serde_yaml::Value::String("allowed-tools".into())) {
+        None | Some(serde_yaml::Value::Null) => None,
+        Some(serde_yaml::Value::Sequence(items)) => {
+            let mut out = Vec::with_capacity(items.len());
+            for item in items {
+                match item.as_str().map(str::trim) {
+                    Some(s) if !s.is_empty() => out.push(s.to_owned()),
+                    _ => return Err(SkillParseError::BadAllowedTools),
+                }
+            }
+            Some(out)
+        }
+        Some(_) => return Err(SkillParseError::BadAllowedTools),
+    };
+    Ok(FrontMatter {
+        name,
+        description,
+        license: text_field("license"),
+        allowed_tools,
+    })
+}
+
+/// The host skills root: `skills.path` (relative to `project_root`), else
+/// `$DEER_FLOW_SKILLS_PATH` / `$ANTLER_SKILLS_PATH`, else `{project_root}/skills`.
+pub fn skills_root(configured: Option<&str>, project_root: &Path) -> PathBuf {
+    if let Some(p) = configured.filter(|p| !p.is_empty()) {
+        let p = PathBuf::from(p);
+        return if p.is_absolute() {
+            p
+        } else {
+            project_root.join(p)
+        };
+    }
+    for var in ["ANTLER_SKILLS_PATH", "DEER_FLOW_SKILLS_PATH"] {
+        if let Some(v) = std::env::var_os(var).filter(|v| !v.is_empty()) {
+            return PathBuf::from(v);
+        }
+    }
+    project_root.join("skills")
+}
+
+fn walk(dir: &Path, rel: &str, category: Category, container: &str, out: &mut Vec<Skill>) {
+    let skill_md = dir.join("SKILL.md");
+    if skill_md.is_file() {
+        // A folder with SKILL.md is a skill; nothing below it is scanned.
+        match std::fs::read_to_string(&skill_md)
+            .map_err(|e| e.to_string())
+            .and_then(|t| parse_skill_md(&t).map_err(|e| e.to_string()))
+        {
+            Ok(fm) => out.push(Skill {
+                name: fm.name,
+                description: fm.description,
+                license: fm.license,
+                allowed_tools: fm.allowed_tools,
+                category,
+                container_file: format!(
+                    "{}/{}/{rel}/SKILL.md",
+                    container.trim_end_matches('/'),
+                    category.dir()
+                ),
+                relative_path: rel.to_owned(),
+                host_dir: dir.to_path_buf(),
+            }),
+            Err(e) => tracing::warn!(path = %skill_md.display(), error = %e, "skipping skill"),
+        }
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut children: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| !n.starts_with('.'))
+        })
+        .collect();
+    children.sort();
+    for child in children {
+        let Some(name) = child.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        let rel = if rel.is_empty() {
+            name.to_owned()
+        } else {
+            format!("{rel}/{name}")
+        };
+        walk(&child, &rel, category, container, out);
+    }
+}
+
+/// Every valid skill under `root`, one per name (later categories win), sorted by name.
+pub fn discover(root: &Path, container_path: &str) -> Vec<Skill> {
+    let mut by_name: BTreeMap<String, Skill> = BTreeMap::new();
+    for category in Category::ALL {
+        let mut found = Vec::new();
+        walk(
+            &root.join(category.dir()),
+            "",
+            category,
+            container_path,
+            &mut found,
+        );
+        for s in found {
+            by_name.insert(s.name.clone(), s);
+        }
+    }
+    by_name.into_values().collect()
+}
+
+/// Enabled state from `extensions_config.json`'s `"skills": {"<name>": {"enabled": bool}}`
+/// (no entry = enabled). An unreadable file disables nothing but is logged.
+pub fn enabled_states(extensions_config: &Path) -> BTreeMap<String, bool> {
+    let Ok(text) = std::fs::read_to_string(extensions_config) else {
+        return BTreeMap::new();
+    };
+    let v: Value = match serde_json::from_str(&text) {
+        Ok(v) => v,
+        Err(e) => {
+            tracing::warn!(path = %extensions_config.display(), error = %e, "invalid extensions config; skill states ignored");
+            return BTreeMap::new();
+        }
+    };
+    v.get("skills")
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| {
+                    (
+                        k.clone(),
+                        v.get("enabled").and_then(Value::as_bool).unwrap_or(true),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// The `<skill_system>` block (spec 50 §5.4); empty when there is nothing to list.
+/// `allowlist`: `None` = every enabled skill, `Some(list)` = only those names.
+pub fn skills_section(
+    skills: &[Skill],
+    enabled: &BTreeMap<String, bool>,
+    container_path: &str,
+    allowlist: Option<&[String]>,
+) -> String {
+    let allowed = |s: &Skill| allowlist.is_none_or(|l| l.iter().any(|n| n == &s.name));
+    let is_enabled = |s: &Skill| enabled.get(&s.name).copied().unwrap_or(true);
+    let on: Vec<&Skill> = skills
+        .iter()
+        .filter(|s| is_enabled(s) && allowed(s))
+        .collect();
+    let off: Vec<&Skill> = skills
+        .iter()
+        .filter(|s| !is_enabled(s) && allowed(s))
+        .collect();
+    if on.is_empty() && off.is_empty() {
+        return String::new();
+    }
+    let mut p = String::from("<skill_system>\n");
+    p.push_str(
+        "Skills are tested workflows for specific kinds of tasks. When a request matches a skill, \
+read its main file at the skill's location with `read_file` right away and follow it; load the \
+other files of that skill folder only when the instructions need them. A skill the user \
+activated with `/skill-name` is already in your context: do not read its SKILL.md again.\n",
+    );
+    p.push_str(&format!("Skills are located at: {container_path}\n"));
+    if !on.is_empty() {
+        p.push_str("<available_skills>\n");
+        for s in &on {
+            p.push_str(&format!(
+                "<skill><name>{}</name><description>{} {}</description><location>{}</location></skill>\n",
+                escape(&s.name),
+                escape(&s.description),
+                s.category.label(),
+                escape(&s.container_file)
+            ));
+        }
+        p.push_str("</available_skills>\n");
+    }
+    if !off.is_empty() {
+        p.push_str(
+            "<disabled_skills>\nThese skills are installed but disabled. Do not read or use them.\n",
+        );
+        for s in &off {
+            p.push_str(&format!("- {} ({})\n", escape(&s.name), s.category.dir()));
+        }
+        p.push_str("</disabled_skills>\n");
+    }
+    p.push_str("</skill_system>");
+    p
+}
+
+#[cfg(test)]
+#[path = "skills_tests.rs"]
+mod tests;
