@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use antler_config::{CheckpointerType, Config, DatabaseBackend};
 use antler_models::ChatModel;
-use antler_protocol::{Message, Object, ThreadState};
+use antler_protocol::{Message, ThreadState};
 use antler_runtime::{
     Agent, CancellationToken, EventSink, RunContext, RunInput, RunOptions, RunStatus,
 };
@@ -53,6 +53,8 @@ pub struct TurnRequest {
     /// Client-requested limit, clamped to `max_recursion_limit`.
     pub recursion_limit: Option<i64>,
     pub user_id: Option<String>,
+    /// A custom agent (`{home}/agents/{name}`).
+    pub agent_name: Option<String>,
     pub cancel: Option<CancellationToken>,
 }
 
@@ -207,17 +209,54 @@ impl App {
             is_plan_mode: req.plan_mode,
             subagent_enabled: req.subagents.unwrap_or(self.config.subagents.enabled),
             recursion_limit: self.config.clamp_recursion_limit(req.recursion_limit),
+            agent_name: req.agent_name.clone(),
             ..Default::default()
         }
     }
 
-    /// Assemble the lead agent for one run.
+    /// The custom agent a run asked for (`agent_name`), if any. Unknown names are an error.
+    pub fn custom_agent(
+        &self,
+        opts: &RunOptions,
+        user: Option<&str>,
+    ) -> Result<Option<crate::agents::CustomAgent>, AgentError> {
+        let Some(name) = opts.agent_name.as_deref().filter(|n| *n != "lead_agent") else {
+            return Ok(None);
+        };
+        crate::agents::CustomAgent::load(&self.home, name, user)?
+            .map(Some)
+            .ok_or_else(|| AgentError::Config(format!("unknown agent '{name}'")))
+    }
+
+    /// Assemble the lead agent for one run. Model: the requested one, else the custom agent's,
+    /// else the default.
     pub fn lead_agent(&self, opts: &RunOptions) -> Result<Agent, AgentError> {
+        self.lead_agent_for(opts, None)
+    }
+
+    /// [`App::lead_agent`] for a user (custom agents may be per user).
+    pub fn lead_agent_for(
+        &self,
+        opts: &RunOptions,
+        user: Option<&str>,
+    ) -> Result<Agent, AgentError> {
+        let custom = self.custom_agent(opts, user)?;
+        let mut opts = opts.clone();
+        if let Some(a) = &custom {
+            if opts.model_name.is_none() {
+                opts.model_name = a.model.clone();
+            }
+            if opts.reasoning_effort.is_none() {
+                opts.reasoning_effort = a.reasoning_effort.clone();
+            }
+        }
+        let opts = &opts;
         let model = self.model(opts.model_name.as_deref(), opts.thinking_enabled)?;
-        let tools = toolset::lead_tools(self, model.info(), opts)?;
+        let tool_groups = custom.as_ref().and_then(|a| a.tool_groups.clone());
+        let tools = toolset::lead_tools(self, model.info(), opts, tool_groups.as_deref())?;
         let chain = chain::lead_chain(self, model.info(), opts)?;
         let prompt_opts = prompt::PromptOptions {
-            agent_name: opts.agent_name.clone(),
+            agent_name: custom.as_ref().map(|a| a.name.clone()),
             subagents_enabled: opts.subagent_enabled,
             max_concurrent_subagents: opts.max_concurrent_subagents,
             max_total_subagents: self.config.subagents.max_total_per_run as usize,
@@ -228,14 +267,15 @@ impl App {
                 .iter()
                 .map(|m| (m.container_path.clone(), m.read_only))
                 .collect(),
-            skills_section: self.skills_section(None),
+            skills_section: self.skills_section(custom.as_ref().and_then(|a| a.skills.as_deref())),
+            soul: custom.as_ref().and_then(|a| a.soul.clone()),
         };
         let mut agent = Agent::new(model)
             .with_system_prompt(prompt::system_prompt(&prompt_opts))
             .with_tools(tools)
             .with_chain(chain)
             .with_checkpointer(Arc::new(self.store.clone()));
-        agent.model_settings = Object::new();
+        agent.model_settings = custom.map(|a| a.model_settings).unwrap_or_default();
         Ok(agent)
     }
 
@@ -258,7 +298,7 @@ impl App {
             .clone()
             .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
         let opts = self.run_options(&req);
-        let agent = self.lead_agent(&opts)?;
+        let agent = self.lead_agent_for(&opts, req.user_id.as_deref())?;
 
         let mut thread = match self.store.get_thread(&thread_id).await? {
             Some(t) => t,

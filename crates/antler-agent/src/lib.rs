@@ -2,6 +2,7 @@
 //! DeerFlow's order, and [`App`], which runs one turn of the lead agent on a thread with
 //! everything persisted. Front ends (`antler` CLI, `antler serve`) sit on top of this crate.
 
+pub mod agents;
 pub mod app;
 pub mod chain;
 pub mod models;

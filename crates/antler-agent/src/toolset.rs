@@ -64,11 +64,16 @@ pub fn lead_tools(
     app: &App,
     model: &ModelInfo,
     _opts: &RunOptions,
+    tool_groups: Option<&[String]>,
 ) -> Result<ToolRegistry, AgentError> {
     let env = tool_env(app);
     let bash_ok = env.bash_available();
     let mut reg = ToolRegistry::new();
     for t in &app.config.tools {
+        // A custom agent's `tool_groups` restricts config tools (built-ins are not filtered).
+        if tool_groups.is_some_and(|g| !g.iter().any(|x| x == &t.group)) {
+            continue;
+        }
         let is_bash = t.group == "bash" || antler_tools::is_bash_tool(&t.use_);
         if is_bash && !bash_ok {
             tracing::debug!(tool = %t.name, "bash is not available (host bash off and no confinement); tool dropped");

@@ -69,9 +69,12 @@ struct RunArgs {
     /// Continue this thread (created when new).
     #[arg(long)]
     thread_id: Option<String>,
-    /// Model name from config.yaml `models:` (default: the first).
+    /// Model name from config.yaml `models:` (default: the custom agent's, else the first).
     #[arg(long)]
     model: Option<String>,
+    /// Run a custom agent (`$ANTLER_HOME/agents/NAME/config.yaml` + `SOUL.md`).
+    #[arg(long)]
+    agent: Option<String>,
     /// Plan mode: the agent keeps a todo list.
     #[arg(long)]
     plan_mode: bool,
@@ -318,6 +321,7 @@ async fn run(config_path: Option<&Path>, args: RunArgs) -> Result<u8, Failure> {
         thread_id: Some(thread_id),
         message: Some(message),
         model_name: args.model.clone(),
+        agent_name: args.agent.clone(),
         plan_mode: args.plan_mode,
         subagents,
         recursion_limit: args.recursion_limit,

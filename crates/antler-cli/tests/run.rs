@@ -558,3 +558,39 @@ fn skills_are_listed_in_the_prompt_and_readable_read_only() {
         .unwrap()
         .ends_with("Step 1: outline.\n"));
 }
+
+#[test]
+fn custom_agents_bring_their_model_soul_and_tool_groups() {
+    let mock =
+        MockOpenAi::start_on_thread().with_replies([MockReply::text("hello from the researcher")]);
+    let p = Project::new(&mock, &format!("  - name: fast\n    use: langchain_openai:ChatOpenAI\n    model: fast-model\n    base_url: {}\n    api_key: $MOCK_KEY\n{BASH_ON}", mock.base_url()));
+    let dir = p.home().join("agents/researcher");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("config.yaml"),
+        "name: researcher\ndescription: digs\nmodel: fast\ntool_groups: [file:read]\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("SOUL.md"), "Curious and careful.").unwrap();
+    let (code, _, stderr) = p.run_json(&["--agent", "researcher", "hi"]);
+    assert_eq!(code, 0, "{stderr}");
+    let body = &mock.requests()[0].body;
+    assert_eq!(body["model"], "fast-model");
+    let system = body["messages"][0]["content"].as_str().unwrap();
+    assert!(
+        system.contains("You are researcher,") && system.contains("Curious and careful."),
+        "{system}"
+    );
+    let tools: Vec<&str> = body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        tools.contains(&"read_file") && !tools.contains(&"write_file") && !tools.contains(&"bash"),
+        "{tools:?}"
+    );
+    let out = p.run(&["run", "--agent", "nobody", "hi"]);
+    assert_eq!(out.status.code(), Some(2));
+}
