@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use antler_config::{effective_request_options, ModelConfig, ProviderKind};
+use antler_models::providers::anthropic::{AnthropicConfig, AnthropicModel};
 use antler_models::providers::openai_compat::{OpenAiCompatConfig, OpenAiCompatModel};
 use antler_models::{ChatModel, ModelInfo};
 use serde_json::{Map, Value};
@@ -87,9 +88,49 @@ pub fn build_model(cfg: &ModelConfig, thinking: bool) -> Result<Arc<dyn ChatMode
                 .map_err(|e| AgentError::Model(format!("models entry '{}': {e}", cfg.name)))?;
             Ok(Arc::new(model))
         }
-        ProviderKind::Anthropic => Err(AgentError::Model(format!(
-            "models entry '{}': the Anthropic provider is not available in this build yet — use an OpenAI-compatible endpoint",
-            cfg.name
-        ))),
+        ProviderKind::Anthropic => {
+            let mut ac = AnthropicConfig::from_info(model_info(cfg, "anthropic"));
+            if let Some(url) = &cfg.base_url {
+                ac.base_url = url.clone();
+            }
+            // ChatAnthropic falls back to ANTHROPIC_API_KEY.
+            ac.api_key = cfg
+                .api_key
+                .clone()
+                .filter(|k| !k.is_empty())
+                .or_else(|| std::env::var("ANTHROPIC_API_KEY").ok().filter(|k| !k.is_empty()));
+            ac.temperature = cfg.temperature;
+            ac.max_tokens = cfg.max_tokens;
+            if let Some(t) = cfg.request_timeout.filter(|t| *t > 0.0) {
+                ac.request_timeout = Some(Duration::from_secs_f64(t));
+            }
+            if let Some(t) = cfg.stream_chunk_timeout.filter(|t| *t > 0.0) {
+                ac.stream_chunk_timeout = Duration::from_secs_f64(t);
+            }
+            // Thinking toggles (spec 60 §3.3) land in typed fields: the budget is checked
+            // against max_tokens. OpenAI-only keys are dropped.
+            if let Some(t) = options.remove("thinking") {
+                ac.thinking = Some(t);
+            }
+            if let Some(m) = options.remove("max_tokens").and_then(|v| v.as_u64()) {
+                ac.max_tokens = Some(m);
+            }
+            if let Some(t) = options.remove("temperature").and_then(|v| v.as_f64()) {
+                ac.temperature = Some(t);
+            }
+            options.remove("extra_body");
+            options.remove("reasoning_effort");
+            let mut extra = options;
+            for (k, v) in &cfg.extra {
+                // `enable_prompt_caching` is a client option of DeerFlow's Claude class.
+                if !METADATA_KEYS.contains(&k.as_str()) && k != "enable_prompt_caching" && !v.is_null() {
+                    extra.entry(k.clone()).or_insert_with(|| v.clone());
+                }
+            }
+            ac.extra = extra;
+            let model = AnthropicModel::new(ac)
+                .map_err(|e| AgentError::Model(format!("models entry '{}': {e}", cfg.name)))?;
+            Ok(Arc::new(model))
+        }
     }
 }

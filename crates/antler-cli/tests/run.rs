@@ -594,3 +594,33 @@ fn custom_agents_bring_their_model_soul_and_tool_groups() {
     let out = p.run(&["run", "--agent", "nobody", "hi"]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn anthropic_models_run_through_the_messages_api() {
+    use antler_test_support::{AnthropicReply, MockAnthropic};
+    for streaming in [false, true] {
+        let mock = MockAnthropic::start_on_thread().with_replies([
+            AnthropicReply::tool_use("toolu_1", "ls", json!({"description": "look", "path": "/mnt/user-data/workspace"})),
+            AnthropicReply::text("Empty workspace.").usage(20, 4),
+        ]);
+        let p = Project::empty();
+        std::fs::write(
+            p.path().join("config.yaml"),
+            format!(
+                "models:\n  - name: claude\n    use: langchain_anthropic:ChatAnthropic\n    model: claude-test\n    base_url: {}\n    api_key: $MOCK_KEY\n    max_tokens: 2048\n    streaming: {streaming}\n{BASH_ON}",
+                mock.base_url()
+            ),
+        )
+        .unwrap();
+        let (code, out, stderr) = p.run_json(&["what is in the workspace?"]);
+        assert_eq!(code, 0, "{stderr}");
+        assert_eq!(kinds(&out["values"]), ["human", "ai", "tool", "ai"]);
+        assert_eq!(out["values"]["messages"][3]["content"], "Empty workspace.");
+        let reqs = mock.requests();
+        assert_eq!(reqs.len(), 2);
+        assert_eq!(reqs[1].header("x-api-key"), Some("sk-test"));
+        assert_eq!(reqs[1].body["model"], "claude-test");
+        assert_eq!(reqs[1].body["messages"][2]["content"][0]["type"], "tool_result");
+        mock.assert_no_violations();
+    }
+}

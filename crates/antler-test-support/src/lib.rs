@@ -13,9 +13,14 @@
 //! # }
 //! ```
 
+pub mod anthropic;
 pub mod openai;
 pub mod sse;
 
+pub use anthropic::{
+    anthropic_error, anthropic_sse_frame, tool_use_violations, AnthropicBlock, AnthropicReply,
+    MockAnthropic,
+};
 pub use openai::{
     openai_error, tool_call_violations, MockOpenAi, MockReply, MockRequest, MockToolCall,
 };

@@ -1,1 +1,0 @@
-//! Anthropic messages API (in progress).

@@ -1,0 +1,190 @@
+//! Mapping transport failures and non-2xx answers of the Messages API to [`ModelError`].
+//!
+//! Anthropic's error body is `{"type": "error", "error": {"type", "message"}}`; the error `type`
+//! (`rate_limit_error`, `overloaded_error`, `authentication_error`, …) becomes the error's `code`.
+//! Proxies in front of the API may answer in other shapes, so OpenAI's and plain-text bodies are
+//! read too.
+
+use std::time::{Duration, SystemTime};
+
+use reqwest::header::HeaderMap;
+use serde_json::Value;
+
+use crate::ModelError;
+
+/// Longest provider message kept when the error body is not JSON.
+const MAX_MESSAGE_CHARS: usize = 2000;
+/// Longest raw body kept on [`ModelError::Http`].
+const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// `s` cut to at most `max` characters, with `…` when cut.
+pub(crate) fn truncate(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((end, _)) => format!("{}…", &s[..end]),
+        None => s.to_owned(),
+    }
+}
+
+/// A reqwest failure: timeouts → [`ModelError::Timeout`], everything else on the way to a
+/// response (refused, reset, DNS, TLS) → [`ModelError::Connect`].
+pub(crate) fn from_reqwest(
+    e: &reqwest::Error,
+    timeout: Duration,
+    connect_timeout: Duration,
+) -> ModelError {
+    if e.is_timeout() {
+        return ModelError::Timeout(if e.is_connect() {
+            connect_timeout
+        } else {
+            timeout
+        });
+    }
+    ModelError::Connect(describe(e))
+}
+
+/// The error with its whole source chain (reqwest's own message is only the outermost layer).
+pub(crate) fn describe(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
+}
+
+/// A non-2xx answer: status, retry hint, message and error type.
+pub(crate) fn http_error(status: u16, headers: &HeaderMap, body: &[u8]) -> ModelError {
+    let body_text = String::from_utf8_lossy(&body[..body.len().min(MAX_BODY_BYTES)]).into_owned();
+    let (message, code) = match serde_json::from_slice::<Value>(body) {
+        Ok(v) => error_fields(&v),
+        Err(_) => (None, None),
+    };
+    let message = message.unwrap_or_else(|| {
+        let trimmed = body_text.trim();
+        if trimmed.is_empty() {
+            reqwest::StatusCode::from_u16(status)
+                .ok()
+                .and_then(|s| s.canonical_reason())
+                .unwrap_or(if status == 529 {
+                    "Overloaded"
+                } else {
+                    "no response body"
+                })
+                .to_owned()
+        } else {
+            truncate(trimmed, MAX_MESSAGE_CHARS)
+        }
+    });
+    ModelError::Http {
+        status,
+        retry_after: retry_after(headers, SystemTime::now()),
+        message,
+        code,
+        body: body_text,
+    }
+}
+
+/// `(message, code)` from `{"error": {"type", "message"}}` (Anthropic; OpenAI's `code` preferred
+/// when a gateway sends one), `{"error": "text"}` or `{"message": …}`.
+pub(crate) fn error_fields(v: &Value) -> (Option<String>, Option<String>) {
+    let as_text = |v: &Value| match v {
+        Value::String(s) if !s.is_empty() => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    };
+    match v.get("error") {
+        Some(Value::Object(err)) => {
+            let message = err.get("message").and_then(as_text);
+            let code = err
+                .get("code")
+                .and_then(as_text)
+                .or_else(|| err.get("type").and_then(as_text));
+            (message, code)
+        }
+        Some(Value::String(s)) => (Some(s.clone()), v.get("type").and_then(as_text)),
+        _ => (
+            v.get("message")
+                .or_else(|| v.get("detail"))
+                .and_then(as_text),
+            None,
+        ),
+    }
+}
+
+/// `retry-after-ms` (milliseconds), else `retry-after` as seconds or an HTTP date.
+pub(crate) fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+    };
+    if let Some(ms) = header("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
+        if ms.is_finite() && ms >= 0.0 {
+            return Some(Duration::from_secs_f64(ms / 1000.0));
+        }
+    }
+    let value = header("retry-after")?;
+    if let Ok(secs) = value.parse::<f64>() {
+        return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs));
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use reqwest::header::{HeaderMap, HeaderValue};
+
+    use super::*;
+
+    #[test]
+    fn anthropic_error_body_gives_message_and_type() {
+        let mut headers = HeaderMap::new();
+        headers.insert("retry-after", HeaderValue::from_static("3"));
+        let body =
+            br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
+        let err = http_error(529, &headers, body);
+        assert_eq!(
+            err,
+            ModelError::Http {
+                status: 529,
+                retry_after: Some(Duration::from_secs(3)),
+                message: "Overloaded".into(),
+                code: Some("overloaded_error".into()),
+                body: String::from_utf8_lossy(body).into_owned(),
+            }
+        );
+        assert!(err.is_transient());
+    }
+
+    #[test]
+    fn other_bodies_and_dates() {
+        let headers = HeaderMap::new();
+        let ModelError::Http { message, code, .. } = http_error(529, &headers, b"") else {
+            panic!()
+        };
+        assert_eq!((message.as_str(), code), ("Overloaded", None));
+        let ModelError::Http { message, .. } = http_error(502, &headers, b"<html>bad gateway")
+        else {
+            panic!()
+        };
+        assert_eq!(message, "<html>bad gateway");
+
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let mut h = HeaderMap::new();
+        let later = httpdate::fmt_http_date(now + Duration::from_secs(30));
+        h.insert("retry-after", HeaderValue::from_str(&later).unwrap());
+        assert_eq!(retry_after(&h, now), Some(Duration::from_secs(30)));
+        h.insert("retry-after-ms", HeaderValue::from_static("1500"));
+        assert_eq!(retry_after(&h, now), Some(Duration::from_millis(1500)));
+        assert_eq!(truncate("héllo", 2), "hé…");
+    }
+}

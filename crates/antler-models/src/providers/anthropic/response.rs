@@ -1,0 +1,312 @@
+//! Turning a Messages answer into a LangChain-shaped [`AiMessage`].
+//!
+//! Both paths end in [`Parts::into_message`]: the non-streaming path reads [`Parts`] from one
+//! `message` object, the streaming path rebuilds the same content blocks from SSE deltas. So a
+//! streamed answer folds into exactly the message the same answer gives unstreamed.
+//!
+//! As langchain-anthropic does: content is the text when the answer is plain text, else the list
+//! of blocks as sent (thinking with its signature, `tool_use`, …, kept untouched so they can be
+//! replayed); `tool_use` blocks also become `tool_calls`; usage counts cached prompt tokens as
+//! input. antler adds `additional_kwargs.reasoning_content` (the thinking text, which the UI
+//! shows) and a `finish_reason` mapped to OpenAI's vocabulary next to Anthropic's `stop_reason`.
+
+use antler_protocol::{AiMessage, Content, InvalidToolCall, Object, ToolCall, UsageMetadata};
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::ModelError;
+
+/// Anthropic's `usage` object. Every field is optional: stream events carry partial copies.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub(crate) struct WireUsage {
+    #[serde(default)]
+    input_tokens: Option<u64>,
+    #[serde(default)]
+    output_tokens: Option<u64>,
+    #[serde(default)]
+    cache_creation_input_tokens: Option<u64>,
+    #[serde(default)]
+    cache_read_input_tokens: Option<u64>,
+}
+
+impl WireUsage {
+    /// Overlay the fields `later` carries (a `message_delta` updates what `message_start` said).
+    pub(crate) fn update(&mut self, later: WireUsage) {
+        let keep = |slot: &mut Option<u64>, v: Option<u64>| {
+            if v.is_some() {
+                *slot = v;
+            }
+        };
+        keep(&mut self.input_tokens, later.input_tokens);
+        keep(&mut self.output_tokens, later.output_tokens);
+        keep(
+            &mut self.cache_creation_input_tokens,
+            later.cache_creation_input_tokens,
+        );
+        keep(
+            &mut self.cache_read_input_tokens,
+            later.cache_read_input_tokens,
+        );
+    }
+
+    /// LangChain's reading: `input_tokens` includes cache reads and writes, which are also
+    /// itemised in `input_token_details`.
+    pub(crate) fn into_usage(self) -> UsageMetadata {
+        let read = self.cache_read_input_tokens;
+        let creation = self.cache_creation_input_tokens;
+        let input = self.input_tokens.unwrap_or(0) + read.unwrap_or(0) + creation.unwrap_or(0);
+        let output = self.output_tokens.unwrap_or(0);
+        let mut details = Object::new();
+        if let Some(n) = read {
+            details.insert("cache_read".into(), Value::from(n));
+        }
+        if let Some(n) = creation {
+            details.insert("cache_creation".into(), Value::from(n));
+        }
+        UsageMetadata {
+            input_token_details: (!details.is_empty()).then_some(details),
+            ..UsageMetadata::new(input, output)
+        }
+    }
+}
+
+/// A `tool_use` block whose input was not a JSON object (streamed input that failed to parse).
+#[derive(Debug)]
+pub(crate) struct BadInput {
+    /// Position of the block in [`Parts::blocks`].
+    pub block: usize,
+    pub raw: String,
+    pub error: String,
+}
+
+/// Everything the final message is built from.
+#[derive(Debug, Default)]
+pub(crate) struct Parts {
+    /// The content blocks, in order, as the provider sent them.
+    pub blocks: Vec<Value>,
+    pub bad_inputs: Vec<BadInput>,
+    pub stop_reason: Option<String>,
+    pub stop_sequence: Option<String>,
+    pub model: Option<String>,
+    pub provider_id: Option<String>,
+    pub usage: Option<WireUsage>,
+}
+
+/// Anthropic's `stop_reason` in the OpenAI vocabulary the runtime and middlewares read.
+/// `refusal` stays `refusal` (the safety middleware looks for it); unknown values pass through.
+pub(crate) fn finish_reason(stop_reason: &str) -> &str {
+    match stop_reason {
+        "end_turn" | "stop_sequence" => "stop",
+        "tool_use" => "tool_calls",
+        "max_tokens" | "model_context_window_exceeded" => "length",
+        other => other,
+    }
+}
+
+fn block_type(block: &Value) -> Option<&str> {
+    block.get("type").and_then(Value::as_str)
+}
+
+impl Parts {
+    pub(crate) fn into_message(mut self, message_id: &str, default_model: &str) -> AiMessage {
+        let mut tool_calls = Vec::new();
+        let mut invalid_tool_calls = Vec::new();
+        let mut reasoning = String::new();
+        let mut plain_text = true;
+        for (pos, block) in self.blocks.iter_mut().enumerate() {
+            match block_type(block) {
+                Some("text") if block.get("citations").is_none_or(Value::is_null) => {}
+                Some("thinking") => {
+                    plain_text = false;
+                    if let Some(t) = block.get("thinking").and_then(Value::as_str) {
+                        reasoning.push_str(t);
+                    }
+                }
+                Some("tool_use") => {
+                    plain_text = false;
+                    let Value::Object(obj) = block else { continue };
+                    let has_id = obj
+                        .get("id")
+                        .and_then(Value::as_str)
+                        .is_some_and(|id| !id.is_empty());
+                    if !has_id {
+                        let id = format!("toolu_{}", uuid::Uuid::new_v4().simple());
+                        tracing::debug!(%id, "provider sent a tool_use without an id; generated one");
+                        obj.insert("id".into(), Value::String(id));
+                    }
+                    let id = obj.get("id").and_then(Value::as_str).map(str::to_owned);
+                    let name = obj
+                        .get("name")
+                        .and_then(Value::as_str)
+                        .filter(|n| !n.is_empty())
+                        .map(str::to_owned);
+                    let bad = self.bad_inputs.iter().find(|b| b.block == pos);
+                    match (obj.get("input"), name, bad) {
+                        (_, name, Some(bad)) => invalid_tool_calls.push(InvalidToolCall {
+                            kind: "invalid_tool_call".into(),
+                            id,
+                            name,
+                            args: Some(bad.raw.clone()),
+                            error: Some(bad.error.clone()),
+                        }),
+                        (Some(Value::Object(args)), Some(name), None) => {
+                            tool_calls.push(ToolCall {
+                                name,
+                                args: args.clone(),
+                                id,
+                                kind: "tool_call".into(),
+                            })
+                        }
+                        (None | Some(Value::Null), Some(name), None) => tool_calls.push(ToolCall {
+                            name,
+                            args: Object::new(),
+                            id,
+                            kind: "tool_call".into(),
+                        }),
+                        (input, name, None) => {
+                            let error = if name.is_none() {
+                                "tool_use has no name"
+                            } else {
+                                "tool_use input is not a JSON object"
+                            };
+                            invalid_tool_calls.push(InvalidToolCall {
+                                kind: "invalid_tool_call".into(),
+                                id,
+                                name,
+                                args: input.map(|i| match i {
+                                    Value::String(s) => s.clone(),
+                                    other => other.to_string(),
+                                }),
+                                error: Some(error.into()),
+                            });
+                        }
+                    }
+                }
+                _ => plain_text = false,
+            }
+        }
+
+        let content = if plain_text {
+            let text: String = self
+                .blocks
+                .iter()
+                .filter_map(|b| b.get("text").and_then(Value::as_str))
+                .collect();
+            Content::Text(text)
+        } else {
+            Content::Blocks(self.blocks)
+        };
+
+        let mut additional_kwargs = Object::new();
+        if !reasoning.is_empty() {
+            additional_kwargs.insert("reasoning_content".into(), Value::String(reasoning));
+        }
+
+        let mut response_metadata = Object::new();
+        response_metadata.insert(
+            "finish_reason".into(),
+            self.stop_reason
+                .as_deref()
+                .map_or(Value::Null, |r| Value::from(finish_reason(r))),
+        );
+        response_metadata.insert(
+            "model_name".into(),
+            Value::String(self.model.unwrap_or_else(|| default_model.to_owned())),
+        );
+        if let Some(id) = self.provider_id {
+            response_metadata.insert("id".into(), Value::String(id));
+        }
+        response_metadata.insert(
+            "stop_reason".into(),
+            self.stop_reason.map_or(Value::Null, Value::String),
+        );
+        response_metadata.insert(
+            "stop_sequence".into(),
+            self.stop_sequence.map_or(Value::Null, Value::String),
+        );
+
+        AiMessage {
+            content,
+            additional_kwargs,
+            response_metadata,
+            name: None,
+            id: Some(message_id.to_owned()),
+            tool_calls,
+            invalid_tool_calls,
+            usage_metadata: self.usage.map(WireUsage::into_usage),
+        }
+    }
+}
+
+/// A `message` object, as much of it as we read.
+#[derive(Debug, Deserialize)]
+struct WireMessage {
+    #[serde(default, rename = "type")]
+    kind: Option<String>,
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    content: Option<Vec<Value>>,
+    #[serde(default)]
+    stop_reason: Option<String>,
+    #[serde(default)]
+    stop_sequence: Option<String>,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+/// The provider's description of an `error` object (`"<type>: <message>"`).
+pub(crate) fn error_text(error: &Value) -> String {
+    let field = |k: &str| error.get(k).and_then(Value::as_str);
+    match (field("type"), field("message")) {
+        (Some(kind), Some(message)) => format!("{kind}: {message}"),
+        (None, Some(message)) => message.to_owned(),
+        _ => match error {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        },
+    }
+}
+
+/// Parse a 2xx non-streaming body.
+pub(crate) fn parse_message(
+    body: &[u8],
+    message_id: &str,
+    default_model: &str,
+) -> Result<AiMessage, ModelError> {
+    let wire: WireMessage = serde_json::from_slice(body).map_err(|e| {
+        ModelError::Decode(format!(
+            "response is not a Messages API message ({e}): {}",
+            super::error::truncate(&String::from_utf8_lossy(body), 500)
+        ))
+    })?;
+    if let Some(err) = wire.error.as_ref().filter(|e| !e.is_null()) {
+        return Err(ModelError::Decode(format!(
+            "provider answered 2xx with an error: {}",
+            error_text(err)
+        )));
+    }
+    if wire.kind.as_deref().is_some_and(|k| k != "message") {
+        return Err(ModelError::Decode(format!(
+            "response has type '{}', expected 'message'",
+            wire.kind.unwrap_or_default()
+        )));
+    }
+    let Some(blocks) = wire.content else {
+        return Err(ModelError::Decode("response has no content".into()));
+    };
+    let parts = Parts {
+        blocks,
+        bad_inputs: Vec::new(),
+        stop_reason: wire.stop_reason,
+        stop_sequence: wire.stop_sequence,
+        model: wire.model,
+        provider_id: wire.id,
+        usage: wire.usage,
+    };
+    Ok(parts.into_message(message_id, default_model))
+}

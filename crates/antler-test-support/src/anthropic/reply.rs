@@ -1,0 +1,513 @@
+//! Scripted answers of [`crate::MockAnthropic`] and their rendering in Anthropic's Messages wire
+//! format: one `message` object, or the SSE event sequence `message_start`, `ping`,
+//! `content_block_start` / `content_block_delta`… / `content_block_stop` per block,
+//! `message_delta`, `message_stop`.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+/// One content block of a scripted answer.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AnthropicBlock {
+    Text(String),
+    /// Extended thinking with its signature (streamed as `thinking_delta`s then one
+    /// `signature_delta`).
+    Thinking {
+        thinking: String,
+        signature: String,
+    },
+    /// Encrypted thinking (`data` is opaque).
+    RedactedThinking(String),
+    /// A tool call; `input` is the JSON text of the arguments, sent verbatim (may be malformed on
+    /// purpose, which in a JSON answer becomes a JSON string `input`).
+    ToolUse {
+        id: String,
+        name: String,
+        input: String,
+    },
+}
+
+impl AnthropicBlock {
+    pub fn text(text: impl Into<String>) -> Self {
+        AnthropicBlock::Text(text.into())
+    }
+
+    pub fn thinking(thinking: impl Into<String>, signature: impl Into<String>) -> Self {
+        AnthropicBlock::Thinking {
+            thinking: thinking.into(),
+            signature: signature.into(),
+        }
+    }
+
+    pub fn redacted_thinking(data: impl Into<String>) -> Self {
+        AnthropicBlock::RedactedThinking(data.into())
+    }
+
+    /// `input` is serialized, except a JSON string which is used verbatim as the input text (so
+    /// `json!("{\"broken")` streams broken JSON).
+    pub fn tool_use(id: impl Into<String>, name: impl Into<String>, input: Value) -> Self {
+        AnthropicBlock::ToolUse {
+            id: id.into(),
+            name: name.into(),
+            input: match input {
+                Value::String(s) => s,
+                other => other.to_string(),
+            },
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            AnthropicBlock::Text(t) => t.len(),
+            AnthropicBlock::Thinking { thinking, .. } => thinking.len(),
+            AnthropicBlock::RedactedThinking(d) => d.len(),
+            AnthropicBlock::ToolUse { name, input, .. } => name.len() + input.len(),
+        }
+    }
+
+    /// The block as it appears in a complete `message`.
+    fn complete_json(&self) -> Value {
+        match self {
+            AnthropicBlock::Text(text) => json!({"type": "text", "text": text}),
+            AnthropicBlock::Thinking {
+                thinking,
+                signature,
+            } => json!({"type": "thinking", "thinking": thinking, "signature": signature}),
+            AnthropicBlock::RedactedThinking(data) => {
+                json!({"type": "redacted_thinking", "data": data})
+            }
+            AnthropicBlock::ToolUse { id, name, input } => {
+                let input = serde_json::from_str::<Value>(input)
+                    .unwrap_or_else(|_| Value::String(input.clone()));
+                json!({"type": "tool_use", "id": id, "name": name, "input": input})
+            }
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum ReplyBody {
+    Message(Vec<AnthropicBlock>),
+    Error { status: u16, body: Value },
+    Raw { status: u16, body: String },
+    Hang,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(crate) struct MockUsage {
+    pub input: u64,
+    pub output: u64,
+    pub cache_read: u64,
+    pub cache_creation: u64,
+}
+
+/// One scripted answer of [`crate::MockAnthropic`]; answered as JSON or SSE depending on the
+/// request's `stream` flag.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AnthropicReply {
+    pub(crate) body: ReplyBody,
+    pub(crate) usage: Option<MockUsage>,
+    pub(crate) stop_reason: Option<String>,
+    pub(crate) headers: Vec<(String, String)>,
+    pub(crate) delay: Duration,
+    pub(crate) chunk_delay: Duration,
+    pub(crate) stall_after: Option<usize>,
+    pub(crate) drop_after: Option<usize>,
+    pub(crate) error_after: Option<(usize, Value)>,
+    pub(crate) fragment_size: Option<usize>,
+}
+
+impl AnthropicReply {
+    fn new(body: ReplyBody) -> Self {
+        AnthropicReply {
+            body,
+            usage: None,
+            stop_reason: None,
+            headers: Vec::new(),
+            delay: Duration::ZERO,
+            chunk_delay: Duration::ZERO,
+            stall_after: None,
+            drop_after: None,
+            error_after: None,
+            fragment_size: None,
+        }
+    }
+
+    /// An answer made of `blocks`, in order.
+    pub fn blocks(blocks: impl IntoIterator<Item = AnthropicBlock>) -> Self {
+        Self::new(ReplyBody::Message(blocks.into_iter().collect()))
+    }
+
+    /// A plain text answer.
+    pub fn text(text: impl Into<String>) -> Self {
+        Self::blocks([AnthropicBlock::text(text)])
+    }
+
+    /// One tool call (`input`: see [`AnthropicBlock::tool_use`]).
+    pub fn tool_use(id: impl Into<String>, name: impl Into<String>, input: Value) -> Self {
+        Self::blocks([AnthropicBlock::tool_use(id, name, input)])
+    }
+
+    /// A thinking block (with signature) followed by a text answer.
+    pub fn thinking(
+        thinking: impl Into<String>,
+        signature: impl Into<String>,
+        text: impl Into<String>,
+    ) -> Self {
+        Self::blocks([
+            AnthropicBlock::thinking(thinking, signature),
+            AnthropicBlock::text(text),
+        ])
+    }
+
+    /// An HTTP error with a JSON body (see [`anthropic_error`]).
+    pub fn error(status: u16, body: Value) -> Self {
+        Self::new(ReplyBody::Error { status, body })
+    }
+
+    /// `429 rate_limit_error` with `retry-after: secs`.
+    pub fn rate_limited(secs: u64) -> Self {
+        Self::error(
+            429,
+            anthropic_error(
+                "rate_limit_error",
+                "Number of request tokens has exceeded your per-minute rate limit",
+            ),
+        )
+        .retry_after(secs)
+    }
+
+    /// `529 overloaded_error` (Anthropic's "try again later").
+    pub fn overloaded() -> Self {
+        Self::error(529, anthropic_error("overloaded_error", "Overloaded"))
+    }
+
+    /// `body` sent verbatim with `status` (as `application/json`, or `text/event-stream` when the
+    /// request streams): invalid JSON, odd shapes, hand-written SSE.
+    pub fn raw_body(status: u16, body: &str) -> Self {
+        Self::new(ReplyBody::Raw {
+            status,
+            body: body.to_owned(),
+        })
+    }
+
+    /// Never answers (until the server is dropped).
+    pub fn hang() -> Self {
+        Self::new(ReplyBody::Hang)
+    }
+
+    /// Token usage to report (otherwise estimated as bytes / 4 of request and answer).
+    pub fn usage(mut self, input: u64, output: u64) -> Self {
+        let u = self.usage.get_or_insert_with(MockUsage::default);
+        u.input = input;
+        u.output = output;
+        self
+    }
+
+    /// `cache_read_input_tokens` and `cache_creation_input_tokens`.
+    pub fn cache_tokens(mut self, read: u64, creation: u64) -> Self {
+        let u = self.usage.get_or_insert_with(MockUsage::default);
+        u.cache_read = read;
+        u.cache_creation = creation;
+        self
+    }
+
+    /// Override the stop reason (default `end_turn`, or `tool_use` when calling tools).
+    pub fn stop_reason(mut self, reason: impl Into<String>) -> Self {
+        self.stop_reason = Some(reason.into());
+        self
+    }
+
+    /// An extra response header.
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+
+    /// `retry-after: <secs>`.
+    pub fn retry_after(self, secs: u64) -> Self {
+        self.header("retry-after", secs.to_string())
+    }
+
+    /// Wait this long before answering at all.
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.delay = delay;
+        self
+    }
+
+    /// Streams: wait this long before every event after the first.
+    pub fn chunk_delay(mut self, delay: Duration) -> Self {
+        self.chunk_delay = delay;
+        self
+    }
+
+    /// Streams: send `n` events, then go silent (connection kept open).
+    pub fn stall_after_events(mut self, n: usize) -> Self {
+        self.stall_after = Some(n);
+        self
+    }
+
+    /// Streams: send `n` events, then end the body (no `message_stop`).
+    pub fn drop_after_events(mut self, n: usize) -> Self {
+        self.drop_after = Some(n);
+        self
+    }
+
+    /// Streams: send `n` events, then an `error` event carrying `error` (`{type, message}`) and
+    /// end the body.
+    pub fn error_after_events(mut self, n: usize, error: Value) -> Self {
+        self.error_after = Some((n, error));
+        self
+    }
+
+    /// Streams: re-cut the SSE bytes into pieces of `n` bytes, so lines split across writes.
+    pub fn sse_fragment_size(mut self, n: usize) -> Self {
+        self.fragment_size = Some(n.max(1));
+        self
+    }
+
+    /// The answer as a complete `message` object (`None` for errors, raw bodies and hangs).
+    pub fn message(&self, model: &str) -> Option<Value> {
+        self.message_json(&Render::standalone(model))
+    }
+
+    /// The answer as stream events, `ping` included (`None` for errors, raw bodies and hangs).
+    pub fn events(&self, model: &str) -> Option<Vec<Value>> {
+        self.events_json(&Render::standalone(model))
+    }
+
+    fn blocks_ref(&self) -> Option<&[AnthropicBlock]> {
+        match &self.body {
+            ReplyBody::Message(blocks) => Some(blocks),
+            _ => None,
+        }
+    }
+
+    fn mock_usage(&self, r: &Render) -> MockUsage {
+        self.usage.unwrap_or_else(|| {
+            let answer: usize = self
+                .blocks_ref()
+                .map_or(0, |b| b.iter().map(AnthropicBlock::len).sum());
+            MockUsage {
+                input: (r.prompt_bytes as u64 / 4).max(1),
+                output: (answer as u64 / 4).max(1),
+                ..MockUsage::default()
+            }
+        })
+    }
+
+    fn stop(&self) -> String {
+        match &self.stop_reason {
+            Some(r) => r.clone(),
+            None => {
+                let calls = self.blocks_ref().is_some_and(|b| {
+                    b.iter()
+                        .any(|b| matches!(b, AnthropicBlock::ToolUse { .. }))
+                });
+                if calls { "tool_use" } else { "end_turn" }.to_owned()
+            }
+        }
+    }
+
+    pub(crate) fn message_json(&self, r: &Render) -> Option<Value> {
+        let blocks = self.blocks_ref()?;
+        let u = self.mock_usage(r);
+        Some(json!({
+            "id": r.id,
+            "type": "message",
+            "role": "assistant",
+            "model": r.model,
+            "content": blocks.iter().map(AnthropicBlock::complete_json).collect::<Vec<_>>(),
+            "stop_reason": self.stop(),
+            "stop_sequence": null,
+            "usage": {
+                "input_tokens": u.input,
+                "cache_creation_input_tokens": u.cache_creation,
+                "cache_read_input_tokens": u.cache_read,
+                "output_tokens": u.output,
+            },
+        }))
+    }
+
+    pub(crate) fn events_json(&self, r: &Render) -> Option<Vec<Value>> {
+        let blocks = self.blocks_ref()?;
+        let u = self.mock_usage(r);
+        let mut out = vec![
+            json!({"type": "message_start", "message": {
+                "id": r.id,
+                "type": "message",
+                "role": "assistant",
+                "model": r.model,
+                "content": [],
+                "stop_reason": null,
+                "stop_sequence": null,
+                "usage": {
+                    "input_tokens": u.input,
+                    "cache_creation_input_tokens": u.cache_creation,
+                    "cache_read_input_tokens": u.cache_read,
+                    "output_tokens": 1,
+                },
+            }}),
+            json!({"type": "ping"}),
+        ];
+        for (index, block) in blocks.iter().enumerate() {
+            let start = |b: Value| json!({"type": "content_block_start", "index": index, "content_block": b});
+            let delta =
+                |d: Value| json!({"type": "content_block_delta", "index": index, "delta": d});
+            match block {
+                AnthropicBlock::Text(text) => {
+                    out.push(start(json!({"type": "text", "text": ""})));
+                    for piece in split_text(text) {
+                        out.push(delta(json!({"type": "text_delta", "text": piece})));
+                    }
+                }
+                AnthropicBlock::Thinking {
+                    thinking,
+                    signature,
+                } => {
+                    out.push(start(
+                        json!({"type": "thinking", "thinking": "", "signature": ""}),
+                    ));
+                    for piece in split_text(thinking) {
+                        out.push(delta(json!({"type": "thinking_delta", "thinking": piece})));
+                    }
+                    out.push(delta(
+                        json!({"type": "signature_delta", "signature": signature}),
+                    ));
+                }
+                AnthropicBlock::RedactedThinking(_) => out.push(start(block.complete_json())),
+                AnthropicBlock::ToolUse { id, name, input } => {
+                    out.push(start(
+                        json!({"type": "tool_use", "id": id, "name": name, "input": {}}),
+                    ));
+                    // Anthropic opens every tool input with an empty fragment.
+                    out.push(delta(
+                        json!({"type": "input_json_delta", "partial_json": ""}),
+                    ));
+                    for piece in split_even(input, 3) {
+                        out.push(delta(
+                            json!({"type": "input_json_delta", "partial_json": piece}),
+                        ));
+                    }
+                }
+            }
+            out.push(json!({"type": "content_block_stop", "index": index}));
+        }
+        out.push(json!({
+            "type": "message_delta",
+            "delta": {"stop_reason": self.stop(), "stop_sequence": null},
+            "usage": {"output_tokens": u.output},
+        }));
+        out.push(json!({"type": "message_stop"}));
+        Some(out)
+    }
+}
+
+/// Per-answer values of the wire objects.
+pub(crate) struct Render {
+    pub id: String,
+    pub model: String,
+    /// Size of the request's `messages`, for the usage estimate.
+    pub prompt_bytes: usize,
+}
+
+impl Render {
+    fn standalone(model: &str) -> Self {
+        Render {
+            id: "msg_mock".into(),
+            model: model.into(),
+            prompt_bytes: 0,
+        }
+    }
+}
+
+/// One SSE frame the way Anthropic sends it: `event: <type>` then `data: <json>`.
+pub fn anthropic_sse_frame(event: &Value) -> String {
+    let kind = event
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("message");
+    format!("event: {kind}\ndata: {event}\n\n")
+}
+
+/// Anthropic's error body: `{"type": "error", "error": {"type", "message"}}`.
+pub fn anthropic_error(kind: &str, message: &str) -> Value {
+    json!({"type": "error", "error": {"type": kind, "message": message}})
+}
+
+/// Text as streamed deltas: word by word, or in three pieces for a single word.
+fn split_text(text: &str) -> Vec<String> {
+    let words: Vec<&str> = text.split_inclusive(' ').collect();
+    if words.len() > 1 {
+        words.into_iter().map(str::to_owned).collect()
+    } else {
+        split_even(text, 3)
+    }
+}
+
+/// `text` in up to `n` non-empty pieces of about equal length (on char boundaries).
+fn split_even(text: &str, n: usize) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    if chars.is_empty() {
+        return Vec::new();
+    }
+    let size = chars.len().div_ceil(n).max(1);
+    chars.chunks(size).map(|c| c.iter().collect()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    #[test]
+    fn stream_events_rebuild_the_message() {
+        let reply = AnthropicReply::blocks([
+            AnthropicBlock::thinking("let me see", "sig-1"),
+            AnthropicBlock::text("two calls"),
+            AnthropicBlock::tool_use("toolu_a", "ls", json!({"path": "/"})),
+            AnthropicBlock::tool_use("toolu_b", "bash", json!("{bad")),
+        ]);
+        let events = reply.events("m").unwrap();
+        let mut inputs = [String::new(), String::new()];
+        let mut thinking = String::new();
+        let mut signature = String::new();
+        for e in &events {
+            let d = &e["delta"];
+            match d["type"].as_str() {
+                Some("input_json_delta") => {
+                    let slot = e["index"].as_u64().unwrap() as usize - 2;
+                    inputs[slot].push_str(d["partial_json"].as_str().unwrap());
+                }
+                Some("thinking_delta") => thinking.push_str(d["thinking"].as_str().unwrap()),
+                Some("signature_delta") => signature.push_str(d["signature"].as_str().unwrap()),
+                _ => {}
+            }
+        }
+        assert_eq!(inputs, ["{\"path\":\"/\"}".to_owned(), "{bad".to_owned()]);
+        assert_eq!(
+            (thinking.as_str(), signature.as_str()),
+            ("let me see", "sig-1")
+        );
+        assert_eq!(events[0]["type"], "message_start");
+        assert_eq!(events[1]["type"], "ping");
+        let n = events.len();
+        assert_eq!(events[n - 2]["delta"]["stop_reason"], "tool_use");
+        assert_eq!(events[n - 1]["type"], "message_stop");
+
+        let message = reply.message("m").unwrap();
+        assert_eq!(message["content"][2]["input"], json!({"path": "/"}));
+        assert_eq!(message["content"][3]["input"], json!("{bad"));
+        assert_eq!(message["stop_reason"], "tool_use");
+    }
+
+    #[test]
+    fn frames_name_their_event() {
+        assert_eq!(
+            anthropic_sse_frame(&json!({"type": "ping"})),
+            "event: ping\ndata: {\"type\":\"ping\"}\n\n"
+        );
+    }
+}
