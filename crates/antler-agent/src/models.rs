@@ -94,11 +94,11 @@ pub fn build_model(cfg: &ModelConfig, thinking: bool) -> Result<Arc<dyn ChatMode
                 ac.base_url = url.clone();
             }
             // ChatAnthropic falls back to ANTHROPIC_API_KEY.
-            ac.api_key = cfg
-                .api_key
-                .clone()
-                .filter(|k| !k.is_empty())
-                .or_else(|| std::env::var("ANTHROPIC_API_KEY").ok().filter(|k| !k.is_empty()));
+            ac.api_key = cfg.api_key.clone().filter(|k| !k.is_empty()).or_else(|| {
+                std::env::var("ANTHROPIC_API_KEY")
+                    .ok()
+                    .filter(|k| !k.is_empty())
+            });
             ac.temperature = cfg.temperature;
             ac.max_tokens = cfg.max_tokens;
             if let Some(t) = cfg.request_timeout.filter(|t| *t > 0.0) {
@@ -123,7 +123,10 @@ pub fn build_model(cfg: &ModelConfig, thinking: bool) -> Result<Arc<dyn ChatMode
             let mut extra = options;
             for (k, v) in &cfg.extra {
                 // `enable_prompt_caching` is a client option of DeerFlow's Claude class.
-                if !METADATA_KEYS.contains(&k.as_str()) && k != "enable_prompt_caching" && !v.is_null() {
+                if !METADATA_KEYS.contains(&k.as_str())
+                    && k != "enable_prompt_caching"
+                    && !v.is_null()
+                {
                     extra.entry(k.clone()).or_insert_with(|| v.clone());
                 }
             }
