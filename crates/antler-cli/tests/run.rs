@@ -600,7 +600,11 @@ fn anthropic_models_run_through_the_messages_api() {
     use antler_test_support::{AnthropicReply, MockAnthropic};
     for streaming in [false, true] {
         let mock = MockAnthropic::start_on_thread().with_replies([
-            AnthropicReply::tool_use("toolu_1", "ls", json!({"description": "look", "path": "/mnt/user-data/workspace"})),
+            AnthropicReply::tool_use(
+                "toolu_1",
+                "ls",
+                json!({"description": "look", "path": "/mnt/user-data/workspace"}),
+            ),
             AnthropicReply::text("Empty workspace.").usage(20, 4),
         ]);
         let p = Project::empty();
@@ -620,7 +624,10 @@ fn anthropic_models_run_through_the_messages_api() {
         assert_eq!(reqs.len(), 2);
         assert_eq!(reqs[1].header("x-api-key"), Some("sk-test"));
         assert_eq!(reqs[1].body["model"], "claude-test");
-        assert_eq!(reqs[1].body["messages"][2]["content"][0]["type"], "tool_result");
+        assert_eq!(
+            reqs[1].body["messages"][2]["content"][0]["type"],
+            "tool_result"
+        );
         mock.assert_no_violations();
     }
 }

@@ -21,6 +21,7 @@
 //! | L9  | [`memory`] | after_agent |
 //! | L10 | [`view_image`] | before_model, after_model |
 //! | L12 | [`deferred_tool_filter`] | wrap_model, wrap_tool |
+//! | L13 | [`system_message_coalescing`] | wrap_model |
 //! | L14 | [`subagent_limit`] | after_model |
 //! | L15 | [`loop_detection`] | before_agent, after_model, after_agent, wrap_model |
 //! | L16 | [`token_budget`] | before_agent, after_model, after_agent, wrap_model |
@@ -41,6 +42,7 @@ pub mod sandbox;
 pub mod sandbox_audit;
 pub mod subagent_limit;
 pub mod summarization;
+pub mod system_message_coalescing;
 pub mod thread_data;
 pub mod title;
 pub mod todo;

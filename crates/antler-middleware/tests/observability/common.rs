@@ -1,0 +1,249 @@
+//! Shared helpers: states, run contexts, small tools, an event recorder and a log capture.
+
+use std::sync::{Arc, Mutex};
+
+use antler_protocol::{
+    AiMessage, Content, Message, Messages, Object, StateUpdate, ThreadState, ToolCall, ToolSpec,
+    UsageMetadata,
+};
+use antler_runtime::{
+    Command, NullSink, RunContext, RunEvent, RunObserver, Tool, ToolContext, ToolError, ToolOutput,
+};
+use async_trait::async_trait;
+use serde_json::{json, Value};
+
+pub fn run_ctx(thread: &str, run: &str) -> RunContext {
+    RunContext::new(thread, run, Arc::new(NullSink))
+}
+
+pub fn state(msgs: Vec<Message>) -> ThreadState {
+    ThreadState {
+        messages: Messages::from_messages(msgs),
+        ..Default::default()
+    }
+}
+
+pub fn ai_text(text: &str) -> Message {
+    Message::ai(text)
+}
+
+/// An AI message calling `(id, name, args)`.
+pub fn ai_calls(calls: &[(&str, &str, Value)]) -> AiMessage {
+    AiMessage {
+        tool_calls: calls
+            .iter()
+            .map(|(id, name, args)| {
+                let args = match args {
+                    Value::Object(o) => o.clone(),
+                    _ => Object::new(),
+                };
+                ToolCall::new(*id, *name, args)
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+pub fn with_usage(mut ai: AiMessage, input: u64, output: u64) -> AiMessage {
+    ai.usage_metadata = Some(UsageMetadata::new(input, output));
+    ai
+}
+
+pub fn tool_msg(call_id: &str, content: &str) -> Message {
+    Message::Tool(antler_protocol::ToolMessage::new(call_id, content))
+}
+
+/// The update's messages (empty when none).
+pub fn update_messages(update: &Option<StateUpdate>) -> Vec<Message> {
+    update
+        .as_ref()
+        .and_then(|u| u.messages.clone())
+        .unwrap_or_default()
+}
+
+pub fn spec(name: &str) -> Arc<ToolSpec> {
+    Arc::new(ToolSpec {
+        name: name.into(),
+        description: format!("{name} (test)"),
+        parameters: json!({"type": "object"}),
+    })
+}
+
+/// Answers every call with `ok` (plus optional extra `additional_kwargs`).
+pub struct EchoTool {
+    pub spec: Arc<ToolSpec>,
+    pub kwargs: Object,
+}
+
+impl EchoTool {
+    pub fn new(name: &str) -> Arc<EchoTool> {
+        Arc::new(EchoTool {
+            spec: spec(name),
+            kwargs: Object::new(),
+        })
+    }
+
+    pub fn with_kwargs(name: &str, kwargs: Value) -> Arc<EchoTool> {
+        Arc::new(EchoTool {
+            spec: spec(name),
+            kwargs: kwargs.as_object().cloned().unwrap_or_default(),
+        })
+    }
+}
+
+#[async_trait]
+impl Tool for EchoTool {
+    fn spec(&self) -> &Arc<ToolSpec> {
+        &self.spec
+    }
+    async fn call(&self, _: Object, _: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
+        Ok(ToolOutput::Content {
+            content: Content::Text("ok".into()),
+            status: Default::default(),
+            artifact: Value::Null,
+            additional_kwargs: self.kwargs.clone(),
+        })
+    }
+}
+
+/// A stand-in for `view_image`: records `{mime_type, size, actual_path}` for the path given in
+/// the `image_path` argument, mapped onto `host_path`.
+pub struct FakeViewImage {
+    pub spec: Arc<ToolSpec>,
+    pub host_path: std::path::PathBuf,
+}
+
+#[async_trait]
+impl Tool for FakeViewImage {
+    fn spec(&self) -> &Arc<ToolSpec> {
+        &self.spec
+    }
+    async fn call(&self, args: Object, ctx: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
+        let virtual_path = args
+            .get("image_path")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let size = std::fs::metadata(&self.host_path)?.len();
+        let mut viewed = Object::new();
+        viewed.insert(
+            virtual_path,
+            json!({"mime_type": "image/png", "size": size, "actual_path": self.host_path}),
+        );
+        let mut reply = antler_protocol::ToolMessage::new(ctx.call_id, "Successfully read image");
+        reply.name = Some("view_image".into());
+        Ok(ToolOutput::Command(Command {
+            update: StateUpdate {
+                viewed_images: Some(viewed),
+                messages: Some(vec![Message::Tool(reply)]),
+                ..Default::default()
+            },
+            goto: None,
+        }))
+    }
+}
+
+/// Keeps an owned summary of every run event.
+#[derive(Default)]
+pub struct Recorder {
+    pub events: Mutex<Vec<Value>>,
+}
+
+impl Recorder {
+    pub fn new() -> Arc<Recorder> {
+        Arc::new(Recorder::default())
+    }
+
+    pub fn all(&self) -> Vec<Value> {
+        self.events.lock().unwrap().clone()
+    }
+
+    /// Events whose `kind` is `kind`.
+    pub fn of(&self, kind: &str) -> Vec<Value> {
+        self.all()
+            .into_iter()
+            .filter(|e| e["kind"] == kind)
+            .collect()
+    }
+}
+
+impl RunObserver for Recorder {
+    fn on_event(&self, _run: &RunContext, event: &RunEvent<'_>) {
+        let v = match event {
+            RunEvent::ModelResponse {
+                caller,
+                model,
+                request_messages,
+                response,
+                ..
+            } => json!({
+                "kind": "model_response",
+                "caller": caller,
+                "model": model,
+                "request_messages": request_messages,
+                "text": response.content.text(),
+            }),
+            RunEvent::ModelError { caller, error, .. } => {
+                json!({"kind": "model_error", "caller": caller, "error": error.to_string()})
+            }
+            RunEvent::Middleware {
+                name,
+                action,
+                payload,
+            } => json!({"kind": "middleware", "name": name, "action": action, "payload": payload}),
+            _ => json!({"kind": "other"}),
+        };
+        self.events.lock().unwrap().push(v);
+    }
+}
+
+/// Captures the formatted `message` of every tracing event on this thread while alive.
+pub struct LogCapture {
+    lines: Arc<Mutex<Vec<String>>>,
+    _guard: tracing::subscriber::DefaultGuard,
+}
+
+impl LogCapture {
+    pub fn start() -> LogCapture {
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let guard = tracing::subscriber::set_default(Capture(lines.clone()));
+        LogCapture {
+            lines,
+            _guard: guard,
+        }
+    }
+
+    pub fn text(&self) -> String {
+        self.lines.lock().unwrap().join("\n")
+    }
+}
+
+struct Capture(Arc<Mutex<Vec<String>>>);
+
+struct MessageVisitor(String);
+
+impl tracing::field::Visit for MessageVisitor {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "message" {
+            self.0 = format!("{value:?}");
+        }
+    }
+}
+
+impl tracing::Subscriber for Capture {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        let mut v = MessageVisitor(String::new());
+        event.record(&mut v);
+        self.0.lock().unwrap().push(v.0);
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
