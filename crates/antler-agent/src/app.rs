@@ -32,6 +32,8 @@ pub struct App {
     pub skills_root: PathBuf,
     /// The project root: relative paths in config resolve against it (the working directory).
     pub project_root: PathBuf,
+    /// Shared across runs: its per-thread windows outlive a run (LRU of tracked threads).
+    pub loop_detection: Option<Arc<antler_middleware::loop_detection::LoopDetectionMiddleware>>,
     models: Mutex<HashMap<(String, bool), Arc<dyn ChatModel>>>,
     /// Replaces every configured model (tests and benchmarks).
     model_override: Option<Arc<dyn ChatModel>>,
@@ -125,6 +127,7 @@ impl App {
             Some(path) => SqliteStore::open(&path)?,
             None => SqliteStore::open_in_memory()?,
         };
+        let loop_detection = chain::loop_detection(&config)?;
         let project_root = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
         let skills_root = crate::skills::skills_root(config.skills.path.as_deref(), &project_root);
         let mut settings = toolset::sandbox_settings(&config, &home);
@@ -146,6 +149,7 @@ impl App {
             confinement,
             skills_root,
             project_root,
+            loop_detection,
             models: Mutex::new(HashMap::new()),
             model_override: None,
         })

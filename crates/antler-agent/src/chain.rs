@@ -1,43 +1,152 @@
-//! The lead agent's middleware chain in DeerFlow's order (spec 20 §12). Numbers are spec 20's
-//! (S = shared runtime segment, L = lead-only segment).
+//! The middleware chains in DeerFlow's order (spec 20 §12). Order is semantics: before_* hooks
+//! run in list order, after_* hooks in reverse, and the first wrapper is the outermost.
+//!
+//! - the shared runtime segment (S…), used by the lead agent and by subagents;
+//! - the lead-only segment (L…), ending with Clarification, which is always last;
+//! - the subagent segment (U…).
+//!
+//! Entries DeerFlow marks EXTRA that antler does not implement yet are skipped (InputSanitization
+//! S1, ToolResultSanitization S3, the authorization guardrail S9, ReadBeforeWrite S12,
+//! ToolProgress S13, SkillActivation/SkillToolPolicy L2/L3, McpRouting L11, configured extension
+//! middlewares L18, TerminalResponse L19, ModelLengthFinishReason L20, SafetyFinishReason L21);
+//! the relative order of everything present is DeerFlow's.
 
 use std::sync::Arc;
 
+use antler_middleware::loop_detection::LoopDetectionMiddleware;
 use antler_middleware::sandbox::SandboxMiddleware;
 use antler_middleware::sandbox_audit::{JsonlAuditSink, SandboxAuditMiddleware};
+use antler_middleware::system_message_coalescing::SystemMessageCoalescingMiddleware;
 use antler_middleware::thread_data::ThreadDataMiddleware;
+use antler_middleware::title::{TitleMiddleware, TitleSettings};
+use antler_middleware::token_usage::{TokenUsageMiddleware, TokenUsageSettings};
 use antler_middleware::tool_error_handling::ToolErrorHandlingMiddleware;
 use antler_middleware::uploads::UploadsMiddleware;
+use antler_middleware::view_image::ViewImageMiddleware;
 use antler_models::ModelInfo;
 use antler_runtime::{Chain, Middleware, RunOptions};
 use antler_sandbox::SandboxProvider;
 
 use crate::{AgentError, App};
 
-/// The middlewares of the lead agent, in order.
-pub fn lead_middlewares(
-    app: &App,
-    _model: &ModelInfo,
-    _opts: &RunOptions,
-) -> Vec<Arc<dyn Middleware>> {
+/// One middleware with its position label from spec 20 §12 (`S4`, `L15`, `U13`, …).
+#[derive(Clone)]
+pub struct ChainEntry {
+    pub slot: &'static str,
+    pub middleware: Arc<dyn Middleware>,
+}
+
+fn entry(slot: &'static str, mw: impl Middleware + 'static) -> ChainEntry {
+    ChainEntry {
+        slot,
+        middleware: Arc::new(mw),
+    }
+}
+
+/// The shared runtime segment (spec 20 §12.1). `include_uploads` is true for the lead agent.
+pub fn runtime_segment(app: &App, include_uploads: bool) -> Vec<ChainEntry> {
     let provider: Arc<dyn SandboxProvider> = app.sandbox.clone();
-    vec![
-        // S4–S6: thread folders, uploads, sandbox.
-        Arc::new(ThreadDataMiddleware::new(app.home.clone())),
-        Arc::new(UploadsMiddleware::new(app.home.clone())),
-        Arc::new(SandboxMiddleware::new(provider)),
-        // S11: bash audit, also written to $ANTLER_HOME/logs/sandbox-audit.jsonl.
-        Arc::new(
-            SandboxAuditMiddleware::new().with_sink(Arc::new(JsonlAuditSink::new(
-                app.home.join("logs").join("sandbox-audit.jsonl"),
-            ))),
-        ),
-        // S14: tool failures become error results.
-        Arc::new(ToolErrorHandlingMiddleware::new()),
-    ]
+    let mut out = vec![entry("S4", ThreadDataMiddleware::new(app.home.clone()))];
+    if include_uploads {
+        out.push(entry("S5", UploadsMiddleware::new(app.home.clone())));
+    }
+    out.push(entry("S6", SandboxMiddleware::new(provider)));
+    out.push(entry(
+        "S11",
+        SandboxAuditMiddleware::new().with_sink(Arc::new(JsonlAuditSink::new(
+            app.home.join("logs").join("sandbox-audit.jsonl"),
+        ))),
+    ));
+    out.push(entry("S14", ToolErrorHandlingMiddleware::new()));
+    out
+}
+
+/// The lead agent's middlewares (spec 20 §12.1 + §12.2), in order.
+pub fn lead_entries(
+    app: &App,
+    model: &ModelInfo,
+    _opts: &RunOptions,
+) -> Result<Vec<ChainEntry>, AgentError> {
+    let config = &app.config;
+    let mut out = runtime_segment(app, true);
+    if config.token_usage.enabled {
+        out.push(entry(
+            "L7",
+            TokenUsageMiddleware::new(TokenUsageSettings { enabled: true }),
+        ));
+    }
+    out.push(entry("L8", title_middleware(app)));
+    if model.supports_vision {
+        out.push(entry("L10", ViewImageMiddleware::new()));
+    }
+    out.push(entry("L13", SystemMessageCoalescingMiddleware::new()));
+    if let Some(ld) = &app.loop_detection {
+        out.push(ChainEntry {
+            slot: "L15",
+            middleware: ld.clone(),
+        });
+    }
+    Ok(out)
+}
+
+fn title_middleware(app: &App) -> TitleMiddleware {
+    let t = &app.config.title;
+    let settings = TitleSettings {
+        enabled: t.enabled,
+        max_words: t.max_words,
+        max_chars: t.max_chars,
+        prompt_template: t.prompt_template.clone(),
+    };
+    let model = t.model_name.as_deref().and_then(|name| match app.model(Some(name), false) {
+        Ok(m) => Some(m),
+        Err(e) => {
+            tracing::warn!(model = %name, error = %e, "title.model_name cannot be used; titles fall back to the first user message");
+            None
+        }
+    });
+    TitleMiddleware::new(settings, model)
+}
+
+/// The process-wide LoopDetection (its per-thread windows and LRU live across runs).
+pub fn loop_detection(
+    app_config: &antler_config::Config,
+) -> Result<Option<Arc<LoopDetectionMiddleware>>, AgentError> {
+    use antler_middleware::loop_detection::{LoopDetectionSettings, ToolFreqOverride};
+    let c = &app_config.loop_detection;
+    if !c.enabled {
+        return Ok(None);
+    }
+    let settings = LoopDetectionSettings {
+        enabled: true,
+        warn_threshold: c.warn_threshold,
+        hard_limit: c.hard_limit,
+        window_size: c.window_size,
+        max_tracked_threads: c.max_tracked_threads,
+        tool_freq_warn: c.tool_freq_warn,
+        tool_freq_hard_limit: c.tool_freq_hard_limit,
+        tool_freq_overrides: c
+            .tool_freq_overrides
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.clone(),
+                    ToolFreqOverride {
+                        warn: v.warn,
+                        hard_limit: v.hard_limit,
+                    },
+                )
+            })
+            .collect(),
+    };
+    LoopDetectionMiddleware::new(settings)
+        .map(|m| Some(Arc::new(m)))
+        .map_err(|e| AgentError::Config(format!("loop_detection: {e}")))
 }
 
 /// The lead agent's chain.
 pub fn lead_chain(app: &App, model: &ModelInfo, opts: &RunOptions) -> Result<Chain, AgentError> {
-    Ok(Chain::new(lead_middlewares(app, model, opts))?)
+    let entries = lead_entries(app, model, opts)?;
+    Ok(Chain::new(
+        entries.into_iter().map(|e| e.middleware).collect(),
+    )?)
 }

@@ -631,3 +631,39 @@ fn anthropic_models_run_through_the_messages_api() {
         mock.assert_no_violations();
     }
 }
+
+#[test]
+fn an_endlessly_repeating_tool_call_is_warned_then_stopped() {
+    let mock = MockOpenAi::start_on_thread();
+    let n = std::sync::atomic::AtomicUsize::new(0);
+    mock.set_fallback(move |_| {
+        let i = n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        MockReply::tool_call(
+            format!("call_{i}"),
+            "ls",
+            json!({"description": "again", "path": "/mnt/user-data/workspace"}),
+        )
+    });
+    let p = Project::new(&mock, BASH_ON);
+    let (code, out, stderr) = p.run_json(&["loop"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(out["status"], "success");
+    let reqs = mock.requests();
+    assert_eq!(reqs.len(), 5, "hard stop on the 5th response");
+    // The warning is transient: attached to the request after the 3rd repeat only.
+    let warned: Vec<bool> = reqs
+        .iter()
+        .map(|r| r.body["messages"].to_string().contains("[LOOP DETECTED]"))
+        .collect();
+    assert_eq!(warned, [false, false, false, true, false]);
+    let last = out["values"]["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(last["type"], "ai");
+    assert_eq!(last["tool_calls"], json!([]));
+    assert_eq!(last["response_metadata"]["finish_reason"], "stop");
+    mock.assert_no_violations();
+}

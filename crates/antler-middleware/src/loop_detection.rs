@@ -48,16 +48,16 @@ pub const STOP_REASON: &str = "loop_capped";
 pub const WARNING_NAME: &str = "loop_warning";
 
 /// Queued when one call set repeats `warn_threshold` times.
-pub const WARNING_MSG: &str = "[LOOP DETECTED] You are repeating the same tool calls. Stop calling tools and produce your final answer now. If you cannot complete the task, summarize what you accomplished so far.";
+pub const WARNING_MSG: &str = "[LOOP DETECTED] The same tool calls keep coming back. Do not call more tools: give your final answer now, or summarize what you have done so far if the task cannot be finished.";
 /// Appended to the AI message when one call set repeats `hard_limit` times.
-pub const HARD_STOP_MSG: &str = "[FORCED STOP] Repeated tool calls exceeded the safety limit. Producing final answer with results collected so far.";
+pub const HARD_STOP_MSG: &str = "[FORCED STOP] Repeated tool calls went past the safety limit. This is the final answer with the results gathered so far.";
 
 fn tool_freq_warning(name: &str, count: usize) -> String {
-    format!("[LOOP DETECTED] You have called {name} {count} times without producing a final answer. Stop calling tools and produce your final answer now. If you cannot complete the task, summarize what you accomplished so far.")
+    format!("[LOOP DETECTED] {name} has been called {count} times without a final answer. Do not call more tools: give your final answer now, or summarize what you have done so far if the task cannot be finished.")
 }
 
 fn tool_freq_hard_stop(name: &str, count: usize) -> String {
-    format!("[FORCED STOP] Tool {name} called {count} times — exceeded the per-tool safety limit. Producing final answer with results collected so far.")
+    format!("[FORCED STOP] {name} was called {count} times, past its per-tool safety limit. This is the final answer with the results gathered so far.")
 }
 
 /// Per-tool frequency thresholds (`loop_detection.tool_freq_overrides.<tool>`).

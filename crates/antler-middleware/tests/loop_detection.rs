@@ -815,7 +815,7 @@ async fn frequency_warns_once_at_its_threshold() {
     let queued = m.pending_for(&r);
     assert_eq!(queued.len(), 1);
     assert!(queued[0].contains("read_file") && queued[0].contains("LOOP DETECTED"));
-    assert!(queued[0].contains("called read_file 5 times"));
+    assert!(queued[0].contains("read_file has been called 5 times"));
     assert_eq!(apply(&m, vec![read("/file_5.py")], &r).await, None);
     assert_eq!(m.pending_for(&r).len(), 1);
 }
@@ -1039,7 +1039,7 @@ async fn defaults_stop_the_fiftieth_distinct_bash_call() {
         );
     }
     let msg = stopped(apply(&m, vec![bash("cmd_50")], &r).await);
-    assert!(msg.content.text().contains("Tool bash called 50 times"));
+    assert!(msg.content.text().contains("bash was called 50 times"));
     assert_eq!(
         m.consume_stop_reason("test-run").as_deref(),
         Some("loop_capped")
