@@ -206,6 +206,11 @@ impl App {
         )
     }
 
+    /// Whether `bash` is offered (allow_host_bash, or active confinement).
+    pub fn bash_available(&self) -> bool {
+        antler_sandbox::bash_available(self.sandbox.settings(), &self.confinement)
+    }
+
     /// Run options for a request (config defaults + request overrides).
     pub fn run_options(&self, req: &TurnRequest) -> RunOptions {
         RunOptions {
@@ -273,6 +278,12 @@ impl App {
                 .collect(),
             skills_section: self.skills_section(custom.as_ref().and_then(|a| a.skills.as_deref())),
             soul: custom.as_ref().and_then(|a| a.soul.clone()),
+            subagent_types: if opts.subagent_enabled {
+                crate::subagents::SubagentRegistry::from_config(&self.config.subagents)
+                    .available_description(self.bash_available())
+            } else {
+                String::new()
+            },
         };
         let mut agent = Agent::new(model)
             .with_system_prompt(prompt::system_prompt(&prompt_opts))

@@ -13,9 +13,11 @@
 
 use std::sync::Arc;
 
+use antler_config::Config;
 use antler_middleware::loop_detection::LoopDetectionMiddleware;
 use antler_middleware::sandbox::SandboxMiddleware;
 use antler_middleware::sandbox_audit::{JsonlAuditSink, SandboxAuditMiddleware};
+use antler_middleware::subagent_limit::SubagentLimitMiddleware;
 use antler_middleware::system_message_coalescing::SystemMessageCoalescingMiddleware;
 use antler_middleware::thread_data::ThreadDataMiddleware;
 use antler_middleware::title::{TitleMiddleware, TitleSettings};
@@ -25,9 +27,27 @@ use antler_middleware::uploads::UploadsMiddleware;
 use antler_middleware::view_image::ViewImageMiddleware;
 use antler_models::ModelInfo;
 use antler_runtime::{Chain, Middleware, RunOptions};
-use antler_sandbox::SandboxProvider;
+use antler_sandbox::{LocalSandboxProvider, SandboxProvider};
 
 use crate::{AgentError, App};
+
+/// What chain assembly needs from the app, cheap to clone into a `'static` subagent factory.
+#[derive(Clone)]
+pub struct ChainParts {
+    pub config: Arc<Config>,
+    pub home: std::path::PathBuf,
+    pub sandbox: Arc<LocalSandboxProvider>,
+}
+
+impl App {
+    pub fn chain_parts(&self) -> ChainParts {
+        ChainParts {
+            config: self.config.clone(),
+            home: self.home.clone(),
+            sandbox: self.sandbox.clone(),
+        }
+    }
+}
 
 /// One middleware with its position label from spec 20 §12 (`S4`, `L15`, `U13`, …).
 #[derive(Clone)]
@@ -44,7 +64,7 @@ fn entry(slot: &'static str, mw: impl Middleware + 'static) -> ChainEntry {
 }
 
 /// The shared runtime segment (spec 20 §12.1). `include_uploads` is true for the lead agent.
-pub fn runtime_segment(app: &App, include_uploads: bool) -> Vec<ChainEntry> {
+pub fn runtime_segment(app: &ChainParts, include_uploads: bool) -> Vec<ChainEntry> {
     let provider: Arc<dyn SandboxProvider> = app.sandbox.clone();
     let mut out = vec![entry("S4", ThreadDataMiddleware::new(app.home.clone()))];
     if include_uploads {
@@ -65,10 +85,10 @@ pub fn runtime_segment(app: &App, include_uploads: bool) -> Vec<ChainEntry> {
 pub fn lead_entries(
     app: &App,
     model: &ModelInfo,
-    _opts: &RunOptions,
+    opts: &RunOptions,
 ) -> Result<Vec<ChainEntry>, AgentError> {
     let config = &app.config;
-    let mut out = runtime_segment(app, true);
+    let mut out = runtime_segment(&app.chain_parts(), true);
     if config.token_usage.enabled {
         out.push(entry(
             "L7",
@@ -80,6 +100,14 @@ pub fn lead_entries(
         out.push(entry("L10", ViewImageMiddleware::new()));
     }
     out.push(entry("L13", SystemMessageCoalescingMiddleware::new()));
+    if opts.subagent_enabled {
+        out.push(entry(
+            "L14",
+            SubagentLimitMiddleware::new()
+                .with_max_total(config.subagents.max_total_per_run as i64)
+                .with_max_concurrent(opts.max_concurrent_subagents as i64),
+        ));
+    }
     if let Some(ld) = &app.loop_detection {
         out.push(ChainEntry {
             slot: "L15",
@@ -141,6 +169,27 @@ pub fn loop_detection(
     LoopDetectionMiddleware::new(settings)
         .map(|m| Some(Arc::new(m)))
         .map_err(|e| AgentError::Config(format!("loop_detection: {e}")))
+}
+
+/// A subagent's middlewares (spec 20 §12.3): the shared segment without Uploads, then the
+/// subagent segment. Built fresh per delegation: a child shares its parent's thread and run ids,
+/// so per-run state must not be shared with the lead's instances.
+pub fn subagent_entries(
+    parts: &ChainParts,
+    model: &ModelInfo,
+) -> Result<Vec<ChainEntry>, AgentError> {
+    let mut out = runtime_segment(parts, false);
+    if model.supports_vision {
+        out.push(entry("U3", ViewImageMiddleware::new()));
+    }
+    if let Some(ld) = loop_detection(&parts.config)? {
+        out.push(ChainEntry {
+            slot: "U6",
+            middleware: ld,
+        });
+    }
+    out.push(entry("U13", SystemMessageCoalescingMiddleware::new()));
+    Ok(out)
 }
 
 /// The lead agent's chain.

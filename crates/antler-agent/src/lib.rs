@@ -8,6 +8,7 @@ pub mod chain;
 pub mod models;
 pub mod prompt;
 pub mod skills;
+pub mod subagents;
 pub mod toolset;
 
 pub use app::{App, TurnOutcome, TurnRequest, DB_FILE};

@@ -18,6 +18,8 @@ pub struct PromptOptions {
     pub skills_section: String,
     /// A custom agent's SOUL.md.
     pub soul: Option<String>,
+    /// `- **type**: description` lines of the subagent types available to `task`.
+    pub subagent_types: String,
 }
 
 fn escape(s: &str) -> String {
@@ -75,7 +77,8 @@ was asked. After you call it, execution stops until the user answers.\n</clarifi
         p.push_str("\n\n");
     }
     if opts.subagents_enabled {
-        let n = opts.max_concurrent_subagents.clamp(1, 4);
+        // DESIGN §7: the seed's clamp [2, 4], as SubagentLimit enforces it.
+        let n = opts.max_concurrent_subagents.clamp(2, 4);
         let m = opts.max_total_subagents.clamp(1, 50);
         p.push_str(&format!(
             "<subagent_system>\nYou can delegate work to subagents with the `task` tool. Default \
@@ -83,9 +86,14 @@ to doing the work yourself; delegate only when running parts in parallel, a spec
 clean context clearly pays for the cost of starting a subagent and merging its result. Never run \
 subtasks in parallel when they depend on each other or change the same files.\nHard limits: at \
 most {n} `task` calls per response and {m} per run; calls beyond the limit are discarded. \
-`task` waits for the subagent and returns its result; there is nothing to poll.\n\
-</subagent_system>\n\n"
+`task` waits for the subagent and returns its result; there is nothing to poll.\n"
         ));
+        if !opts.subagent_types.is_empty() {
+            p.push_str("Available subagent types:\n");
+            p.push_str(opts.subagent_types.trim_end());
+            p.push('\n');
+        }
+        p.push_str("</subagent_system>\n\n");
     }
     p.push_str(
         "<working_directory existed=\"true\">\n\

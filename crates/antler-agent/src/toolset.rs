@@ -63,7 +63,7 @@ fn tool_env(app: &App) -> ToolEnv {
 pub fn lead_tools(
     app: &App,
     model: &ModelInfo,
-    _opts: &RunOptions,
+    opts: &RunOptions,
     tool_groups: Option<&[String]>,
 ) -> Result<ToolRegistry, AgentError> {
     let env = tool_env(app);
@@ -97,7 +97,51 @@ pub fn lead_tools(
     if model.supports_vision {
         reg.register(antler_tools::view_image_tool(&env));
     }
+    if opts.subagent_enabled {
+        // Children get the lead's tools (the executor drops task/ask_clarification/present_files).
+        let executor = subagent_executor(app, reg.clone(), bash_ok);
+        reg.register(crate::subagents::task_tool(Arc::new(executor)));
+    }
     Ok(reg)
+}
+
+/// The `task` executor: DeerFlow's subagent types from `subagents:`, children built with the
+/// subagent chain on the lead's tools.
+pub fn subagent_executor(
+    app: &App,
+    tools: ToolRegistry,
+    bash_available: bool,
+) -> crate::subagents::SubagentExecutor {
+    use crate::subagents::{SubagentError, SubagentExecutor, SubagentRegistry, SubagentRequest};
+    let parts = app.chain_parts();
+    let factory = move |req: &SubagentRequest<'_>| -> Result<antler_runtime::Agent, SubagentError> {
+        let cfg = match req.model_name {
+            Some(name) => parts.config.model(name),
+            None => parts.config.default_model(),
+        }
+        .ok_or_else(|| {
+            SubagentError::Build(format!(
+                "no model '{}' for subagent type '{}'",
+                req.model_name.unwrap_or("(default)"),
+                req.spec.name
+            ))
+        })?;
+        // Subagents always run with thinking off.
+        let model = crate::models::build_model(cfg, false)
+            .map_err(|e| SubagentError::Build(e.to_string()))?;
+        let entries = crate::chain::subagent_entries(&parts, model.info())
+            .map_err(|e| SubagentError::Build(e.to_string()))?;
+        let chain =
+            antler_runtime::Chain::new(entries.into_iter().map(|e| e.middleware).collect())?;
+        Ok(antler_runtime::Agent::new(model)
+            .with_tools(tools.clone())
+            .with_chain(chain))
+    };
+    SubagentExecutor::new(
+        SubagentRegistry::from_config(&app.config.subagents),
+        Arc::new(factory),
+    )
+    .with_bash_available(bash_available)
 }
 
 /// Files attached to a message.

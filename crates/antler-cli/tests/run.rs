@@ -667,3 +667,77 @@ fn an_endlessly_repeating_tool_call_is_warned_then_stopped() {
     assert_eq!(last["response_metadata"]["finish_reason"], "stop");
     mock.assert_no_violations();
 }
+
+#[test]
+fn six_task_calls_run_three_subagents() {
+    let mock = MockOpenAi::start_on_thread().with_replies([MockReply::tool_calls((0..6).map(|i| {
+        MockToolCall::new(
+            format!("call_t{i}"),
+            "task",
+            json!({"description": format!("part {i}"), "prompt": format!("do part {i}"), "subagent_type": "general-purpose"}),
+        )
+    }))]);
+    mock.set_fallback(|body| {
+        let system = body["messages"][0]["content"].as_str().unwrap_or("");
+        if system.contains("general-purpose subagent") {
+            let prompt = body["messages"][1]["content"].to_string();
+            MockReply::text(format!("finished {prompt}")).usage(10, 5)
+        } else {
+            MockReply::text("all parts done")
+        }
+    });
+    let p = Project::new(&mock, BASH_ON);
+    let (code, out, stderr) = p.run_json(&["--subagents", "split the work"]);
+    assert_eq!(code, 0, "{stderr}");
+    let msgs = out["values"]["messages"].as_array().unwrap();
+    // The AI message keeps exactly three task calls, in both mirrors.
+    assert_eq!(msgs[1]["tool_calls"].as_array().unwrap().len(), 3);
+    assert_eq!(
+        msgs[1]["additional_kwargs"]["tool_calls"]
+            .as_array()
+            .unwrap()
+            .len(),
+        3
+    );
+    let results: Vec<&Value> = msgs.iter().filter(|m| m["type"] == "tool").collect();
+    assert_eq!(results.len(), 3);
+    for r in &results {
+        assert!(
+            r["content"]
+                .as_str()
+                .unwrap()
+                .starts_with("Task Succeeded. Result: finished"),
+            "{}",
+            r["content"]
+        );
+        assert_eq!(r["additional_kwargs"]["subagent_status"], "completed");
+    }
+    // Three subagent model calls; subagents were never offered `task`.
+    let sub_reqs: Vec<_> = mock
+        .requests()
+        .into_iter()
+        .filter(|r| {
+            r.body["messages"][0]["content"]
+                .as_str()
+                .unwrap_or("")
+                .contains("general-purpose subagent")
+        })
+        .collect();
+    assert_eq!(sub_reqs.len(), 3);
+    for r in &sub_reqs {
+        let tools: Vec<&str> = r.body["tools"]
+            .as_array()
+            .map(|t| {
+                t.iter()
+                    .map(|t| t["function"]["name"].as_str().unwrap())
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert!(
+            !tools.contains(&"task") && !tools.contains(&"present_files"),
+            "{tools:?}"
+        );
+    }
+    assert_eq!(msgs.last().unwrap()["content"], "all parts done");
+    mock.assert_no_violations();
+}
