@@ -206,6 +206,13 @@ impl App {
         )
     }
 
+    /// Where DynamicContext reads the user's memory from (`None` while memory is off).
+    pub fn memory_source(
+        &self,
+    ) -> Option<Arc<dyn antler_middleware::dynamic_context::MemorySource>> {
+        None
+    }
+
     /// Whether `bash` is offered (allow_host_bash, or active confinement).
     pub fn bash_available(&self) -> bool {
         antler_sandbox::bash_available(self.sandbox.settings(), &self.confinement)

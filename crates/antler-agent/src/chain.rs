@@ -14,6 +14,8 @@
 use std::sync::Arc;
 
 use antler_config::Config;
+use antler_middleware::durable_context::{DurableContextMiddleware, DurableContextSettings};
+use antler_middleware::dynamic_context::{DynamicContextMiddleware, DynamicContextSettings};
 use antler_middleware::loop_detection::LoopDetectionMiddleware;
 use antler_middleware::sandbox::SandboxMiddleware;
 use antler_middleware::sandbox_audit::{JsonlAuditSink, SandboxAuditMiddleware};
@@ -21,8 +23,11 @@ use antler_middleware::subagent_limit::SubagentLimitMiddleware;
 use antler_middleware::system_message_coalescing::SystemMessageCoalescingMiddleware;
 use antler_middleware::thread_data::ThreadDataMiddleware;
 use antler_middleware::title::{TitleMiddleware, TitleSettings};
+use antler_middleware::todo::{TodoMiddleware, TodoSettings};
+use antler_middleware::token_budget::{TokenBudgetMiddleware, TokenBudgetSettings};
 use antler_middleware::token_usage::{TokenUsageMiddleware, TokenUsageSettings};
 use antler_middleware::tool_error_handling::ToolErrorHandlingMiddleware;
+use antler_middleware::tool_output_budget::{ToolOutputBudgetMiddleware, ToolOutputBudgetSettings};
 use antler_middleware::uploads::UploadsMiddleware;
 use antler_middleware::view_image::ViewImageMiddleware;
 use antler_models::ModelInfo;
@@ -66,7 +71,26 @@ fn entry(slot: &'static str, mw: impl Middleware + 'static) -> ChainEntry {
 /// The shared runtime segment (spec 20 §12.1). `include_uploads` is true for the lead agent.
 pub fn runtime_segment(app: &ChainParts, include_uploads: bool) -> Vec<ChainEntry> {
     let provider: Arc<dyn SandboxProvider> = app.sandbox.clone();
-    let mut out = vec![entry("S4", ThreadDataMiddleware::new(app.home.clone()))];
+    let t = &app.config.tool_output;
+    let mut out = vec![
+        // S2: always present; inert when `tool_output.enabled` is false.
+        entry(
+            "S2",
+            ToolOutputBudgetMiddleware::new(ToolOutputBudgetSettings {
+                enabled: t.enabled,
+                externalize_min_chars: t.externalize_min_chars,
+                preview_head_chars: t.preview_head_chars,
+                preview_tail_chars: t.preview_tail_chars,
+                fallback_max_chars: t.fallback_max_chars,
+                fallback_head_chars: t.fallback_head_chars,
+                fallback_tail_chars: t.fallback_tail_chars,
+                storage_subdir: t.storage_subdir.clone(),
+                exempt_tools: t.exempt_tools.clone(),
+                tool_overrides: t.tool_overrides.clone(),
+            }),
+        ),
+        entry("S4", ThreadDataMiddleware::new(app.home.clone())),
+    ];
     if include_uploads {
         out.push(entry("S5", UploadsMiddleware::new(app.home.clone())));
     }
@@ -88,7 +112,22 @@ pub fn lead_entries(
     opts: &RunOptions,
 ) -> Result<Vec<ChainEntry>, AgentError> {
     let config = &app.config;
-    let mut out = runtime_segment(&app.chain_parts(), true);
+    let parts = app.chain_parts();
+    let mut out = runtime_segment(&parts, true);
+    out.push(entry(
+        "L1",
+        DynamicContextMiddleware::new(
+            DynamicContextSettings {
+                injection_enabled: config.memory.enabled && config.memory.injection_enabled,
+                ..Default::default()
+            },
+            app.memory_source(),
+        ),
+    ));
+    out.push(entry("L4", durable_context(&parts)));
+    if opts.is_plan_mode {
+        out.push(entry("L6", TodoMiddleware::new(TodoSettings::default())));
+    }
     if config.token_usage.enabled {
         out.push(entry(
             "L7",
@@ -114,7 +153,35 @@ pub fn lead_entries(
             middleware: ld.clone(),
         });
     }
+    if config.token_budget.enabled {
+        out.push(entry("L16", token_budget(&config.token_budget)));
+    }
     Ok(out)
+}
+
+fn token_budget(c: &antler_config::TokenBudgetConfig) -> TokenBudgetMiddleware {
+    TokenBudgetMiddleware::new(TokenBudgetSettings {
+        enabled: c.enabled,
+        max_tokens: c.max_tokens,
+        max_input_tokens: c.max_input_tokens,
+        max_output_tokens: c.max_output_tokens,
+        warn_threshold: c.warn_threshold,
+        hard_stop_threshold: c.hard_stop_threshold,
+    })
+}
+
+fn durable_context(parts: &ChainParts) -> DurableContextMiddleware {
+    DurableContextMiddleware::new(DurableContextSettings {
+        skills_container_path: parts.config.skills.container_path.clone(),
+        skill_file_read_tool_names: parts
+            .config
+            .summarization
+            .skill_file_read_tool_names
+            .clone(),
+        // The contract is part of the static system prompt instead, so coalescing its system
+        // message would not change the prompt once a thread has durable data.
+        inject_authority_contract: false,
+    })
 }
 
 fn title_middleware(app: &App) -> TitleMiddleware {
@@ -188,6 +255,12 @@ pub fn subagent_entries(
             middleware: ld,
         });
     }
+    // U7: on by default for subagents (its default tracks summarization.enabled).
+    let budget = parts.config.subagent_token_budget();
+    if budget.enabled {
+        out.push(entry("U7", token_budget(&budget)));
+    }
+    out.push(entry("U10", durable_context(parts)));
     out.push(entry("U13", SystemMessageCoalescingMiddleware::new()));
     Ok(out)
 }

@@ -124,6 +124,10 @@ with the result, then what you did.\n</response_style>\n\n\
 - Always end with a visible answer.\n\
 </critical_reminders>\n",
     );
+    // Static so the prompt never changes when a thread starts carrying durable context.
+    p.push('\n');
+    p.push_str(antler_middleware::durable_context::AUTHORITY_CONTRACT);
+    p.push('\n');
     p
 }
 

@@ -97,6 +97,9 @@ pub fn lead_tools(
     if model.supports_vision {
         reg.register(antler_tools::view_image_tool(&env));
     }
+    if opts.is_plan_mode {
+        reg.register(antler_tools::write_todos::write_todos_tool());
+    }
     if opts.subagent_enabled {
         // Children get the lead's tools (the executor drops task/ask_clarification/present_files).
         let executor = subagent_executor(app, reg.clone(), bash_ok);

@@ -70,11 +70,20 @@ impl Project {
     }
 }
 
-/// Message `type`s of a `values` object.
-pub fn kinds(values: &Value) -> Vec<String> {
+/// The messages of a `values` object that a UI shows (hidden injected context left out).
+pub fn visible(values: &Value) -> Vec<Value> {
     values["messages"]
         .as_array()
         .unwrap()
+        .iter()
+        .filter(|m| m["additional_kwargs"]["hide_from_ui"] != Value::Bool(true))
+        .cloned()
+        .collect()
+}
+
+/// Message `type`s of the visible messages of a `values` object.
+pub fn kinds(values: &Value) -> Vec<String> {
+    visible(values)
         .iter()
         .map(|m| m["type"].as_str().unwrap().to_owned())
         .collect()

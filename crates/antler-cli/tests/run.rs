@@ -5,7 +5,7 @@
 mod common;
 
 use antler_test_support::{MockOpenAi, MockReply, MockToolCall};
-use common::{kinds, roles, Project};
+use common::{kinds, roles, visible, Project};
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 
@@ -35,7 +35,7 @@ fn tool_round_trip(stream: bool) {
         kinds(&out["values"]),
         ["human", "ai", "tool", "ai", "tool", "ai"]
     );
-    let msgs = out["values"]["messages"].as_array().unwrap();
+    let msgs = &visible(&out["values"]);
     assert_eq!(msgs[4]["content"], "hello antler");
     assert_eq!(msgs[4]["status"], "success");
     assert_eq!(msgs[5]["content"], "The file says hello antler.");
@@ -47,10 +47,23 @@ fn tool_round_trip(stream: bool) {
     assert_eq!(reqs.len(), 3);
     assert!(reqs.iter().all(|r| r.is_stream() == stream));
     assert_eq!(reqs[2].header("authorization"), Some("Bearer sk-test"));
+    // The hidden date reminder goes to the model as a user message before the question.
     assert_eq!(
         roles(&reqs[2].body),
-        ["system", "user", "assistant", "tool", "assistant", "tool"]
+        [
+            "system",
+            "user",
+            "user",
+            "assistant",
+            "tool",
+            "assistant",
+            "tool"
+        ]
     );
+    assert!(reqs[2].body["messages"][1]["content"]
+        .as_str()
+        .unwrap()
+        .starts_with("<system-reminder>"));
     // The model never sees a host path.
     assert!(!reqs[2]
         .body
@@ -89,7 +102,7 @@ fn parallel_tool_calls_are_answered_in_call_order() {
     let p = Project::new(&mock, BASH_ON);
     let (code, out, stderr) = p.run_json(&["two at once"]);
     assert_eq!(code, 0, "{stderr}");
-    let msgs = out["values"]["messages"].as_array().unwrap();
+    let msgs = &visible(&out["values"]);
     assert_eq!(msgs[2]["tool_call_id"], "call_a");
     assert_eq!(msgs[2]["content"], "first\n");
     assert_eq!(msgs[3]["tool_call_id"], "call_b");
@@ -108,11 +121,9 @@ fn a_thread_resumes_from_sqlite_in_a_new_process() {
     assert_eq!(code, 0, "{stderr}");
     let (code, out, stderr) = p.run_json(&["--thread-id", "resume-me", "second question"]);
     assert_eq!(code, 0, "{stderr}");
-    let texts: Vec<&str> = out["values"]["messages"]
-        .as_array()
-        .unwrap()
+    let texts: Vec<String> = visible(&out["values"])
         .iter()
-        .map(|m| m["content"].as_str().unwrap())
+        .map(|m| m["content"].as_str().unwrap().to_owned())
         .collect();
     assert_eq!(
         texts,
@@ -124,7 +135,11 @@ fn a_thread_resumes_from_sqlite_in_a_new_process() {
         ]
     );
     let second = &mock.requests()[1].body;
-    assert_eq!(roles(second), ["system", "user", "assistant", "user"]);
+    // The date reminder is injected once per thread, not again on the same day.
+    assert_eq!(
+        roles(second),
+        ["system", "user", "user", "assistant", "user"]
+    );
     // The system prompt is byte-identical across turns (provider prefix caches).
     assert_eq!(
         mock.requests()[0].body["messages"][0],
@@ -177,13 +192,13 @@ fn malformed_provider_responses_are_recoverable() {
     let p = Project::new(&mock, BASH_ON);
     let (code, out, stderr) = p.run_json(&["--thread-id", "m", "go"]);
     assert_eq!(code, 0, "{stderr}");
-    let ai = &out["values"]["messages"][1];
+    let ai = &visible(&out["values"])[1];
     assert_eq!(ai["tool_calls"], json!([]));
     assert_eq!(ai["invalid_tool_calls"][0]["args"], "{not json");
 
     let (code, out, stderr) = p.run_json(&["--thread-id", "m", "again"]);
     assert_eq!(code, 0, "{stderr}");
-    let msgs = out["values"]["messages"].as_array().unwrap();
+    let msgs = &visible(&out["values"]);
     let call_id = msgs[3]["tool_calls"][0]["id"].as_str().unwrap();
     assert!(!call_id.is_empty());
     assert_eq!(msgs[4]["tool_call_id"], call_id);
@@ -375,7 +390,7 @@ fn zero_config_uses_openai_env_vars() {
         String::from_utf8_lossy(&out.stderr)
     );
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["values"]["messages"][1]["content"], "hi from zero config");
+    assert_eq!(visible(&v["values"])[1]["content"], "hi from zero config");
     assert!(String::from_utf8_lossy(&out.stderr)
         .contains("no config.yaml found; using the built-in default"));
     let req = &mock.requests()[0];
@@ -500,7 +515,7 @@ fn attached_files_are_uploaded_and_listed_for_the_model() {
         "summarize the report",
     ]);
     assert_eq!(code, 0, "{stderr}");
-    let human = &out["values"]["messages"][0];
+    let human = &visible(&out["values"])[0];
     assert_eq!(
         human["additional_kwargs"]["files"][0]["path"],
         "/mnt/user-data/uploads/report.txt"
@@ -510,7 +525,12 @@ fn attached_files_are_uploaded_and_listed_for_the_model() {
         "quarterly numbers"
     );
     // The model was told about the upload before any tool use, by its virtual path.
-    let sent = mock.requests()[0].body["messages"][1]["content"].to_string();
+    let sent = mock.requests()[0].body["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()["content"]
+        .to_string();
     assert!(sent.contains("/mnt/user-data/uploads/report.txt"), "{sent}");
     // A missing attachment is refused before anything runs.
     let out = p.run(&["run", "--attach", "nope.txt", "--", "x"]);
@@ -544,7 +564,7 @@ fn skills_are_listed_in_the_prompt_and_readable_read_only() {
             && system.contains("<location>/mnt/skills/public/deck/SKILL.md</location>"),
         "{system}"
     );
-    let msgs = out["values"]["messages"].as_array().unwrap();
+    let msgs = &visible(&out["values"]);
     assert!(
         msgs[2]["content"]
             .as_str()
@@ -619,7 +639,7 @@ fn anthropic_models_run_through_the_messages_api() {
         let (code, out, stderr) = p.run_json(&["what is in the workspace?"]);
         assert_eq!(code, 0, "{stderr}");
         assert_eq!(kinds(&out["values"]), ["human", "ai", "tool", "ai"]);
-        assert_eq!(out["values"]["messages"][3]["content"], "Empty workspace.");
+        assert_eq!(visible(&out["values"])[3]["content"], "Empty workspace.");
         let reqs = mock.requests();
         assert_eq!(reqs.len(), 2);
         assert_eq!(reqs[1].header("x-api-key"), Some("sk-test"));
@@ -689,7 +709,7 @@ fn six_task_calls_run_three_subagents() {
     let p = Project::new(&mock, BASH_ON);
     let (code, out, stderr) = p.run_json(&["--subagents", "split the work"]);
     assert_eq!(code, 0, "{stderr}");
-    let msgs = out["values"]["messages"].as_array().unwrap();
+    let msgs = &visible(&out["values"]);
     // The AI message keeps exactly three task calls, in both mirrors.
     assert_eq!(msgs[1]["tool_calls"].as_array().unwrap().len(), 3);
     assert_eq!(
