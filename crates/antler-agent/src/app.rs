@@ -35,6 +35,9 @@ pub struct App {
     /// Shared across runs: its per-thread windows outlive a run (LRU of tracked threads).
     pub loop_detection: Option<Arc<antler_middleware::loop_detection::LoopDetectionMiddleware>>,
     models: Mutex<HashMap<(String, bool), Arc<dyn ChatModel>>>,
+    /// Token counts cached across runs (see [`crate::chain::ChainParts::token_cache`]).
+    pub(crate) token_caches:
+        Arc<Mutex<HashMap<String, Arc<antler_models::tokens::CachedTokenCounter>>>>,
     /// Replaces every configured model (tests and benchmarks).
     model_override: Option<Arc<dyn ChatModel>>,
 }
@@ -151,6 +154,7 @@ impl App {
             project_root,
             loop_detection,
             models: Mutex::new(HashMap::new()),
+            token_caches: Arc::new(Mutex::new(HashMap::new())),
             model_override: None,
         })
     }
@@ -211,6 +215,13 @@ impl App {
         &self,
     ) -> Option<Arc<dyn antler_middleware::dynamic_context::MemorySource>> {
         None
+    }
+
+    /// Hooks run before a summary replaces old messages (the long-term memory flush).
+    pub fn summarization_hooks(
+        &self,
+    ) -> Vec<Arc<dyn antler_middleware::summarization::BeforeSummarizationHook>> {
+        Vec::new()
     }
 
     /// Whether `bash` is offered (allow_host_bash, or active confinement).

@@ -20,6 +20,10 @@ use antler_middleware::loop_detection::LoopDetectionMiddleware;
 use antler_middleware::sandbox::SandboxMiddleware;
 use antler_middleware::sandbox_audit::{JsonlAuditSink, SandboxAuditMiddleware};
 use antler_middleware::subagent_limit::SubagentLimitMiddleware;
+use antler_middleware::summarization::{
+    BeforeSummarizationHook, ContextSize as SumSize, DeerFlowSummarizationMiddleware,
+    SummarizationSettings,
+};
 use antler_middleware::system_message_coalescing::SystemMessageCoalescingMiddleware;
 use antler_middleware::thread_data::ThreadDataMiddleware;
 use antler_middleware::title::{TitleMiddleware, TitleSettings};
@@ -42,6 +46,30 @@ pub struct ChainParts {
     pub config: Arc<Config>,
     pub home: std::path::PathBuf,
     pub sandbox: Arc<LocalSandboxProvider>,
+    /// Token counts cached across runs, one cache per model name.
+    pub token_caches: Arc<
+        std::sync::Mutex<
+            std::collections::HashMap<String, Arc<antler_models::tokens::CachedTokenCounter>>,
+        >,
+    >,
+}
+
+impl ChainParts {
+    /// The shared token cache of a model (so a new run does not re-tokenize the history).
+    pub fn token_cache(&self, model: &ModelInfo) -> Arc<antler_models::tokens::CachedTokenCounter> {
+        let mut caches = match self.token_caches.lock() {
+            Ok(c) => c,
+            Err(p) => p.into_inner(),
+        };
+        caches
+            .entry(model.name.clone())
+            .or_insert_with(|| {
+                Arc::new(antler_models::tokens::CachedTokenCounter::new(
+                    antler_models::TokenCounter::for_model(&model.model),
+                ))
+            })
+            .clone()
+    }
 }
 
 impl App {
@@ -50,6 +78,7 @@ impl App {
             config: self.config.clone(),
             home: self.home.clone(),
             sandbox: self.sandbox.clone(),
+            token_caches: self.token_caches.clone(),
         }
     }
 }
@@ -125,6 +154,14 @@ pub fn lead_entries(
         ),
     ));
     out.push(entry("L4", durable_context(&parts)));
+    if let Some(s) = summarization(
+        &parts,
+        app.model(Some(&model.name), false).ok(),
+        model,
+        app.summarization_hooks(),
+    )? {
+        out.push(entry("L5", s));
+    }
     if opts.is_plan_mode {
         out.push(entry("L6", TodoMiddleware::new(TodoSettings::default())));
     }
@@ -168,6 +205,62 @@ fn token_budget(c: &antler_config::TokenBudgetConfig) -> TokenBudgetMiddleware {
         warn_threshold: c.warn_threshold,
         hard_stop_threshold: c.hard_stop_threshold,
     })
+}
+
+/// Summarization (L5/U11) when `summarization.enabled`. A middleware that cannot be built is
+/// left out with a warning (the agent still runs), as DeerFlow does.
+fn summarization(
+    parts: &ChainParts,
+    run_model: Option<Arc<dyn antler_models::ChatModel>>,
+    model: &ModelInfo,
+    hooks: Vec<Arc<dyn BeforeSummarizationHook>>,
+) -> Result<Option<DeerFlowSummarizationMiddleware>, AgentError> {
+    let c = &parts.config.summarization;
+    if !c.enabled {
+        return Ok(None);
+    }
+    let Some(run_model) = run_model else {
+        tracing::warn!("summarization is enabled but the run model cannot be built; skipped");
+        return Ok(None);
+    };
+    let size = |s: &antler_config::ContextSize| match s.kind {
+        antler_config::ContextSizeType::Tokens => SumSize::Tokens(s.value.max(0.0) as u64),
+        antler_config::ContextSizeType::Messages => SumSize::Messages(s.value.max(0.0) as usize),
+        antler_config::ContextSizeType::Fraction => SumSize::Fraction(s.value),
+    };
+    let summary_model = c.model_name.as_deref().and_then(|name| {
+        let cfg = parts.config.model(name)?;
+        match crate::models::build_model(cfg, false) {
+            Ok(m) => Some(m),
+            Err(e) => {
+                tracing::warn!(model = %name, error = %e, "summarization.model_name cannot be built; using the run model");
+                None
+            }
+        }
+    });
+    let settings = SummarizationSettings {
+        enabled: true,
+        model_name: c.model_name.clone(),
+        trigger: c.trigger.iter().map(size).collect(),
+        keep: size(&c.keep),
+        trim_tokens_to_summarize: c.trim_tokens_to_summarize,
+        summary_prompt: c.summary_prompt.clone(),
+        skill_file_read_tool_names: c.skill_file_read_tool_names.clone(),
+        preserve_recent_skill_count: c.preserve_recent_skill_count,
+        preserve_recent_skill_tokens: c.preserve_recent_skill_tokens,
+        preserve_recent_skill_tokens_per_skill: c.preserve_recent_skill_tokens_per_skill,
+        skills_container_path: parts.config.skills.container_path.clone(),
+    };
+    match DeerFlowSummarizationMiddleware::new(
+        settings,
+        run_model,
+        summary_model,
+        model.context_window,
+        hooks,
+    ) {
+        Ok(m) => Ok(Some(m.with_token_cache(parts.token_cache(model)))),
+        Err(e) => Err(AgentError::Config(format!("summarization: {e}"))),
+    }
 }
 
 fn durable_context(parts: &ChainParts) -> DurableContextMiddleware {
@@ -244,6 +337,7 @@ pub fn loop_detection(
 pub fn subagent_entries(
     parts: &ChainParts,
     model: &ModelInfo,
+    run_model: Option<Arc<dyn antler_models::ChatModel>>,
 ) -> Result<Vec<ChainEntry>, AgentError> {
     let mut out = runtime_segment(parts, false);
     if model.supports_vision {
@@ -261,6 +355,10 @@ pub fn subagent_entries(
         out.push(entry("U7", token_budget(&budget)));
     }
     out.push(entry("U10", durable_context(parts)));
+    // U11: the subagent's own model; no memory flush (subagents share the parent thread id).
+    if let Some(s) = summarization(parts, run_model.clone(), model, Vec::new())? {
+        out.push(entry("U11", s));
+    }
     out.push(entry("U13", SystemMessageCoalescingMiddleware::new()));
     Ok(out)
 }

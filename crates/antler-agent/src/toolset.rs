@@ -132,7 +132,7 @@ pub fn subagent_executor(
         // Subagents always run with thinking off.
         let model = crate::models::build_model(cfg, false)
             .map_err(|e| SubagentError::Build(e.to_string()))?;
-        let entries = crate::chain::subagent_entries(&parts, model.info())
+        let entries = crate::chain::subagent_entries(&parts, model.info(), Some(model.clone()))
             .map_err(|e| SubagentError::Build(e.to_string()))?;
         let chain =
             antler_runtime::Chain::new(entries.into_iter().map(|e| e.middleware).collect())?;

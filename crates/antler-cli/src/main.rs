@@ -108,7 +108,7 @@ enum ThreadsCmd {
     /// Print a thread's conversation.
     Show {
         id: String,
-        /// Include hidden messages.
+        /// Include hidden messages and everything a summary replaced.
         #[arg(long)]
         full: bool,
         #[arg(long, value_enum, default_value = "text")]

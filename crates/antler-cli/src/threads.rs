@@ -91,10 +91,49 @@ pub(crate) async fn run(app: &App, cmd: ThreadsCmd) -> Result<u8, Failure> {
                 );
                 return Ok(exit::OK);
             }
-            print_transcript(&cp.state, full);
+            if full {
+                let all = full_transcript(app, &id).await?;
+                print_transcript(&all, true);
+            } else {
+                print_transcript(&cp.state, false);
+            }
             Ok(exit::OK)
         }
     }
+}
+
+/// Every message the thread ever held, in the order they first appeared — including those a
+/// summary replaced (earlier checkpoints keep them). The title and other channels are the latest.
+async fn full_transcript(app: &App, id: &str) -> Result<ThreadState, Failure> {
+    let metas = app
+        .store
+        .list(id, usize::MAX, None)
+        .await
+        .map_err(store_failure)?;
+    let mut seen = std::collections::HashSet::new();
+    let mut all = Vec::new();
+    let mut latest = None;
+    for meta in metas.iter().rev() {
+        let Some(cp) = app
+            .store
+            .get(id, &meta.checkpoint_id)
+            .await
+            .map_err(store_failure)?
+        else {
+            continue;
+        };
+        for m in cp.state.messages.iter() {
+            if let Some(mid) = m.id() {
+                if seen.insert(mid.to_owned()) {
+                    all.push(m.clone());
+                }
+            }
+        }
+        latest = Some(cp.state);
+    }
+    let mut state = latest.unwrap_or_default();
+    state.messages = antler_protocol::Messages::from_messages(all);
+    Ok(state)
 }
 
 async fn first_user_text(app: &App, thread_id: &str) -> Option<String> {

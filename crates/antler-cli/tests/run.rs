@@ -761,3 +761,62 @@ fn six_task_calls_run_three_subagents() {
     assert_eq!(msgs.last().unwrap()["content"], "all parts done");
     mock.assert_no_violations();
 }
+
+#[test]
+fn a_long_conversation_is_summarized_without_orphaned_tool_results() {
+    let mock = MockOpenAi::start_on_thread();
+    let n = std::sync::atomic::AtomicUsize::new(0);
+    mock.set_fallback(move |body| {
+        let msgs = body["messages"].as_array().unwrap();
+        // The summary call: no tools, the conversation in one prompt.
+        if body.get("tools").is_none() && msgs.len() == 1 {
+            return MockReply::text("## Overall intent\nkeep chatting\n## Key context\nturns so far\n## Artifacts\nNone\n## Next steps\nNone");
+        }
+        let i = n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        // Every other turn calls a tool first, so cutoffs must respect call/result pairs.
+        if i.is_multiple_of(3) && msgs.last().map(|m| m["role"] == "user").unwrap_or(false) {
+            MockReply::tool_call(format!("call_{i}"), "ls", json!({"description": "look", "path": "/mnt/user-data/workspace"}))
+        } else {
+            MockReply::text(format!("reply {i}"))
+        }
+    });
+    let p = Project::new(
+        &mock,
+        &format!("{BASH_ON}summarization:\n  enabled: true\n  trigger: {{type: messages, value: 10}}\n  keep: {{type: messages, value: 4}}\n"),
+    );
+    let mut last = Value::Null;
+    for turn in 0..60 {
+        let (code, out, stderr) = p.run_json(&["--thread-id", "long", &format!("turn {turn}")]);
+        assert_eq!(code, 0, "turn {turn}: {stderr}");
+        last = out;
+    }
+    let reqs = mock.requests();
+    let summaries = reqs
+        .iter()
+        .filter(|r| r.body.get("tools").is_none())
+        .count();
+    assert!(summaries >= 5, "only {summaries} summary requests");
+    mock.assert_no_violations();
+    // The final state: a hidden summary message plus recent history, bounded.
+    let msgs = last["values"]["messages"].as_array().unwrap();
+    assert!(msgs
+        .iter()
+        .any(|m| m["name"] == "summary" && m["additional_kwargs"]["hide_from_ui"] == true));
+    assert!(
+        msgs.len() < 25,
+        "history not compacted: {} messages",
+        msgs.len()
+    );
+    assert!(msgs.iter().any(|m| m["content"] == "turn 59"));
+    // The full transcript still has the first turns.
+    let full = p.run(&["threads", "show", "long", "--full"]);
+    let text = String::from_utf8_lossy(&full.stdout);
+    assert!(
+        text.contains("[user] turn 0\n")
+            && text.contains("[user] turn 30\n")
+            && text.contains("[user] turn 59\n"),
+        "{text}"
+    );
+    let short = String::from_utf8_lossy(&p.run(&["threads", "show", "long"]).stdout).into_owned();
+    assert!(!short.contains("[user] turn 0\n"));
+}

@@ -47,6 +47,11 @@ pub(crate) async fn call_model(req: ModelRequest) -> Result<ModelResponse, Model
         Ok(mut message) => {
             // One id everywhere: chunks, values, checkpoints.
             message.id = Some(req.message_id.clone());
+            // Which provider counted the usage (summarization trusts usage of its own provider).
+            message
+                .response_metadata
+                .entry("model_provider")
+                .or_insert_with(|| serde_json::Value::from(info.provider.clone()));
             if req.run.observed() {
                 req.run.observe(&RunEvent::ModelResponse {
                     caller: &caller,

@@ -1,0 +1,204 @@
+//! Before-summarization hooks and the committed shape (spec 40 §1.7, §1.8, §1.11).
+
+use std::sync::{Arc, Mutex};
+
+use antler_middleware::summarization::*;
+use antler_models::ScriptedReply;
+use antler_protocol::Message;
+use antler_runtime::Middleware;
+use pretty_assertions::assert_eq;
+use serde_json::json;
+
+use super::support::*;
+
+fn four() -> Vec<Message> {
+    vec![
+        human("user-1", "first question"),
+        ai("assistant-1", "first answer"),
+        human("user-2", "second question"),
+        ai("assistant-2", "second answer"),
+    ]
+}
+
+#[tokio::test]
+async fn hooks_receive_what_goes_and_what_stays() {
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let mw = middleware(
+        settings(vec![ContextSize::Messages(4)], ContextSize::Messages(2)),
+        model("run", vec![ScriptedReply::text("compressed summary")]),
+        None,
+        vec![Recorder::new("memory", &log)],
+    );
+    let out = mw
+        .before_model(&state(four()), &run_ctx("thread-1"))
+        .await
+        .unwrap();
+    let log = log.lock().unwrap();
+    assert_eq!(log.len(), 1);
+    let event = &log[0].1;
+    assert_eq!(ids(&event.messages), ["user-1", "assistant-1"]);
+    assert_eq!(ids(&event.preserved), ["user-2", "assistant-2"]);
+    assert_eq!(event.thread_id, "thread-1");
+    assert_eq!(event.agent_name, None);
+    assert_eq!(event.user_id, None);
+
+    // The write: remove-all, the summary message, then the preserved tail.
+    let w = written(&out);
+    assert!(is_remove_all(&w[0]));
+    let Message::Human(summary) = &w[1] else {
+        panic!("summary must be a human message: {:?}", w[1])
+    };
+    assert_eq!(summary.name.as_deref(), Some("summary"));
+    assert_eq!(
+        summary.content.text(),
+        "Summary of the conversation so far:\n\ncompressed summary"
+    );
+    assert_eq!(summary.additional_kwargs["hide_from_ui"], json!(true));
+    assert!(!w[1].is_real_user_message());
+    assert_eq!(ids(&w[2..]), ["user-2", "assistant-2"]);
+    // DeerFlow's `summary_text` channel is not used.
+    assert_eq!(out.update.as_ref().unwrap().summary_text, None);
+}
+
+#[tokio::test]
+async fn hooks_see_the_run_identity() {
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let mw = middleware(
+        settings(vec![ContextSize::Messages(4)], ContextSize::Messages(2)),
+        model("run", vec![ScriptedReply::text("s")]),
+        None,
+        vec![Recorder::new("memory", &log)],
+    );
+    let mut run = run_ctx("t7").with_user(Some("alice".into()));
+    run.options.agent_name = Some("researcher".into());
+    mw.before_model(&state(four()), &run).await.unwrap();
+    let log = log.lock().unwrap();
+    assert_eq!(log[0].1.user_id.as_deref(), Some("alice"));
+    assert_eq!(log[0].1.agent_name.as_deref(), Some("researcher"));
+}
+
+#[tokio::test]
+async fn below_the_threshold_nothing_happens() {
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let run_model = model("run", vec![]);
+    let mw = middleware(
+        settings(vec![ContextSize::Messages(10)], ContextSize::Messages(2)),
+        run_model.clone(),
+        None,
+        vec![Recorder::new("memory", &log)],
+    );
+    let out = mw
+        .before_model(&state(four()), &run_ctx("t"))
+        .await
+        .unwrap();
+    assert!(update_is_empty(&out));
+    assert!(log.lock().unwrap().is_empty());
+    assert!(run_model.requests().is_empty());
+}
+
+#[tokio::test]
+async fn a_failing_or_panicking_hook_never_blocks_the_others_or_the_compaction() {
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let broken = Recorder::with("_broken_hook", &log, true, false);
+    let panicking = Recorder::with("_panicking_hook", &log, false, true);
+    let hooks: Vec<Arc<dyn BeforeSummarizationHook>> = vec![
+        Recorder::new("first", &log),
+        broken,
+        panicking,
+        Recorder::new("last", &log),
+    ];
+    let mw = middleware(
+        settings(vec![ContextSize::Messages(4)], ContextSize::Messages(2)),
+        model("run", vec![ScriptedReply::text("s")]),
+        None,
+        hooks,
+    );
+    let logs = capture_logs();
+    let out = mw
+        .before_model(&state(four()), &run_ctx("t"))
+        .await
+        .unwrap();
+    let lines = logs.lines();
+    // Registration order, every hook called.
+    let order: Vec<String> = log.lock().unwrap().iter().map(|(l, _)| l.clone()).collect();
+    assert_eq!(order, ["first", "_broken_hook", "_panicking_hook", "last"]);
+    assert!(
+        lines
+            .iter()
+            .any(|l| l == "before_summarization hook _broken_hook failed"),
+        "{lines:?}"
+    );
+    assert!(lines
+        .iter()
+        .any(|l| l == "before_summarization hook _panicking_hook failed"));
+    // Compaction still happened.
+    assert!(is_remove_all(&written(&out)[0]));
+}
+
+#[tokio::test]
+async fn hooks_are_not_fired_when_the_summary_fails() {
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let mw = middleware(
+        settings(vec![ContextSize::Messages(4)], ContextSize::Messages(2)),
+        model(
+            "run",
+            vec![ScriptedReply::Error(antler_models::ModelError::Timeout(
+                std::time::Duration::from_secs(1),
+            ))],
+        ),
+        None,
+        vec![Recorder::new("memory", &log)],
+    );
+    let s = state(four());
+    let out = mw.before_model(&s, &run_ctx("t")).await.unwrap();
+    // History unchanged, no hook: the next model call tries again.
+    assert!(update_is_empty(&out));
+    assert!(log.lock().unwrap().is_empty());
+}
+
+/// Log lines (the `message` field) emitted on this thread while the guard lives.
+struct Logs {
+    lines: Arc<Mutex<Vec<String>>>,
+    _guard: tracing::subscriber::DefaultGuard,
+}
+
+impl Logs {
+    fn lines(&self) -> Vec<String> {
+        self.lines.lock().unwrap().clone()
+    }
+}
+
+fn capture_logs() -> Logs {
+    struct Capture(Arc<Mutex<Vec<String>>>);
+    struct Msg(String);
+    impl tracing::field::Visit for Msg {
+        fn record_debug(&mut self, f: &tracing::field::Field, v: &dyn std::fmt::Debug) {
+            if f.name() == "message" {
+                self.0 = format!("{v:?}");
+            }
+        }
+    }
+    impl tracing::Subscriber for Capture {
+        fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+            tracing::span::Id::from_u64(1)
+        }
+        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+        fn event(&self, e: &tracing::Event<'_>) {
+            let mut m = Msg(String::new());
+            e.record(&mut m);
+            self.0.lock().unwrap().push(m.0);
+        }
+        fn enter(&self, _: &tracing::span::Id) {}
+        fn exit(&self, _: &tracing::span::Id) {}
+    }
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let guard = tracing::subscriber::set_default(Capture(lines.clone()));
+    Logs {
+        lines,
+        _guard: guard,
+    }
+}
