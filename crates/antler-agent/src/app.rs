@@ -35,6 +35,8 @@ pub struct App {
     /// Shared across runs: its per-thread windows outlive a run (LRU of tracked threads).
     pub loop_detection: Option<Arc<antler_middleware::loop_detection::LoopDetectionMiddleware>>,
     models: Mutex<HashMap<(String, bool), Arc<dyn ChatModel>>>,
+    /// The process-wide LLM circuit breaker.
+    pub breaker: Arc<antler_middleware::llm_error_handling::CircuitBreaker>,
     /// Token counts cached across runs (see [`crate::chain::ChainParts::token_cache`]).
     pub(crate) token_caches:
         Arc<Mutex<HashMap<String, Arc<antler_models::tokens::CachedTokenCounter>>>>,
@@ -69,9 +71,11 @@ pub struct TurnOutcome {
     pub run_id: String,
     pub status: RunStatus,
     pub state: Arc<ThreadState>,
-    /// One-line reason when the run failed.
+    /// One-line reason when the run's status is `error`.
     pub error: Option<String>,
-    /// LangGraph error name (`GraphRecursionError`, …) when the run failed.
+    /// LangGraph error name (`GraphRecursionError`, …) when the run failed with an error the
+    /// agent did not answer itself (then an `error` event was emitted). `None` for graceful
+    /// fallbacks (e.g. an LLM error the agent apologised for).
     pub error_name: Option<String>,
     pub stop_reason: Option<String>,
 }
@@ -131,6 +135,8 @@ impl App {
             None => SqliteStore::open_in_memory()?,
         };
         let loop_detection = chain::loop_detection(&config)?;
+        chain::check_guardrail(&config)?;
+        let breaker = chain::circuit_breaker(&config);
         let project_root = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
         let skills_root = crate::skills::skills_root(config.skills.path.as_deref(), &project_root);
         let mut settings = toolset::sandbox_settings(&config, &home);
@@ -153,6 +159,7 @@ impl App {
             skills_root,
             project_root,
             loop_detection,
+            breaker,
             models: Mutex::new(HashMap::new()),
             token_caches: Arc::new(Mutex::new(HashMap::new())),
             model_override: None,
@@ -261,15 +268,25 @@ impl App {
         self.lead_agent_for(opts, None)
     }
 
-    /// [`App::lead_agent`] for a user (custom agents may be per user).
-    pub fn lead_agent_for(
+    /// The lead chain's entries for a run (what `antler chain` prints).
+    pub fn lead_entries(
         &self,
         opts: &RunOptions,
         user: Option<&str>,
-    ) -> Result<Agent, AgentError> {
-        let custom = self.custom_agent(opts, user)?;
+    ) -> Result<Vec<crate::chain::ChainEntry>, AgentError> {
+        let opts = self.resolved_options(opts, user)?;
+        let model = self.model(opts.model_name.as_deref(), opts.thinking_enabled)?;
+        crate::chain::lead_entries(self, model.info(), &opts)
+    }
+
+    /// Options with a custom agent's defaults applied (model, reasoning effort).
+    fn resolved_options(
+        &self,
+        opts: &RunOptions,
+        user: Option<&str>,
+    ) -> Result<RunOptions, AgentError> {
         let mut opts = opts.clone();
-        if let Some(a) = &custom {
+        if let Some(a) = self.custom_agent(&opts, user)? {
             if opts.model_name.is_none() {
                 opts.model_name = a.model.clone();
             }
@@ -277,7 +294,17 @@ impl App {
                 opts.reasoning_effort = a.reasoning_effort.clone();
             }
         }
-        let opts = &opts;
+        Ok(opts)
+    }
+
+    /// [`App::lead_agent`] for a user (custom agents may be per user).
+    pub fn lead_agent_for(
+        &self,
+        opts: &RunOptions,
+        user: Option<&str>,
+    ) -> Result<Agent, AgentError> {
+        let custom = self.custom_agent(opts, user)?;
+        let opts = &self.resolved_options(opts, user)?;
         let model = self.model(opts.model_name.as_deref(), opts.thinking_enabled)?;
         let tool_groups = custom.as_ref().and_then(|a| a.tool_groups.clone());
         let tools = toolset::lead_tools(self, model.info(), opts, tool_groups.as_deref())?;
@@ -373,9 +400,17 @@ impl App {
         };
         let outcome = agent.run(input, run).await;
 
-        let error = outcome.error.as_ref().map(|e| e.to_string());
+        let mut error = outcome.error.as_ref().map(|e| e.to_string());
         let error_name = outcome.error.as_ref().map(|e| e.name().to_owned());
-        let status = outcome.status;
+        let mut status = outcome.status;
+        // A model failure the agent answered gracefully (LLMErrorHandling's fallback message)
+        // still marks the run `error`, as DeerFlow's run worker does; no `error` event follows.
+        if status == RunStatus::Success {
+            if let Some(detail) = fallback_error(&outcome.state, &run_id) {
+                status = RunStatus::Error;
+                error = Some(detail);
+            }
+        }
         let store_status = antler_store::RunStatus::from(status);
         // Bookkeeping failures must not hide the run's own outcome; they are logged.
         if let Err(e) = self
@@ -423,6 +458,36 @@ impl App {
             stop_reason: outcome.stop_reason,
         })
     }
+}
+
+/// The error detail of this run's LLM error-fallback answer, if its last AI message is one.
+fn fallback_error(state: &ThreadState, run_id: &str) -> Option<String> {
+    let start = state
+        .messages
+        .iter()
+        .rposition(|m| {
+            m.as_human().is_some_and(|h| {
+                h.additional_kwargs.get("run_id").and_then(Value::as_str) == Some(run_id)
+            })
+        })
+        .unwrap_or(0);
+    let ai = state
+        .messages
+        .iter()
+        .skip(start)
+        .rev()
+        .find_map(|m| m.as_ai())?;
+    if !antler_middleware::llm_error_handling::is_error_fallback(ai) {
+        return None;
+    }
+    let kw = &ai.additional_kwargs;
+    Some(
+        kw.get("error_detail")
+            .or_else(|| kw.get("error_reason"))
+            .and_then(Value::as_str)
+            .unwrap_or("the model call failed")
+            .to_owned(),
+    )
 }
 
 /// Token usage of the AI messages this run produced (those stamped after its human message).

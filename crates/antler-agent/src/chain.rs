@@ -14,8 +14,14 @@
 use std::sync::Arc;
 
 use antler_config::Config;
+use antler_middleware::clarification::ClarificationMiddleware;
+use antler_middleware::dangling_tool_call::DanglingToolCallMiddleware;
 use antler_middleware::durable_context::{DurableContextMiddleware, DurableContextSettings};
 use antler_middleware::dynamic_context::{DynamicContextMiddleware, DynamicContextSettings};
+use antler_middleware::guardrail::{provider_from_config, GuardrailMiddleware, GuardrailSettings};
+use antler_middleware::llm_error_handling::{
+    CircuitBreaker, CircuitBreakerSettings, LlmCallSettings, LlmErrorHandlingMiddleware,
+};
 use antler_middleware::loop_detection::LoopDetectionMiddleware;
 use antler_middleware::sandbox::SandboxMiddleware;
 use antler_middleware::sandbox_audit::{JsonlAuditSink, SandboxAuditMiddleware};
@@ -46,6 +52,8 @@ pub struct ChainParts {
     pub config: Arc<Config>,
     pub home: std::path::PathBuf,
     pub sandbox: Arc<LocalSandboxProvider>,
+    /// The process-wide LLM circuit breaker (shared by every run and subagent).
+    pub breaker: Arc<CircuitBreaker>,
     /// Token counts cached across runs, one cache per model name.
     pub token_caches: Arc<
         std::sync::Mutex<
@@ -78,6 +86,7 @@ impl App {
             config: self.config.clone(),
             home: self.home.clone(),
             sandbox: self.sandbox.clone(),
+            breaker: self.breaker.clone(),
             token_caches: self.token_caches.clone(),
         }
     }
@@ -124,6 +133,27 @@ pub fn runtime_segment(app: &ChainParts, include_uploads: bool) -> Vec<ChainEntr
         out.push(entry("S5", UploadsMiddleware::new(app.home.clone())));
     }
     out.push(entry("S6", SandboxMiddleware::new(provider)));
+    out.push(entry("S7", DanglingToolCallMiddleware::new()));
+    let l = &app.config.llm_call;
+    out.push(entry(
+        "S8",
+        LlmErrorHandlingMiddleware::new(
+            LlmCallSettings {
+                max_concurrent_calls: l.max_concurrent_calls,
+                retry_max_attempts: l.retry_max_attempts,
+                retry_base_delay_ms: l.retry_base_delay_ms,
+                retry_cap_delay_ms: l.retry_cap_delay_ms,
+                burst_retry_base_delay_ms: l.burst_retry_base_delay_ms,
+            },
+            app.breaker.clone(),
+        ),
+    ));
+    if let Some(g) = guardrail(&app.config) {
+        out.push(ChainEntry {
+            slot: "S10",
+            middleware: g,
+        });
+    }
     out.push(entry(
         "S11",
         SandboxAuditMiddleware::new().with_sink(Arc::new(JsonlAuditSink::new(
@@ -193,7 +223,43 @@ pub fn lead_entries(
     if config.token_budget.enabled {
         out.push(entry("L16", token_budget(&config.token_budget)));
     }
+    // L22: always last.
+    out.push(entry("L22", ClarificationMiddleware::new()));
     Ok(out)
+}
+
+/// The circuit breaker from `circuit_breaker:`.
+pub fn circuit_breaker(config: &Config) -> Arc<CircuitBreaker> {
+    Arc::new(CircuitBreaker::new(CircuitBreakerSettings {
+        failure_threshold: config.circuit_breaker.failure_threshold,
+        recovery_timeout_sec: config.circuit_breaker.recovery_timeout_sec,
+    }))
+}
+
+/// S10: the configured guardrail provider, when `guardrails.enabled` and a provider is set.
+/// Config problems are reported at App start (see [`check_guardrail`]).
+fn guardrail(config: &Config) -> Option<Arc<dyn Middleware>> {
+    let g = &config.guardrails;
+    let p = g.provider.as_ref().filter(|_| g.enabled)?;
+    let provider = provider_from_config(&p.use_, &p.config).ok()?;
+    Some(Arc::new(GuardrailMiddleware::new(
+        provider,
+        &GuardrailSettings {
+            enabled: true,
+            fail_closed: g.fail_closed,
+            passport: g.passport.clone(),
+        },
+    )))
+}
+
+/// An enabled guardrail with a provider antler cannot build is a config error.
+pub fn check_guardrail(config: &Config) -> Result<(), AgentError> {
+    let g = &config.guardrails;
+    if let Some(p) = g.provider.as_ref().filter(|_| g.enabled) {
+        provider_from_config(&p.use_, &p.config)
+            .map_err(|e| AgentError::Config(format!("guardrails.provider: {e}")))?;
+    }
+    Ok(())
 }
 
 fn token_budget(c: &antler_config::TokenBudgetConfig) -> TokenBudgetMiddleware {

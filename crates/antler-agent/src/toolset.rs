@@ -94,6 +94,15 @@ pub fn lead_tools(
         }
     }
     reg.register(antler_tools::present_files_tool());
+    // Non-interactive runs (no one to answer) never get ask_clarification.
+    let non_interactive = opts
+        .extra
+        .get("non_interactive")
+        .and_then(serde_json::Value::as_bool)
+        .unwrap_or(false);
+    if !non_interactive {
+        reg.register(antler_tools::ask_clarification::ask_clarification_tool());
+    }
     if model.supports_vision {
         reg.register(antler_tools::view_image_tool(&env));
     }

@@ -56,6 +56,8 @@ enum Command {
     /// Write or validate config.yaml.
     #[command(subcommand)]
     Config(ConfigCmd),
+    /// Print the middleware chain a run would use, in order.
+    Chain(ChainArgs),
     /// Internal: run a command under the sandbox's confinement.
     #[command(name = "sandbox-exec", hide = true)]
     SandboxExec {
@@ -94,6 +96,23 @@ struct RunArgs {
     output: OutputFormat,
     /// The message (`-` reads it from stdin).
     message: String,
+}
+
+#[derive(Args)]
+struct ChainArgs {
+    #[arg(long)]
+    model: Option<String>,
+    #[arg(long)]
+    agent: Option<String>,
+    #[arg(long)]
+    plan_mode: bool,
+    #[arg(long)]
+    subagents: bool,
+    /// Print a subagent's chain instead of the lead agent's.
+    #[arg(long)]
+    subagent: bool,
+    #[arg(long, value_enum, default_value = "text")]
+    output: OutputFormat,
 }
 
 #[derive(Subcommand)]
@@ -268,6 +287,7 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
             let app = open_app(config_path)?;
             threads::run(&app, cmd).await
         }
+        Command::Chain(args) => print_chain(config_path, args),
         Command::Config(ConfigCmd::Init { path, force }) => config_init(&path, force),
         Command::Config(ConfigCmd::Check) => config_check(config_path),
         Command::SandboxExec { args } => {
@@ -360,7 +380,9 @@ async fn run(config_path: Option<&Path>, args: RunArgs) -> Result<u8, Failure> {
         }
         OutputFormat::Jsonl => {}
     }
-    Ok(if outcome.error.is_some() {
+    // Exit 1 only when the run failed outright; a failure the agent answered (status `error`
+    // with a friendly message) exits 0 like success.
+    Ok(if outcome.error_name.is_some() {
         exit::RUN_FAILED
     } else {
         exit::OK
@@ -378,6 +400,53 @@ fn spawn_ctrl_c(cancel: CancellationToken) {
             }
         }
     });
+}
+
+#[allow(clippy::print_stdout)]
+fn print_chain(config_path: Option<&Path>, args: ChainArgs) -> Result<u8, Failure> {
+    let app = open_app(config_path)?;
+    let req = TurnRequest {
+        model_name: args.model.clone(),
+        agent_name: args.agent.clone(),
+        plan_mode: args.plan_mode,
+        subagents: Some(args.subagents),
+        ..Default::default()
+    };
+    let opts = app.run_options(&req);
+    let entries = if args.subagent {
+        let model = app.model(opts.model_name.as_deref(), false)?;
+        antler_agent::chain::subagent_entries(
+            &app.chain_parts(),
+            model.info(),
+            Some(model.clone()),
+        )?
+    } else {
+        app.lead_entries(&opts, None)?
+    };
+    if args.output != OutputFormat::Text {
+        let v: Vec<serde_json::Value> = entries
+            .iter()
+            .map(|e| {
+                json!({
+                    "slot": e.slot,
+                    "name": e.middleware.name(),
+                    "hooks": e.middleware.hooks().names(),
+                })
+            })
+            .collect();
+        println!("{}", serde_json::Value::Array(v));
+        return Ok(exit::OK);
+    }
+    for (i, e) in entries.iter().enumerate() {
+        println!(
+            "{:>2}. {:<4} {:<36} {}",
+            i + 1,
+            e.slot,
+            e.middleware.name(),
+            e.middleware.hooks().names().join(", ")
+        );
+    }
+    Ok(exit::OK)
 }
 
 #[allow(clippy::print_stdout)]

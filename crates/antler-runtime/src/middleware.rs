@@ -48,6 +48,22 @@ impl HookSet {
     pub const fn contains(self, other: HookSet) -> bool {
         self.0 & other.0 == other.0
     }
+
+    /// The hook names in this set, in lifecycle order (`before_agent`, …, `wrap_tool`).
+    pub fn names(self) -> Vec<&'static str> {
+        [
+            (HookSet::BEFORE_AGENT, "before_agent"),
+            (HookSet::BEFORE_MODEL, "before_model"),
+            (HookSet::AFTER_MODEL, "after_model"),
+            (HookSet::AFTER_AGENT, "after_agent"),
+            (HookSet::WRAP_MODEL, "wrap_model"),
+            (HookSet::WRAP_TOOL, "wrap_tool"),
+        ]
+        .into_iter()
+        .filter(|(h, _)| self.contains(*h))
+        .map(|(_, n)| n)
+        .collect()
+    }
 }
 
 impl std::ops::BitOr for HookSet {

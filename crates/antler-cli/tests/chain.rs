@@ -1,0 +1,139 @@
+//! `antler chain`: the assembled middleware order, pinned for the default config and for
+//! "everything on" (spec 20 §12: S = shared runtime segment, L = lead-only, U = subagent).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use antler_test_support::MockOpenAi;
+use common::Project;
+use pretty_assertions::assert_eq;
+use serde_json::Value;
+
+fn chain(p: &Project, args: &[&str]) -> Vec<String> {
+    let mut full = vec!["chain", "--output", "json"];
+    full.extend_from_slice(args);
+    let out = p.run(&full);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            format!(
+                "{} {}",
+                e["slot"].as_str().unwrap(),
+                e["name"].as_str().unwrap()
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn the_default_lead_chain_is_pinned() {
+    let mock = MockOpenAi::start_on_thread();
+    let p = Project::new(&mock, "");
+    assert_eq!(
+        chain(&p, &[]),
+        [
+            "S2 ToolOutputBudgetMiddleware",
+            "S4 ThreadDataMiddleware",
+            "S5 UploadsMiddleware",
+            "S6 SandboxMiddleware",
+            "S7 DanglingToolCallMiddleware",
+            "S8 LLMErrorHandlingMiddleware",
+            "S11 SandboxAuditMiddleware",
+            "S14 ToolErrorHandlingMiddleware",
+            "L1 DynamicContextMiddleware",
+            "L4 DurableContextMiddleware",
+            "L7 TokenUsageMiddleware",
+            "L8 TitleMiddleware",
+            "L13 SystemMessageCoalescingMiddleware",
+            "L15 LoopDetectionMiddleware",
+            "L22 ClarificationMiddleware",
+        ]
+    );
+}
+
+#[test]
+fn the_everything_on_lead_chain_is_pinned() {
+    let mock = MockOpenAi::start_on_thread();
+    let p = Project::new(
+        &mock,
+        "    supports_vision: true\nguardrails:\n  enabled: true\n  provider:\n    use: deerflow.guardrails.builtin:AllowlistProvider\n    config: {denied_tools: [bash]}\nsummarization:\n  enabled: true\n  trigger: {type: tokens, value: 32000}\ntoken_budget:\n  enabled: true\n",
+    );
+    assert_eq!(
+        chain(&p, &["--plan-mode", "--subagents"]),
+        [
+            "S2 ToolOutputBudgetMiddleware",
+            "S4 ThreadDataMiddleware",
+            "S5 UploadsMiddleware",
+            "S6 SandboxMiddleware",
+            "S7 DanglingToolCallMiddleware",
+            "S8 LLMErrorHandlingMiddleware",
+            "S10 GuardrailMiddleware",
+            "S11 SandboxAuditMiddleware",
+            "S14 ToolErrorHandlingMiddleware",
+            "L1 DynamicContextMiddleware",
+            "L4 DurableContextMiddleware",
+            "L5 DeerFlowSummarizationMiddleware",
+            "L6 TodoMiddleware",
+            "L7 TokenUsageMiddleware",
+            "L8 TitleMiddleware",
+            "L10 ViewImageMiddleware",
+            "L13 SystemMessageCoalescingMiddleware",
+            "L14 SubagentLimitMiddleware",
+            "L15 LoopDetectionMiddleware",
+            "L16 TokenBudgetMiddleware",
+            "L22 ClarificationMiddleware",
+        ]
+    );
+}
+
+#[test]
+fn the_subagent_chain_is_pinned() {
+    let mock = MockOpenAi::start_on_thread();
+    let p = Project::new(
+        &mock,
+        "summarization:\n  enabled: true\n  trigger: {type: tokens, value: 32000}\n",
+    );
+    assert_eq!(
+        chain(&p, &["--subagent"]),
+        [
+            "S2 ToolOutputBudgetMiddleware",
+            "S4 ThreadDataMiddleware",
+            "S6 SandboxMiddleware",
+            "S7 DanglingToolCallMiddleware",
+            "S8 LLMErrorHandlingMiddleware",
+            "S11 SandboxAuditMiddleware",
+            "S14 ToolErrorHandlingMiddleware",
+            "U6 LoopDetectionMiddleware",
+            "U7 TokenBudgetMiddleware",
+            "U10 DurableContextMiddleware",
+            "U11 DeerFlowSummarizationMiddleware",
+            "U13 SystemMessageCoalescingMiddleware",
+        ]
+    );
+}
+
+#[test]
+fn text_output_lists_slots_names_and_hooks() {
+    let mock = MockOpenAi::start_on_thread();
+    let p = Project::new(&mock, "");
+    let out = p.run(&["chain"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let first = text.lines().next().unwrap();
+    assert!(
+        first.starts_with(" 1. S2   ToolOutputBudgetMiddleware"),
+        "{text}"
+    );
+    assert!(text.contains("L15  LoopDetectionMiddleware"), "{text}");
+    assert!(
+        text.contains("before_agent, after_model, after_agent, wrap_model"),
+        "{text}"
+    );
+}
