@@ -81,7 +81,8 @@ fn model(steps: usize) -> Arc<ScriptedModel> {
         replies.push(ScriptedReply::tool_call(
             &format!("c{s}"),
             "bash",
-            json!({"command": "true"}),
+            // Distinct arguments: repeated identical calls would trip loop detection.
+            json!({"command": format!("echo {s}")}),
         ));
     }
     replies.push(ScriptedReply::text("done"));
@@ -207,6 +208,66 @@ fn sample(
     })
 }
 
+/// The full lead chain (DeerFlow's middleware order, summarization and token budget on) over a
+/// scripted model: the agent `App` builds, with the thread's history seeded in memory.
+fn chain_agent(steps: usize, dir: &std::path::Path) -> anyhow::Result<Agent> {
+    let env = |k: &str| match k {
+        "OPENAI_API_KEY" => Some("sk-bench".to_owned()),
+        _ => None,
+    };
+    let mut config = antler_config::Config::zero_config(&env)?;
+    config.summarization.enabled = true;
+    // Large enough never to fire: the trigger is still evaluated (token counting) every step.
+    config.summarization.trigger = vec![antler_config::ContextSize {
+        kind: antler_config::ContextSizeType::Tokens,
+        value: 10_000_000.0,
+    }];
+    config.token_budget.enabled = true;
+    config.token_budget.max_tokens = 100_000_000;
+    config.loop_detection.tool_freq_warn = 10_000;
+    config.loop_detection.tool_freq_hard_limit = 10_000;
+    config.database.backend = antler_config::DatabaseBackend::Memory;
+    let app = antler_agent::App::open(config, dir.join("home"))?.with_model_override(model(steps));
+    let opts = app.run_options(&antler_agent::TurnRequest::default());
+    let mut agent = app.lead_agent(&opts)?;
+    agent.checkpointer = None;
+    agent.tools = Arc::new(ToolRegistry::new().with(noop_tool()));
+    Ok(agent)
+}
+
+/// Marginal CPU per step of the full chain at a history length.
+fn chain_sample(hist: usize, steps: usize, dir: &std::path::Path) -> anyhow::Result<Duration> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let mut times = Vec::new();
+    for s in [0, steps] {
+        let agent = chain_agent(s, dir)?;
+        let mut state = ThreadState::default();
+        state.apply(StateUpdate::messages(history(hist)))?;
+        let run = Arc::new(
+            RunContext::new("bench", "run", Arc::new(NullSink)).with_options(RunOptions {
+                recursion_limit: 100_000,
+                ..Default::default()
+            }),
+        );
+        let input = RunInput {
+            messages: vec![Message::human("go")],
+            initial_state: Some(state),
+            ..Default::default()
+        };
+        let start = cpu_time::ProcessTime::now();
+        let out = rt.block_on(agent.run(input, run));
+        times.push(start.elapsed());
+        anyhow::ensure!(
+            out.status == RunStatus::Success,
+            "run failed: {:?}",
+            out.error.map(|e| e.to_string())
+        );
+    }
+    Ok(times[1].saturating_sub(times[0]) / steps as u32)
+}
+
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
     let flag = |name: &str, default: usize| -> usize {
@@ -219,6 +280,30 @@ fn main() -> anyhow::Result<()> {
     let samples = flag("--samples", 15);
     let steps = flag("--steps", 20);
     let dir = tempfile::tempdir()?;
+    if args.iter().any(|a| a == "--chain") {
+        let dir = tempfile::tempdir()?;
+        println!("antler-bench --chain: the full lead chain (summarization + token budget on), {steps} steps per sample, {samples} samples, no checkpoints");
+        println!(
+            "{:>8} {:>20} {:>18}",
+            "history", "CPU µs/step median", "(min–max)"
+        );
+        for hist in [100usize, 1000] {
+            let mut cpu: Vec<f64> = Vec::new();
+            for _ in 0..samples {
+                cpu.push(chain_sample(hist, steps, dir.path())?.as_secs_f64() * 1e6);
+            }
+            let (lo, hi) = (
+                cpu.iter().cloned().fold(f64::INFINITY, f64::min),
+                cpu.iter().cloned().fold(0.0, f64::max),
+            );
+            println!(
+                "{hist:>8} {:>20.1} {:>18}",
+                median(&mut cpu),
+                format!("({lo:.1}–{hi:.1})")
+            );
+        }
+        return Ok(());
+    }
     println!("antler-bench: {steps} steps per sample (model call + no-op tool call), {samples} samples, no-op chain");
     println!(
         "{:<8} {:>8} {:>20} {:>18} {:>16} {:>16}",

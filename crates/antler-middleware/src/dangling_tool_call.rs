@@ -40,6 +40,9 @@ pub const SYNTHETIC_ID_PREFIX: &str = "deerflow_synthetic_tool_call_";
 /// Longest parser error quoted back to the model.
 const MAX_DETAIL_CHARS: usize = 500;
 
+/// Run-context key: how much of the request's message list is known to be well-formed.
+const CHECKED_KEY: &str = "DanglingToolCallMiddleware.checked";
+
 const INTERRUPTED_TEXT: &str = "[Tool call was interrupted and did not return a result.]";
 const MISSING_NAME_TEXT: &str = "[Tool call could not be executed because its name was missing or empty. Use one of the available tool names when retrying.]";
 
@@ -68,10 +71,27 @@ impl Middleware for DanglingToolCallMiddleware {
         mut req: ModelRequest,
         next: ModelNext<'_>,
     ) -> Result<ModelResponse, ModelCallError> {
-        if !is_well_formed(&req.messages) {
-            if let Some(patched) = build_patched(&req.messages) {
-                req.messages = Arc::new(patched);
-            }
+        // A well-formed prefix stays well-formed when messages are appended (every call in it
+        // is answered inside it), so within a run only the new tail needs checking: O(new
+        // messages) per model call instead of O(history).
+        let msgs = &req.messages;
+        let start = req
+            .run
+            .get(CHECKED_KEY)
+            .and_then(|v| {
+                let n = v.get("n")?.as_u64()? as usize;
+                let id = v.get("id").and_then(Value::as_str);
+                (n <= msgs.len() && (n == 0 || msgs[n - 1].id() == id)).then_some(n)
+            })
+            .unwrap_or(0);
+        if is_well_formed(&msgs[start..]) {
+            let last = msgs.last().and_then(|m| m.id()).map(str::to_owned);
+            req.run.set(
+                CHECKED_KEY,
+                serde_json::json!({"n": msgs.len(), "id": last}),
+            );
+        } else if let Some(patched) = build_patched(msgs) {
+            req.messages = Arc::new(patched);
         }
         next.run(req).await
     }
