@@ -1,6 +1,7 @@
 //! `antler`: DeerFlow's super-agent harness in one binary.
 
 mod render;
+mod serve_cmd;
 mod threads;
 
 use std::io::Read;
@@ -56,6 +57,8 @@ enum Command {
     /// Write or validate config.yaml.
     #[command(subcommand)]
     Config(ConfigCmd),
+    /// Serve the LangGraph-compatible HTTP API (DeerFlow's web UI, langgraph-sdk clients).
+    Serve(ServeArgs),
     /// Print the middleware chain a run would use, in order.
     Chain(ChainArgs),
     /// Internal: run a command under the sandbox's confinement.
@@ -113,6 +116,27 @@ struct ChainArgs {
     subagent: bool,
     #[arg(long, value_enum, default_value = "text")]
     output: OutputFormat,
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// Address to listen on. Anything but a loopback address needs ANTLER_API_KEY (or
+    /// ANTLER_API_KEYS=user=key,…) in the environment.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: std::net::IpAddr,
+    #[arg(long, default_value_t = 2026)]
+    port: u16,
+    /// Browser origin allowed to call the API cross-origin (repeatable; default: CORS off).
+    #[arg(
+        long = "cors-origin",
+        value_name = "ORIGIN",
+        env = "ANTLER_CORS_ORIGINS",
+        value_delimiter = ','
+    )]
+    cors_origins: Vec<String>,
+    /// Seconds a finished run's events stay replayable for late joins.
+    #[arg(long, default_value_t = 60, value_name = "SECS")]
+    retention_secs: u64,
 }
 
 #[derive(Subcommand)]
@@ -290,6 +314,7 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Command::Chain(args) => print_chain(config_path, args),
         Command::Config(ConfigCmd::Init { path, force }) => config_init(&path, force),
         Command::Config(ConfigCmd::Check) => config_check(config_path),
+        Command::Serve(args) => serve_cmd::serve(config_path, &args).await,
         Command::SandboxExec { args } => {
             Ok(u8::try_from(antler_sandbox::sandbox_exec_main(&args)).unwrap_or(1))
         }

@@ -1,0 +1,132 @@
+//! Request extractors whose rejections are spec 70 JSON errors instead of axum's text ones:
+//! JSON bodies (an empty body is `null`; malformed JSON 422; over the limit 413), query strings
+//! with SDK quirks (`1/0/true/false` booleans, empty values = absent, repeated keys), and the
+//! authenticated [`User`] the auth layer attached.
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
+use axum::http::StatusCode;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::error::ApiError;
+use crate::User;
+
+/// A JSON request body as a [`Value`]; `Null` when the body is empty.
+pub struct JsonBody(pub Value);
+
+impl<S: Send + Sync> FromRequest<S> for JsonBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let bytes = Bytes::from_request(req, state).await.map_err(|e| {
+            if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::too_large("Request body too large")
+            } else {
+                ApiError::bad_request(format!("Could not read the request body: {e}"))
+            }
+        })?;
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(JsonBody(Value::Null));
+        }
+        serde_json::from_slice(&bytes)
+            .map(JsonBody)
+            .map_err(|e| ApiError::unprocessable(format!("Malformed JSON body: {e}")))
+    }
+}
+
+impl JsonBody {
+    /// Decode into `T` (`null` is read as `{}`); type errors are 422.
+    pub fn parse<T: DeserializeOwned>(self) -> Result<T, ApiError> {
+        let v = match self.0 {
+            Value::Null => Value::Object(serde_json::Map::new()),
+            v => v,
+        };
+        serde_json::from_value(v)
+            .map_err(|e| ApiError::unprocessable(format!("Invalid request body: {e}")))
+    }
+}
+
+/// The query string as ordered pairs.
+#[derive(Clone, Debug, Default)]
+pub struct QueryPairs(pub Vec<(String, String)>);
+
+impl<S: Send + Sync> FromRequestParts<S> for QueryPairs {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        axum::extract::Query::<Vec<(String, String)>>::try_from_uri(&parts.uri)
+            .map(|q| QueryPairs(q.0))
+            .map_err(|e| ApiError::unprocessable(format!("Malformed query string: {e}")))
+    }
+}
+
+impl QueryPairs {
+    /// First non-empty value of `key`.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, v)| k == key && !v.is_empty())
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn has(&self, key: &str) -> bool {
+        self.0.iter().any(|(k, _)| k == key)
+    }
+
+    /// Every non-empty value of `key`; JSON-array values (`["a","b"]`) are expanded.
+    pub fn all(&self, key: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        for (k, v) in &self.0 {
+            if k != key || v.is_empty() {
+                continue;
+            }
+            match serde_json::from_str::<Vec<String>>(v) {
+                Ok(list) => out.extend(list),
+                Err(_) => out.extend(v.split(',').map(|s| s.trim().to_owned())),
+            }
+        }
+        out.retain(|s| !s.is_empty());
+        out
+    }
+
+    /// `1/0/true/false` (any case); other values are 422.
+    pub fn bool(&self, key: &str) -> Result<Option<bool>, ApiError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => match v.to_ascii_lowercase().as_str() {
+                "1" | "true" => Ok(Some(true)),
+                "0" | "false" => Ok(Some(false)),
+                _ => Err(ApiError::unprocessable(format!(
+                    "Query parameter '{key}' must be 1, 0, true or false"
+                ))),
+            },
+        }
+    }
+
+    /// An integer in `min..=max`, else 422.
+    pub fn int(&self, key: &str, min: i64, max: i64) -> Result<Option<i64>, ApiError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => match v.parse::<i64>() {
+                Ok(n) if (min..=max).contains(&n) => Ok(Some(n)),
+                _ => Err(ApiError::unprocessable(format!(
+                    "Query parameter '{key}' must be an integer from {min} to {max}"
+                ))),
+            },
+        }
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for User {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        parts
+            .extensions
+            .get::<User>()
+            .cloned()
+            .ok_or_else(|| ApiError::unauthorized("not_authenticated", "Authentication required"))
+    }
+}

@@ -1,0 +1,497 @@
+//! Server-sent events as LangGraph frames them (spec 70 §4.2, §4.10): a per-run buffer of
+//! ready-to-send frames, and the subscriber streams that replay and follow it.
+//!
+//! A run's events are framed once, when emitted (`event`, single-line `data`, `id:
+//! <unix_ms>-<seq>`), and kept in its [`RunBuffer`]; every subscriber (the creating request, later
+//! joins, several browser tabs) reads the same bytes through its own cursor, so fan-out costs a
+//! reference-count bump per event and a slow client never slows the run. A subscriber whose
+//! cursor falls out of the retained window gets one `gap` event and the stream closes; `end` (no
+//! id) closes every stream of a finished run; `: heartbeat` comments keep idle streams alive.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use antler_protocol::StreamModes;
+use bytes::{Bytes, BytesMut};
+use serde_json::json;
+use tokio::sync::watch;
+
+/// The last frame of every stream.
+pub const END_FRAME: &[u8] = b"event: end\ndata: null\n\n";
+/// Sent after a quiet interval; both SDKs ignore comment lines.
+pub const HEARTBEAT_FRAME: &[u8] = b": heartbeat\n\n";
+/// Events always retained per run, whatever their size (DeerFlow's window).
+pub const MIN_RETAINED_EVENTS: usize = 256;
+/// Frames coalesced into one write.
+const MAX_BATCH: usize = 256;
+
+/// What a frame carries, for per-subscriber `stream_mode` filtering.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// `metadata`, `error`: always delivered.
+    Control,
+    Values,
+    Updates,
+    Messages,
+    Custom,
+}
+
+impl Kind {
+    fn wanted(self, modes: StreamModes) -> bool {
+        match self {
+            Kind::Control => true,
+            Kind::Values => modes.values,
+            Kind::Updates => modes.updates,
+            Kind::Messages => modes.messages,
+            Kind::Custom => modes.custom,
+        }
+    }
+}
+
+/// One framed event.
+#[derive(Clone, Debug)]
+pub struct Frame {
+    pub seq: u64,
+    pub id: Arc<str>,
+    pub kind: Kind,
+    pub bytes: Bytes,
+}
+
+/// Parse an event id `<unix_ms>-<seq>` into its sequence number.
+pub fn parse_event_id(id: &str) -> Option<u64> {
+    let (ms, seq) = id.trim().split_once('-')?;
+    if ms.is_empty() || !ms.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    seq.parse().ok()
+}
+
+/// Frame one event. `data` must be one line of JSON.
+pub fn frame_bytes(name: &str, data: &str, id: &str) -> Bytes {
+    let mut b = BytesMut::with_capacity(name.len() + data.len() + id.len() + 24);
+    b.extend_from_slice(b"event: ");
+    b.extend_from_slice(name.as_bytes());
+    b.extend_from_slice(b"\ndata: ");
+    b.extend_from_slice(data.as_bytes());
+    b.extend_from_slice(b"\nid: ");
+    b.extend_from_slice(id.as_bytes());
+    b.extend_from_slice(b"\n\n");
+    b.freeze()
+}
+
+struct BufState {
+    frames: VecDeque<Frame>,
+    next_seq: u64,
+    bytes: usize,
+    closed: bool,
+}
+
+/// The retained events of one run, shared by every subscriber.
+pub struct RunBuffer {
+    run_id: String,
+    state: Mutex<BufState>,
+    version: watch::Sender<u64>,
+    max_bytes: usize,
+}
+
+/// Where a subscriber starts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Cursor {
+    /// The earliest retained event.
+    Earliest,
+    /// Strictly after this event (`id` as the client sent it).
+    After { seq: u64, id: String },
+}
+
+impl Cursor {
+    /// From a `Last-Event-ID` header: absent, `-1` or unparseable → earliest.
+    pub fn from_last_event_id(header: Option<&str>) -> Cursor {
+        match header.map(str::trim).filter(|h| !h.is_empty()) {
+            Some(h) => match parse_event_id(h) {
+                Some(seq) => Cursor::After {
+                    seq,
+                    id: h.to_owned(),
+                },
+                None => Cursor::Earliest,
+            },
+            None => Cursor::Earliest,
+        }
+    }
+}
+
+enum Read {
+    Frames {
+        frames: Vec<Frame>,
+        closed: bool,
+    },
+    Gap {
+        earliest: Option<Arc<str>>,
+        latest: Option<Arc<str>>,
+    },
+}
+
+impl RunBuffer {
+    pub fn new(run_id: impl Into<String>, max_bytes: usize) -> Arc<RunBuffer> {
+        Arc::new(RunBuffer {
+            run_id: run_id.into(),
+            state: Mutex::new(BufState {
+                frames: VecDeque::new(),
+                next_seq: 0,
+                bytes: 0,
+                closed: false,
+            }),
+            version: watch::channel(0).0,
+            max_bytes,
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BufState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Frame and append one event; returns its id (`None` once closed).
+    pub fn push(&self, kind: Kind, name: &str, data: &str) -> Option<Arc<str>> {
+        let id: Arc<str> = {
+            let mut st = self.lock();
+            if st.closed {
+                return None;
+            }
+            let seq = st.next_seq;
+            st.next_seq += 1;
+            let id: Arc<str> =
+                Arc::from(format!("{}-{seq}", chrono::Utc::now().timestamp_millis()));
+            let bytes = frame_bytes(name, data, &id);
+            st.bytes += bytes.len();
+            st.frames.push_back(Frame {
+                seq,
+                id: id.clone(),
+                kind,
+                bytes,
+            });
+            while st.bytes > self.max_bytes && st.frames.len() > MIN_RETAINED_EVENTS {
+                if let Some(old) = st.frames.pop_front() {
+                    st.bytes -= old.bytes.len();
+                }
+            }
+            id
+        };
+        self.version.send_modify(|v| *v += 1);
+        Some(id)
+    }
+
+    /// No more events: subscribers drain what is left, then get `end`.
+    pub fn close(&self) {
+        self.lock().closed = true;
+        self.version.send_modify(|v| *v += 1);
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.lock().closed
+    }
+
+    /// Events emitted so far (retained or not).
+    pub fn emitted(&self) -> u64 {
+        self.lock().next_seq
+    }
+
+    /// Bytes currently retained.
+    pub fn retained_bytes(&self) -> usize {
+        self.lock().bytes
+    }
+
+    fn read(&self, cursor: &Cursor) -> Read {
+        let st = self.lock();
+        let first = st.frames.front().map_or(st.next_seq, |f| f.seq);
+        let start = match cursor {
+            Cursor::Earliest => first,
+            Cursor::After { seq, .. } => seq.saturating_add(1),
+        };
+        if start < first {
+            return Read::Gap {
+                earliest: st.frames.front().map(|f| f.id.clone()),
+                latest: st.frames.back().map(|f| f.id.clone()),
+            };
+        }
+        let skip = usize::try_from(start - first).unwrap_or(usize::MAX);
+        let frames = st
+            .frames
+            .iter()
+            .skip(skip)
+            .take(MAX_BATCH)
+            .cloned()
+            .collect();
+        Read::Frames {
+            frames,
+            closed: st.closed,
+        }
+    }
+
+    /// A subscriber stream starting at `cursor`, delivering the frames `filter` wants (`None`:
+    /// all). `on_disconnect` runs if the client goes away before `end` (not after a `gap`).
+    pub fn subscribe(
+        self: &Arc<Self>,
+        cursor: Cursor,
+        filter: Option<StreamModes>,
+        heartbeat: Duration,
+        on_disconnect: Option<Box<dyn FnOnce() + Send>>,
+    ) -> impl futures::Stream<Item = Result<Bytes, Infallible>> + Send + 'static {
+        let sub = Subscriber {
+            rx: self.version.subscribe(),
+            buffer: self.clone(),
+            cursor,
+            filter,
+            heartbeat,
+            done: false,
+            guard: DisconnectGuard(on_disconnect),
+        };
+        futures::stream::unfold(sub, |mut sub| async move {
+            sub.next_chunk().await.map(|b| (Ok(b), sub))
+        })
+    }
+}
+
+/// Runs its callback when dropped armed.
+struct DisconnectGuard(Option<Box<dyn FnOnce() + Send>>);
+
+impl DisconnectGuard {
+    fn disarm(&mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for DisconnectGuard {
+    fn drop(&mut self) {
+        if let Some(f) = self.0.take() {
+            f();
+        }
+    }
+}
+
+struct Subscriber {
+    buffer: Arc<RunBuffer>,
+    rx: watch::Receiver<u64>,
+    cursor: Cursor,
+    filter: Option<StreamModes>,
+    heartbeat: Duration,
+    done: bool,
+    guard: DisconnectGuard,
+}
+
+impl Subscriber {
+    async fn next_chunk(&mut self) -> Option<Bytes> {
+        loop {
+            if self.done {
+                return None;
+            }
+            // Mark the version seen before reading, so a push after the read wakes us.
+            self.rx.borrow_and_update();
+            match self.buffer.read(&self.cursor) {
+                Read::Gap { earliest, latest } => {
+                    self.done = true;
+                    self.guard.disarm();
+                    let requested = match &self.cursor {
+                        Cursor::After { id, .. } => id.clone(),
+                        Cursor::Earliest => String::new(),
+                    };
+                    let data = json!({
+                        "code": "stream_replay_gap",
+                        "run_id": self.buffer.run_id,
+                        "requested_event_id": requested,
+                        "earliest_available_event_id": earliest.as_deref(),
+                        "latest_available_event_id": latest.as_deref(),
+                        "recovery": "reload_durable_state",
+                    });
+                    return Some(Bytes::from(format!("event: gap\ndata: {data}\n\n")));
+                }
+                Read::Frames { frames, closed } => {
+                    if let Some(last) = frames.last() {
+                        self.cursor = Cursor::After {
+                            seq: last.seq,
+                            id: last.id.to_string(),
+                        };
+                        let wanted: Vec<&Frame> = frames
+                            .iter()
+                            .filter(|f| self.filter.is_none_or(|m| f.kind.wanted(m)))
+                            .collect();
+                        match wanted.len() {
+                            0 => continue,
+                            1 => return Some(wanted[0].bytes.clone()),
+                            _ => {
+                                let len = wanted.iter().map(|f| f.bytes.len()).sum();
+                                let mut out = BytesMut::with_capacity(len);
+                                for f in wanted {
+                                    out.extend_from_slice(&f.bytes);
+                                }
+                                return Some(out.freeze());
+                            }
+                        }
+                    }
+                    if closed {
+                        self.done = true;
+                        self.guard.disarm();
+                        return Some(Bytes::from_static(END_FRAME));
+                    }
+                }
+            }
+            tokio::select! {
+                changed = self.rx.changed() => {
+                    if changed.is_err() {
+                        // The buffer is gone: nothing more will come.
+                        self.done = true;
+                        self.guard.disarm();
+                        return Some(Bytes::from_static(END_FRAME));
+                    }
+                }
+                _ = tokio::time::sleep(self.heartbeat) => {
+                    return Some(Bytes::from_static(HEARTBEAT_FRAME));
+                }
+            }
+        }
+    }
+}
+
+/// A stream that only says `end` (run finished, buffer released).
+pub fn end_only() -> impl futures::Stream<Item = Result<Bytes, Infallible>> + Send + 'static {
+    futures::stream::iter([Ok(Bytes::from_static(END_FRAME))])
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use futures::StreamExt;
+
+    fn text(b: &Bytes) -> String {
+        String::from_utf8(b.to_vec()).unwrap()
+    }
+
+    async fn collect(s: impl futures::Stream<Item = Result<Bytes, Infallible>>) -> String {
+        let mut out = String::new();
+        futures::pin_mut!(s);
+        while let Some(Ok(b)) = s.next().await {
+            out.push_str(&text(&b));
+        }
+        out
+    }
+
+    #[test]
+    fn frames_are_event_data_id() {
+        let f = frame_bytes("values", "{\"a\":1}", "17-0");
+        assert_eq!(text(&f), "event: values\ndata: {\"a\":1}\nid: 17-0\n\n");
+        assert_eq!(parse_event_id("1755854660123-41"), Some(41));
+        assert_eq!(parse_event_id("-1"), None);
+        assert_eq!(parse_event_id("abc"), None);
+        assert_eq!(Cursor::from_last_event_id(Some("-1")), Cursor::Earliest);
+        assert_eq!(Cursor::from_last_event_id(None), Cursor::Earliest);
+    }
+
+    #[tokio::test]
+    async fn replay_then_end_and_resume_after_an_id() {
+        let buf = RunBuffer::new("r1", usize::MAX);
+        buf.push(Kind::Control, "metadata", "{}");
+        let id1 = buf.push(Kind::Values, "values", "{\"n\":1}").unwrap();
+        buf.push(Kind::Updates, "updates", "{\"n\":2}");
+        buf.close();
+        let all =
+            collect(buf.subscribe(Cursor::Earliest, None, Duration::from_secs(60), None)).await;
+        assert_eq!(all.matches("event: ").count(), 4);
+        assert!(all.ends_with("event: end\ndata: null\n\n"));
+        assert!(all.contains("id: "));
+        let after = collect(buf.subscribe(
+            Cursor::from_last_event_id(Some(&id1)),
+            None,
+            Duration::from_secs(60),
+            None,
+        ))
+        .await;
+        assert!(after.starts_with("event: updates"), "{after}");
+        let only_values = collect(buf.subscribe(
+            Cursor::Earliest,
+            Some(StreamModes {
+                values: true,
+                ..StreamModes::NONE
+            }),
+            Duration::from_secs(60),
+            None,
+        ))
+        .await;
+        assert!(only_values.contains("event: metadata"));
+        assert!(only_values.contains("event: values"));
+        assert!(!only_values.contains("event: updates"));
+    }
+
+    #[tokio::test]
+    async fn an_evicted_cursor_gets_a_gap_without_id() {
+        let buf = RunBuffer::new("r1", 1);
+        let mut first = None;
+        for i in 0..(MIN_RETAINED_EVENTS + 10) {
+            let id = buf.push(Kind::Custom, "custom", &format!("{{\"i\":{i}}}"));
+            first.get_or_insert(id);
+        }
+        let first = first.flatten().unwrap();
+        let out = collect(buf.subscribe(
+            Cursor::from_last_event_id(Some(&first)),
+            None,
+            Duration::from_secs(60),
+            None,
+        ))
+        .await;
+        assert!(out.starts_with("event: gap\ndata: {"), "{out}");
+        assert!(!out.contains("\nid:"));
+        assert!(!out.contains("event: end"));
+        let v: serde_json::Value =
+            serde_json::from_str(out.lines().nth(1).unwrap().strip_prefix("data: ").unwrap())
+                .unwrap();
+        assert_eq!(v["code"], "stream_replay_gap");
+        assert_eq!(v["requested_event_id"], first.as_ref());
+        assert!(v["earliest_available_event_id"]
+            .as_str()
+            .unwrap()
+            .ends_with("-10"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn idle_streams_get_heartbeats_and_live_events() {
+        let buf = RunBuffer::new("r1", usize::MAX);
+        let s = buf.subscribe(Cursor::Earliest, None, Duration::from_secs(15), None);
+        futures::pin_mut!(s);
+        let hb = s.next().await.unwrap().unwrap();
+        assert_eq!(&hb[..], HEARTBEAT_FRAME);
+        let b2 = buf.clone();
+        tokio::spawn(async move {
+            b2.push(Kind::Custom, "custom", "{}");
+            b2.close();
+        });
+        let ev = s.next().await.unwrap().unwrap();
+        assert!(text(&ev).starts_with("event: custom"));
+        let end = s.next().await.unwrap().unwrap();
+        assert_eq!(&end[..], END_FRAME);
+        assert!(s.next().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn dropping_an_unfinished_stream_runs_the_disconnect_hook() {
+        let buf = RunBuffer::new("r1", usize::MAX);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let tx2 = tx.clone();
+        let s = buf.subscribe(
+            Cursor::Earliest,
+            None,
+            Duration::from_secs(60),
+            Some(Box::new(move || tx.send("dropped").unwrap())),
+        );
+        drop(s);
+        assert_eq!(rx.try_recv(), Ok("dropped"));
+        buf.close();
+        let s = buf.subscribe(
+            Cursor::Earliest,
+            None,
+            Duration::from_secs(60),
+            Some(Box::new(move || tx2.send("dropped").unwrap())),
+        );
+        assert!(collect(s).await.ends_with("event: end\ndata: null\n\n"));
+        assert!(rx.try_recv().is_err());
+    }
+}
