@@ -572,6 +572,11 @@ fn skills_are_listed_in_the_prompt_and_readable_read_only() {
         "{}",
         msgs[2]
     );
+    // The read is stamped so DurableContext keeps a reference to the skill after summarization.
+    assert_eq!(
+        msgs[2]["additional_kwargs"]["skill_context_entry"],
+        json!({"name": "deck-builder", "path": "/mnt/skills/public/deck/SKILL.md", "description": "Build slide decks"})
+    );
     assert_eq!(msgs[4]["status"], "error");
     assert!(std::fs::read_to_string(skill_dir.join("SKILL.md"))
         .unwrap()

@@ -19,6 +19,7 @@ pub mod grep;
 pub mod ls;
 pub mod present_files;
 pub mod read_file;
+pub mod skill_md;
 pub mod str_replace;
 pub mod tool_search;
 pub mod view_image;

@@ -108,11 +108,51 @@ impl ReadFileTool {
             }
             return Ok(ToolOutput::text("(empty)"));
         }
-        Ok(ToolOutput::text(head_truncate(
+        let mut out = ToolOutput::text(head_truncate(
             &content,
             self.env.settings.read_file_output_max_chars,
             READ_FILE_HINT,
-        )))
+        ));
+        if let Some(entry) = self.skill_entry(&p, &path, &content).await {
+            if let ToolOutput::Content {
+                additional_kwargs, ..
+            } = &mut out
+            {
+                additional_kwargs.insert("skill_context_entry".into(), entry);
+            }
+        }
+        Ok(out)
+    }
+
+    /// `{name, path, description}` when `path` is a `SKILL.md` under the skills mount (spec 50
+    /// §5.6): DurableContext keeps these references across summarization.
+    async fn skill_entry(
+        &self,
+        p: &Prepared,
+        path: &str,
+        content: &str,
+    ) -> Option<serde_json::Value> {
+        let root = self
+            .env
+            .settings
+            .skills_container_path
+            .trim_end_matches('/');
+        let rest = path.strip_prefix(root)?.strip_prefix('/')?;
+        if !rest.ends_with("SKILL.md") || rest.split('/').any(|seg| seg == ".." || seg == ".") {
+            return None;
+        }
+        if rest.rsplit('/').next() != Some("SKILL.md") {
+            return None;
+        }
+        // A ranged read may not include the front matter: read the (small) file whole.
+        let text = if content.starts_with("---") {
+            content.to_owned()
+        } else {
+            let (sb, vp) = (p.sandbox.clone(), path.to_owned());
+            blocking(move || sb.read_file(&vp, None, None)).await.ok()?
+        };
+        let fm = crate::skill_md::parse_skill_md(&text).ok()?;
+        Some(json!({"name": fm.name, "path": path, "description": fm.description}))
     }
 }
 
