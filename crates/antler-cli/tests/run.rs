@@ -989,3 +989,59 @@ fn clarification_ends_the_run_and_the_next_run_continues() {
     assert_eq!(&roles[roles.len() - 3..], ["assistant", "tool", "user"]);
     mock.assert_no_violations();
 }
+
+#[test]
+fn a_5_mb_tool_output_reaches_the_model_bounded_and_with_a_receipt() {
+    let mock = MockOpenAi::start_on_thread().with_replies([
+        MockReply::tool_call(
+            "call_big",
+            "bash",
+            json!({"description": "dump", "command": "head -c 5000000 /dev/zero | tr '\\0' a"}),
+        ),
+        MockReply::text("that was big"),
+    ]);
+    // bash's own cap off, so the 5 MB reach the tool-output budget.
+    let p = Project::new(
+        &mock,
+        &BASH_ON.replace(
+            "  allow_host_bash: true\n",
+            "  allow_host_bash: true\n  bash_output_max_chars: 0\n",
+        ),
+    );
+    let (code, out, stderr) = p.run_json(&["--thread-id", "big", "make a lot of output"]);
+    assert_eq!(code, 0, "{stderr}");
+    let second = &mock.requests()[1].body;
+    let tool = second["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .unwrap();
+    let content = tool["content"].as_str().unwrap();
+    assert!(
+        content.len() < 50_000,
+        "the model got {} bytes",
+        content.len()
+    );
+    // The marker names where the full output is kept, as a path the model can read.
+    let receipt = content
+        .split_whitespace()
+        .find(|w| w.contains("/mnt/user-data/outputs/.tool-results/"))
+        .expect("a receipt path in the marker")
+        .trim_matches(|c: char| !(c.is_alphanumeric() || "/._-".contains(c)));
+    let host = p
+        .home()
+        .join("threads/big/user-data")
+        .join(receipt.trim_start_matches("/mnt/user-data/"));
+    assert_eq!(
+        std::fs::metadata(&host).unwrap().len(),
+        5_000_000,
+        "{}",
+        host.display()
+    );
+    assert_eq!(
+        visible(&out["values"]).last().unwrap()["content"],
+        "that was big"
+    );
+    mock.assert_no_violations();
+}
