@@ -12,9 +12,15 @@ use antler_runtime::{
     Agent, CancellationToken, EventSink, RunContext, RunInput, RunOptions, RunStatus,
 };
 use antler_sandbox::{ConfinementStatus, LocalSandboxProvider};
-use antler_store::{RunRecord, SqliteStore, ThreadRecord, ThreadUpdate};
+use antler_store::runs::DEFAULT_LEASE;
+use antler_store::{
+    Admission, AdmitOptions, Heartbeat, LeaseOwner, MultitaskStrategy, RunFinish, RunRecord,
+    SqliteStore, ThreadRecord, ThreadUpdate,
+};
 use serde_json::Value;
 
+use crate::journal::{RecoveringCheckpointer, RunJournal};
+use crate::memory::MemoryManager;
 use crate::{chain, models, prompt, toolset, AgentError};
 
 /// The SQLite file inside the data directory.
@@ -42,6 +48,8 @@ pub struct App {
         Arc<Mutex<HashMap<String, Arc<antler_models::tokens::CachedTokenCounter>>>>,
     /// Replaces every configured model (tests and benchmarks).
     model_override: Option<Arc<dyn ChatModel>>,
+    /// Long-term memory (one per process; `memory.enabled` gates it).
+    memory: Arc<MemoryManager>,
 }
 
 /// One user turn on a thread.
@@ -63,6 +71,8 @@ pub struct TurnRequest {
     /// A custom agent (`{home}/agents/{name}`).
     pub agent_name: Option<String>,
     pub cancel: Option<CancellationToken>,
+    /// What to do when the thread already has an active run (DeerFlow's `multitask_strategy`).
+    pub multitask_strategy: MultitaskStrategy,
 }
 
 /// How a turn ended.
@@ -134,6 +144,11 @@ impl App {
             Some(path) => SqliteStore::open(&path)?,
             None => SqliteStore::open_in_memory()?,
         };
+        store.set_max_trace_content(
+            usize::try_from(config.run_events.max_trace_content).unwrap_or(usize::MAX),
+        );
+        let config = Arc::new(config);
+        let memory = MemoryManager::from_config(config.clone(), store.clone(), None)?;
         let loop_detection = chain::loop_detection(&config)?;
         chain::check_guardrail(&config)?;
         let breaker = chain::circuit_breaker(&config);
@@ -151,7 +166,7 @@ impl App {
             confinement.clone(),
         ));
         Ok(App {
-            config: Arc::new(config),
+            config,
             home,
             store,
             sandbox,
@@ -163,13 +178,48 @@ impl App {
             models: Mutex::new(HashMap::new()),
             token_caches: Arc::new(Mutex::new(HashMap::new())),
             model_override: None,
+            memory,
         })
     }
 
     /// Use `model` for every run instead of the configured ones.
     pub fn with_model_override(mut self, model: Arc<dyn ChatModel>) -> Self {
+        // Memory updates use it too. The settings were validated by `open`: this cannot fail.
+        if let Ok(m) =
+            MemoryManager::from_config(self.config.clone(), self.store.clone(), Some(model.clone()))
+        {
+            self.memory = m;
+        }
         self.model_override = Some(model);
         self
+    }
+
+    /// The long-term memory system.
+    pub fn memory(&self) -> &Arc<MemoryManager> {
+        &self.memory
+    }
+
+    /// Write pending memory updates before the process exits, within
+    /// `memory.shutdown_flush_timeout_seconds`. `true` when everything was written.
+    pub async fn flush_memory(&self) -> bool {
+        self.memory.flush(None).await
+    }
+
+    /// Startup recovery: mark runs whose process died (or whose lease expired) `error`, journal
+    /// them, and set their threads' status to `error`. Runs of live processes — other `antler`
+    /// processes on other threads — are left alone.
+    pub async fn reclaim_orphaned_runs(&self) -> Result<Vec<RunRecord>, AgentError> {
+        let reclaimed = self.store.reclaim_orphaned_runs(DEFAULT_LEASE).await?;
+        for r in &reclaimed {
+            let update = ThreadUpdate {
+                status: Some(ThreadRecord::ERROR.into()),
+                ..Default::default()
+            };
+            if let Err(e) = self.store.update_thread(&r.thread_id, update).await {
+                tracing::debug!(thread = %r.thread_id, error = %e, "no thread record to mark");
+            }
+        }
+        Ok(reclaimed)
     }
 
     /// Resolve a model by config name (`None` = the default). An unknown name is an error.
@@ -221,14 +271,21 @@ impl App {
     pub fn memory_source(
         &self,
     ) -> Option<Arc<dyn antler_middleware::dynamic_context::MemorySource>> {
-        None
+        let source: Arc<dyn antler_middleware::dynamic_context::MemorySource> = self.memory.clone();
+        self.memory.settings().enabled.then_some(source)
     }
 
     /// Hooks run before a summary replaces old messages (the long-term memory flush).
     pub fn summarization_hooks(
         &self,
     ) -> Vec<Arc<dyn antler_middleware::summarization::BeforeSummarizationHook>> {
-        Vec::new()
+        let hook: Arc<dyn antler_middleware::summarization::BeforeSummarizationHook> =
+            self.memory.clone();
+        if self.memory.settings().enabled {
+            vec![hook]
+        } else {
+            Vec::new()
+        }
     }
 
     /// Whether `bash` is offered (allow_host_bash, or active confinement).
@@ -358,7 +415,87 @@ impl App {
             .clone()
             .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
         let opts = self.run_options(&req);
-        let agent = self.lead_agent_for(&opts, req.user_id.as_deref())?;
+        let mut agent = self.lead_agent_for(&opts, req.user_id.as_deref())?;
+        // A corrupt head is rebuilt from the last good checkpoint and the journal on load.
+        agent.checkpointer = Some(Arc::new(RecoveringCheckpointer::new(
+            self.store.clone(),
+            run_id.clone(),
+        )));
+
+        // Admission: one active run per thread, across processes (DeerFlow's multitask rules).
+        let rollback_point = self
+            .store
+            .list_checkpoints(&thread_id, 1, None)
+            .await?
+            .into_iter()
+            .next()
+            .map(|m| m.checkpoint_id);
+        let mut record = RunRecord::new(run_id.clone(), thread_id.clone(), "lead_agent");
+        record.kwargs = serde_json::json!({
+            "context": {
+                "model_name": opts.model_name,
+                "is_plan_mode": opts.is_plan_mode,
+                "subagent_enabled": opts.subagent_enabled,
+            },
+            "config": {"recursion_limit": opts.recursion_limit},
+        });
+        record.metadata = serde_json::json!({
+            "rollback_checkpoint_id": rollback_point,
+            "user_id": req.user_id,
+        });
+        let owner = LeaseOwner::current().clone();
+        let admit = AdmitOptions {
+            strategy: req.multitask_strategy,
+            owner: owner.clone(),
+            lease: DEFAULT_LEASE,
+        };
+        let admitted = self.store.admit_run(record, admit).await?;
+        for r in &admitted.reclaimed {
+            tracing::warn!(run = %r.run_id, thread = %thread_id, "an earlier run of this thread was orphaned (its process exited); marked error");
+        }
+        let cancel = req.cancel.clone().unwrap_or_default();
+        match &admitted.admission {
+            Admission::Rejected { active } => {
+                return Err(AgentError::ThreadBusy {
+                    thread: thread_id,
+                    run: active.run_id.clone(),
+                })
+            }
+            Admission::Queued(_) => {
+                // Wait our turn, keeping the lease alive; Ctrl-C while waiting ends the run.
+                loop {
+                    if cancel.is_cancelled() {
+                        break;
+                    }
+                    if self
+                        .store
+                        .try_start_run(&run_id, &owner, DEFAULT_LEASE)
+                        .await?
+                        .is_some()
+                    {
+                        break;
+                    }
+                    let _ = self
+                        .store
+                        .heartbeat_run(&run_id, &owner, DEFAULT_LEASE)
+                        .await;
+                    tokio::select! {
+                        _ = cancel.cancelled() => {}
+                        _ = tokio::time::sleep(std::time::Duration::from_millis(250)) => {}
+                    }
+                }
+            }
+            Admission::Started(_) => {}
+        }
+        // `rollback`: restart from the stopped run's rollback point.
+        let from_checkpoint = match req.multitask_strategy {
+            MultitaskStrategy::Rollback => admitted.displaced.first().and_then(|d| {
+                d.metadata["rollback_checkpoint_id"]
+                    .as_str()
+                    .map(str::to_owned)
+            }),
+            _ => None,
+        };
 
         let mut thread = match self.store.get_thread(&thread_id).await? {
             Some(t) => t,
@@ -369,36 +506,61 @@ impl App {
             thread.owner = req.user_id.clone();
         }
         self.store.upsert_thread(thread).await?;
-        let mut record = RunRecord::new(run_id.clone(), thread_id.clone(), "lead_agent");
-        record.kwargs = serde_json::json!({
-            "context": {
-                "model_name": opts.model_name,
-                "is_plan_mode": opts.is_plan_mode,
-                "subagent_enabled": opts.subagent_enabled,
-            },
-            "config": {"recursion_limit": opts.recursion_limit},
-        });
-        self.store.create_run(record).await?;
-        self.store
-            .set_run_status(&run_id, antler_store::RunStatus::Running, None)
-            .await?;
 
         sink.emit(antler_protocol::StreamEvent::Metadata {
             run_id: run_id.clone(),
             thread_id: thread_id.clone(),
         });
-        let mut run = RunContext::new(thread_id.clone(), run_id.clone(), sink.clone())
+        let journal = Arc::new(
+            RunJournal::new(
+                self.store.clone(),
+                thread_id.clone(),
+                run_id.clone(),
+                req.user_id.clone(),
+            )
+            .with_token_tracking(self.config.run_events.track_token_usage),
+        );
+        let run = RunContext::new(thread_id.clone(), run_id.clone(), sink.clone())
             .with_options(opts)
-            .with_user(req.user_id.clone());
-        if let Some(c) = &req.cancel {
-            run = run.with_cancel(c.clone());
-        }
+            .with_user(req.user_id.clone())
+            .with_cancel(cancel.clone())
+            .with_observer(journal.clone());
         let run = Arc::new(run);
+        // Renew the lease while the run lasts; losing it (another process interrupted or
+        // reclaimed the run) stops the run.
+        let heartbeat = {
+            let store = self.store.clone();
+            let run_id = run_id.clone();
+            let owner = owner.clone();
+            let cancel = cancel.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(DEFAULT_LEASE / 3).await;
+                    match store.heartbeat_run(&run_id, &owner, DEFAULT_LEASE).await {
+                        Ok(Heartbeat::Held) => {}
+                        Ok(Heartbeat::Lost(now)) => {
+                            tracing::warn!(run = %run_id, status = ?now.map(|r| r.status), "the run was taken over; stopping it");
+                            cancel.cancel();
+                            break;
+                        }
+                        Err(e) => {
+                            tracing::warn!(run = %run_id, error = %e, "could not renew the run lease")
+                        }
+                    }
+                }
+            })
+        };
         let input = RunInput {
             messages: req.message.into_iter().collect(),
+            from_checkpoint,
             ..Default::default()
         };
         let outcome = agent.run(input, run).await;
+        heartbeat.abort();
+        let report = journal.finish().await;
+        if let Some(e) = &report.error {
+            tracing::warn!(run = %run_id, error = %e, lost = report.events_lost, "the run journal is incomplete");
+        }
 
         let mut error = outcome.error.as_ref().map(|e| e.to_string());
         let error_name = outcome.error.as_ref().map(|e| e.name().to_owned());
@@ -411,23 +573,42 @@ impl App {
                 error = Some(detail);
             }
         }
-        let store_status = antler_store::RunStatus::from(status);
-        // Bookkeeping failures must not hide the run's own outcome; they are logged.
-        if let Err(e) = self
+        if report.delivery_failed && status == RunStatus::Success {
+            status = RunStatus::Error;
+            error =
+                Some("the run presented files but its delivery receipt could not be stored".into());
+        }
+        let usage = if report.usage.llm_call_count > 0 {
+            report.usage.run_usage()
+        } else {
+            run_usage(&outcome.state, &run_id)
+        };
+        let finish = RunFinish {
+            error: error.clone(),
+            stop_reason: outcome.stop_reason.clone(),
+            usage: Some(usage),
+        };
+        // Bookkeeping failures must not hide the run's own outcome; they are logged. A run that
+        // lost its lease (interrupted or reclaimed elsewhere) leaves the records to the new owner.
+        let held = match self
             .store
-            .set_run_status(&run_id, store_status, error.clone())
+            .finish_run(
+                &run_id,
+                &owner,
+                antler_store::RunStatus::from(status),
+                finish,
+            )
             .await
         {
-            tracing::error!(run = %run_id, error = %e, "could not record the run status");
+            Ok(r) => r.is_some(),
+            Err(e) => {
+                tracing::error!(run = %run_id, error = %e, "could not record the run status");
+                true
+            }
+        };
+        if !held {
+            tracing::warn!(run = %run_id, "the run was taken over; its final status stays as recorded");
         }
-        if outcome.stop_reason.is_some() {
-            let _ = self
-                .store
-                .set_run_stop_reason(&run_id, outcome.stop_reason.clone())
-                .await;
-        }
-        let usage = run_usage(&outcome.state, &run_id);
-        let _ = self.store.update_run_usage(&run_id, usage).await;
         let thread_status = match status {
             RunStatus::Success => ThreadRecord::IDLE,
             RunStatus::Error => ThreadRecord::ERROR,
@@ -438,8 +619,10 @@ impl App {
             status: Some(thread_status.into()),
             metadata: None,
         };
-        if let Err(e) = self.store.update_thread(&thread_id, update).await {
-            tracing::error!(thread = %thread_id, error = %e, "could not update the thread record");
+        if held {
+            if let Err(e) = self.store.update_thread(&thread_id, update).await {
+                tracing::error!(thread = %thread_id, error = %e, "could not update the thread record");
+            }
         }
         if let (Some(name), Some(message)) = (&error_name, &error) {
             sink.emit(antler_protocol::StreamEvent::Error {

@@ -202,6 +202,11 @@ pub fn lead_entries(
         ));
     }
     out.push(entry("L8", title_middleware(app)));
+    // L9: queue the finished conversation for long-term memory (self-gates on memory.enabled).
+    out.push(entry(
+        "L9",
+        app.memory().middleware(opts.agent_name.clone()),
+    ));
     if model.supports_vision {
         out.push(entry("L10", ViewImageMiddleware::new()));
     }

@@ -5,6 +5,8 @@
 pub mod agents;
 pub mod app;
 pub mod chain;
+pub mod journal;
+pub mod memory;
 pub mod models;
 pub mod prompt;
 pub mod skills;
@@ -30,6 +32,9 @@ pub enum AgentError {
     Chain(#[from] antler_runtime::ChainError),
     #[error(transparent)]
     Store(#[from] antler_store::StoreError),
+    /// The thread already has an active run and the multitask strategy is `reject`.
+    #[error("thread '{thread}' is busy: run {run} is still active — wait for it to finish, or pass --multitask-strategy interrupt|rollback|enqueue")]
+    ThreadBusy { thread: String, run: String },
     #[error("{0}")]
     Sandbox(String),
     /// An attachment was refused (missing file, too large, too many).

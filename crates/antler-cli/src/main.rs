@@ -1,6 +1,8 @@
 //! `antler`: DeerFlow's super-agent harness in one binary.
 
+mod memory_cmd;
 mod render;
+mod runs_cmd;
 mod serve_cmd;
 mod threads;
 
@@ -13,6 +15,7 @@ use antler_agent::{AgentError, App, TurnRequest};
 use antler_config::{Config, Loaded};
 use antler_protocol::Message;
 use antler_runtime::{CancellationToken, EventSink, NullSink, RunStatus};
+use antler_store::MultitaskStrategy;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use render::{JsonlRenderer, OutputFormat, TextRenderer};
@@ -28,6 +31,8 @@ pub(crate) mod exit {
     pub const USAGE: u8 = 2;
     /// The store (database, data home) is unavailable.
     pub const STORE: u8 = 3;
+    /// The thread already has an active run (`--multitask-strategy reject`).
+    pub const BUSY: u8 = 4;
 }
 
 #[derive(Parser)]
@@ -54,6 +59,12 @@ enum Command {
     /// Inspect threads.
     #[command(subcommand)]
     Threads(ThreadsCmd),
+    /// Inspect runs and their journal.
+    #[command(subcommand)]
+    Runs(runs_cmd::RunsCmd),
+    /// Show or clear long-term memory.
+    #[command(subcommand)]
+    Memory(memory_cmd::MemoryCmd),
     /// Write or validate config.yaml.
     #[command(subcommand)]
     Config(ConfigCmd),
@@ -97,8 +108,17 @@ struct RunArgs {
     attach: Vec<PathBuf>,
     #[arg(long, value_enum, default_value = "text")]
     output: OutputFormat,
+    /// When the thread already has an active run: refuse (reject), stop it (interrupt), stop
+    /// it and restore the thread to before it (rollback), or wait for it (enqueue).
+    #[arg(long, default_value = "reject", value_parser = parse_strategy)]
+    multitask_strategy: MultitaskStrategy,
     /// The message (`-` reads it from stdin).
     message: String,
+}
+
+fn parse_strategy(s: &str) -> Result<MultitaskStrategy, String> {
+    s.parse()
+        .map_err(|_| "expected reject, interrupt, rollback or enqueue".to_owned())
 }
 
 #[derive(Args)]
@@ -190,7 +210,9 @@ impl Failure {
 
 impl From<AgentError> for Failure {
     fn from(e: AgentError) -> Self {
-        let code = if e.is_usage() {
+        let code = if matches!(e, AgentError::ThreadBusy { .. }) {
+            exit::BUSY
+        } else if e.is_usage() {
             exit::USAGE
         } else {
             exit::STORE
@@ -312,6 +334,14 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
             threads::run(&app, cmd).await
         }
         Command::Chain(args) => print_chain(config_path, args),
+        Command::Runs(cmd) => {
+            let app = open_app(config_path)?;
+            runs_cmd::run(&app, cmd).await
+        }
+        Command::Memory(cmd) => {
+            let app = open_app(config_path)?;
+            memory_cmd::run(&app, cmd).await
+        }
         Command::Config(ConfigCmd::Init { path, force }) => config_init(&path, force),
         Command::Config(ConfigCmd::Check) => config_check(config_path),
         Command::Serve(args) => serve_cmd::serve(config_path, &args).await,
@@ -339,6 +369,15 @@ async fn run(config_path: Option<&Path>, args: RunArgs) -> Result<u8, Failure> {
         return Err(Failure::usage("the message is empty"));
     }
     let app = open_app(config_path)?;
+    // Runs a crashed or killed process left behind (never those of live processes).
+    match app.reclaim_orphaned_runs().await {
+        Ok(r) if !r.is_empty() => warn_user(&format!(
+            "{} unfinished run(s) of exited processes marked error",
+            r.len()
+        )),
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "could not reclaim orphaned runs"),
+    }
     let thread_id = args
         .thread_id
         .clone()
@@ -371,6 +410,7 @@ async fn run(config_path: Option<&Path>, args: RunArgs) -> Result<u8, Failure> {
         subagents,
         recursion_limit: args.recursion_limit,
         cancel: Some(cancel),
+        multitask_strategy: args.multitask_strategy,
         ..Default::default()
     };
     let text_sink = Arc::new(TextRenderer::new(std::io::stdout(), std::io::stderr()));
@@ -380,6 +420,13 @@ async fn run(config_path: Option<&Path>, args: RunArgs) -> Result<u8, Failure> {
         OutputFormat::Json => Arc::new(NullSink),
     };
     let outcome = app.run_turn(req, sink).await?;
+    // A one-shot run writes its pending memory update before exiting (bounded wait).
+    if !app.flush_memory().await {
+        warn_user(&format!(
+            "memory: not every update was written before exit — see `antler runs show {}`",
+            outcome.run_id
+        ));
+    }
     match args.output {
         OutputFormat::Text => {
             text_sink.finish();

@@ -17,8 +17,11 @@ impl Project {
     pub fn new(mock: &MockOpenAi, extra_yaml: &str) -> Project {
         let dir = tempfile::tempdir().unwrap();
         let yaml = format!(
-            "models:\n  - name: main\n    use: langchain_openai:ChatOpenAI\n    model: mock-model\n    base_url: {}\n    api_key: $MOCK_KEY\n{extra_yaml}",
-            mock.base_url()
+            "models:\n  - name: main\n    use: langchain_openai:ChatOpenAI\n    model: mock-model\n    base_url: {}\n    api_key: $MOCK_KEY\n{extra_yaml}{memory}",
+            mock.base_url(),
+            // Memory's model call at exit would take a scripted reply; tests that exercise
+            // memory say `memory:` themselves.
+            memory = if extra_yaml.contains("memory:") { "" } else { "memory:\n  enabled: false\n" }
         );
         std::fs::write(dir.path().join("config.yaml"), yaml).unwrap();
         Project { dir }

@@ -635,7 +635,7 @@ fn anthropic_models_run_through_the_messages_api() {
         std::fs::write(
             p.path().join("config.yaml"),
             format!(
-                "models:\n  - name: claude\n    use: langchain_anthropic:ChatAnthropic\n    model: claude-test\n    base_url: {}\n    api_key: $MOCK_KEY\n    max_tokens: 2048\n    streaming: {streaming}\n{BASH_ON}",
+                "models:\n  - name: claude\n    use: langchain_anthropic:ChatAnthropic\n    model: claude-test\n    base_url: {}\n    api_key: $MOCK_KEY\n    max_tokens: 2048\n    streaming: {streaming}\nmemory:\n  enabled: false\n{BASH_ON}",
                 mock.base_url()
             ),
         )

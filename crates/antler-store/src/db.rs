@@ -51,12 +51,15 @@ trait WriteJob: Send {
     /// The error this job ran into, if any.
     fn error(&self) -> Option<StoreError>;
     fn finish(self: Box<Self>, commit: Result<(), StoreError>);
+    /// Runs alone, outside any transaction (connection settings such as `query_only`).
+    fn outside_transaction(&self) -> bool;
 }
 
 struct Pending<R, F> {
     f: Option<F>,
     result: Option<Result<R, StoreError>>,
     reply: oneshot::Sender<Result<R, StoreError>>,
+    raw: bool,
 }
 
 impl<R, F> WriteJob for Pending<R, F>
@@ -98,6 +101,10 @@ where
         };
         // The caller may have gone away (cancelled); nothing to do then.
         let _ = self.reply.send(out);
+    }
+
+    fn outside_transaction(&self) -> bool {
+        self.raw
     }
 }
 
@@ -214,11 +221,29 @@ impl Db {
         R: Send + 'static,
         F: FnOnce(&Cx<'_>) -> Result<R, StoreError> + Send + 'static,
     {
+        self.send(f, false).await
+    }
+
+    /// Run `f` on the writer connection outside any transaction (connection pragmas).
+    pub async fn configure_writer<R, F>(&self, f: F) -> Result<R, StoreError>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Cx<'_>) -> Result<R, StoreError> + Send + 'static,
+    {
+        self.send(f, true).await
+    }
+
+    async fn send<R, F>(&self, f: F, raw: bool) -> Result<R, StoreError>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Cx<'_>) -> Result<R, StoreError> + Send + 'static,
+    {
         let (reply, rx) = oneshot::channel();
         let job: Job = Box::new(Pending {
             f: Some(f),
             result: None,
             reply,
+            raw,
         });
         self.writer.send(job).map_err(|_| self.closed())?;
         rx.await.map_err(|_| self.closed())?
@@ -280,14 +305,27 @@ fn configure(conn: &Connection, path: &Path, wal: bool) -> Result<(), StoreError
 
 fn writer_loop(conn: &Connection, path: &Path, rx: &mpsc::Receiver<Job>) {
     while let Ok(first) = rx.recv() {
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
-            match rx.try_recv() {
-                Ok(job) => batch.push(job),
-                Err(_) => break,
+        let mut batch = Vec::new();
+        let mut next = Some(first);
+        while let Some(job) = next.take() {
+            if job.outside_transaction() {
+                // Settle what is queued before it, then run it alone.
+                if !batch.is_empty() {
+                    run_batch(conn, path, std::mem::take(&mut batch));
+                }
+                let mut job = job;
+                job.run(&Cx { conn, path });
+                job.finish(Ok(()));
+            } else {
+                batch.push(job);
+            }
+            if batch.len() < MAX_BATCH {
+                next = rx.try_recv().ok();
             }
         }
-        run_batch(conn, path, batch);
+        if !batch.is_empty() {
+            run_batch(conn, path, batch);
+        }
     }
 }
 

@@ -1,10 +1,13 @@
-//! antler's persistence: checkpoints, the thread index and run records in one SQLite file.
+//! antler's persistence: checkpoints, the thread index, run records, the run journal and
+//! long-term memory in one SQLite file.
 //!
 //! [`SqliteStore`] is the embedded default (DESIGN §3): a file under `$ANTLER_HOME` in WAL mode,
 //! migrated at open, implementing [`antler_runtime::Checkpointer`] with writes proportional to what
 //! changed (see [`checkpoints`] for the temporal message table). The same handle serves the
-//! thread index (`antler threads list|show`, the HTTP server's `/threads`) and run records
-//! (`/runs`, startup recovery of runs a crashed process left unfinished).
+//! thread index (`antler threads list|show`, the HTTP server's `/threads`), run records with
+//! leases and atomic per-thread admission ([`runs`]), the append-only run journal
+//! ([`journal`]) and per-user memory ([`memory`]). The three stores of seed 002 — checkpoint,
+//! journal, memory — are separate tables with separate lifecycles; none is derived from another.
 //!
 //! Async callers never block the runtime: one writer thread owns the read-write connection
 //! (group commit, one savepoint per operation), reads run on pooled read-only connections in
@@ -13,6 +16,9 @@
 pub mod checkpoints;
 mod db;
 mod error;
+pub mod journal;
+pub mod lease;
+pub mod memory;
 pub mod runs;
 mod schema;
 pub mod threads;
@@ -23,9 +29,18 @@ use std::sync::Arc;
 
 pub use checkpoints::{LatestGood, StoreStats};
 pub use error::{Failure, StoreError};
-pub use runs::{RunRecord, RunStatus, RunUsage};
+pub use journal::{EventQuery, MessageCursor, NewRunEvent, RunEventRecord};
+pub use lease::LeaseOwner;
+pub use memory::{MemoryChange, MemorySave, MemorySnapshot};
+pub use runs::{
+    Admission, AdmitOptions, AdmitOutcome, Heartbeat, MultitaskStrategy, RunFinish, RunRecord,
+    RunStatus, RunUsage,
+};
 pub use schema::SCHEMA_VERSION;
 pub use threads::{ThreadQuery, ThreadRecord, ThreadUpdate};
+
+/// DeerFlow's default `run_events.max_trace_content`.
+pub const DEFAULT_MAX_TRACE_CONTENT: u64 = 10_240;
 
 #[derive(Default)]
 struct Counters {
@@ -36,6 +51,8 @@ struct Counters {
 struct Inner {
     db: db::Db,
     stats: Counters,
+    /// Bytes of `trace` journal content kept per event.
+    max_trace_content: AtomicU64,
 }
 
 /// Checkpoints, threads and runs in one SQLite database. Cheap to clone (shared handle).
@@ -70,6 +87,7 @@ impl SqliteStore {
             inner: Arc::new(Inner {
                 db,
                 stats: Counters::default(),
+                max_trace_content: AtomicU64::new(DEFAULT_MAX_TRACE_CONTENT),
             }),
         }
     }
@@ -77,6 +95,55 @@ impl SqliteStore {
     /// The database file (`:memory:` for an in-memory store).
     pub fn path(&self) -> &Path {
         self.inner.db.path()
+    }
+
+    /// Cap the database file at about `max_bytes` (SQLite's `max_page_count`; `None` lifts the
+    /// cap). A write that would grow the file beyond it fails with [`Failure::DiskFull`] and
+    /// leaves nothing of itself behind — the behaviour of a full disk, for quotas and tests. The
+    /// cap never goes below the file's current size.
+    pub async fn set_size_limit(&self, max_bytes: Option<u64>) -> Result<(), StoreError> {
+        self.db()
+            .configure_writer(move |cx| {
+                let page: i64 = cx
+                    .conn
+                    .pragma_query_value(None, "page_size", |r| r.get(0))
+                    .map_err(cx.err("set the size limit"))?;
+                let pages = match max_bytes {
+                    Some(b) => i64::try_from(b)
+                        .unwrap_or(i64::MAX)
+                        .div_euclid(page.max(1))
+                        .max(1),
+                    None => 0xFFFF_FFFE,
+                };
+                cx.conn
+                    .pragma_update(None, "max_page_count", pages)
+                    .map_err(cx.err("set the size limit"))
+            })
+            .await
+    }
+
+    /// Move everything in the write-ahead log into the main file and truncate the log, so the
+    /// `.db` file alone holds the data (before copying or inspecting it).
+    pub async fn checkpoint_wal(&self) -> Result<(), StoreError> {
+        self.db()
+            .configure_writer(|cx| {
+                cx.conn
+                    .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+                    .map_err(cx.err("checkpoint the write-ahead log"))
+            })
+            .await
+    }
+
+    /// Refuse every write (`PRAGMA query_only`) until turned off again: writes fail with
+    /// [`Failure::ReadOnly`], as on a read-only file system. For maintenance and tests.
+    pub async fn set_read_only(&self, read_only: bool) -> Result<(), StoreError> {
+        self.db()
+            .configure_writer(move |cx| {
+                cx.conn
+                    .pragma_update(None, "query_only", read_only)
+                    .map_err(cx.err("switch read-only mode"))
+            })
+            .await
     }
 
     fn db(&self) -> &db::Db {

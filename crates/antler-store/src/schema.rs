@@ -83,8 +83,61 @@ CREATE INDEX runs_by_thread ON runs (thread_id, created_at DESC);
 CREATE INDEX runs_unfinished ON runs (status) WHERE status IN ('pending', 'running');
 "#;
 
+/// Version 2: the run journal (`run_events`), run leases and lifecycle timestamps, long-term
+/// memory (`memory_profiles`, `memory_facts`).
+///
+/// `run_events.seq` is strictly increasing per thread (unique with the thread); it is assigned
+/// inside the writer's transaction, so concurrent processes never collide. `content_json` says
+/// whether `content` holds JSON (1) or a plain string (0).
+///
+/// A run's lease (`lease_owner`, `lease_expires_at` in Unix milliseconds) says which process
+/// drives it and until when; a `pending`/`running` row whose lease expired or whose owner
+/// process is gone is an orphan any process may reclaim.
+const V2: &str = r#"
+ALTER TABLE runs ADD COLUMN started_at TEXT;
+ALTER TABLE runs ADD COLUMN ended_at TEXT;
+ALTER TABLE runs ADD COLUMN lease_owner TEXT;
+ALTER TABLE runs ADD COLUMN lease_expires_at INTEGER;
+CREATE INDEX runs_active_by_thread ON runs (thread_id, created_at)
+    WHERE status IN ('pending', 'running');
+
+CREATE TABLE run_events (
+    id           INTEGER PRIMARY KEY,
+    thread_id    TEXT NOT NULL,
+    run_id       TEXT NOT NULL,
+    user_id      TEXT,
+    seq          INTEGER NOT NULL,
+    event_type   TEXT NOT NULL,
+    category     TEXT NOT NULL,
+    content      TEXT NOT NULL,
+    content_json INTEGER NOT NULL DEFAULT 0,
+    metadata     TEXT NOT NULL DEFAULT '{}',
+    created_at   TEXT NOT NULL,
+    UNIQUE (thread_id, seq)
+);
+CREATE INDEX run_events_by_run ON run_events (run_id, seq);
+CREATE INDEX run_events_messages ON run_events (thread_id, seq) WHERE category = 'message';
+
+-- Per-user summaries (DeerMem's memory.json minus facts) with an optimistic revision that every
+-- change of the user's memory (summaries or any bucket's facts) bumps.
+CREATE TABLE memory_profiles (
+    user_id    TEXT PRIMARY KEY,
+    revision   INTEGER NOT NULL,
+    doc        TEXT NOT NULL,
+    updated_at TEXT NOT NULL
+);
+-- One row per fact, bucketed by (user, agent); `body` is the fact's JSON document.
+CREATE TABLE memory_facts (
+    user_id    TEXT NOT NULL,
+    agent_name TEXT NOT NULL,
+    fact_id    TEXT NOT NULL,
+    body       TEXT NOT NULL,
+    PRIMARY KEY (user_id, agent_name, fact_id)
+);
+"#;
+
 /// Every migration, in order. The schema version after all of them is `MIGRATIONS.len()`.
-pub(crate) const MIGRATIONS: &[&str] = &[V1];
+pub(crate) const MIGRATIONS: &[&str] = &[V1, V2];
 
 /// The schema version this binary writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

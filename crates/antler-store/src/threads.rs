@@ -1,7 +1,8 @@
 //! The thread index: one row per thread with its status, title, owner and metadata.
 //!
 //! Independent of checkpoints: a thread can be listed before its first run, and checkpoints can
-//! be written for a thread that has no record. [`SqliteStore::delete_thread`] removes all three.
+//! be written for a thread that has no record. [`SqliteStore::delete_thread`] removes the record,
+//! its checkpoints, runs and journal.
 
 use rusqlite::{params, OptionalExtension};
 use serde::{Deserialize, Serialize};
@@ -10,6 +11,7 @@ use serde_json::{Map, Value};
 use crate::checkpoints::delete_checkpoints_tx;
 use crate::db::Cx;
 use crate::error::StoreError;
+use crate::journal::delete_events_tx;
 use crate::{json_text, json_value, now, SqliteStore};
 
 /// One thread of the index.
@@ -247,12 +249,14 @@ impl SqliteStore {
             .await
     }
 
-    /// Remove a thread record with its checkpoints and runs. Returns whether anything existed.
+    /// Remove a thread record with its checkpoints, runs and journal. Returns whether anything
+    /// existed.
     pub async fn delete_thread(&self, thread_id: &str) -> Result<bool, StoreError> {
         let id = thread_id.to_owned();
         self.db()
             .write(move |cx| {
                 let had_checkpoints = delete_checkpoints_tx(cx, &id)?;
+                let events = delete_events_tx(cx, &id)?;
                 let runs = cx
                     .conn
                     .prepare_cached("DELETE FROM runs WHERE thread_id = ?1")
@@ -263,7 +267,7 @@ impl SqliteStore {
                     .prepare_cached("DELETE FROM threads WHERE thread_id = ?1")
                     .and_then(|mut s| s.execute([&id]))
                     .map_err(cx.err("delete a thread"))?;
-                Ok(had_checkpoints || runs > 0 || threads > 0)
+                Ok(had_checkpoints || runs > 0 || threads > 0 || events > 0)
             })
             .await
     }

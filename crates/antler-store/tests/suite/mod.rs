@@ -1,7 +1,11 @@
 //! Shared helpers: checkpoint writes driven the way the agent loop drives them.
 
+mod admission;
 mod checkpoints;
 mod concurrency;
+mod journal;
+mod limits;
+mod memory;
 mod open;
 mod records;
 

@@ -1,0 +1,845 @@
+//! The run journal: every run's events, appended to the store's `run_events` table and never
+//! fed to a model (seed 002: the journal is audit and UI history, not context).
+//!
+//! [`RunJournal`] is a [`RunObserver`] attached to one run. The loop calls it inline, so it only
+//! turns each [`RunEvent`] into a record and buffers it; every [`FLUSH_EVERY`] events a batch
+//! goes to a background flusher (one transaction per batch), and [`RunJournal::finish`] writes the
+//! rest and the delivery receipt once the run is over. A failed batch goes back to the buffer
+//! and is retried at the next flush; without a runtime, events stay buffered.
+//!
+//! | event | category | content | metadata |
+//! |---|---|---|---|
+//! | `run.start` | trace | chain, model, options | caller |
+//! | `llm.human.input` | message | the user's message as sent (before middlewares stamp it) | |
+//! | `llm.ai.response` | message | the AI message, for every caller | caller, model, request_messages, usage, latency_ms, llm_call_index |
+//! | `llm.error` | trace | the error | caller, model, latency_ms, status, transient |
+//! | `llm.tool.result` | message | the tool message | tool, tool_call_id, args, status, duration_ms, result_bytes |
+//! | `state.messages_removed` | middleware | removed ids (what a summarization dropped) | node |
+//! | `middleware:<action>` | middleware | the middleware's payload | name, action |
+//! | `run.error` | error | the error | status |
+//! | `run.end` | outputs | status, error, stop_reason, token totals | |
+//! | `run.delivery` | outputs | presented, paths, by_tool (once per run, put-if-absent) | |
+//!
+//! The module also repairs threads whose newest checkpoints do not decode:
+//! [`RecoveringCheckpointer`] wraps the store, and when the head is corrupt it forks a new head
+//! from the last good checkpoint plus the complete message rounds the journal recorded after it
+//! — real recorded messages only, never invented ones, tool-call pairing intact.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use antler_protocol::{Message, ThreadState};
+use antler_runtime::{
+    Checkpoint, CheckpointError, CheckpointMeta, CheckpointWrite, Checkpointer, RunContext,
+    RunEvent, RunObserver,
+};
+use antler_store::journal::CATEGORY_MESSAGE;
+use antler_store::{MessageCursor, NewRunEvent, RunUsage, SqliteStore, StoreError};
+use async_trait::async_trait;
+use serde_json::{json, Map, Value};
+use tokio::sync::{mpsc, oneshot};
+
+/// Events per batch (DeerFlow's flush threshold).
+pub const FLUSH_EVERY: usize = 20;
+
+/// Token totals of a run, by caller kind and by model.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct JournalUsage {
+    pub total_input_tokens: u64,
+    pub total_output_tokens: u64,
+    pub total_tokens: u64,
+    pub llm_call_count: u64,
+    pub lead_agent_tokens: u64,
+    pub subagent_tokens: u64,
+    pub middleware_tokens: u64,
+    pub by_model: BTreeMap<String, u64>,
+}
+
+impl JournalUsage {
+    /// The run record's totals.
+    pub fn run_usage(&self) -> RunUsage {
+        let i = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        RunUsage {
+            total_input_tokens: i(self.total_input_tokens),
+            total_output_tokens: i(self.total_output_tokens),
+            total_tokens: i(self.total_tokens),
+            llm_call_count: i(self.llm_call_count),
+        }
+    }
+}
+
+/// What [`RunJournal::finish`] reports.
+#[derive(Clone, Debug, Default)]
+pub struct JournalReport {
+    /// Events stored for this run by this journal.
+    pub events_written: usize,
+    /// Events that could not be stored (the store stayed unavailable).
+    pub events_lost: usize,
+    /// The last store error, if any write failed.
+    pub error: Option<String>,
+    pub usage: JournalUsage,
+    /// Paths the run presented to the user.
+    pub delivered: Vec<String>,
+    /// Outputs were produced but no receipt could be stored.
+    pub delivery_failed: bool,
+}
+
+#[derive(Default)]
+struct State {
+    buffer: Vec<NewRunEvent>,
+    /// The run's input, journaled right after `run.start`.
+    pending_input: Vec<NewRunEvent>,
+    started: bool,
+    llm_calls: u64,
+    usage: JournalUsage,
+    tool_messages: HashSet<String>,
+    paths: Vec<String>,
+    by_tool: BTreeMap<String, Vec<String>>,
+}
+
+enum Cmd {
+    Batch(Vec<NewRunEvent>),
+    Barrier(oneshot::Sender<()>),
+}
+
+#[derive(Default)]
+struct Shared {
+    /// Batches the flusher could not store, oldest first.
+    failed: Vec<NewRunEvent>,
+    written: usize,
+    error: Option<String>,
+}
+
+/// The journal of one run (see the module doc).
+pub struct RunJournal {
+    store: SqliteStore,
+    thread_id: String,
+    run_id: String,
+    user_id: Option<String>,
+    track_usage: bool,
+    state: Mutex<State>,
+    shared: Arc<Mutex<Shared>>,
+    flusher: Mutex<Option<mpsc::UnboundedSender<Cmd>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn now() -> String {
+    antler_runtime::now_rfc3339()
+}
+
+fn millis(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl RunJournal {
+    /// A journal for one run; `run_events.track_token_usage` is on.
+    pub fn new(
+        store: SqliteStore,
+        thread_id: impl Into<String>,
+        run_id: impl Into<String>,
+        user_id: Option<String>,
+    ) -> Self {
+        RunJournal {
+            store,
+            thread_id: thread_id.into(),
+            run_id: run_id.into(),
+            user_id,
+            track_usage: true,
+            state: Mutex::new(State::default()),
+            shared: Arc::new(Mutex::new(Shared::default())),
+            flusher: Mutex::new(None),
+        }
+    }
+
+    /// `run_events.track_token_usage`.
+    pub fn with_token_tracking(mut self, on: bool) -> Self {
+        self.track_usage = on;
+        self
+    }
+
+    pub fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    fn event(
+        &self,
+        kind: &str,
+        category: &str,
+        content: Value,
+        meta: Map<String, Value>,
+    ) -> NewRunEvent {
+        let mut e = NewRunEvent::new(&self.thread_id, &self.run_id, kind, category, content)
+            .with_metadata(meta)
+            .with_user(self.user_id.clone());
+        // Stamped when it happened, not when the batch is written.
+        e.created_at = now();
+        e
+    }
+
+    /// Journal an event that is not a [`RunEvent`] (recovery, admission, …).
+    pub fn record(&self, kind: &str, category: &str, content: Value, meta: Map<String, Value>) {
+        let e = self.event(kind, category, content, meta);
+        self.push(vec![e]);
+    }
+
+    fn push(&self, events: Vec<NewRunEvent>) {
+        let batch = {
+            let mut st = lock(&self.state);
+            st.buffer.extend(events);
+            if st.buffer.len() < FLUSH_EVERY {
+                return;
+            }
+            std::mem::take(&mut st.buffer)
+        };
+        self.send(batch);
+    }
+
+    /// Hand a batch to the flusher task (started on first use inside a runtime).
+    fn send(&self, batch: Vec<NewRunEvent>) {
+        let mut flusher = lock(&self.flusher);
+        if flusher.is_none() {
+            let Ok(handle) = tokio::runtime::Handle::try_current() else {
+                // No runtime: keep the events; finish() writes them.
+                lock(&self.state).buffer.splice(0..0, batch);
+                return;
+            };
+            let (tx, rx) = mpsc::unbounded_channel();
+            handle.spawn(flush_loop(self.store.clone(), self.shared.clone(), rx));
+            *flusher = Some(tx);
+        }
+        if let Some(tx) = flusher.as_ref() {
+            if let Err(mpsc::error::SendError(Cmd::Batch(b))) = tx.send(Cmd::Batch(batch)) {
+                lock(&self.shared).failed.extend(b);
+            }
+        }
+    }
+
+    /// Token totals so far.
+    pub fn usage(&self) -> JournalUsage {
+        lock(&self.state).usage.clone()
+    }
+
+    /// Write everything still buffered and the delivery receipt; call once the run is over.
+    pub async fn finish(&self) -> JournalReport {
+        // Let the flusher settle what it was given.
+        let tx = lock(&self.flusher).take();
+        if let Some(tx) = tx {
+            let (done, wait) = oneshot::channel();
+            if tx.send(Cmd::Barrier(done)).is_ok() {
+                let _ = wait.await;
+            }
+        }
+        let (rest, usage, paths, by_tool) = {
+            let mut st = lock(&self.state);
+            let mut rest = std::mem::take(&mut lock(&self.shared).failed);
+            rest.append(&mut st.pending_input);
+            rest.append(&mut st.buffer);
+            (rest, st.usage.clone(), st.paths.clone(), st.by_tool.clone())
+        };
+        let mut report = JournalReport {
+            usage,
+            delivered: paths.clone(),
+            ..Default::default()
+        };
+        let n = rest.len();
+        match self.store.append_run_events(rest).await {
+            Ok(_) => lock(&self.shared).written += n,
+            Err(e) => {
+                tracing::error!(run = %self.run_id, error = %e, "could not write the run journal");
+                report.events_lost = n;
+                lock(&self.shared).error = Some(e.to_string());
+            }
+        }
+        // The receipt: at most once per run, retried a little.
+        let receipt = self.event(
+            "run.delivery",
+            "outputs",
+            json!({"presented": !paths.is_empty(), "paths": paths, "by_tool": by_tool}),
+            Map::new(),
+        );
+        let mut stored = false;
+        for _ in 0..3 {
+            match self.store.put_run_event_if_absent(receipt.clone()).await {
+                Ok((_, created)) => {
+                    if created {
+                        lock(&self.shared).written += 1;
+                    }
+                    stored = true;
+                    break;
+                }
+                Err(e) => lock(&self.shared).error = Some(e.to_string()),
+            }
+        }
+        report.delivery_failed = !stored && !report.delivered.is_empty();
+        let shared = lock(&self.shared);
+        report.events_written = shared.written;
+        report.error = shared.error.clone();
+        report
+    }
+
+    fn on_input(&self, messages: &[Message]) {
+        let mut events = Vec::new();
+        for m in messages {
+            let keep = match m {
+                Message::Human(h) => {
+                    h.name.as_deref() != Some("summary")
+                        && (!m.is_hidden()
+                            || antler_middleware::memory::preprocess::is_human_input_response(
+                                &h.additional_kwargs,
+                            ))
+                }
+                _ => false,
+            };
+            if keep {
+                events.push(self.event(
+                    "llm.human.input",
+                    CATEGORY_MESSAGE,
+                    m.to_value(),
+                    Map::new(),
+                ));
+            }
+        }
+        if events.is_empty() {
+            return;
+        }
+        {
+            // The input is committed before the run starts; it follows `run.start`.
+            let mut st = lock(&self.state);
+            if !st.started {
+                st.pending_input.extend(events);
+                return;
+            }
+        }
+        self.push(events);
+    }
+}
+
+async fn flush_loop(
+    store: SqliteStore,
+    shared: Arc<Mutex<Shared>>,
+    mut rx: mpsc::UnboundedReceiver<Cmd>,
+) {
+    while let Some(cmd) = rx.recv().await {
+        match cmd {
+            Cmd::Batch(batch) => {
+                // Earlier failures go first, so a recovered store keeps the original order.
+                let mut todo = std::mem::take(&mut lock(&shared).failed);
+                todo.extend(batch);
+                let n = todo.len();
+                match store.append_run_events(todo.clone()).await {
+                    Ok(_) => lock(&shared).written += n,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "journal batch failed; kept for retry");
+                        let mut s = lock(&shared);
+                        s.failed = todo;
+                        s.error = Some(e.to_string());
+                    }
+                }
+            }
+            Cmd::Barrier(done) => {
+                let _ = done.send(());
+            }
+        }
+    }
+}
+
+fn caller_bucket(caller: &str) -> u8 {
+    if caller.starts_with("subagent:") {
+        1
+    } else if caller.starts_with("middleware:") {
+        2
+    } else {
+        0
+    }
+}
+
+impl RunObserver for RunJournal {
+    fn on_event(&self, run: &RunContext, event: &RunEvent<'_>) {
+        match event {
+            RunEvent::RunStart => {
+                let mut meta = Map::new();
+                meta.insert("caller".into(), json!("lead_agent"));
+                let o = &run.options;
+                let start = self.event(
+                    "run.start",
+                    "trace",
+                    json!({
+                        "chain": run.assistant_id,
+                        "model": o.model_name,
+                        "options": {
+                            "is_plan_mode": o.is_plan_mode,
+                            "subagent_enabled": o.subagent_enabled,
+                            "recursion_limit": o.recursion_limit,
+                            "agent_name": o.agent_name,
+                        },
+                    }),
+                    meta,
+                );
+                let input = {
+                    let mut st = lock(&self.state);
+                    st.started = true;
+                    std::mem::take(&mut st.pending_input)
+                };
+                let mut events = vec![start];
+                events.extend(input);
+                self.push(events);
+            }
+            RunEvent::Update { node, update } => {
+                if let Some(msgs) = &update.messages {
+                    if *node == "__input__" {
+                        self.on_input(msgs);
+                    }
+                    let removed: Vec<&str> = msgs
+                        .iter()
+                        .filter_map(|m| match m {
+                            Message::Remove(r) => r.id.as_deref(),
+                            _ => None,
+                        })
+                        .collect();
+                    if !removed.is_empty() {
+                        let added: Vec<&str> = msgs
+                            .iter()
+                            .filter(|m| !matches!(m, Message::Remove(_)))
+                            .filter_map(Message::id)
+                            .collect();
+                        let mut meta = Map::new();
+                        meta.insert("node".into(), json!(node));
+                        let e = self.event(
+                            "state.messages_removed",
+                            "middleware",
+                            json!({
+                                "removed": removed,
+                                "remove_all": removed.contains(&antler_protocol::REMOVE_ALL_MESSAGES),
+                                "added": added,
+                            }),
+                            meta,
+                        );
+                        self.push(vec![e]);
+                    }
+                }
+                if let Some(paths) = &update.artifacts {
+                    let mut st = lock(&self.state);
+                    for p in paths {
+                        if !st.paths.contains(p) {
+                            st.paths.push(p.clone());
+                        }
+                    }
+                }
+            }
+            RunEvent::ModelResponse {
+                caller,
+                model,
+                request_messages,
+                response,
+                latency,
+            } => {
+                let index = {
+                    let mut st = lock(&self.state);
+                    let i = st.llm_calls;
+                    st.llm_calls += 1;
+                    if self.track_usage {
+                        let u = &mut st.usage;
+                        u.llm_call_count += 1;
+                        if let Some(m) = &response.usage_metadata {
+                            let total = if m.total_tokens == 0 {
+                                m.input_tokens + m.output_tokens
+                            } else {
+                                m.total_tokens
+                            };
+                            u.total_input_tokens += m.input_tokens;
+                            u.total_output_tokens += m.output_tokens;
+                            u.total_tokens += total;
+                            match caller_bucket(caller) {
+                                1 => u.subagent_tokens += total,
+                                2 => u.middleware_tokens += total,
+                                _ => u.lead_agent_tokens += total,
+                            }
+                            *u.by_model.entry((*model).to_owned()).or_default() += total;
+                        }
+                    }
+                    i
+                };
+                let mut meta = Map::new();
+                meta.insert("caller".into(), json!(caller));
+                meta.insert("model".into(), json!(model));
+                meta.insert("request_messages".into(), json!(request_messages));
+                meta.insert(
+                    "usage".into(),
+                    serde_json::to_value(&response.usage_metadata).unwrap_or(Value::Null),
+                );
+                meta.insert("latency_ms".into(), json!(millis(*latency)));
+                meta.insert("llm_call_index".into(), json!(index));
+                let content =
+                    serde_json::to_value(Message::Ai((*response).clone())).unwrap_or(Value::Null);
+                let e = self.event("llm.ai.response", CATEGORY_MESSAGE, content, meta);
+                self.push(vec![e]);
+            }
+            RunEvent::ModelError {
+                caller,
+                model,
+                error,
+                latency,
+            } => {
+                let mut meta = Map::new();
+                meta.insert("caller".into(), json!(caller));
+                meta.insert("model".into(), json!(model));
+                meta.insert("latency_ms".into(), json!(millis(*latency)));
+                meta.insert("status".into(), json!(error.status()));
+                meta.insert("transient".into(), json!(error.is_transient()));
+                let e = self.event("llm.error", "trace", json!(error.to_string()), meta);
+                self.push(vec![e]);
+            }
+            RunEvent::ToolResult {
+                call,
+                message,
+                duration,
+            } => {
+                let id = message.id.clone().unwrap_or_default();
+                {
+                    let mut st = lock(&self.state);
+                    if !id.is_empty() && !st.tool_messages.insert(id) {
+                        return;
+                    }
+                    if call.name == "present_files" {
+                        let files: Vec<String> = call
+                            .args
+                            .get("filepaths")
+                            .and_then(Value::as_array)
+                            .map(|a| {
+                                a.iter()
+                                    .filter_map(Value::as_str)
+                                    .map(str::to_owned)
+                                    .collect()
+                            })
+                            .unwrap_or_default();
+                        if !files.is_empty()
+                            && message.status == antler_protocol::ToolStatus::Success
+                        {
+                            st.by_tool
+                                .entry(call.name.clone())
+                                .or_default()
+                                .extend(files);
+                        }
+                    }
+                }
+                let mut meta = Map::new();
+                meta.insert("tool".into(), json!(call.name));
+                meta.insert("tool_call_id".into(), json!(call.id_str()));
+                meta.insert("args".into(), Value::Object(call.args.clone()));
+                meta.insert("status".into(), json!(message.status));
+                meta.insert("duration_ms".into(), json!(millis(*duration)));
+                meta.insert("result_bytes".into(), json!(message.content.approx_len()));
+                let content =
+                    serde_json::to_value(Message::Tool((*message).clone())).unwrap_or(Value::Null);
+                let e = self.event("llm.tool.result", CATEGORY_MESSAGE, content, meta);
+                self.push(vec![e]);
+            }
+            RunEvent::Middleware {
+                name,
+                action,
+                payload,
+            } => {
+                let mut meta = Map::new();
+                meta.insert("name".into(), json!(name));
+                meta.insert("action".into(), json!(action));
+                let e = self.event(
+                    &format!("middleware:{action}"),
+                    "middleware",
+                    (*payload).clone(),
+                    meta,
+                );
+                self.push(vec![e]);
+            }
+            RunEvent::RunEnd { status, error } => {
+                let usage = lock(&self.state).usage.clone();
+                let stop_reason = run.get("stop_reason");
+                let mut events = Vec::new();
+                if let Some(err) = error {
+                    let mut meta = Map::new();
+                    meta.insert("status".into(), json!(status.as_str()));
+                    events.push(self.event("run.error", "error", json!(err), meta));
+                }
+                events.push(self.event(
+                    "run.end",
+                    "outputs",
+                    json!({
+                        "status": status.as_str(),
+                        "error": error,
+                        "stop_reason": stop_reason,
+                        "usage": usage,
+                    }),
+                    Map::new(),
+                ));
+                self.push(events);
+            }
+        }
+    }
+}
+
+/// What a checkpoint recovery did.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Recovery {
+    /// The checkpoint the thread was rebuilt from (`None`: none decoded; rebuilt from the
+    /// journal alone).
+    pub from_checkpoint: Option<String>,
+    /// Corrupt checkpoints skipped, newest first.
+    pub skipped: Vec<String>,
+    /// Message ids restored from the journal, in order.
+    pub replayed: Vec<String>,
+    /// Journaled messages left out because their tool round was incomplete.
+    pub dropped: Vec<String>,
+    /// The new head.
+    pub checkpoint_id: String,
+}
+
+/// Journal messages recorded since `since` (RFC 3339) that are missing from `known`, in seq
+/// order. Only the thread's own messages: the user's input, the lead agent's replies, tool
+/// results (subagent and middleware model calls are not thread messages).
+async fn journal_messages_since(
+    store: &SqliteStore,
+    thread_id: &str,
+    since: &str,
+    known: &HashSet<String>,
+) -> Result<Vec<Message>, StoreError> {
+    let mut out = Vec::new();
+    let mut after = 0;
+    loop {
+        let page = store
+            .list_run_messages(
+                thread_id,
+                MessageCursor {
+                    after_seq: Some(after),
+                    before_seq: None,
+                    limit: 500,
+                },
+            )
+            .await?;
+        let Some(last) = page.last() else { break };
+        after = last.seq;
+        for ev in page {
+            if ev.created_at.as_str() < since {
+                continue;
+            }
+            let thread_message = match ev.event_type.as_str() {
+                "llm.human.input" | "llm.tool.result" => true,
+                "llm.ai.response" => ev
+                    .metadata
+                    .get("caller")
+                    .and_then(Value::as_str)
+                    .is_none_or(|c| c == "lead_agent"),
+                _ => false,
+            };
+            if !thread_message {
+                continue;
+            }
+            let Ok(m) = serde_json::from_value::<Message>(ev.content) else {
+                continue;
+            };
+            if m.id().is_some_and(|id| !known.contains(id)) {
+                out.push(m);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Keep only complete tool rounds: an AI message with tool calls stays if every call has a
+/// result (already in the thread or replayed); results stay only after their call.
+fn complete_rounds(base: &ThreadState, candidates: Vec<Message>) -> (Vec<Message>, Vec<String>) {
+    let mut answered: HashSet<String> = HashSet::new();
+    for m in base.messages.iter().chain(candidates.iter()) {
+        if let Message::Tool(t) = m {
+            answered.insert(t.tool_call_id.clone());
+        }
+    }
+    let mut calls_known: HashSet<String> = base
+        .messages
+        .iter()
+        .filter_map(Message::as_ai)
+        .flat_map(|a| a.tool_calls.iter().map(|c| c.id_str().to_owned()))
+        .collect();
+    let mut kept = Vec::new();
+    let mut dropped = Vec::new();
+    for m in candidates {
+        let ok = match &m {
+            Message::Ai(a) => {
+                let complete = a.tool_calls.iter().all(|c| answered.contains(c.id_str()));
+                if complete {
+                    calls_known.extend(a.tool_calls.iter().map(|c| c.id_str().to_owned()));
+                }
+                complete
+            }
+            Message::Tool(t) => calls_known.contains(&t.tool_call_id),
+            _ => true,
+        };
+        if ok {
+            kept.push(m);
+        } else if let Some(id) = m.id() {
+            dropped.push(id.to_owned());
+        }
+    }
+    (kept, dropped)
+}
+
+/// Rebuild a thread whose head checkpoint does not decode: fork from the newest checkpoint that
+/// does, add the complete rounds the journal recorded after it, and journal what was done.
+/// `Ok(None)` when the head is fine.
+pub async fn recover_thread(
+    store: &SqliteStore,
+    thread_id: &str,
+    run_id: &str,
+) -> Result<Option<Recovery>, StoreError> {
+    match store.latest_checkpoint(thread_id).await {
+        Ok(_) => return Ok(None),
+        Err(StoreError::CorruptCheckpoint { .. }) => {}
+        Err(e) => return Err(e),
+    }
+    let good = store.latest_good(thread_id).await?;
+    let (mut state, parent, step, since) = match &good.checkpoint {
+        Some(c) => (
+            c.state.clone(),
+            Some(c.meta.checkpoint_id.clone()),
+            c.meta.step + 1,
+            c.meta.created_at.clone(),
+        ),
+        None => (ThreadState::default(), None, 0, String::new()),
+    };
+    // Whatever the loaded state carries is already stored; only new pushes are written.
+    let _ = state.messages.take_changes();
+    let known: HashSet<String> = state
+        .messages
+        .iter()
+        .filter_map(|m| m.id().map(str::to_owned))
+        .collect();
+    let candidates = journal_messages_since(store, thread_id, &since, &known).await?;
+    let (kept, dropped) = complete_rounds(&state, candidates);
+    let replayed: Vec<String> = kept
+        .iter()
+        .filter_map(|m| m.id().map(str::to_owned))
+        .collect();
+    for m in kept {
+        state.messages.push(m);
+    }
+    let checkpoint_id = uuid::Uuid::now_v7().to_string();
+    let write = CheckpointWrite {
+        meta: CheckpointMeta {
+            thread_id: thread_id.to_owned(),
+            checkpoint_id: checkpoint_id.clone(),
+            parent_id: parent.clone(),
+            step,
+            created_at: now(),
+            metadata: json!({
+                "source": "recovery",
+                "step": step,
+                "run_id": run_id,
+                "thread_id": thread_id,
+                "recovered_from": parent,
+                "skipped": good.skipped,
+                "replayed": replayed,
+            }),
+        },
+        changes: state.messages.take_changes(),
+        fields: Some(state.fields_value()),
+    };
+    store.put_checkpoint(write).await?;
+    let recovery = Recovery {
+        from_checkpoint: parent,
+        skipped: good.skipped,
+        replayed,
+        dropped,
+        checkpoint_id,
+    };
+    tracing::warn!(
+        thread = thread_id,
+        from = ?recovery.from_checkpoint,
+        skipped = recovery.skipped.len(),
+        replayed = recovery.replayed.len(),
+        "recovered a thread from a corrupt checkpoint"
+    );
+    let event = NewRunEvent::new(
+        thread_id,
+        run_id,
+        "checkpoint.recovered",
+        "lifecycle",
+        json!({
+            "from_checkpoint": recovery.from_checkpoint,
+            "skipped": recovery.skipped,
+            "replayed": recovery.replayed,
+            "dropped": recovery.dropped,
+            "checkpoint_id": recovery.checkpoint_id,
+        }),
+    );
+    if let Err(e) = store.append_run_events(vec![event]).await {
+        tracing::warn!(error = %e, "could not journal the recovery");
+    }
+    Ok(Some(recovery))
+}
+
+/// The store as the loop's checkpointer, repairing a corrupt head on load (see
+/// [`recover_thread`]). One per run; free when nothing is corrupt.
+pub struct RecoveringCheckpointer {
+    store: SqliteStore,
+    run_id: String,
+    recovered: Mutex<Option<Recovery>>,
+}
+
+impl RecoveringCheckpointer {
+    pub fn new(store: SqliteStore, run_id: impl Into<String>) -> Self {
+        RecoveringCheckpointer {
+            store,
+            run_id: run_id.into(),
+            recovered: Mutex::new(None),
+        }
+    }
+
+    /// What was repaired during this run, if anything.
+    pub fn recovery(&self) -> Option<Recovery> {
+        lock(&self.recovered).clone()
+    }
+}
+
+#[async_trait]
+impl Checkpointer for RecoveringCheckpointer {
+    async fn put(&self, write: CheckpointWrite) -> Result<(), CheckpointError> {
+        Ok(self.store.put_checkpoint(write).await?)
+    }
+
+    async fn latest(&self, thread_id: &str) -> Result<Option<Checkpoint>, CheckpointError> {
+        match self.store.latest_checkpoint(thread_id).await {
+            Err(StoreError::CorruptCheckpoint { .. }) => {
+                let r = recover_thread(&self.store, thread_id, &self.run_id).await?;
+                *lock(&self.recovered) = r;
+                Ok(self.store.latest_checkpoint(thread_id).await?)
+            }
+            other => Ok(other?),
+        }
+    }
+
+    async fn get(
+        &self,
+        thread_id: &str,
+        checkpoint_id: &str,
+    ) -> Result<Option<Checkpoint>, CheckpointError> {
+        Ok(self.store.get_checkpoint(thread_id, checkpoint_id).await?)
+    }
+
+    async fn list(
+        &self,
+        thread_id: &str,
+        limit: usize,
+        before: Option<&str>,
+    ) -> Result<Vec<CheckpointMeta>, CheckpointError> {
+        Ok(self
+            .store
+            .list_checkpoints(thread_id, limit, before)
+            .await?)
+    }
+
+    async fn delete_thread(&self, thread_id: &str) -> Result<(), CheckpointError> {
+        self.store.delete_checkpoints(thread_id).await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,718 @@
+//! The memory updater: one memory-model call per queued conversation, then a deterministic write
+//! gate (spec 40 §4.6).
+//!
+//! 1. Watermark: only messages after the last one already extracted for this
+//!    `(thread, user, agent)` are fed (all of them if it is gone, e.g. summarized away — safe
+//!    over-extraction, never a skipped turn). Summarization flushes bypass it.
+//! 2. Signals are re-detected on the feed, so hints refer to turns the model sees.
+//! 3. The model answers with a JSON change set; only `user`-scoped, `durable`, `descriptive`
+//!    facts at or above the confidence threshold and `user`/`descriptive` summaries pass;
+//!    removals need a user scope and a reason, and a paired removal runs only if its replacement
+//!    survived; capacity keeps the most confident `max_facts`; upload events are scrubbed.
+//! 4. The change is saved against the revision it was computed from; on a conflict the memory is
+//!    reloaded and the same answer re-applied (at most 3 attempts).
+//!
+//! Failures are returned to the queue, which counts and journals them; they never reach a run.
+
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use antler_middleware::memory::preprocess::{
+    detect_signals, mentions_upload, message_text, strip_upload_sentences, Signal,
+};
+use antler_models::{ChatModel, ChatRequest, ModelError};
+use antler_protocol::{Message, Object, UsageMetadata};
+use antler_store::{MemoryChange, MemorySave, MemorySnapshot, SqliteStore, StoreError};
+use serde_json::{Map, Value};
+
+use super::document::{content_key, Fact, Profile, Section};
+use super::prompt::{
+    current_memory_json, find_update_object, format_conversation, update_user_prompt,
+    UPDATE_SYSTEM_PROMPT,
+};
+use super::queue::QueueItem;
+use super::{bucket_of, user_of, MemorySettings, ModelSource};
+
+/// Why an update failed (never raised into a run).
+#[derive(Debug, thiserror::Error)]
+pub enum MemoryError {
+    #[error("memory model is not available: {0}")]
+    NoModel(String),
+    #[error("memory model call failed: {0}")]
+    Model(#[from] ModelError),
+    #[error("memory model answer is unusable: {0}")]
+    Parse(String),
+    #[error("memory store: {0}")]
+    Store(#[from] StoreError),
+    #[error("memory changed concurrently {0} times in a row; update dropped")]
+    Conflict(usize),
+}
+
+/// Items the write gate refused, by kind and reason.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Rejections {
+    pub facts: HashMap<&'static str, usize>,
+    pub summaries: HashMap<&'static str, usize>,
+    pub removals: HashMap<&'static str, usize>,
+}
+
+impl Rejections {
+    fn fact(&mut self, why: &'static str) {
+        *self.facts.entry(why).or_default() += 1;
+    }
+    fn summary(&mut self, why: &'static str) {
+        *self.summaries.entry(why).or_default() += 1;
+    }
+    fn removal(&mut self, why: &'static str) {
+        *self.removals.entry(why).or_default() += 1;
+    }
+}
+
+/// What one successful update did.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct UpdateReport {
+    /// `false` when nothing was new since the watermark (no model call).
+    pub called_model: bool,
+    pub facts_added: Vec<String>,
+    pub facts_removed: Vec<String>,
+    pub facts_reinforced: Vec<String>,
+    pub summaries_updated: Vec<String>,
+    pub rejected: Rejections,
+    pub signals: Vec<&'static str>,
+    pub revision: i64,
+    pub model: Option<String>,
+    pub usage: Option<UsageMetadata>,
+    pub latency_ms: u64,
+}
+
+/// A summary section of the model's answer.
+#[derive(Clone, Debug, Default)]
+struct SummaryUpdate {
+    summary: String,
+    should_update: bool,
+    scope: Option<String>,
+    authority: Option<String>,
+}
+
+#[derive(Clone, Debug, Default)]
+struct NewFact {
+    content: String,
+    category: String,
+    confidence: f64,
+    source_error: Option<String>,
+    expected_valid_days: Option<i64>,
+    scope: Option<String>,
+    durability: Option<String>,
+    authority: Option<String>,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Removal {
+    id: String,
+    scope: Option<String>,
+    reason: Option<String>,
+    /// `Some(None)`: present but not a valid index.
+    replacement: Option<Option<usize>>,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Reinforce {
+    id: String,
+    scope: Option<String>,
+    reason: Option<String>,
+}
+
+/// The model's change set, normalized.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ParsedUpdate {
+    user: HashMap<String, SummaryUpdate>,
+    history: HashMap<String, SummaryUpdate>,
+    new_facts: Vec<NewFact>,
+    reinforce: Vec<Reinforce>,
+    remove: Vec<Removal>,
+}
+
+fn label(v: Option<&Value>) -> Option<String> {
+    v.and_then(Value::as_str)
+        .map(|s| s.trim().to_lowercase())
+        .filter(|s| !s.is_empty())
+}
+
+fn text_of(v: Option<&Value>) -> Option<String> {
+    v.and_then(Value::as_str)
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+}
+
+fn truthy(v: Option<&Value>) -> bool {
+    match v {
+        Some(Value::Bool(b)) => *b,
+        Some(Value::String(s)) => matches!(s.trim().to_lowercase().as_str(), "true" | "yes" | "1"),
+        Some(Value::Number(n)) => n.as_f64().is_some_and(|f| f != 0.0),
+        _ => false,
+    }
+}
+
+fn sections(v: Option<&Value>) -> HashMap<String, SummaryUpdate> {
+    let mut out = HashMap::new();
+    if let Some(Value::Object(o)) = v {
+        for (k, s) in o {
+            let Value::Object(s) = s else { continue };
+            out.insert(
+                k.clone(),
+                SummaryUpdate {
+                    summary: s
+                        .get("summary")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_owned(),
+                    should_update: truthy(s.get("shouldUpdate")),
+                    scope: label(s.get("scope")),
+                    authority: label(s.get("authority")),
+                },
+            );
+        }
+    }
+    out
+}
+
+fn parse_fact(v: &Value) -> Option<NewFact> {
+    let o = v.as_object()?;
+    let content = text_of(o.get("content"))?;
+    let confidence = match o.get("confidence") {
+        None => 0.5,
+        Some(Value::Number(n)) => n.as_f64()?,
+        Some(Value::String(s)) => s.trim().parse().ok()?,
+        Some(_) => return None,
+    };
+    if !confidence.is_finite() {
+        return None;
+    }
+    let expected_valid_days = match o.get("expected_valid_days") {
+        Some(Value::Number(n)) => n
+            .as_f64()
+            .filter(|f| f.is_finite())
+            .map(|f| f as i64)
+            .filter(|d| *d > 0),
+        _ => None,
+    };
+    Some(NewFact {
+        content,
+        category: text_of(o.get("category")).unwrap_or_else(|| "context".to_owned()),
+        confidence,
+        source_error: text_of(o.get("sourceError")),
+        expected_valid_days,
+        scope: label(o.get("scope")),
+        durability: label(o.get("durability")),
+        authority: label(o.get("authority")),
+    })
+}
+
+/// Parse the model's reply (see [`find_update_object`]).
+pub(crate) fn parse_update(text: &str) -> Result<ParsedUpdate, MemoryError> {
+    let o = find_update_object(text).ok_or_else(|| {
+        MemoryError::Parse("no JSON object with user, history and newFacts in the reply".into())
+    })?;
+    let mut dropped_fact = !matches!(o.get("newFacts"), Some(Value::Array(_)));
+    let mut new_facts = Vec::new();
+    if let Some(Value::Array(items)) = o.get("newFacts") {
+        for item in items {
+            match parse_fact(item) {
+                Some(f) => new_facts.push(f),
+                None => dropped_fact = true,
+            }
+        }
+    }
+    let mut remove = Vec::new();
+    if let Some(Value::Array(items)) = o.get("factsToRemove") {
+        for item in items {
+            match item {
+                // The legacy bare-id form has no scope: kept so the gate rejects it visibly.
+                Value::String(id) if !id.trim().is_empty() => remove.push(Removal {
+                    id: id.trim().to_owned(),
+                    ..Default::default()
+                }),
+                Value::Object(r) => {
+                    let Some(id) = text_of(r.get("id")) else {
+                        continue;
+                    };
+                    let replacement = r.get("replacementFactIndex").map(|v| {
+                        v.as_u64()
+                            .filter(|_| !v.is_boolean())
+                            .and_then(|i| usize::try_from(i).ok())
+                    });
+                    remove.push(Removal {
+                        id,
+                        scope: label(r.get("scope")),
+                        reason: text_of(r.get("reason")),
+                        replacement,
+                    });
+                }
+                _ => {}
+            }
+        }
+    }
+    if !remove.is_empty() && dropped_fact {
+        return Err(MemoryError::Parse(
+            "factsToRemove together with malformed newFacts: refusing a partial update".into(),
+        ));
+    }
+    let mut reinforce = Vec::new();
+    if let Some(Value::Array(items)) = o.get("factsToReinforce") {
+        for r in items.iter().filter_map(Value::as_object) {
+            if let Some(id) = text_of(r.get("id")) {
+                reinforce.push(Reinforce {
+                    id,
+                    scope: label(r.get("scope")),
+                    reason: text_of(r.get("reason")),
+                });
+            }
+        }
+    }
+    Ok(ParsedUpdate {
+        user: sections(o.get("user")),
+        history: sections(o.get("history")),
+        new_facts,
+        reinforce,
+        remove,
+    })
+}
+
+/// Identity of a message for the watermark: its id, else its kind and text.
+fn identity(m: &Message) -> Option<String> {
+    if let Some(id) = m.id().filter(|id| !id.is_empty()) {
+        return Some(format!("id:{id}"));
+    }
+    let text = message_text(m);
+    (!text.is_empty()).then(|| format!("content:{}:{text}", m.kind()))
+}
+
+type WatermarkKey = (String, String, String);
+
+/// A small LRU of the last extracted message per `(thread, user, agent)`.
+#[derive(Default)]
+struct Watermarks {
+    map: HashMap<WatermarkKey, String>,
+    order: VecDeque<WatermarkKey>,
+}
+
+impl Watermarks {
+    fn get(&mut self, key: &WatermarkKey) -> Option<String> {
+        let v = self.map.get(key).cloned()?;
+        self.touch(key);
+        Some(v)
+    }
+
+    fn touch(&mut self, key: &WatermarkKey) {
+        if let Some(pos) = self.order.iter().position(|k| k == key) {
+            self.order.remove(pos);
+        }
+        self.order.push_back(key.clone());
+    }
+
+    fn set(&mut self, key: WatermarkKey, value: String, cap: usize) {
+        self.map.insert(key.clone(), value);
+        self.touch(&key);
+        while cap > 0 && self.order.len() > cap {
+            if let Some(old) = self.order.pop_front() {
+                self.map.remove(&old);
+            }
+        }
+    }
+}
+
+fn now_iso() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+}
+
+fn new_fact_id() -> String {
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    format!("fact_{}", &id[..8])
+}
+
+fn decode_facts(snapshot: &MemorySnapshot) -> Vec<Fact> {
+    snapshot
+        .facts
+        .iter()
+        .filter_map(|v| match serde_json::from_value::<Fact>(v.clone()) {
+            Ok(f) => Some(f),
+            Err(e) => {
+                tracing::warn!(error = %e, "skipping an undecodable memory fact");
+                None
+            }
+        })
+        .collect()
+}
+
+fn decode_profile(snapshot: &MemorySnapshot) -> Profile {
+    match &snapshot.profile {
+        Value::Null => Profile::default(),
+        v => serde_json::from_value(v.clone()).unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "memory summaries do not decode; starting from empty ones");
+            Profile::default()
+        }),
+    }
+}
+
+/// The loaded memory of one bucket.
+pub(crate) struct Loaded {
+    pub revision: i64,
+    pub profile: Profile,
+    pub facts: Vec<Fact>,
+    pub updated_at: Option<String>,
+}
+
+pub(crate) async fn load(
+    store: &SqliteStore,
+    user: &str,
+    bucket: &str,
+) -> Result<Loaded, StoreError> {
+    let snap = store.load_memory(user, bucket).await?;
+    Ok(Loaded {
+        revision: snap.revision,
+        profile: decode_profile(&snap),
+        facts: decode_facts(&snap),
+        updated_at: snap.updated_at,
+    })
+}
+
+/// Apply a parsed update to loaded memory (pure; see the module doc for the rules).
+pub(crate) fn apply(
+    settings: &MemorySettings,
+    mut profile: Profile,
+    mut facts: Vec<Fact>,
+    update: &ParsedUpdate,
+    thread_id: &str,
+    signals: &BTreeSet<Signal>,
+    now: &str,
+) -> (Profile, Vec<Fact>, UpdateReport) {
+    let mut report = UpdateReport::default();
+
+    // Confirmations count only where the eviction policy uses them, and only when the user
+    // confirmed something in words the deterministic detector recognised.
+    if settings.tracks_confirmations() && signals.contains(&Signal::Reinforcement) {
+        let ids: HashSet<&str> = update
+            .reinforce
+            .iter()
+            .filter(|r| r.scope.as_deref() == Some("user") && r.reason.is_some())
+            .map(|r| r.id.as_str())
+            .collect();
+        for f in facts.iter_mut().filter(|f| ids.contains(f.id.as_str())) {
+            f.last_confirmed_at = Some(now.to_owned());
+            f.confirmation_count = Some(f.confirmation_count.unwrap_or(0).max(0) + 1);
+            report.facts_reinforced.push(f.id.clone());
+        }
+    }
+
+    let gate_summaries = |parts: [(&'static str, &mut Section); 3],
+                          updates: &HashMap<String, SummaryUpdate>,
+                          report: &mut UpdateReport| {
+        for (key, section) in parts {
+            let Some(u) = updates.get(key) else { continue };
+            if !u.should_update || u.summary.trim().is_empty() {
+                continue;
+            }
+            match (u.scope.as_deref(), u.authority.as_deref()) {
+                (None, _) | (_, None) => report.rejected.summary("missing"),
+                (Some(s), _) if s != "user" => report.rejected.summary("scope"),
+                (_, Some(a)) if a != "descriptive" => report.rejected.summary("authority"),
+                _ => {
+                    *section = Section {
+                        summary: u.summary.clone(),
+                        updated_at: now.to_owned(),
+                    };
+                    report.summaries_updated.push(key.to_owned());
+                }
+            }
+        }
+    };
+    gate_summaries(profile.user_sections_mut(), &update.user, &mut report);
+    gate_summaries(profile.history_sections_mut(), &update.history, &mut report);
+
+    let mut keys: HashSet<String> = facts
+        .iter()
+        .filter_map(|f| f.text().and_then(content_key))
+        .collect();
+    let lifetime_cap =
+        (settings.staleness_age_days as f64 * settings.staleness_max_lifetime_multiplier) as i64;
+    let mut replacement_keys: HashMap<usize, String> = HashMap::new();
+    let mut passed_threshold = 0usize;
+    for (i, nf) in update.new_facts.iter().enumerate() {
+        if nf.confidence >= settings.fact_confidence_threshold {
+            passed_threshold += 1;
+        }
+        let why = match (
+            nf.scope.as_deref(),
+            nf.durability.as_deref(),
+            nf.authority.as_deref(),
+        ) {
+            (None, _, _) | (_, None, _) | (_, _, None) => Some("missing"),
+            (Some(s), _, _) if s != "user" => Some("scope"),
+            (_, Some(d), _) if d != "durable" => Some("durability"),
+            (_, _, Some(a)) if a != "descriptive" => Some("authority"),
+            _ => None,
+        };
+        if let Some(why) = why {
+            report.rejected.fact(why);
+            continue;
+        }
+        if nf.confidence < settings.fact_confidence_threshold {
+            report.rejected.fact("confidence");
+            continue;
+        }
+        let Some(key) = content_key(&nf.content) else {
+            continue;
+        };
+        replacement_keys.insert(i, key.clone());
+        if !keys.insert(key) {
+            continue;
+        }
+        let fact = Fact {
+            id: new_fact_id(),
+            content: Value::from(nf.content.clone()),
+            category: Some(nf.category.clone()),
+            confidence: Value::from(nf.confidence),
+            created_at: now.to_owned(),
+            source: Value::from(thread_id),
+            source_error: nf.source_error.clone(),
+            expected_valid_days: nf.expected_valid_days.map(|d| d.min(lifetime_cap.max(1))),
+            last_confirmed_at: None,
+            confirmation_count: None,
+            extra: Map::new(),
+        };
+        report.facts_added.push(fact.id.clone());
+        facts.push(fact);
+    }
+    let total = update.new_facts.len();
+    if total > 0 && (total - passed_threshold) * 10 > total * 6 {
+        tracing::warn!(
+            rejected = total - passed_threshold,
+            total,
+            "memory: more than 60% of extracted facts fell below the confidence threshold"
+        );
+    }
+
+    // Capacity: keep the most confident (storage order kept among the survivors).
+    if facts.len() > settings.max_facts {
+        let mut ranked: Vec<(usize, f64)> = facts
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (i, f.confidence()))
+            .collect();
+        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(b.0.cmp(&a.0)));
+        let keep: HashSet<usize> = ranked
+            .iter()
+            .take(settings.max_facts)
+            .map(|(i, _)| *i)
+            .collect();
+        let mut i = 0;
+        facts.retain(|f| {
+            let kept = keep.contains(&i);
+            i += 1;
+            if !kept {
+                report.facts_added.retain(|id| id != &f.id);
+            }
+            kept
+        });
+    }
+
+    // Removals, after replacements passed every gate.
+    let mut remove_ids: HashSet<String> = HashSet::new();
+    for r in &update.remove {
+        if r.scope.is_none() || r.reason.is_none() {
+            report.rejected.removal("missing");
+            continue;
+        }
+        if r.scope.as_deref() != Some("user") {
+            report.rejected.removal("scope");
+            continue;
+        }
+        if let Some(rep) = r.replacement {
+            let ok = rep
+                .and_then(|i| replacement_keys.get(&i))
+                .is_some_and(|key| {
+                    facts.iter().any(|f| {
+                        f.id != r.id && f.text().and_then(content_key).as_ref() == Some(key)
+                    })
+                });
+            if !ok {
+                report.rejected.removal("replacement");
+                continue;
+            }
+        }
+        remove_ids.insert(r.id.clone());
+    }
+    if !remove_ids.is_empty() {
+        facts.retain(|f| {
+            let drop = remove_ids.contains(&f.id);
+            if drop {
+                report.facts_removed.push(f.id.clone());
+            }
+            !drop
+        });
+    }
+
+    // Uploads belong to one thread: scrub them from summaries, drop such facts.
+    let scrub = |s: &mut Section| {
+        if mentions_upload(&s.summary) {
+            s.summary = strip_upload_sentences(&s.summary);
+        }
+    };
+    profile
+        .user_sections_mut()
+        .into_iter()
+        .for_each(|(_, s)| scrub(s));
+    profile
+        .history_sections_mut()
+        .into_iter()
+        .for_each(|(_, s)| scrub(s));
+    facts.retain(|f| {
+        let drop = f.text().is_some_and(mentions_upload);
+        if drop {
+            report.facts_added.retain(|id| id != &f.id);
+        }
+        !drop
+    });
+    report.signals = signals.iter().map(|s| s.as_str()).collect();
+    (profile, facts, report)
+}
+
+/// Calls the memory model and writes its changes.
+pub struct MemoryUpdater {
+    store: SqliteStore,
+    settings: MemorySettings,
+    model: ModelSource,
+    resolved: Mutex<Option<Arc<dyn ChatModel>>>,
+    watermarks: Mutex<Watermarks>,
+}
+
+impl MemoryUpdater {
+    pub(crate) fn new(store: SqliteStore, settings: MemorySettings, model: ModelSource) -> Self {
+        MemoryUpdater {
+            store,
+            settings,
+            model,
+            resolved: Mutex::new(None),
+            watermarks: Mutex::new(Watermarks::default()),
+        }
+    }
+
+    fn model(&self) -> Result<Arc<dyn ChatModel>, MemoryError> {
+        if let Some(m) = self.resolved.lock().ok().and_then(|m| m.clone()) {
+            return Ok(m);
+        }
+        let m = self
+            .model
+            .resolve()
+            .map_err(|e| MemoryError::NoModel(e.to_string()))?;
+        if let Ok(mut slot) = self.resolved.lock() {
+            *slot = Some(m.clone());
+        }
+        Ok(m)
+    }
+
+    /// Extract and store memory from one queued conversation.
+    pub async fn update(&self, item: &QueueItem) -> Result<UpdateReport, MemoryError> {
+        let user = user_of(item.user_id.as_deref());
+        let bucket = bucket_of(item.agent_name.as_deref());
+        let key: WatermarkKey = (item.thread_id.clone(), user.clone(), bucket.clone());
+        let feed: &[Arc<Message>] = if item.bypass_watermark {
+            &item.messages
+        } else {
+            let mark = self.watermarks.lock().ok().and_then(|mut w| w.get(&key));
+            match mark.and_then(|m| {
+                item.messages
+                    .iter()
+                    .position(|msg| identity(msg).as_deref() == Some(m.as_str()))
+            }) {
+                Some(i) => &item.messages[i + 1..],
+                None => &item.messages,
+            }
+        };
+        if feed.is_empty() {
+            return Ok(UpdateReport::default());
+        }
+        let conversation = format_conversation(feed);
+        if conversation.trim().is_empty() {
+            return Ok(UpdateReport::default());
+        }
+        let signals = detect_signals(feed);
+        let mut loaded = load(&self.store, &user, &bucket).await?;
+        let memory_json = current_memory_json(&loaded.profile, &loaded.facts);
+        let has_manual = loaded.facts.iter().any(Fact::is_manual);
+        let user_part = Arc::new(Message::human(update_user_prompt(
+            &memory_json,
+            &conversation,
+            &signals,
+            has_manual,
+        )));
+        let model = self.model()?;
+        let started = Instant::now();
+        let settings = Object::new();
+        let message_id = format!("memory--{}", uuid::Uuid::new_v4());
+        let reply = model
+            .invoke(ChatRequest {
+                system: Some(UPDATE_SYSTEM_PROMPT),
+                messages: std::slice::from_ref(&user_part),
+                tools: &[],
+                tool_choice: None,
+                settings: &settings,
+                message_id: &message_id,
+            })
+            .await?;
+        let latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let parsed = parse_update(&reply.content.text())?;
+
+        for _attempt in 0..3 {
+            let now = now_iso();
+            let (profile, facts, mut report) = apply(
+                &self.settings,
+                loaded.profile.clone(),
+                loaded.facts.clone(),
+                &parsed,
+                &item.thread_id,
+                &signals,
+                &now,
+            );
+            let facts_json = facts
+                .iter()
+                .map(serde_json::to_value)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| MemoryError::Parse(e.to_string()))?;
+            let change = MemoryChange {
+                profile: Some(
+                    serde_json::to_value(&profile)
+                        .map_err(|e| MemoryError::Parse(e.to_string()))?,
+                ),
+                facts: Some(facts_json),
+            };
+            match self
+                .store
+                .save_memory(&user, &bucket, loaded.revision, change)
+                .await?
+            {
+                MemorySave::Saved { revision } => {
+                    if !item.bypass_watermark {
+                        if let Some(id) = item.messages.last().and_then(|m| identity(m)) {
+                            if let Ok(mut w) = self.watermarks.lock() {
+                                w.set(key, id, self.settings.watermark_max_keys);
+                            }
+                        }
+                    }
+                    report.called_model = true;
+                    report.revision = revision;
+                    report.model = Some(model.info().name.clone());
+                    report.usage = reply.usage_metadata.clone();
+                    report.latency_ms = latency_ms;
+                    return Ok(report);
+                }
+                MemorySave::Conflict { current } => {
+                    tracing::debug!(user, current, "memory revision conflict; recomputing");
+                    loaded = load(&self.store, &user, &bucket).await?;
+                }
+            }
+        }
+        Err(MemoryError::Conflict(3))
+    }
+}

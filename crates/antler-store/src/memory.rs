@@ -1,0 +1,291 @@
+//! Long-term memory persistence: per-user summaries and per-(user, agent) facts.
+//!
+//! The shape follows DeerMem's storage (spec 40 §4.7): a per-user profile holding the six summary
+//! sections (DeerMem's `memory.json` minus facts) and one record per fact, bucketed by agent
+//! (`__default__` for the lead agent). It lives in antler's SQLite file rather than in
+//! `{root}/users/{uid}/memory.json` plus one Markdown file per fact because antler's contract puts
+//! memory in the embedded database (CONTRACT "Files and folders"), and because one transaction
+//! gives what DeerMem builds from temp files, renames, directory syncs and per-scope file locks:
+//! summaries and facts change together or not at all (a full disk leaves no half-written
+//! memory), and several `antler` processes may update one user's memory concurrently.
+//!
+//! The store treats summaries and facts as opaque JSON documents (the memory system in
+//! `antler-agent` owns their schema). Every change to a user's memory bumps the profile's
+//! `revision`; [`SqliteStore::save_memory`] writes only if the revision is still the one the
+//! caller loaded (optimistic concurrency: on a conflict the updater reloads and recomputes).
+
+use rusqlite::{params, OptionalExtension};
+use serde_json::Value;
+
+use crate::db::Cx;
+use crate::error::StoreError;
+use crate::{now, SqliteStore};
+
+/// One user's memory as loaded for one agent bucket.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MemorySnapshot {
+    pub user_id: String,
+    /// The fact bucket (`__default__` or a lowercased agent name).
+    pub agent: String,
+    /// 0 when the user has no stored memory.
+    pub revision: i64,
+    /// The summaries document (`{"user": {...}, "history": {...}}`), `Null` when none.
+    pub profile: Value,
+    /// The bucket's facts, oldest first.
+    pub facts: Vec<Value>,
+    /// RFC 3339 UTC of the last change; `None` when nothing is stored.
+    pub updated_at: Option<String>,
+}
+
+/// What [`SqliteStore::save_memory`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemorySave {
+    /// Written; the user's memory is now at this revision.
+    Saved { revision: i64 },
+    /// Someone else changed the memory since it was loaded; nothing was written.
+    Conflict { current: i64 },
+}
+
+/// A change to one user's memory.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MemoryChange {
+    /// Replace the summaries document.
+    pub profile: Option<Value>,
+    /// Replace the bucket's facts (each needs a string `id`).
+    pub facts: Option<Vec<Value>>,
+}
+
+fn valid_fact_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 128
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+fn revision_tx(cx: &Cx<'_>, user: &str) -> Result<Option<(i64, String, String)>, StoreError> {
+    cx.conn
+        .prepare_cached("SELECT revision, doc, updated_at FROM memory_profiles WHERE user_id = ?1")
+        .and_then(|mut s| {
+            s.query_row([user], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                .optional()
+        })
+        .map_err(cx.err("read memory"))
+}
+
+fn load_tx(cx: &Cx<'_>, user: &str, agent: &str) -> Result<MemorySnapshot, StoreError> {
+    let corrupt = |what: String, e: serde_json::Error| StoreError::Corrupt {
+        what,
+        cause: e.to_string(),
+    };
+    let (revision, profile, updated_at) = match revision_tx(cx, user)? {
+        Some((rev, doc, at)) => (
+            rev,
+            serde_json::from_str(&doc)
+                .map_err(|e| corrupt(format!("memory summaries of user {user}"), e))?,
+            Some(at),
+        ),
+        None => (0, Value::Null, None),
+    };
+    let mut stmt = cx
+        .conn
+        .prepare_cached(
+            "SELECT fact_id, body FROM memory_facts WHERE user_id = ?1 AND agent_name = ?2
+             ORDER BY rowid",
+        )
+        .map_err(cx.err("read memory facts"))?;
+    let rows = stmt
+        .query_map(params![user, agent], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+        })
+        .map_err(cx.err("read memory facts"))?;
+    let mut facts = Vec::new();
+    for row in rows {
+        let (id, body) = row.map_err(cx.err("read memory facts"))?;
+        facts.push(
+            serde_json::from_str(&body)
+                .map_err(|e| corrupt(format!("memory fact {id} of user {user}"), e))?,
+        );
+    }
+    Ok(MemorySnapshot {
+        user_id: user.to_owned(),
+        agent: agent.to_owned(),
+        revision,
+        profile,
+        facts,
+        updated_at,
+    })
+}
+
+/// Bump (or create) the user's profile row; `doc` replaces the summaries when given.
+fn bump_tx(cx: &Cx<'_>, user: &str, doc: Option<&str>) -> Result<i64, StoreError> {
+    let ts = now();
+    cx.conn
+        .prepare_cached(
+            "INSERT INTO memory_profiles (user_id, revision, doc, updated_at)
+             VALUES (?1, 1, COALESCE(?2, '{}'), ?3)
+             ON CONFLICT (user_id) DO UPDATE SET revision = revision + 1,
+               doc = COALESCE(?2, doc), updated_at = ?3",
+        )
+        .and_then(|mut s| s.execute(params![user, doc, ts]))
+        .map_err(cx.err("write memory"))?;
+    Ok(revision_tx(cx, user)?.map_or(0, |(r, _, _)| r))
+}
+
+impl SqliteStore {
+    /// The user's summaries and the facts of one agent bucket.
+    pub async fn load_memory(
+        &self,
+        user_id: &str,
+        agent: &str,
+    ) -> Result<MemorySnapshot, StoreError> {
+        let user = user_id.to_owned();
+        let agent = agent.to_owned();
+        self.db().read(move |cx| load_tx(cx, &user, &agent)).await
+    }
+
+    /// Write a change to a user's memory if its revision is still `expected_revision` (0 = the
+    /// user had none). Summaries and facts are written in one transaction.
+    pub async fn save_memory(
+        &self,
+        user_id: &str,
+        agent: &str,
+        expected_revision: i64,
+        change: MemoryChange,
+    ) -> Result<MemorySave, StoreError> {
+        let doc = change
+            .profile
+            .as_ref()
+            .map(serde_json::to_string)
+            .transpose()
+            .map_err(|e| StoreError::encode("memory summaries", e))?;
+        let facts = change
+            .facts
+            .map(|facts| {
+                facts
+                    .into_iter()
+                    .map(|f| {
+                        let id = f
+                            .get("id")
+                            .and_then(Value::as_str)
+                            .filter(|id| valid_fact_id(id))
+                            .ok_or_else(|| {
+                                StoreError::encode(
+                                    "memory fact",
+                                    "a fact needs an `id` of letters, digits, '_' or '-'",
+                                )
+                            })?
+                            .to_owned();
+                        let body = serde_json::to_string(&f)
+                            .map_err(|e| StoreError::encode(format!("memory fact {id}"), e))?;
+                        Ok((id, body))
+                    })
+                    .collect::<Result<Vec<_>, StoreError>>()
+            })
+            .transpose()?;
+        let user = user_id.to_owned();
+        let agent = agent.to_owned();
+        self.db()
+            .write(move |cx| {
+                let current = revision_tx(cx, &user)?.map_or(0, |(r, _, _)| r);
+                if current != expected_revision {
+                    return Ok(MemorySave::Conflict { current });
+                }
+                if let Some(facts) = &facts {
+                    cx.conn
+                        .prepare_cached(
+                            "DELETE FROM memory_facts WHERE user_id = ?1 AND agent_name = ?2",
+                        )
+                        .and_then(|mut s| s.execute(params![user, agent]))
+                        .map_err(cx.err("write memory facts"))?;
+                    let mut insert = cx
+                        .conn
+                        .prepare_cached(
+                            "INSERT INTO memory_facts (user_id, agent_name, fact_id, body)
+                             VALUES (?1, ?2, ?3, ?4)",
+                        )
+                        .map_err(cx.err("write memory facts"))?;
+                    for (id, body) in facts {
+                        insert
+                            .execute(params![user, agent, id, body])
+                            .map_err(cx.err("write memory facts"))?;
+                    }
+                }
+                let revision = bump_tx(cx, &user, doc.as_deref())?;
+                Ok(MemorySave::Saved { revision })
+            })
+            .await
+    }
+
+    /// Forget a user's memory: everything (`agent` = `None`) or one bucket's facts. Returns how
+    /// many facts were removed.
+    pub async fn clear_memory(
+        &self,
+        user_id: &str,
+        agent: Option<&str>,
+    ) -> Result<usize, StoreError> {
+        let user = user_id.to_owned();
+        let agent = agent.map(str::to_owned);
+        self.db()
+            .write(move |cx| {
+                let n = cx
+                    .conn
+                    .prepare_cached(
+                        "DELETE FROM memory_facts WHERE user_id = ?1
+                           AND (?2 IS NULL OR agent_name = ?2)",
+                    )
+                    .and_then(|mut s| s.execute(params![user, agent]))
+                    .map_err(cx.err("clear memory"))?;
+                match agent {
+                    None => {
+                        cx.conn
+                            .prepare_cached("DELETE FROM memory_profiles WHERE user_id = ?1")
+                            .and_then(|mut s| s.execute([&user]))
+                            .map_err(cx.err("clear memory"))?;
+                    }
+                    Some(_) if n > 0 => {
+                        bump_tx(cx, &user, None)?;
+                    }
+                    Some(_) => {}
+                }
+                Ok(n)
+            })
+            .await
+    }
+
+    /// Users with stored memory, sorted.
+    pub async fn memory_users(&self) -> Result<Vec<String>, StoreError> {
+        self.db()
+            .read(|cx| {
+                cx.conn
+                    .prepare_cached(
+                        "SELECT user_id FROM memory_profiles UNION SELECT user_id FROM memory_facts
+                         ORDER BY 1",
+                    )
+                    .and_then(|mut s| {
+                        s.query_map([], |r| r.get(0))?
+                            .collect::<rusqlite::Result<Vec<String>>>()
+                    })
+                    .map_err(cx.err("list memory users"))
+            })
+            .await
+    }
+
+    /// The fact buckets (agent names) a user has, sorted.
+    pub async fn memory_buckets(&self, user_id: &str) -> Result<Vec<String>, StoreError> {
+        let user = user_id.to_owned();
+        self.db()
+            .read(move |cx| {
+                cx.conn
+                    .prepare_cached(
+                        "SELECT DISTINCT agent_name FROM memory_facts WHERE user_id = ?1 ORDER BY 1",
+                    )
+                    .and_then(|mut s| {
+                        s.query_map([&user], |r| r.get(0))?
+                            .collect::<rusqlite::Result<Vec<String>>>()
+                    })
+                    .map_err(cx.err("list memory buckets"))
+            })
+            .await
+    }
+}

@@ -1,0 +1,441 @@
+//! Run admission, leases and orphan reclamation (spec 40 §6.4, `test_run_manager.py`).
+
+use std::time::Duration;
+
+use antler_store::runs::{ORPHANED, ROLLED_BACK};
+use antler_store::{
+    Admission, AdmitOptions, EventQuery, Heartbeat, LeaseOwner, MultitaskStrategy, RunFinish,
+    RunRecord, RunStatus, StoreError,
+};
+use pretty_assertions::assert_eq;
+use serde_json::json;
+
+use super::temp_store;
+
+fn opts(strategy: MultitaskStrategy) -> AdmitOptions {
+    AdmitOptions::new(strategy)
+}
+
+fn started(a: Admission) -> RunRecord {
+    match a {
+        Admission::Started(r) => r,
+        other => panic!("expected Started, got {other:?}"),
+    }
+}
+
+/// The lease owner id of a process that has exited (same host).
+fn dead_owner() -> LeaseOwner {
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let pid = child.id();
+    child.wait().unwrap();
+    let me = LeaseOwner::current().id().to_owned();
+    let host = me.split('/').next().unwrap();
+    LeaseOwner::from_id(format!("{host}/{pid}/1"))
+}
+
+fn far_future() -> i64 {
+    i64::MAX / 2
+}
+
+#[tokio::test]
+async fn a_free_thread_starts_the_run_under_a_lease() {
+    let (_d, store) = temp_store();
+    let out = store
+        .admit_run(
+            RunRecord::new("r1", "t", "lead_agent"),
+            opts(MultitaskStrategy::Reject),
+        )
+        .await
+        .unwrap();
+    assert!(out.displaced.is_empty() && out.reclaimed.is_empty());
+    let run = started(out.admission);
+    assert_eq!(run.status, RunStatus::Running);
+    assert!(run.started_at.is_some());
+    assert_eq!(run.lease_owner.as_deref(), Some(LeaseOwner::current().id()));
+    assert!(run.lease_expires_at.is_some());
+    assert_eq!(store.get_run("r1").await.unwrap(), Some(run));
+}
+
+#[tokio::test]
+async fn reject_refuses_a_second_run_and_writes_nothing() {
+    let (_d, store) = temp_store();
+    store
+        .admit_run(
+            RunRecord::new("r1", "t", "a"),
+            opts(MultitaskStrategy::Reject),
+        )
+        .await
+        .unwrap();
+    let out = store
+        .admit_run(
+            RunRecord::new("r2", "t", "a"),
+            opts(MultitaskStrategy::Reject),
+        )
+        .await
+        .unwrap();
+    match out.admission {
+        Admission::Rejected { active } => assert_eq!(active.run_id, "r1"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(store.get_run("r2").await.unwrap(), None);
+    // Another thread is unaffected.
+    let other = store
+        .admit_run(
+            RunRecord::new("r3", "u", "a"),
+            opts(MultitaskStrategy::Reject),
+        )
+        .await
+        .unwrap();
+    started(other.admission);
+}
+
+#[tokio::test]
+async fn interrupt_stops_the_old_run_and_starts_the_new_one_atomically() {
+    let (_d, store) = temp_store();
+    store
+        .admit_run(
+            RunRecord::new("r1", "t", "a"),
+            opts(MultitaskStrategy::Reject),
+        )
+        .await
+        .unwrap();
+    let out = store
+        .admit_run(
+            RunRecord::new("r2", "t", "a"),
+            opts(MultitaskStrategy::Interrupt),
+        )
+        .await
+        .unwrap();
+    let new = started(out.admission);
+    assert_eq!(new.multitask_strategy, "interrupt");
+    assert_eq!(out.displaced.len(), 1);
+    let old = store.get_run("r1").await.unwrap().unwrap();
+    assert_eq!(old.status, RunStatus::Interrupted);
+    assert!(old.ended_at.is_some());
+    assert_eq!(old.error, None);
+    // The old owner learns it at its next heartbeat and must not finalize.
+    let hb = store
+        .heartbeat_run("r1", LeaseOwner::current(), Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert!(matches!(hb, Heartbeat::Lost(Some(ref r)) if r.status == RunStatus::Interrupted));
+    let fin = store
+        .finish_run(
+            "r1",
+            LeaseOwner::current(),
+            RunStatus::Success,
+            RunFinish::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(fin, None);
+    assert_eq!(
+        store.get_run("r1").await.unwrap().unwrap().status,
+        RunStatus::Interrupted
+    );
+    assert_eq!(store.active_runs("t").await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn rollback_marks_the_old_run_error() {
+    let (_d, store) = temp_store();
+    let mut first = RunRecord::new("r1", "t", "a");
+    first.metadata = json!({"rollback_checkpoint_id": "cp-7"});
+    store
+        .admit_run(first, opts(MultitaskStrategy::Reject))
+        .await
+        .unwrap();
+    let out = store
+        .admit_run(
+            RunRecord::new("r2", "t", "a"),
+            opts(MultitaskStrategy::Rollback),
+        )
+        .await
+        .unwrap();
+    started(out.admission);
+    // The caller finds the rollback point on the displaced run.
+    assert_eq!(
+        out.displaced[0].metadata["rollback_checkpoint_id"],
+        json!("cp-7")
+    );
+    let old = store.get_run("r1").await.unwrap().unwrap();
+    assert_eq!(
+        (old.status, old.error.as_deref()),
+        (RunStatus::Error, Some(ROLLED_BACK))
+    );
+}
+
+#[tokio::test]
+async fn enqueue_waits_its_turn_in_order() {
+    let (_d, store) = temp_store();
+    let owner = LeaseOwner::current();
+    let lease = Duration::from_secs(30);
+    store
+        .admit_run(
+            RunRecord::new("r1", "t", "a"),
+            opts(MultitaskStrategy::Reject),
+        )
+        .await
+        .unwrap();
+    for id in ["r2", "r3"] {
+        let out = store
+            .admit_run(
+                RunRecord::new(id, "t", "a"),
+                opts(MultitaskStrategy::Enqueue),
+            )
+            .await
+            .unwrap();
+        assert!(
+            matches!(out.admission, Admission::Queued(ref r) if r.status == RunStatus::Pending)
+        );
+    }
+    assert_eq!(store.try_start_run("r2", owner, lease).await.unwrap(), None);
+    store
+        .finish_run("r1", owner, RunStatus::Success, RunFinish::default())
+        .await
+        .unwrap()
+        .unwrap();
+    // r3 queued after r2: still waits.
+    assert_eq!(store.try_start_run("r3", owner, lease).await.unwrap(), None);
+    let r2 = store
+        .try_start_run("r2", owner, lease)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(r2.status, RunStatus::Running);
+    assert_eq!(store.try_start_run("r3", owner, lease).await.unwrap(), None);
+    // A run that is not pending any more cannot be started.
+    let err = store.try_start_run("r1", owner, lease).await.unwrap_err();
+    assert!(matches!(err, StoreError::NotFound { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn a_dead_owner_is_reclaimed_at_admission_and_journaled() {
+    let (_d, store) = temp_store();
+    let mut orphan = RunRecord::new("crashed", "t", "a");
+    orphan.status = RunStatus::Running;
+    orphan.lease_owner = Some(dead_owner().id().to_owned());
+    orphan.lease_expires_at = Some(far_future());
+    store.create_run(orphan).await.unwrap();
+    assert!(!dead_owner().is_alive());
+
+    let out = store
+        .admit_run(
+            RunRecord::new("next", "t", "a"),
+            opts(MultitaskStrategy::Reject),
+        )
+        .await
+        .unwrap();
+    started(out.admission);
+    assert_eq!(out.reclaimed.len(), 1);
+    let old = store.get_run("crashed").await.unwrap().unwrap();
+    assert_eq!(
+        (old.status, old.error.as_deref()),
+        (RunStatus::Error, Some(ORPHANED))
+    );
+    let events = store
+        .list_run_events("crashed", EventQuery::default())
+        .await
+        .unwrap();
+    let kinds: Vec<&str> = events.iter().map(|e| e.event_type.as_str()).collect();
+    assert_eq!(kinds, ["run.error", "run.end", "run.delivery"]);
+    assert_eq!(events[0].metadata["error_type"], json!("orphaned"));
+    assert_eq!(events[0].metadata["previous_status"], json!("running"));
+    assert_eq!(events[1].content["status"], json!("error"));
+    assert_eq!(
+        events[2].content,
+        json!({"presented": false, "paths": [], "by_tool": {}})
+    );
+}
+
+#[tokio::test]
+async fn reclaim_marks_only_runs_nobody_drives() {
+    let (_d, store) = temp_store();
+    let mk = |id: &str, thread: &str, owner: Option<String>, until: Option<i64>| {
+        let mut r = RunRecord::new(id, thread, "a");
+        r.status = RunStatus::Running;
+        r.lease_owner = owner;
+        r.lease_expires_at = until;
+        r
+    };
+    let me = LeaseOwner::current().id().to_owned();
+    let runs = [
+        // A live process on another thread (e.g. a concurrent `antler run`).
+        mk("live", "t1", Some(me.clone()), Some(far_future())),
+        // Its process is alive but stopped renewing the lease.
+        mk("expired", "t2", Some(me.clone()), Some(1)),
+        mk(
+            "dead",
+            "t3",
+            Some(dead_owner().id().to_owned()),
+            Some(far_future()),
+        ),
+        // Another machine: only the lease can tell, and it still holds.
+        mk(
+            "remote",
+            "t4",
+            Some("elsewhere@abc/1/1".into()),
+            Some(far_future()),
+        ),
+    ];
+    for r in runs {
+        store.create_run(r).await.unwrap();
+    }
+    // A lease-less run from an older antler, idle for long.
+    let mut legacy = mk("legacy", "t5", None, None);
+    legacy.updated_at = "2020-01-01T00:00:00.000000Z".into();
+    store.create_run(legacy).await.unwrap();
+    // …and one that was just touched.
+    store
+        .create_run(mk("fresh-legacy", "t6", None, None))
+        .await
+        .unwrap();
+
+    let mut reclaimed: Vec<String> = store
+        .reclaim_orphaned_runs(Duration::from_secs(30))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.run_id)
+        .collect();
+    reclaimed.sort();
+    assert_eq!(reclaimed, ["dead", "expired"]);
+    for id in ["live", "remote", "legacy", "fresh-legacy"] {
+        assert_eq!(
+            store.get_run(id).await.unwrap().unwrap().status,
+            RunStatus::Running,
+            "{id}"
+        );
+    }
+    // Idempotent.
+    assert!(store
+        .reclaim_orphaned_runs(Duration::from_secs(30))
+        .await
+        .unwrap()
+        .is_empty());
+    // A lease-less run idle for long is reclaimed by admission on its own thread; a fresh one
+    // still holds its thread.
+    let out = store
+        .admit_run(
+            RunRecord::new("after-legacy", "t5", "a"),
+            opts(MultitaskStrategy::Reject),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.reclaimed.len(), 1);
+    started(out.admission);
+    let out = store
+        .admit_run(
+            RunRecord::new("blocked", "t6", "a"),
+            opts(MultitaskStrategy::Reject),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(out.admission, Admission::Rejected { .. }));
+}
+
+#[tokio::test]
+async fn heartbeat_and_finish_belong_to_the_lease_holder() {
+    let (_d, store) = temp_store();
+    let out = store
+        .admit_run(
+            RunRecord::new("r1", "t", "a"),
+            opts(MultitaskStrategy::Reject),
+        )
+        .await
+        .unwrap();
+    let before = started(out.admission).lease_expires_at.unwrap();
+    let me = LeaseOwner::current();
+    assert_eq!(
+        store
+            .heartbeat_run("r1", me, Duration::from_secs(3600))
+            .await
+            .unwrap(),
+        Heartbeat::Held
+    );
+    let after = store
+        .get_run("r1")
+        .await
+        .unwrap()
+        .unwrap()
+        .lease_expires_at
+        .unwrap();
+    assert!(after > before);
+    let stranger = LeaseOwner::from_id("elsewhere@abc/1/1");
+    assert!(matches!(
+        store
+            .heartbeat_run("r1", &stranger, Duration::from_secs(30))
+            .await
+            .unwrap(),
+        Heartbeat::Lost(Some(_))
+    ));
+    assert_eq!(
+        store
+            .finish_run("r1", &stranger, RunStatus::Error, RunFinish::default())
+            .await
+            .unwrap(),
+        None
+    );
+    let done = store
+        .finish_run(
+            "r1",
+            me,
+            RunStatus::Interrupted,
+            RunFinish {
+                error: None,
+                stop_reason: Some("user".into()),
+                usage: Some(antler_store::RunUsage {
+                    total_input_tokens: 3,
+                    total_output_tokens: 4,
+                    total_tokens: 7,
+                    llm_call_count: 1,
+                }),
+            },
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(done.status, RunStatus::Interrupted);
+    assert_eq!(done.total_tokens, 7);
+    assert!(done.ended_at.is_some() && done.lease_expires_at.is_none());
+    // Finished: the thread is free again.
+    started(
+        store
+            .admit_run(
+                RunRecord::new("r2", "t", "a"),
+                opts(MultitaskStrategy::Reject),
+            )
+            .await
+            .unwrap()
+            .admission,
+    );
+}
+
+#[tokio::test]
+async fn status_timestamps_follow_the_lifecycle() {
+    let (_d, store) = temp_store();
+    store
+        .create_run(RunRecord::new("r", "t", "a"))
+        .await
+        .unwrap();
+    let running = store
+        .set_run_status("r", RunStatus::Running, None)
+        .await
+        .unwrap();
+    assert!(running.started_at.is_some() && running.ended_at.is_none());
+    let done = store
+        .set_run_status("r", RunStatus::Success, None)
+        .await
+        .unwrap();
+    assert_eq!(done.started_at, running.started_at);
+    assert!(done.ended_at.is_some());
+}
+
+#[test]
+fn strategy_strings() {
+    for s in MultitaskStrategy::ALL {
+        assert_eq!(s.as_str().parse::<MultitaskStrategy>().unwrap(), s);
+        assert_eq!(serde_json::to_value(s).unwrap(), json!(s.as_str()));
+    }
+    assert_eq!(MultitaskStrategy::default(), MultitaskStrategy::Reject);
+}
