@@ -644,7 +644,7 @@ impl App {
 }
 
 /// The error detail of this run's LLM error-fallback answer, if its last AI message is one.
-fn fallback_error(state: &ThreadState, run_id: &str) -> Option<String> {
+pub fn fallback_error(state: &ThreadState, run_id: &str) -> Option<String> {
     let start = state
         .messages
         .iter()

@@ -70,7 +70,8 @@ pub(crate) async fn serve(config_path: Option<&Path>, args: &ServeArgs) -> Resul
     } else {
         "no authentication (loopback only)".to_owned()
     };
-    let state = Server::new(Arc::new(app), config.clone()).into_state();
+    let app = Arc::new(app);
+    let state = Server::new(app.clone(), config.clone()).into_state();
     state.reconcile().await.map_err(|e| Failure {
         code: exit::STORE,
         message: e.to_string(),
@@ -91,5 +92,10 @@ pub(crate) async fn serve(config_path: Option<&Path>, args: &ServeArgs) -> Resul
             code: exit::RUN_FAILED,
             message: format!("server error: {e}"),
         })?;
+    // Write pending long-term memory updates before exiting (bounded by
+    // memory.shutdown_flush_timeout_seconds).
+    if !app.flush_memory().await {
+        warn_user("memory: not every pending update was written before shutdown");
+    }
     Ok(exit::OK)
 }

@@ -44,7 +44,7 @@ use axum::Router;
 pub use config::{ApiKey, ConfigError, ServerConfig, DEFAULT_USER};
 pub use error::ApiError;
 pub use feed::{CheckpointFeed, FeedError, FeedPage, MessageFeed};
-pub use memory::{MemoryApi, MemoryError, NoMemory};
+pub use memory::{ManagedMemory, MemoryApi, MemoryError, NoMemory};
 pub use skills::{LocalSkills, SkillsApi};
 
 /// The authenticated caller.
@@ -106,7 +106,14 @@ impl Server {
     /// configured skills folder.
     pub fn new(app: Arc<App>, config: ServerConfig) -> Server {
         let feed = Arc::new(CheckpointFeed::new(app.store.clone()));
-        let memory = Arc::new(NoMemory::new(app.config.memory.clone()));
+        let memory: Arc<dyn MemoryApi> = if app.config.memory.enabled {
+            Arc::new(ManagedMemory::new(
+                app.memory().clone(),
+                app.config.memory.clone(),
+            ))
+        } else {
+            Arc::new(NoMemory::new(app.config.memory.clone()))
+        };
         let skills = Arc::new(LocalSkills::from_config(&app.config));
         Server {
             shared: Shared {

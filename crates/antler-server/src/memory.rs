@@ -151,3 +151,117 @@ impl MemoryApi for NoMemory {
         memory_config_json(&self.config)
     }
 }
+
+/// The long-term memory store (`antler_agent::memory::MemoryManager`) behind the routes.
+pub struct ManagedMemory {
+    manager: std::sync::Arc<antler_agent::memory::MemoryManager>,
+    config: MemoryConfig,
+}
+
+impl ManagedMemory {
+    pub fn new(
+        manager: std::sync::Arc<antler_agent::memory::MemoryManager>,
+        config: MemoryConfig,
+    ) -> Self {
+        ManagedMemory { manager, config }
+    }
+
+    async fn read(&self, user_id: &str) -> Result<Value, MemoryError> {
+        let doc = self
+            .manager
+            .document(Some(user_id), None)
+            .await
+            .map_err(|e| MemoryError::Unavailable(e.to_string()))?;
+        let mut v =
+            serde_json::to_value(doc).map_err(|e| MemoryError::Unavailable(e.to_string()))?;
+        if let Some(o) = v.as_object_mut() {
+            o.entry("revision").or_insert(json!(0));
+            if o.get("lastUpdated").is_none_or(Value::is_null) {
+                o.insert("lastUpdated".into(), json!(""));
+            }
+        }
+        Ok(v)
+    }
+}
+
+fn op_error(e: antler_agent::memory::MemoryOpError) -> MemoryError {
+    use antler_agent::memory::MemoryOpError as E;
+    match e {
+        E::Duplicate => MemoryError::Conflict("Duplicate fact".into()),
+        E::NotFound(id) => MemoryError::NotFound(id),
+        E::Invalid(m) => MemoryError::Invalid(m),
+        E::Conflict => MemoryError::Conflict(e.to_string()),
+        other => MemoryError::Unavailable(other.to_string()),
+    }
+}
+
+#[async_trait]
+impl MemoryApi for ManagedMemory {
+    async fn get(&self, user_id: &str) -> Result<Value, MemoryError> {
+        self.read(user_id).await
+    }
+    async fn clear(&self, user_id: &str) -> Result<Value, MemoryError> {
+        self.manager
+            .clear(Some(user_id), None)
+            .await
+            .map_err(|e| MemoryError::Unavailable(e.to_string()))?;
+        self.read(user_id).await
+    }
+    async fn create_fact(&self, user_id: &str, fact: NewFact) -> Result<Value, MemoryError> {
+        self.manager
+            .create_fact(
+                Some(user_id),
+                None,
+                &fact.content,
+                &fact.category,
+                fact.confidence,
+            )
+            .await
+            .map_err(op_error)?;
+        self.read(user_id).await
+    }
+    async fn update_fact(
+        &self,
+        user_id: &str,
+        fact_id: &str,
+        patch: FactPatch,
+    ) -> Result<Value, MemoryError> {
+        self.manager
+            .update_fact(
+                Some(user_id),
+                None,
+                fact_id,
+                patch.content.as_deref(),
+                patch.category.as_deref(),
+                patch.confidence,
+            )
+            .await
+            .map_err(op_error)?;
+        self.read(user_id).await
+    }
+    async fn delete_fact(&self, user_id: &str, fact_id: &str) -> Result<Value, MemoryError> {
+        self.manager
+            .delete_fact(Some(user_id), None, fact_id)
+            .await
+            .map_err(op_error)?;
+        self.read(user_id).await
+    }
+    async fn export(&self, user_id: &str) -> Result<Value, MemoryError> {
+        self.read(user_id).await
+    }
+    async fn import(&self, user_id: &str, data: Value) -> Result<Value, MemoryError> {
+        let doc: antler_agent::memory::document::MemoryDocument = serde_json::from_value(data)
+            .map_err(|e| MemoryError::Invalid(format!("not a memory document: {e}")))?;
+        self.manager
+            .import(Some(user_id), None, doc)
+            .await
+            .map_err(op_error)?;
+        self.read(user_id).await
+    }
+    async fn reload(&self, user_id: &str) -> Result<Value, MemoryError> {
+        self.read(user_id).await
+    }
+    fn config(&self) -> Value {
+        memory_config_json(&self.config)
+    }
+}

@@ -406,6 +406,18 @@ async fn execute(
     for o in &state.observers {
         ctx = ctx.with_observer(o.clone());
     }
+    // The run journal (spec 40 part 2 §6.3): every model call, tool call and summarization of
+    // the run, appended in batches; its rows are durable before the run's `end`.
+    let journal = Arc::new(
+        antler_agent::journal::RunJournal::new(
+            store.clone(),
+            handle.thread_id.clone(),
+            handle.run_id.clone(),
+            plan.user.fs_id().map(str::to_owned),
+        )
+        .with_token_tracking(state.app.config.run_events.track_token_usage),
+    );
+    ctx = ctx.with_observer(journal.clone());
     let ctx = Arc::new(ctx);
     let input = plan.input;
     let joined = tokio::spawn(async move { agent.run(input, ctx).await }).await;
@@ -423,8 +435,23 @@ async fn execute(
         }
     };
 
+    let report = journal.finish().await;
+    if report.events_lost > 0 {
+        tracing::warn!(run = %handle.run_id, lost = report.events_lost, error = ?report.error, "journal events were lost");
+    }
     let mut fin = match outcome.status {
-        antler_runtime::RunStatus::Success => Final::status(RunStatus::Success),
+        // A model failure the agent answered gracefully still makes the run `error` (no
+        // `error` event: the stream ends normally with the friendly message).
+        antler_runtime::RunStatus::Success => {
+            match antler_agent::app::fallback_error(&outcome.state, &handle.run_id) {
+                Some(detail) => {
+                    let mut f = Final::status(RunStatus::Error);
+                    f.error = Some(detail);
+                    f
+                }
+                None => Final::status(RunStatus::Success),
+            }
+        }
         antler_runtime::RunStatus::Interrupted => Final::status(RunStatus::Interrupted),
         antler_runtime::RunStatus::Error => {
             let (name, msg) = outcome

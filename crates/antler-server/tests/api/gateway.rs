@@ -417,23 +417,35 @@ async fn the_message_feed_pages_backwards_strictly() {
 }
 
 #[tokio::test]
-async fn memory_reads_empty_and_refuses_changes() {
+async fn memory_routes_read_and_change_the_long_term_memory() {
     let s = TestServer::start(vec![]).await;
     let (code, m) = s.get("/api/memory").await;
     assert_eq!(code, 200);
     assert_eq!(m["facts"], json!([]));
     assert_eq!(m["version"], "1.0");
-    let (code, _) = s
-        .post("/api/memory/facts", json!({"content": "likes tea"}))
+    let (code, m) = s
+        .post(
+            "/api/memory/facts",
+            json!({"content": "likes tea", "category": "preference", "confidence": 0.9}),
+        )
         .await;
-    assert_eq!(code, 501);
+    assert_eq!(code, 200, "{m}");
+    let facts = m["facts"].as_array().unwrap();
+    assert_eq!(facts.len(), 1);
+    assert_eq!(facts[0]["content"], "likes tea");
+    let id = facts[0]["id"].as_str().unwrap().to_owned();
+    // The same content again is a conflict; empty content is invalid.
+    let (code, _) = s
+        .post("/api/memory/facts", json!({"content": "Likes tea"}))
+        .await;
+    assert_eq!(code, 409);
     let (code, _) = s.post("/api/memory/facts", json!({"content": ""})).await;
     assert_eq!(code, 422);
     let (code, c) = s.get("/api/memory/config").await;
     assert_eq!(code, 200);
     assert_eq!(c["enabled"], true);
-    let (code, st) = s.get("/api/memory/status").await;
-    assert_eq!((code, st["data"]["facts"].clone()), (200, json!([])));
+    let (code, m) = s.delete(&format!("/api/memory/facts/{id}")).await;
+    assert_eq!((code, m["facts"].clone()), (200, json!([])));
     let (code, _) = s.delete("/api/memory/facts/f1").await;
     assert_eq!(code, 404);
 }

@@ -720,3 +720,42 @@ async fn multitask_rollback_restores_then_runs_the_new_input() {
         "\"two\" was rolled back"
     );
 }
+
+#[tokio::test]
+async fn server_runs_are_journaled_before_their_end_event() {
+    let s = TestServer::start(vec![
+        ScriptedReply::tool_call(
+            "c1",
+            "ls",
+            json!({"description": "d", "path": "/mnt/user-data/workspace"}),
+        ),
+        ScriptedReply::text("done"),
+    ])
+    .await;
+    s.thread("tj").await;
+    s.stream_run("tj", json!({"input": say("look")})).await;
+    let runs = s.state.app.store.list_runs("tj", 10).await.unwrap();
+    let run = &runs[0].run_id;
+    let events = s
+        .state
+        .app
+        .store
+        .list_run_events(run, antler_store::EventQuery::default())
+        .await
+        .unwrap();
+    let kinds: Vec<&str> = events.iter().map(|e| e.event_type.as_str()).collect();
+    for k in [
+        "run.start",
+        "llm.human.input",
+        "llm.ai.response",
+        "llm.tool.result",
+        "run.end",
+    ] {
+        assert!(kinds.contains(&k), "{k} missing from {kinds:?}");
+    }
+    let tool = events
+        .iter()
+        .find(|e| e.event_type == "llm.tool.result")
+        .unwrap();
+    assert_eq!(tool.content["tool_call_id"], "c1");
+}
