@@ -1088,6 +1088,28 @@ impl Middleware for DeerFlowSummarizationMiddleware {
             kept = compaction.preserved.len(),
             "summarized the conversation history"
         );
+        // Re-measure: if what remains still does not fit the model's window, say so now
+        // instead of pretending the compaction solved it (seed 002's failure table).
+        if let Some(window) = self.context_window {
+            let counter = self.tokens.counter();
+            let remaining = counter.count_messages(compaction.messages().iter()) as u64;
+            if remaining > window {
+                if run.observed() {
+                    let payload = json!({"tokens_after": remaining, "context_window": window});
+                    run.observe(&RunEvent::Middleware {
+                        name: NAME,
+                        action: "context_over_window",
+                        payload: &payload,
+                    });
+                }
+                return Err(MiddlewareError::new(
+                    NAME,
+                    format!(
+                        "the conversation still needs about {remaining} tokens after summarization, more than the model's context window of {window}; keep fewer recent messages (summarization.keep) or use a model with a larger window"
+                    ),
+                ));
+            }
+        }
         if run.observed() {
             let payload = json!({
                 "removed_count": compaction.removed_ids.len(),
