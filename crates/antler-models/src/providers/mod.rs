@@ -1,4 +1,6 @@
 //! Provider adapters. Each keeps its wire types private.
 
 pub mod anthropic;
+pub(crate) mod http;
 pub mod openai_compat;
+pub(crate) mod sse;

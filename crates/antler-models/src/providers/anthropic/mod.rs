@@ -35,10 +35,8 @@ use serde_json::Value;
 
 use crate::{ChatModel, ChatRequest, ChunkSink, ModelError, ModelInfo};
 
-mod error;
 mod request;
 mod response;
-mod sse;
 mod stream;
 
 /// Anthropic's endpoint root, used when no `base_url` is configured.
@@ -267,7 +265,7 @@ impl AnthropicModel {
     }
 
     fn transport_error(&self, e: &reqwest::Error) -> ModelError {
-        error::from_reqwest(e, self.cfg.request_timeout(), self.cfg.connect_timeout)
+        super::http::from_reqwest(e, self.cfg.request_timeout(), self.cfg.connect_timeout)
     }
 
     /// Read a non-2xx answer into [`ModelError::Http`].
@@ -275,7 +273,7 @@ impl AnthropicModel {
         let status = resp.status().as_u16();
         let headers = resp.headers().clone();
         let body = resp.bytes().await.unwrap_or_default();
-        let err = error::http_error(status, &headers, &body);
+        let err = super::http::http_error(status, &headers, &body);
         tracing::debug!(model = %self.cfg.info.model, status, error = %err, "model request failed");
         err
     }
@@ -339,7 +337,7 @@ impl ChatModel for AnthropicModel {
         }
 
         let gap = self.cfg.stream_chunk_timeout;
-        let mut decoder = sse::SseDecoder::new();
+        let mut decoder = super::sse::SseDecoder::new();
         let mut fold = stream::StreamFold::new(req.message_id);
         let mut events = Vec::new();
         let mut done = false;
@@ -361,7 +359,7 @@ impl ChatModel for AnthropicModel {
                 Ok(Err(e)) => {
                     return Err(ModelError::Stream(format!(
                         "reading the stream failed: {}",
-                        error::describe(&e)
+                        super::http::describe(&e)
                     )))
                 }
                 Ok(Ok(next)) => next,

@@ -281,7 +281,7 @@ pub(crate) fn parse_message(
     let wire: WireMessage = serde_json::from_slice(body).map_err(|e| {
         ModelError::Decode(format!(
             "response is not a Messages API message ({e}): {}",
-            super::error::truncate(&String::from_utf8_lossy(body), 500)
+            crate::providers::http::truncate(&String::from_utf8_lossy(body), 500)
         ))
     })?;
     if let Some(err) = wire.error.as_ref().filter(|e| !e.is_null()) {

@@ -12,7 +12,7 @@ use antler_protocol::{AiMessageChunk, Content, Object, ToolCallChunk};
 use serde_json::Value;
 
 use super::response::{error_text, BadInput, Parts, WireUsage};
-use super::sse::SseEvent;
+use crate::providers::sse::SseEvent;
 use crate::ModelError;
 
 /// One content block being rebuilt.
@@ -78,7 +78,7 @@ impl<'a> StreamFold<'a> {
         let mut v: Value = serde_json::from_str(data).map_err(|e| {
             ModelError::Decode(format!(
                 "stream event is not JSON ({e}): {}",
-                super::error::truncate(data, 500)
+                crate::providers::http::truncate(data, 500)
             ))
         })?;
         let kind = v

@@ -30,10 +30,8 @@ use reqwest::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE};
 
 use crate::{ChatModel, ChatRequest, ChunkSink, ModelError, ModelInfo};
 
-mod error;
 mod request;
 mod response;
-mod sse;
 mod stream;
 
 /// OpenAI's endpoint, used when no `base_url` is configured.
@@ -237,7 +235,7 @@ impl OpenAiCompatModel {
     }
 
     fn transport_error(&self, e: &reqwest::Error) -> ModelError {
-        error::from_reqwest(e, self.cfg.request_timeout(), self.cfg.connect_timeout)
+        super::http::from_reqwest(e, self.cfg.request_timeout(), self.cfg.connect_timeout)
     }
 
     /// Read a non-2xx answer into [`ModelError::Http`].
@@ -245,7 +243,7 @@ impl OpenAiCompatModel {
         let status = resp.status().as_u16();
         let headers = resp.headers().clone();
         let body = resp.bytes().await.unwrap_or_default();
-        let err = error::http_error(status, &headers, &body);
+        let err = super::http::http_error(status, &headers, &body);
         tracing::debug!(model = %self.cfg.info.model, status, error = %err, "model request failed");
         err
     }
@@ -309,7 +307,7 @@ impl ChatModel for OpenAiCompatModel {
         }
 
         let gap = self.cfg.stream_chunk_timeout;
-        let mut decoder = sse::SseDecoder::new();
+        let mut decoder = super::sse::SseDecoder::new();
         let mut fold = stream::StreamFold::new(req.message_id);
         let mut events = Vec::new();
         let mut done = false;
@@ -331,7 +329,7 @@ impl ChatModel for OpenAiCompatModel {
                 Ok(Err(e)) => {
                     return Err(ModelError::Stream(format!(
                         "reading the stream failed: {}",
-                        error::describe(&e)
+                        super::http::describe(&e)
                     )))
                 }
                 Ok(Ok(next)) => next,

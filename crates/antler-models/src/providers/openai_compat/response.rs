@@ -295,7 +295,7 @@ pub(crate) fn parse_completion(
     let wire: WireCompletion = serde_json::from_slice(body).map_err(|e| {
         ModelError::Decode(format!(
             "response is not a chat completion ({e}): {}",
-            super::error::truncate(&String::from_utf8_lossy(body), 500)
+            crate::providers::http::truncate(&String::from_utf8_lossy(body), 500)
         ))
     })?;
     if let Some(err) = &wire.error {

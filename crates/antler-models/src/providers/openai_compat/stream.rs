@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::response::{error_text, reasoning_text, Parts, WireUsage};
-use super::sse::SseEvent;
+use crate::providers::sse::SseEvent;
 use crate::ModelError;
 
 #[derive(Debug, Deserialize)]
@@ -141,7 +141,7 @@ impl<'a> StreamFold<'a> {
         let chunk: WireChunk = serde_json::from_str(data).map_err(|e| {
             ModelError::Decode(format!(
                 "stream event is not a chat completion chunk ({e}): {}",
-                super::error::truncate(data, 500)
+                crate::providers::http::truncate(data, 500)
             ))
         })?;
         if let Some(err) = chunk.error.as_ref().filter(|e| !e.is_null()) {

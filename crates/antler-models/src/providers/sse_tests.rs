@@ -103,3 +103,39 @@ fn unterminated_last_event_is_flushed_on_finish() {
 fn data_without_space_after_colon() {
     assert_eq!(decode(&[b"data:{}\n\n"]), vec![data("{}")]);
 }
+
+// Anthropic-style streams (named events).
+fn ev(event: &str, data: &str) -> SseEvent {
+    SseEvent {
+        event: Some(event.into()),
+        data: data.into(),
+    }
+}
+
+#[test]
+fn events_split_anywhere_decode_the_same() {
+    let body = "event: ping\ndata: {\"type\":\"ping\"}\r\n\r\n: comment\nevent: message_stop\r\ndata: {}\rdata: x\r\r";
+    let expected = vec![
+        ev("ping", "{\"type\":\"ping\"}"),
+        ev("message_stop", "{}\nx"),
+    ];
+    for size in 1..body.len() {
+        let mut d = SseDecoder::new();
+        let mut out = Vec::new();
+        for piece in body.as_bytes().chunks(size) {
+            d.push(piece, &mut out).unwrap();
+        }
+        d.finish(&mut out);
+        assert_eq!(out, expected, "chunk size {size}");
+    }
+}
+
+#[test]
+fn an_unterminated_event_is_flushed_at_the_end() {
+    let mut d = SseDecoder::new();
+    let mut out = Vec::new();
+    d.push(b"event: error\ndata: {\"a\":1}", &mut out).unwrap();
+    assert!(out.is_empty());
+    d.finish(&mut out);
+    assert_eq!(out, vec![ev("error", "{\"a\":1}")]);
+}

@@ -98,3 +98,45 @@ fn truncate_respects_char_boundaries() {
     assert_eq!(truncate("héllo", 2), "hé…");
     assert_eq!(truncate("hé", 2), "hé");
 }
+
+// Anthropic error bodies.
+#[test]
+fn anthropic_error_body_gives_message_and_type() {
+    let mut headers = HeaderMap::new();
+    headers.insert("retry-after", HeaderValue::from_static("3"));
+    let body = br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
+    let err = http_error(529, &headers, body);
+    assert_eq!(
+        err,
+        ModelError::Http {
+            status: 529,
+            retry_after: Some(Duration::from_secs(3)),
+            message: "Overloaded".into(),
+            code: Some("overloaded_error".into()),
+            body: String::from_utf8_lossy(body).into_owned(),
+        }
+    );
+    assert!(err.is_transient());
+}
+
+#[test]
+fn other_bodies_and_dates() {
+    let headers = HeaderMap::new();
+    let ModelError::Http { message, code, .. } = http_error(529, &headers, b"") else {
+        panic!()
+    };
+    assert_eq!((message.as_str(), code), ("Overloaded", None));
+    let ModelError::Http { message, .. } = http_error(502, &headers, b"<html>bad gateway") else {
+        panic!()
+    };
+    assert_eq!(message, "<html>bad gateway");
+
+    let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+    let mut h = HeaderMap::new();
+    let later = httpdate::fmt_http_date(now + Duration::from_secs(30));
+    h.insert("retry-after", HeaderValue::from_str(&later).unwrap());
+    assert_eq!(retry_after(&h, now), Some(Duration::from_secs(30)));
+    h.insert("retry-after-ms", HeaderValue::from_static("1500"));
+    assert_eq!(retry_after(&h, now), Some(Duration::from_millis(1500)));
+    assert_eq!(truncate("héllo", 2), "hé…");
+}

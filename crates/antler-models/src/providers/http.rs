@@ -1,9 +1,6 @@
-//! Mapping transport failures and non-2xx answers of the Messages API to [`ModelError`].
-//!
-//! Anthropic's error body is `{"type": "error", "error": {"type", "message"}}`; the error `type`
-//! (`rate_limit_error`, `overloaded_error`, `authentication_error`, …) becomes the error's `code`.
-//! Proxies in front of the API may answer in other shapes, so OpenAI's and plain-text bodies are
-//! read too.
+//! Mapping transport failures and non-2xx answers of every provider to [`ModelError`]: OpenAI's
+//! `{"error": {"message", "code"|"type"}}`, Anthropic's `{"type": "error", "error": {"type",
+//! "message"}}`, and the plain shapes gateways use.
 
 use std::time::{Duration, SystemTime};
 
@@ -57,7 +54,7 @@ pub(crate) fn describe(e: &(dyn std::error::Error + 'static)) -> String {
     out
 }
 
-/// A non-2xx answer: status, retry hint, message and error type.
+/// A non-2xx answer: status, retry hint, and OpenAI's `{"error": {message, type, code}}`.
 pub(crate) fn http_error(status: u16, headers: &HeaderMap, body: &[u8]) -> ModelError {
     let body_text = String::from_utf8_lossy(&body[..body.len().min(MAX_BODY_BYTES)]).into_owned();
     let (message, code) = match serde_json::from_slice::<Value>(body) {
@@ -70,6 +67,7 @@ pub(crate) fn http_error(status: u16, headers: &HeaderMap, body: &[u8]) -> Model
             reqwest::StatusCode::from_u16(status)
                 .ok()
                 .and_then(|s| s.canonical_reason())
+                // 529 is Anthropic's "overloaded"; it has no canonical reason phrase.
                 .unwrap_or(if status == 529 {
                     "Overloaded"
                 } else {
@@ -89,9 +87,9 @@ pub(crate) fn http_error(status: u16, headers: &HeaderMap, body: &[u8]) -> Model
     }
 }
 
-/// `(message, code)` from `{"error": {"type", "message"}}` (Anthropic; OpenAI's `code` preferred
-/// when a gateway sends one), `{"error": "text"}` or `{"message": …}`.
-pub(crate) fn error_fields(v: &Value) -> (Option<String>, Option<String>) {
+/// `(message, code)` from OpenAI's error shape, or the common variants gateways use
+/// (`{"error": "text"}`, `{"message": …}`, `{"detail": …}`).
+fn error_fields(v: &Value) -> (Option<String>, Option<String>) {
     let as_text = |v: &Value| match v {
         Value::String(s) if !s.is_empty() => Some(s.clone()),
         Value::Number(n) => Some(n.to_string()),
@@ -106,17 +104,22 @@ pub(crate) fn error_fields(v: &Value) -> (Option<String>, Option<String>) {
                 .or_else(|| err.get("type").and_then(as_text));
             (message, code)
         }
-        Some(Value::String(s)) => (Some(s.clone()), v.get("type").and_then(as_text)),
+        Some(Value::String(s)) => (
+            Some(s.clone()),
+            v.get("code")
+                .and_then(as_text)
+                .or_else(|| v.get("type").and_then(as_text)),
+        ),
         _ => (
             v.get("message")
                 .or_else(|| v.get("detail"))
                 .and_then(as_text),
-            None,
+            v.get("code").and_then(as_text),
         ),
     }
 }
 
-/// `retry-after-ms` (milliseconds), else `retry-after` as seconds or an HTTP date.
+/// `retry-after-ms` (milliseconds), else `Retry-After` as seconds or an HTTP date.
 pub(crate) fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
     let header = |name: &str| {
         headers
@@ -138,53 +141,5 @@ pub(crate) fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Durati
 }
 
 #[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
-
-    use reqwest::header::{HeaderMap, HeaderValue};
-
-    use super::*;
-
-    #[test]
-    fn anthropic_error_body_gives_message_and_type() {
-        let mut headers = HeaderMap::new();
-        headers.insert("retry-after", HeaderValue::from_static("3"));
-        let body =
-            br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
-        let err = http_error(529, &headers, body);
-        assert_eq!(
-            err,
-            ModelError::Http {
-                status: 529,
-                retry_after: Some(Duration::from_secs(3)),
-                message: "Overloaded".into(),
-                code: Some("overloaded_error".into()),
-                body: String::from_utf8_lossy(body).into_owned(),
-            }
-        );
-        assert!(err.is_transient());
-    }
-
-    #[test]
-    fn other_bodies_and_dates() {
-        let headers = HeaderMap::new();
-        let ModelError::Http { message, code, .. } = http_error(529, &headers, b"") else {
-            panic!()
-        };
-        assert_eq!((message.as_str(), code), ("Overloaded", None));
-        let ModelError::Http { message, .. } = http_error(502, &headers, b"<html>bad gateway")
-        else {
-            panic!()
-        };
-        assert_eq!(message, "<html>bad gateway");
-
-        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
-        let mut h = HeaderMap::new();
-        let later = httpdate::fmt_http_date(now + Duration::from_secs(30));
-        h.insert("retry-after", HeaderValue::from_str(&later).unwrap());
-        assert_eq!(retry_after(&h, now), Some(Duration::from_secs(30)));
-        h.insert("retry-after-ms", HeaderValue::from_static("1500"));
-        assert_eq!(retry_after(&h, now), Some(Duration::from_millis(1500)));
-        assert_eq!(truncate("héllo", 2), "hé…");
-    }
-}
+#[path = "http_tests.rs"]
+mod tests;

@@ -1,4 +1,5 @@
-//! Incremental decoder for `text/event-stream` bodies (the subset OpenAI-compatible servers use).
+//! Incremental decoder for `text/event-stream` bodies, shared by the providers (OpenAI-compatible
+//! chat completions and Anthropic messages both stream SSE).
 //!
 //! Bytes arrive in arbitrary network chunks: a line may be split anywhere, one chunk may hold many
 //! events. Lines end in `\n`, `\r\n` or a lone `\r` (even when the `\r` and `\n` of one line ending
