@@ -129,6 +129,17 @@ fn db_path(config: &Config, home: &Path) -> Option<PathBuf> {
 impl App {
     /// Open the store and the sandbox provider for `config` under `home`.
     pub fn open(config: Config, home: impl Into<PathBuf>) -> Result<App, AgentError> {
+        Self::open_with_config_file(config, home, None)
+    }
+
+    /// As [`App::open`], naming the file `config` came from: confined bash may not read it
+    /// (nor the `.env` and `extensions_config.json` beside it), since DeerFlow configs may hold
+    /// keys in plain text.
+    pub fn open_with_config_file(
+        config: Config,
+        home: impl Into<PathBuf>,
+        config_file: Option<&Path>,
+    ) -> Result<App, AgentError> {
         let home = home.into();
         let postgres = matches!(config.database.backend, DatabaseBackend::Postgres)
             || config
@@ -158,6 +169,7 @@ impl App {
         if skills_root.is_dir() {
             settings.skills_host_path = Some(skills_root.clone());
         }
+        settings.deny_read = toolset::secret_files(config_file, &project_root);
         let confinement = antler_sandbox::confinement_status(settings.confine);
         antler_sandbox::confine::log_status(&confinement);
         let sandbox = Arc::new(LocalSandboxProvider::with_status(

@@ -39,8 +39,45 @@ pub fn sandbox_settings(config: &Config, _home: &Path) -> SandboxSettings {
         // Set by App::open to the resolved skills root when it exists.
         skills_host_path: None,
         skills_container_path: config.skills.container_path.clone(),
+        network: match s.network {
+            antler_config::NetworkPolicy::Allow => antler_sandbox::Network::Allow,
+            antler_config::NetworkPolicy::Deny => antler_sandbox::Network::Deny,
+        },
+        limits: antler_sandbox::Limits {
+            memory: s.limits.memory.map(|b| b.0),
+            processes: s.limits.processes,
+            file_size: s.limits.file_size.map(|b| b.0),
+        },
         ..SandboxSettings::default()
     }
+}
+
+/// Files confined bash may not read besides the data home: the config file and what DeerFlow
+/// keeps beside it (`.env` with keys, `extensions_config.json` with MCP credentials), in its
+/// folder and in the project root.
+pub fn secret_files(config_file: Option<&Path>, project_root: &Path) -> Vec<PathBuf> {
+    let mut dirs = vec![project_root.to_path_buf()];
+    let mut out = Vec::new();
+    if let Some(f) = config_file {
+        out.push(f.to_path_buf());
+        if let Some(d) = f.parent().filter(|d| !d.as_os_str().is_empty()) {
+            dirs.push(d.to_path_buf());
+        }
+    }
+    for d in dirs {
+        for name in [
+            ".env",
+            "extensions_config.json",
+            "mcp_config.json",
+            "config.yaml",
+        ] {
+            out.push(d.join(name));
+        }
+    }
+    out.retain(|p| p.exists());
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// Upload limits from `uploads:`.

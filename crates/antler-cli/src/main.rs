@@ -265,8 +265,8 @@ fn env_lookup(name: &str) -> Option<String> {
     std::env::var(name).ok()
 }
 
-/// Load the config file, or the built-in default when there is none.
-fn load_config(cli: Option<&Path>) -> Result<Config, Failure> {
+/// Load the config file, or the built-in default when there is none; with the file's path.
+fn load_config_file(cli: Option<&Path>) -> Result<(Config, Option<PathBuf>), Failure> {
     match antler_config::resolve_path(cli) {
         Some(path) => {
             let Loaded {
@@ -275,7 +275,7 @@ fn load_config(cli: Option<&Path>) -> Result<Config, Failure> {
             for w in warnings {
                 warn_user(&format!("warning: {w}"));
             }
-            Ok(config)
+            Ok((config, Some(path)))
         }
         None => {
             let config =
@@ -289,14 +289,18 @@ fn load_config(cli: Option<&Path>) -> Result<Config, Failure> {
                     .unwrap_or("https://api.openai.com/v1"),
                 data_home().display()
             ));
-            Ok(config)
+            Ok((config, None))
         }
     }
 }
 
 fn open_app(cli: Option<&Path>) -> Result<App, Failure> {
-    let config = load_config(cli)?;
-    Ok(App::open(config, data_home())?)
+    let (config, path) = load_config_file(cli)?;
+    Ok(App::open_with_config_file(
+        config,
+        data_home(),
+        path.as_deref(),
+    )?)
 }
 
 fn main() -> ExitCode {

@@ -72,6 +72,11 @@ fn spec_defaults() -> Vec<(&'static str, Value)> {
         ("/sandbox/ls_output_max_chars", json!(20000)),
         ("/sandbox/bash_command_timeout", json!(600.0)),
         ("/sandbox/confine", json!("auto")),
+        ("/sandbox/network", json!("allow")),
+        (
+            "/sandbox/limits",
+            json!({"memory": null, "processes": 1024, "file_size": null}),
+        ),
         ("/sandbox/overflow_policy", json!("wait")),
         ("/sandbox/acquire_timeout", json!(30.0)),
         ("/sandbox/burst_limit", json!(0)),

@@ -77,9 +77,9 @@ pub use model::{
 };
 pub use policy::{AuthorizationConfig, CircuitBreakerConfig, GuardrailsConfig, LlmCallConfig};
 pub use sandbox::{
-    Confine, MountConfig, OverflowPolicy, OwnershipConfig, OwnershipType, PdfConverter,
-    SandboxConfig, SkillEvolutionConfig, SkillScanConfig, SkillsConfig, UploadsConfig,
-    LOCAL_SANDBOX_USE, LOCAL_SANDBOX_USE_LONG,
+    ByteSize, Confine, LimitsConfig, MountConfig, NetworkPolicy, OverflowPolicy, OwnershipConfig,
+    OwnershipType, PdfConverter, SandboxConfig, SkillEvolutionConfig, SkillScanConfig,
+    SkillsConfig, UploadsConfig, LOCAL_SANDBOX_USE, LOCAL_SANDBOX_USE_LONG,
 };
 pub use storage::{
     CheckpointChannelMode, CheckpointDeltaConfig, CheckpointGraphCacheConfig, CheckpointerConfig,

@@ -393,6 +393,54 @@ fn sandbox_and_antler_extensions_parse() {
 }
 
 #[test]
+fn sandbox_network_and_limits_parse() {
+    let sb = load_ok("").config.sandbox;
+    assert_eq!(sb.network, NetworkPolicy::Allow);
+    assert_eq!(sb.limits, LimitsConfig::default());
+    assert_eq!(sb.limits.processes, Some(1024));
+    let sb = load(
+        "sandbox:\n  use: deerflow.sandbox.local:LocalSandboxProvider\n  network: deny\n  limits: {memory: 512M, processes: 64, file_size: 1048576}\n",
+    )
+    .unwrap()
+    .config
+    .sandbox;
+    assert_eq!(sb.network, NetworkPolicy::Deny);
+    assert_eq!(sb.limits.memory, Some(ByteSize(512 << 20)));
+    assert_eq!(sb.limits.processes, Some(64));
+    assert_eq!(sb.limits.file_size, Some(ByteSize(1 << 20)));
+    let sb = load(
+        "sandbox:\n  use: deerflow.sandbox.local:LocalSandboxProvider\n  limits: {processes: null, memory: 2GiB}\n",
+    )
+    .unwrap()
+    .config
+    .sandbox;
+    assert_eq!(sb.limits.processes, None);
+    assert_eq!(sb.limits.memory, Some(ByteSize(2 << 30)));
+    for (yaml, key) in [
+        ("network: sometimes", "sandbox.network"),
+        ("limits: {memory: 12 parsecs}", "sandbox.limits.memory"),
+        ("limits: {memroy: 1G}", "sandbox.limits"),
+    ] {
+        let err = load(&format!(
+            "sandbox:\n  use: deerflow.sandbox.local:LocalSandboxProvider\n  {yaml}\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains(key), "{yaml}: {err}");
+    }
+}
+
+#[test]
+fn byte_sizes() {
+    assert_eq!(ByteSize::parse("100").unwrap(), ByteSize(100));
+    assert_eq!(ByteSize::parse("1.5k").unwrap(), ByteSize(1536));
+    assert_eq!(ByteSize::parse("2 GiB").unwrap(), ByteSize(2 << 30));
+    assert!(ByteSize::parse("0").is_err());
+    assert!(ByteSize::parse("ten").is_err());
+    assert!(ByteSize::parse("5 lightyears").is_err());
+}
+
+#[test]
 fn subagents_sections_parse() {
     let config = load_ok(
         "subagents:\n  enabled: true\n  max_turns: 40\n  agents:\n    general-purpose:\n      model: fast\n      skills: []\n    bash: {timeout_seconds: 60}\n  custom_agents:\n    reviewer:\n      description: Reviews diffs\n      system_prompt: You review code.\n      tools: [read_file]\n",

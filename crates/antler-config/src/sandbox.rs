@@ -24,6 +24,96 @@ pub enum Confine {
     Required,
 }
 
+/// antler extension `sandbox.network`: whether bash may use the network.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NetworkPolicy {
+    /// The host's network (DeerFlow's local sandbox behaviour).
+    #[default]
+    Allow,
+    /// No network for bash and its children.
+    Deny,
+}
+
+/// A byte count: an integer, or a string with a unit (`512M`, `2GiB`, `1.5 GB`; powers of
+/// 1024 either way, as `ulimit` and cgroups count).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct ByteSize(pub u64);
+
+impl ByteSize {
+    /// Parse `s` (`"512M"`, `"2GiB"`, `"100"`).
+    pub fn parse(s: &str) -> Result<ByteSize, String> {
+        let t = s.trim();
+        let split = t
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(t.len());
+        let (num, unit) = t.split_at(split);
+        let n: f64 = num
+            .parse()
+            .map_err(|_| format!("expected a size such as 512M or 2GiB, got {s:?}"))?;
+        let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+            "" | "b" => 1,
+            "k" | "kb" | "kib" => 1 << 10,
+            "m" | "mb" | "mib" => 1 << 20,
+            "g" | "gb" | "gib" => 1 << 30,
+            "t" | "tb" | "tib" => 1 << 40,
+            other => return Err(format!("unknown size unit {other:?} in {s:?}")),
+        };
+        let bytes = n * mult as f64;
+        if !(bytes.is_finite() && bytes >= 1.0 && bytes <= u64::MAX as f64) {
+            return Err(format!("size out of range: {s:?}"));
+        }
+        Ok(ByteSize(bytes as u64))
+    }
+}
+
+impl<'de> Deserialize<'de> for ByteSize {
+    fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        match Value::deserialize(de)? {
+            Value::Number(n) => n
+                .as_u64()
+                .filter(|v| *v > 0)
+                .map(ByteSize)
+                .ok_or_else(|| D::Error::custom("expected a positive number of bytes")),
+            Value::String(s) => ByteSize::parse(&s).map_err(D::Error::custom),
+            other => Err(D::Error::custom(format!(
+                "expected a size such as 512M or a number of bytes, got {other}"
+            ))),
+        }
+    }
+}
+
+fn d_processes() -> Option<u64> {
+    Some(1024)
+}
+
+/// antler extension `sandbox.limits`: caps on what one thread's bash may use (`null` = none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// Memory of the thread's commands together (cgroup), or of each process (rlimit).
+    #[serde(default)]
+    pub memory: Option<ByteSize>,
+    /// Processes at once (default 1024).
+    #[serde(default = "d_processes")]
+    pub processes: Option<u64>,
+    /// Largest file a command may write.
+    #[serde(default)]
+    pub file_size: Option<ByteSize>,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        Self {
+            memory: None,
+            processes: d_processes(),
+            file_size: None,
+        }
+    }
+}
+
 /// One `sandbox.mounts` entry (validated by the sandbox, spec 50 §3.2).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MountConfig {
@@ -119,6 +209,12 @@ pub struct SandboxConfig {
     /// antler extension: Linux confinement of bash (`auto` | `off` | `required`).
     #[serde(default)]
     pub confine: Confine,
+    /// antler extension: network for bash (`allow` | `deny`).
+    #[serde(default)]
+    pub network: NetworkPolicy,
+    /// antler extension: resource caps for bash.
+    #[serde(default, deserialize_with = "crate::de::null_default")]
+    pub limits: LimitsConfig,
     /// Container image (EXTRA).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
@@ -191,6 +287,8 @@ impl Default for SandboxConfig {
             ls_output_max_chars: d_20000(),
             bash_command_timeout: d_600(),
             confine: Confine::Auto,
+            network: NetworkPolicy::Allow,
+            limits: LimitsConfig::default(),
             image: None,
             port: None,
             replicas: None,

@@ -117,41 +117,94 @@ const WRITABLE_DEVICES: &[&str] = &[
     "/dev/tty",
 ];
 
+/// What a Landlock ruleset allows: read (and execute) beneath `read`, everything beneath
+/// `write` (plus the harmless devices), and — with `deny_net` — no TCP bind or connect.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RuleSpec {
+    pub read: Vec<PathBuf>,
+    pub write: Vec<PathBuf>,
+    pub deny_net: bool,
+}
+
+/// What the kernel enforced of a [`RuleSpec`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Enforced {
+    /// `Landlock ABI vN (fully|partially enforced)`.
+    pub description: String,
+    /// TCP rules are in force (ABI ≥ 4).
+    pub net: bool,
+}
+
 #[cfg(target_os = "linux")]
 mod imp {
     use super::*;
     use landlock::{
-        path_beneath_rules, Access, AccessFs, LandlockStatus, RestrictionStatus, Ruleset,
-        RulesetAttr, RulesetCreatedAttr, RulesetError, RulesetStatus, Scope, ABI,
+        path_beneath_rules, Access, AccessFs, AccessNet, LandlockStatus, Ruleset, RulesetAttr,
+        RulesetCreatedAttr, RulesetError, RulesetStatus, Scope, ABI,
     };
 
-    const FS_ABI: ABI = ABI::V5;
+    /// Newest filesystem rights antler asks for; older kernels enforce what they know
+    /// (best effort). V9 adds connecting to named UNIX sockets.
+    const FS_ABI: ABI = ABI::V9;
     const SCOPE_ABI: ABI = ABI::V6;
+    const NET_ABI: ABI = ABI::V4;
 
-    fn ruleset(writable: &[PathBuf]) -> Result<RestrictionStatus, RulesetError> {
+    fn ruleset(spec: &RuleSpec) -> Result<landlock::RestrictionStatus, RulesetError> {
         let devices: Vec<&Path> = WRITABLE_DEVICES
             .iter()
             .map(Path::new)
             .filter(|p| p.exists())
             .collect();
-        Ruleset::default()
+        let mut rs = Ruleset::default()
             .handle_access(AccessFs::from_all(FS_ABI))?
-            .scope(Scope::from_all(SCOPE_ABI))?
-            .create()?
-            .add_rules(path_beneath_rules(["/"], AccessFs::from_read(FS_ABI)))?
-            .add_rules(path_beneath_rules(writable, AccessFs::from_all(FS_ABI)))?
+            .scope(Scope::from_all(SCOPE_ABI))?;
+        if spec.deny_net {
+            rs = rs.handle_access(AccessNet::from_all(NET_ABI))?;
+        }
+        rs.create()?
+            .add_rules(path_beneath_rules(&spec.read, AccessFs::from_read(FS_ABI)))?
+            .add_rules(path_beneath_rules(&spec.write, AccessFs::from_all(FS_ABI)))?
             .add_rules(path_beneath_rules(devices, AccessFs::from_all(FS_ABI)))?
             .restrict_self()
     }
 
-    /// Restrict the calling thread (and everything it spawns or execs): read everywhere, write
-    /// only under `writable` and the device files. Fails unless Landlock is enforced.
+    /// Restrict the calling thread (and everything it spawns or execs) to `spec`. Fails unless
+    /// Landlock is enforced.
+    pub fn restrict_current_thread_with(spec: &RuleSpec) -> Result<Enforced, String> {
+        let status = ruleset(spec).map_err(|e| format!("Landlock setup failed: {e}"))?;
+        let (abi, how) = match (&status.ruleset, &status.landlock) {
+            (RulesetStatus::NotEnforced, l) => return Err(describe_unavailable(l)),
+            (
+                r,
+                LandlockStatus::Available {
+                    effective_abi,
+                    kernel_abi,
+                },
+            ) => (
+                (kernel_abi.unwrap_or(*effective_abi as i32), *effective_abi),
+                if *r == RulesetStatus::FullyEnforced {
+                    "fully"
+                } else {
+                    "partially"
+                },
+            ),
+            (_, l) => return Err(describe_unavailable(l)),
+        };
+        Ok(Enforced {
+            description: format!("Landlock ABI v{} ({how} enforced)", abi.0),
+            net: spec.deny_net && abi.1 >= NET_ABI,
+        })
+    }
+
+    /// Restrict the calling thread: read everywhere, write only under `writable` and the
+    /// device files.
     pub fn restrict_current_thread(writable: &[PathBuf]) -> Result<(), String> {
-        let status = ruleset(writable).map_err(|e| format!("Landlock setup failed: {e}"))?;
-        match status.ruleset {
-            RulesetStatus::FullyEnforced | RulesetStatus::PartiallyEnforced => Ok(()),
-            RulesetStatus::NotEnforced => Err(describe_unavailable(&status.landlock)),
-        }
+        restrict_current_thread_with(&RuleSpec {
+            read: vec![PathBuf::from("/")],
+            write: writable.to_vec(),
+            deny_net: false,
+        })
+        .map(|_| ())
     }
 
     fn describe_unavailable(s: &LandlockStatus) -> String {
@@ -172,28 +225,7 @@ mod imp {
     pub fn probe() -> Result<String, String> {
         let handle = std::thread::Builder::new()
             .name("antler-landlock-probe".into())
-            .spawn(|| {
-                let status = ruleset(&[]).map_err(|e| format!("Landlock setup failed: {e}"))?;
-                match (status.ruleset, status.landlock) {
-                    (RulesetStatus::NotEnforced, l) => Err(describe_unavailable(&l)),
-                    (
-                        r,
-                        LandlockStatus::Available {
-                            effective_abi,
-                            kernel_abi,
-                        },
-                    ) => {
-                        let abi = kernel_abi.unwrap_or(effective_abi as i32);
-                        let how = if r == RulesetStatus::FullyEnforced {
-                            "fully"
-                        } else {
-                            "partially"
-                        };
-                        Ok(format!("Landlock ABI v{abi} ({how} enforced)"))
-                    }
-                    (_, l) => Err(describe_unavailable(&l)),
-                }
-            })
+            .spawn(|| restrict_current_thread_with(&RuleSpec::default()).map(|e| e.description))
             .map_err(|e| format!("could not start the Landlock probe thread: {e}"))?;
         handle
             .join()
@@ -205,6 +237,10 @@ mod imp {
 mod imp {
     use super::*;
 
+    pub fn restrict_current_thread_with(_spec: &RuleSpec) -> Result<Enforced, String> {
+        Err("Landlock is Linux-only".to_owned())
+    }
+
     pub fn restrict_current_thread(_writable: &[PathBuf]) -> Result<(), String> {
         Err("Landlock is Linux-only".to_owned())
     }
@@ -215,7 +251,7 @@ mod imp {
 }
 
 use imp::probe;
-pub(crate) use imp::restrict_current_thread;
+pub(crate) use imp::{restrict_current_thread, restrict_current_thread_with};
 
 /// Parsed `sandbox-exec` arguments.
 #[derive(Debug, PartialEq, Eq)]
@@ -254,10 +290,18 @@ fn parse_exec_args(args: &[OsString]) -> Result<ExecArgs, String> {
 /// The sandbox helper: `[--write DIR]... -- PROGRAM [ARGS]...` (arguments after the helper's
 /// own name or subcommand). Applies Landlock to this process, then `exec`s `PROGRAM`. Returns
 /// only on failure, with the exit code to use (125 bad usage, 126 confinement failed, 127 exec
-/// failed); the reason is written to stderr. The `antler` binary calls this from its hidden
-/// `sandbox-exec` subcommand.
+/// failed); the reason is written to stderr. With `--warden POLICY` (and the internal
+/// `--warden-init`/`--warden-serve` stages) it runs the warden instead ([`crate::warden`]).
+/// The `antler` binary calls this from its hidden `sandbox-exec` subcommand.
 pub fn sandbox_exec_main(args: &[OsString]) -> i32 {
     use std::io::Write;
+    if args
+        .first()
+        .and_then(|a| a.to_str())
+        .is_some_and(|a| a.starts_with("--warden"))
+    {
+        return crate::warden::warden_main(args);
+    }
     let parsed = match parse_exec_args(args) {
         Ok(p) => p,
         Err(e) => {

@@ -37,8 +37,9 @@ pub fn find_shell() -> Option<PathBuf> {
 pub enum Confinement {
     /// Run as is.
     None,
-    /// Restrict a fresh thread with Landlock and spawn from it.
-    InProcess { writable: Vec<PathBuf> },
+    /// Restrict a fresh thread with Landlock and spawn from it (the fallback when no helper
+    /// program is available: the command's parent is then antler itself).
+    InProcess { rules: crate::confine::RuleSpec },
 }
 
 /// One process to run.
@@ -159,18 +160,18 @@ async fn spawn(
 ) -> std::io::Result<tokio::process::Child> {
     match confinement {
         Confinement::None => cmd.spawn(),
-        Confinement::InProcess { writable } => {
+        Confinement::InProcess { rules } => {
             // Landlock binds to the calling thread: restrict a fresh thread (never a pooled
             // one) and spawn from it, so only the child inherits the restriction.
-            let writable = writable.clone();
+            let rules = rules.clone();
             let handle = tokio::runtime::Handle::current();
             let (tx, rx) = tokio::sync::oneshot::channel();
             std::thread::Builder::new()
                 .name("antler-confined-spawn".into())
                 .spawn(move || {
                     let _rt = handle.enter();
-                    let res = match crate::confine::restrict_current_thread(&writable) {
-                        Ok(()) => cmd.spawn(),
+                    let res = match crate::confine::restrict_current_thread_with(&rules) {
+                        Ok(_) => cmd.spawn(),
                         Err(e) => Err(std::io::Error::new(std::io::ErrorKind::PermissionDenied, e)),
                     };
                     let _ = tx.send(res);

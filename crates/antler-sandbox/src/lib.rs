@@ -5,9 +5,10 @@
 //!   `/mnt/user-data/{workspace,uploads,outputs}` (and `/mnt/skills`, read-only) map to the
 //!   thread's host folders ([`ThreadPaths`]); paths are translated both ways and host paths never
 //!   reach the model.
-//! - [`confine`]: Landlock confinement of bash (write only inside the thread folders and
-//!   `/tmp`), [`bash_available`] (the rule deciding whether bash is offered) and
-//!   [`sandbox_exec_main`] (the helper behind `antler sandbox-exec`).
+//! - [`warden`]: the helper process that parents every confined command of a sandbox (own
+//!   PID/mount namespaces, Landlock read and write rules, limits, timeouts, dies with antler).
+//! - [`confine`]: the Landlock rules, [`bash_available`] (the rule deciding whether bash is
+//!   offered) and [`sandbox_exec_main`] (the helper behind `antler sandbox-exec`).
 //! - [`security::LocalPolicy`]: the tool-layer gate (allowed paths, bash command validation,
 //!   output masking).
 //! - [`audit`]: the table-driven bash audit classifier.
@@ -28,6 +29,7 @@ pub mod security;
 pub mod settings;
 pub mod truncate;
 pub mod uploads;
+pub mod warden;
 
 pub use confine::{bash_available, confinement_status, sandbox_exec_main, ConfinementStatus};
 pub use error::SandboxError;
@@ -38,5 +40,7 @@ pub use sandbox::{
     SandboxProvider,
 };
 pub use security::LocalPolicy;
-pub use settings::{Confine, HelperCommand, Mount, SandboxSettings, UploadSettings};
+pub use settings::{
+    Confine, HelperCommand, Limits, Mount, Network, SandboxSettings, UploadSettings,
+};
 pub use uploads::{attach_files, AttachedFile, UploadError};

@@ -22,7 +22,8 @@ use crate::paths::{
 use crate::sandbox::{
     CommandOutput, CommandRequest, GrepMatch, GrepQuery, Sandbox, SandboxProvider,
 };
-use crate::settings::SandboxSettings;
+use crate::settings::{Confine, HelperCommand, SandboxSettings};
+use crate::warden::{self, Policy, Warden};
 
 /// Largest file `download_file` returns.
 pub const MAX_DOWNLOAD_BYTES: u64 = 100 * 1024 * 1024;
@@ -99,18 +100,32 @@ pub struct LocalSandbox {
     writable: Vec<PathBuf>,
     /// Host files this sandbox wrote (their content had container paths rewritten).
     agent_written: Mutex<HashSet<PathBuf>>,
+    /// What confined commands may reach (see [`crate::warden`]).
+    policy: Policy,
+    /// The helper program; `None` falls back to in-process Landlock.
+    helper: Option<HelperCommand>,
+    /// The running warden, started on the first command.
+    warden: tokio::sync::Mutex<Option<Arc<Warden>>>,
+    /// Landlock rules for the in-process fallback, computed once.
+    fallback_rules: std::sync::OnceLock<crate::confine::RuleSpec>,
 }
+
+/// Distinct cgroup leaf names within this process.
+static SANDBOX_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 impl LocalSandbox {
     fn new(
         id: String,
         paths: Option<ThreadPaths>,
         static_mounts: &[PathMapping],
-        settings: Arc<SandboxSettings>,
-        confinement: ConfinementStatus,
+        ctx: &ProviderShared,
     ) -> LocalSandbox {
+        let settings = ctx.settings.clone();
+        let confinement = ctx.status.clone();
         let mut mappings = Vec::new();
         let mut writable = Vec::new();
+        let mut readable = Vec::new();
+        let mut mount_writable = Vec::new();
         if let Some(p) = &paths {
             mappings.push(PathMapping::new(VIRTUAL_USER_DATA, &p.user_data, false));
             mappings.push(PathMapping::new(VIRTUAL_WORKSPACE, &p.workspace, false));
@@ -125,15 +140,37 @@ impl LocalSandbox {
                     skills,
                     true,
                 ));
+                readable.push(skills.clone());
             }
         }
         for m in static_mounts {
-            if !m.read_only {
+            if m.read_only {
+                readable.push(m.host.clone());
+            } else {
                 writable.push(m.host.clone());
+                mount_writable.push(m.host.clone());
             }
             mappings.push(m.clone());
         }
         writable.extend(confine::default_writable_extras());
+        if let Some(p) = &paths {
+            // The thread's own temporary folder (bound over /tmp inside the sandbox).
+            let _ = std::fs::create_dir_all(p.thread_dir.join("tmp"));
+        }
+        let mut deny_read = settings.deny_read.clone();
+        deny_read.push(ctx.home.clone());
+        let seq = SANDBOX_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let policy = Policy {
+            mode: settings.confine,
+            user_data: paths.as_ref().map(|p| p.user_data.clone()),
+            tmp: paths.as_ref().map(|p| p.thread_dir.join("tmp")),
+            writable: mount_writable,
+            readable,
+            deny_read,
+            network: settings.network,
+            limits: settings.limits,
+            cgroup: format!("{}{}-{seq}", warden::LEAF_PREFIX, std::process::id()),
+        };
         LocalSandbox {
             id,
             paths,
@@ -142,7 +179,39 @@ impl LocalSandbox {
             confinement,
             writable,
             agent_written: Mutex::new(HashSet::new()),
+            policy,
+            helper: ctx.helper.clone(),
+            warden: tokio::sync::Mutex::new(None),
+            fallback_rules: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The running warden, started (or restarted after it died) on demand.
+    async fn warden(&self, helper: &HelperCommand) -> Result<Arc<Warden>, SandboxError> {
+        let mut slot = self.warden.lock().await;
+        if let Some(w) = slot.as_ref().filter(|w| w.is_alive()) {
+            return Ok(w.clone());
+        }
+        let w = Arc::new(Warden::start(helper, &self.policy).await?);
+        *slot = Some(w.clone());
+        Ok(w)
+    }
+
+    /// What confined commands of this sandbox may reach.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// Point `TMPDIR` at the sandbox's own temporary folder: `/tmp` when it is private, else
+    /// the thread's tmp folder (the shared /tmp may be only partly writable).
+    fn set_tmpdir(&self, spec: &mut ExecSpec, private_tmp: bool) {
+        let dir = match (&self.policy.tmp, private_tmp) {
+            (_, true) => PathBuf::from("/tmp"),
+            (Some(t), false) => t.clone(),
+            (None, false) => return,
+        };
+        spec.env.retain(|(k, _)| k != "TMPDIR");
+        spec.env.push(("TMPDIR".into(), dir.into_os_string()));
     }
 
     /// The thread folders, when this sandbox belongs to a thread.
@@ -177,36 +246,15 @@ impl LocalSandbox {
             .map(|p| p.workspace.clone())
             .filter(|w| w.is_dir());
         let timeout = req.timeout.unwrap_or(self.settings.bash_command_timeout);
-        let shell_args = vec!["-c".into(), command.into()];
-        let (program, args, confinement) = match (&self.confinement.active, &self.settings.helper) {
-            (true, Some(helper)) => {
-                let mut args = helper.args.clone();
-                for w in &self.writable {
-                    args.push("--write".into());
-                    args.push(w.clone().into_os_string());
-                }
-                args.push("--".into());
-                args.push(shell.clone().into_os_string());
-                args.extend(shell_args);
-                (helper.exe.clone(), args, Confinement::None)
-            }
-            (true, None) => (
-                shell,
-                shell_args,
-                Confinement::InProcess {
-                    writable: self.writable.clone(),
-                },
-            ),
-            (false, _) => (shell, shell_args, Confinement::None),
-        };
+        let args = vec!["-c".into(), command.into()];
         Ok(ExecSpec {
-            program,
+            program: shell,
             args,
             env,
             cwd,
             timeout,
             capture_limit: self.settings.capture_limit_bytes,
-            confinement,
+            confinement: Confinement::None,
         })
     }
 }
@@ -224,9 +272,32 @@ impl Sandbox for LocalSandbox {
             ));
         }
         let command = self.mapper.rewrite_command(&req.command).into_owned();
-        let spec = self.exec_spec(&command, &req)?;
+        let mut spec = self.exec_spec(&command, &req)?;
         let timeout = spec.timeout;
-        let res = exec::run(spec).await?;
+        let res = match (self.confinement.active, &self.helper) {
+            (true, Some(helper)) => {
+                let warden = self.warden(helper).await?;
+                self.set_tmpdir(&mut spec, warden.ready().guarantees.private_tmp);
+                warden.exec(&spec).await?
+            }
+            (true, None) if self.settings.confine == Confine::Required => {
+                return Err(SandboxError::ConfinementRequired(
+                    "no sandbox helper program was found (run through the antler binary, or set ANTLER_SANDBOX_HELPER to an antler or antler-sandbox-helper binary); in-process confinement cannot hide antler's own processes"
+                        .to_owned(),
+                ))
+            }
+            (true, None) => {
+                self.set_tmpdir(&mut spec, false);
+                spec.confinement = Confinement::InProcess {
+                    rules: self
+                        .fallback_rules
+                        .get_or_init(|| self.policy.rules(false))
+                        .clone(),
+                };
+                exec::run(spec).await?
+            }
+            (false, _) => exec::run(spec).await?,
+        };
         let text = exec::assemble_output(&res, timeout);
         Ok(CommandOutput {
             text: self.mapper.mask(&text).into_owned(),
@@ -445,11 +516,17 @@ impl Cache {
 /// Hands out [`LocalSandbox`]es: one per (user, thread), cached (LRU, 256) and reused across
 /// turns. Ids: `local:{thread}`, `local:{user}:{thread}`, or `local` without a thread.
 pub struct LocalSandboxProvider {
+    shared: ProviderShared,
+    mounts: Vec<PathMapping>,
+    cache: Mutex<Cache>,
+}
+
+/// What every sandbox of a provider shares.
+struct ProviderShared {
     home: PathBuf,
     settings: Arc<SandboxSettings>,
     status: ConfinementStatus,
-    mounts: Vec<PathMapping>,
-    cache: Mutex<Cache>,
+    helper: Option<HelperCommand>,
 }
 
 impl LocalSandboxProvider {
@@ -469,21 +546,42 @@ impl LocalSandboxProvider {
         status: ConfinementStatus,
     ) -> LocalSandboxProvider {
         let mounts = valid_mounts(&settings);
+        let helper = if status.active {
+            let h = settings
+                .helper
+                .clone()
+                .or_else(|| settings.helper_search.then(HelperCommand::locate).flatten());
+            match &h {
+                Some(h) => {
+                    tracing::debug!(helper = %h.exe.display(), "bash runs under the sandbox helper");
+                    warden::sweep_stale_cgroups();
+                }
+                None => tracing::warn!(
+                    "no sandbox helper program found: bash is confined in-process with Landlock only (antler's processes stay visible to it)"
+                ),
+            }
+            h
+        } else {
+            None
+        };
         LocalSandboxProvider {
-            home: home.into(),
-            settings: Arc::new(settings),
-            status,
+            shared: ProviderShared {
+                home: home.into(),
+                settings: Arc::new(settings),
+                status,
+                helper,
+            },
             mounts,
             cache: Mutex::new(Cache::default()),
         }
     }
 
     pub fn home(&self) -> &Path {
-        &self.home
+        &self.shared.home
     }
 
     pub fn settings(&self) -> &Arc<SandboxSettings> {
-        &self.settings
+        &self.shared.settings
     }
 
     /// The concrete sandbox for an id (for callers that need its thread paths).
@@ -514,7 +612,7 @@ impl SandboxProvider for LocalSandboxProvider {
         // Filesystem work outside the lock; the insert re-checks and keeps the first.
         let paths = match thread_id {
             Some(t) => {
-                let p = ThreadPaths::new(&self.home, t, user_id)?;
+                let p = ThreadPaths::new(&self.shared.home, t, user_id)?;
                 p.ensure_dirs().map_err(|e| {
                     SandboxError::Runtime(format!("Failed to create thread folders: {e}"))
                 })?;
@@ -526,8 +624,7 @@ impl SandboxProvider for LocalSandboxProvider {
             id.clone(),
             paths,
             &self.mounts,
-            self.settings.clone(),
-            self.status.clone(),
+            &self.shared,
         ));
         let mut cache = self
             .cache
@@ -557,6 +654,6 @@ impl SandboxProvider for LocalSandboxProvider {
     }
 
     fn confinement(&self) -> ConfinementStatus {
-        self.status.clone()
+        self.shared.status.clone()
     }
 }

@@ -21,6 +21,36 @@ pub enum Confine {
     Required,
 }
 
+/// `sandbox.network` (antler extension): whether bash and its children may use the network.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Network {
+    /// As DeerFlow's local sandbox: the host's network.
+    #[default]
+    Allow,
+    /// No network: a private network namespace (not even loopback) where namespaces are
+    /// available, and Landlock's TCP rules (bind/connect denied) in any case.
+    Deny,
+}
+
+/// `sandbox.limits` (antler extension): resource caps on what one thread's bash may use. `None`
+/// means no cap. Memory and processes are enforced by a cgroup for the thread's sandbox when
+/// one can be created, else by rlimits per process; file size is always an rlimit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limits {
+    /// Bytes of memory.
+    pub memory: Option<u64>,
+    /// Processes (and threads) at once.
+    pub processes: Option<u64>,
+    /// Largest file a command may write, in bytes.
+    pub file_size: Option<u64>,
+}
+
+impl Limits {
+    /// antler's defaults: a process cap against fork storms; memory and file size uncapped.
+    pub const DEFAULT_PROCESSES: u64 = 1024;
+}
+
 /// One `sandbox.mounts` entry: a host directory the agent sees at `container_path`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Mount {
@@ -47,6 +77,47 @@ impl HelperCommand {
             args: vec![OsString::from("sandbox-exec")],
         })
     }
+
+    /// Find a helper: `$ANTLER_SANDBOX_HELPER` (a path to `antler` or `antler-sandbox-helper`),
+    /// this process when it is the `antler` binary, then an `antler-sandbox-helper` or `antler`
+    /// binary beside this executable or one folder up (where cargo puts binaries relative to
+    /// test executables in `deps/`).
+    pub fn locate() -> Option<HelperCommand> {
+        fn for_path(p: PathBuf) -> Option<HelperCommand> {
+            if !p.is_file() {
+                return None;
+            }
+            let is_antler = p
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n == "antler" || n == "antler.exe");
+            Some(HelperCommand {
+                args: if is_antler {
+                    vec![OsString::from("sandbox-exec")]
+                } else {
+                    Vec::new()
+                },
+                exe: p,
+            })
+        }
+        if let Some(p) = std::env::var_os("ANTLER_SANDBOX_HELPER") {
+            return for_path(PathBuf::from(p));
+        }
+        let exe = std::env::current_exe().ok()?;
+        if exe.file_stem().is_some_and(|n| n == "antler") {
+            return for_path(exe);
+        }
+        let dir = exe.parent()?;
+        let dirs = [Some(dir), dir.parent()];
+        for name in ["antler-sandbox-helper", "antler"] {
+            for d in dirs.iter().flatten() {
+                if let Some(h) = for_path(d.join(name)) {
+                    return Some(h);
+                }
+            }
+        }
+        None
+    }
 }
 
 /// Sandbox behaviour knobs (DeerFlow defaults).
@@ -71,10 +142,22 @@ pub struct SandboxSettings {
     pub skills_host_path: Option<PathBuf>,
     /// Where skills appear inside the sandbox.
     pub skills_container_path: String,
-    /// Confinement launcher. `None` confines in-process: a fresh thread restricts itself with
-    /// Landlock and spawns the shell, which inherits the restriction. `Some` re-invokes that
-    /// helper program, which restricts itself and execs the shell (DESIGN §5).
+    /// The sandbox helper program (`antler sandbox-exec`, or the `antler-sandbox-helper`
+    /// binary): parent of every confined command (see [`crate::warden`]). `None` looks it up
+    /// with [`HelperCommand::locate`]; when none is found, bash is confined in-process with
+    /// Landlock only (weaker: see [`crate::confine`]), and `confine: required` refuses.
     pub helper: Option<HelperCommand>,
+    /// Whether to look for a helper when `helper` is `None` (off: in-process Landlock only —
+    /// for embedding where no helper binary ships, and to test that fallback).
+    pub helper_search: bool,
+    /// `sandbox.network` (antler).
+    pub network: Network,
+    /// `sandbox.limits` (antler).
+    pub limits: Limits,
+    /// Host paths confined bash may not read, besides other threads' folders: the data home
+    /// (database, other threads), config files holding keys. Its own thread folders stay
+    /// readable and writable.
+    pub deny_read: Vec<PathBuf>,
     /// Bytes of stdout (and separately stderr) kept per command; the rest is counted and
     /// discarded with a notice.
     pub capture_limit_bytes: usize,
@@ -98,6 +181,13 @@ impl Default for SandboxSettings {
             skills_host_path: None,
             skills_container_path: "/mnt/skills".to_owned(),
             helper: None,
+            helper_search: true,
+            network: Network::Allow,
+            limits: Limits {
+                processes: Some(Limits::DEFAULT_PROCESSES),
+                ..Limits::default()
+            },
+            deny_read: Vec::new(),
             capture_limit_bytes: DEFAULT_CAPTURE_LIMIT_BYTES,
             read_file_max_bytes: 32 * 1024 * 1024,
         }

@@ -1,0 +1,278 @@
+//! antler's side of the warden: start it, send exec requests, route replies back to callers.
+
+use std::collections::{HashMap, VecDeque};
+use std::ffi::OsString;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::{mpsc, oneshot};
+
+use super::protocol::{Ready, Reply, Request};
+use super::Policy;
+use crate::error::SandboxError;
+use crate::exec::{ExecResult, ExecSpec};
+use crate::settings::HelperCommand;
+
+/// How long the helper may take to report ready.
+const START_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long past a call's own timeout antler waits for the warden's answer.
+const ANSWER_SLACK: Duration = Duration::from_secs(30);
+/// Lines of the helper's stderr kept for error messages.
+const STDERR_TAIL: usize = 20;
+
+type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Reply>>>>;
+
+/// A running warden (one per sandbox). Dropping it ends the helper and everything it runs.
+pub struct Warden {
+    tx: mpsc::UnboundedSender<Request>,
+    pending: Pending,
+    next_id: AtomicU64,
+    alive: Arc<AtomicBool>,
+    stderr: Arc<Mutex<VecDeque<String>>>,
+    ready: Ready,
+    // Held for `kill_on_drop`.
+    _child: tokio::process::Child,
+}
+
+/// The helper's own environment: nothing secret, nothing from antler's environment beyond
+/// the locale and the search path (commands get their environment per request).
+fn helper_env() -> Vec<(OsString, OsString)> {
+    ["PATH", "LANG", "LC_ALL"]
+        .iter()
+        .filter_map(|k| std::env::var_os(k).map(|v| (OsString::from(k), v)))
+        .collect()
+}
+
+fn tail(stderr: &Mutex<VecDeque<String>>) -> String {
+    stderr
+        .lock()
+        .map(|t| t.iter().cloned().collect::<Vec<_>>().join("; "))
+        .unwrap_or_default()
+}
+
+impl Warden {
+    /// Start the helper for `policy` and wait until it is ready.
+    pub async fn start(helper: &HelperCommand, policy: &Policy) -> Result<Warden, SandboxError> {
+        let runtime = |m: String| SandboxError::Runtime(m);
+        let policy_json = serde_json::to_string(policy)
+            .map_err(|e| runtime(format!("cannot encode the sandbox policy: {e}")))?;
+        let mut child = tokio::process::Command::new(&helper.exe)
+            .args(&helper.args)
+            .arg("--warden")
+            .arg(policy_json)
+            .env_clear()
+            .envs(helper_env())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| {
+                runtime(format!(
+                    "cannot start the sandbox helper {}: {e}",
+                    helper.exe.display()
+                ))
+            })?;
+        let (Some(stdin), Some(stdout), Some(stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            return Err(runtime("the sandbox helper has no pipes".into()));
+        };
+        let tail_buf: Arc<Mutex<VecDeque<String>>> = Arc::default();
+        {
+            let tail_buf = tail_buf.clone();
+            tokio::spawn(async move {
+                let mut lines = BufReader::new(stderr).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    tracing::warn!(target: "antler_sandbox::warden", "{line}");
+                    if let Ok(mut t) = tail_buf.lock() {
+                        if t.len() == STDERR_TAIL {
+                            t.pop_front();
+                        }
+                        t.push_back(line);
+                    }
+                }
+            });
+        }
+        let mut lines = BufReader::new(stdout).lines();
+        let first = tokio::time::timeout(START_TIMEOUT, lines.next_line()).await;
+        let ready = match first {
+            Ok(Ok(Some(line))) => match serde_json::from_str::<Reply>(&line) {
+                Ok(Reply::Ready(r)) => r,
+                Ok(Reply::Fatal { message }) => {
+                    return Err(SandboxError::ConfinementRequired(message))
+                }
+                _ => return Err(runtime(format!("the sandbox helper said: {line}"))),
+            },
+            Ok(_) => {
+                // Let the stderr reader catch up on the reason.
+                let _ = child.wait().await;
+                tokio::task::yield_now().await;
+                return Err(runtime(format!(
+                    "the sandbox helper exited during setup: {}",
+                    tail(&tail_buf)
+                )));
+            }
+            Err(_) => return Err(runtime("the sandbox helper did not start in time".into())),
+        };
+
+        let pending: Pending = Arc::default();
+        let alive = Arc::new(AtomicBool::new(true));
+        {
+            let (pending, alive) = (pending.clone(), alive.clone());
+            tokio::spawn(async move {
+                while let Ok(Some(line)) = lines.next_line().await {
+                    let (id, reply) = match serde_json::from_str::<Reply>(&line) {
+                        Ok(r @ (Reply::Exit { id, .. } | Reply::Failed { id, .. })) => (id, r),
+                        Ok(_) => continue,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "bad frame from the sandbox helper");
+                            continue;
+                        }
+                    };
+                    let waiter = pending.lock().ok().and_then(|mut p| p.remove(&id));
+                    if let Some(w) = waiter {
+                        let _ = w.send(reply);
+                    }
+                }
+                alive.store(false, Ordering::SeqCst);
+                // Waiters see their sender dropped.
+                if let Ok(mut p) = pending.lock() {
+                    p.clear();
+                }
+            });
+        }
+        let (tx, mut rx) = mpsc::unbounded_channel::<Request>();
+        {
+            let alive = alive.clone();
+            let mut stdin = stdin;
+            tokio::spawn(async move {
+                while let Some(req) = rx.recv().await {
+                    let Ok(mut line) = serde_json::to_vec(&req) else {
+                        continue;
+                    };
+                    line.push(b'\n');
+                    if stdin.write_all(&line).await.is_err() || stdin.flush().await.is_err() {
+                        alive.store(false, Ordering::SeqCst);
+                        break;
+                    }
+                }
+            });
+        }
+        for m in &ready.guarantees.missing {
+            tracing::warn!(target: "antler_sandbox::warden", "bash confinement is weaker than it could be: {m}");
+        }
+        Ok(Warden {
+            tx,
+            pending,
+            next_id: AtomicU64::new(1),
+            alive,
+            stderr: tail_buf,
+            ready,
+            _child: child,
+        })
+    }
+
+    /// What this warden guarantees.
+    pub fn ready(&self) -> &Ready {
+        &self.ready
+    }
+
+    /// Whether the helper is still there to take requests.
+    pub fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::SeqCst) && !self.tx.is_closed()
+    }
+
+    /// Run `spec` in the sandbox (its `confinement` is ignored: the warden is the confinement).
+    pub async fn exec(&self, spec: &ExecSpec) -> Result<ExecResult, SandboxError> {
+        let gone = || {
+            let why = tail(&self.stderr);
+            SandboxError::Runtime(format!(
+                "the sandbox ended during the command{}: its processes are gone and the next command starts a fresh one (a command that kills every process, such as `kill -9 -1`, ends the sandbox too)",
+                if why.is_empty() { String::new() } else { format!(" ({why})") }
+            ))
+        };
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (otx, orx) = oneshot::channel();
+        if let Ok(mut p) = self.pending.lock() {
+            p.insert(id, otx);
+        }
+        let req = Request::Exec {
+            id,
+            program: spec.program.clone(),
+            args: spec
+                .args
+                .iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect(),
+            env: spec
+                .env
+                .iter()
+                .map(|(k, v)| {
+                    (
+                        k.to_string_lossy().into_owned(),
+                        v.to_string_lossy().into_owned(),
+                    )
+                })
+                .collect(),
+            cwd: spec.cwd.clone(),
+            timeout_ms: u64::try_from(spec.timeout.as_millis()).unwrap_or(u64::MAX),
+            capture_limit: spec.capture_limit,
+        };
+        if self.tx.send(req).is_err() {
+            return Err(gone());
+        }
+        // A cancelled call (the future dropped) kills its process group in the warden.
+        let mut guard = KillOnDrop {
+            id,
+            tx: self.tx.clone(),
+            pending: self.pending.clone(),
+            armed: true,
+        };
+        let reply = tokio::time::timeout(spec.timeout + ANSWER_SLACK, orx).await;
+        guard.armed = reply.is_err();
+        drop(guard);
+        match reply {
+            Ok(Ok(Reply::Exit {
+                stdout,
+                stderr,
+                exit_code,
+                timed_out,
+                ..
+            })) => Ok(ExecResult {
+                stdout,
+                stderr,
+                exit_code,
+                timed_out,
+                pid: 0,
+            }),
+            Ok(Ok(Reply::Failed { message, .. })) => Err(SandboxError::Runtime(format!(
+                "Failed to start the command: {message}"
+            ))),
+            Ok(Ok(_)) | Ok(Err(_)) => Err(gone()),
+            Err(_) => Err(SandboxError::Runtime(
+                "the sandbox helper did not answer in time".into(),
+            )),
+        }
+    }
+}
+
+struct KillOnDrop {
+    id: u64,
+    tx: mpsc::UnboundedSender<Request>,
+    pending: Pending,
+    armed: bool,
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if self.armed {
+            let _ = self.tx.send(Request::Kill { id: self.id });
+            if let Ok(mut p) = self.pending.lock() {
+                p.remove(&self.id);
+            }
+        }
+    }
+}

@@ -1,0 +1,58 @@
+//! Frames between antler and the warden: one JSON object per line, requests on the warden's
+//! stdin, replies on its stdout. Every request names an `id`; replies carry it back.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::Guarantees;
+
+/// antler → warden.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Request {
+    /// Run a program to completion (or timeout) and reply with [`Reply::Exit`].
+    Exec {
+        id: u64,
+        program: PathBuf,
+        args: Vec<String>,
+        env: Vec<(String, String)>,
+        cwd: Option<PathBuf>,
+        timeout_ms: u64,
+        capture_limit: usize,
+    },
+    /// Kill the process group of a running call (its tool call was cancelled).
+    Kill { id: u64 },
+}
+
+/// Sent once, first, when the warden is ready (or instead, [`Reply::Fatal`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ready {
+    pub guarantees: Guarantees,
+    /// Landlock status line, e.g. `Landlock ABI v7 (partially enforced)`.
+    pub landlock: String,
+}
+
+/// warden → antler.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Reply {
+    Ready(Ready),
+    /// Setup failed; the warden exits.
+    Fatal {
+        message: String,
+    },
+    /// A call finished.
+    Exit {
+        id: u64,
+        stdout: String,
+        stderr: String,
+        exit_code: i32,
+        timed_out: bool,
+    },
+    /// A call could not start.
+    Failed {
+        id: u64,
+        message: String,
+    },
+}

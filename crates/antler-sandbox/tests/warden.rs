@@ -1,0 +1,377 @@
+//! The warden (the helper process that parents confined bash) through the sandbox's public
+//! API, with the `antler-sandbox-helper` binary and real processes: what confined commands can
+//! and cannot see, read, write, reach and consume (security issue #10, findings 3 and 4, the
+//! network policy and the limits).
+//!
+//! Every test skips with a printed reason where Landlock is missing; where Landlock is there
+//! (CI), a missing namespace or cgroup is a failure, not a skip.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use antler_sandbox::{
+    CommandRequest, Confine, HelperCommand, Limits, LocalSandboxProvider, Network, Sandbox,
+    SandboxError, SandboxProvider, SandboxSettings,
+};
+use common::*;
+
+fn helper() -> HelperCommand {
+    HelperCommand {
+        exe: PathBuf::from(env!("CARGO_BIN_EXE_antler-sandbox-helper")),
+        args: vec![],
+    }
+}
+
+fn settings() -> SandboxSettings {
+    SandboxSettings {
+        confine: Confine::Required,
+        helper: Some(helper()),
+        ..quick()
+    }
+}
+
+fn skip() -> bool {
+    match landlock_missing() {
+        Some(why) => {
+            eprintln!("skipping: Landlock unavailable: {why}");
+            true
+        }
+        None => false,
+    }
+}
+
+struct Fixture {
+    home: tempfile::TempDir,
+    provider: LocalSandboxProvider,
+}
+
+impl Fixture {
+    fn new(settings: SandboxSettings) -> Fixture {
+        let home = home();
+        let provider = LocalSandboxProvider::new(home.path(), settings);
+        assert!(provider.confinement().active);
+        Fixture { home, provider }
+    }
+
+    fn sandbox(&self, thread: &str) -> Arc<dyn Sandbox> {
+        let id = self.provider.acquire(Some(thread), None).unwrap();
+        self.provider.get(&id).unwrap()
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.home.path().join(rel)
+    }
+}
+
+async fn sh(sb: &Arc<dyn Sandbox>, cmd: &str) -> String {
+    match sb
+        .execute_command(CommandRequest {
+            command: cmd.into(),
+            ..Default::default()
+        })
+        .await
+    {
+        Ok(o) => o.text,
+        Err(e) => format!("ERR {e}"),
+    }
+}
+
+/// Host processes whose command line contains `needle`.
+fn host_processes_with(needle: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        if String::from_utf8_lossy(&cmdline).contains(needle) && !process_gone(pid) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// Poll (bounded) until no host process matches `needle`.
+fn gone_within(needle: &str, limit: Duration) -> bool {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if host_processes_with(needle).is_empty() {
+            return true;
+        }
+        if std::time::Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[tokio::test]
+async fn outside_processes_and_their_secrets_are_invisible() {
+    if skip() {
+        return;
+    }
+    let f = Fixture::new(settings());
+    // A process outside the sandbox holding a secret in its environment (antler's stand-in).
+    let mut outsider = std::process::Command::new("sleep")
+        .arg("30")
+        .env("OUTSIDER_API_KEY", "outsider-secret-4e1f")
+        .spawn()
+        .unwrap();
+    let sb = f.sandbox("t1");
+    // The command's parent is the warden, with an environment holding nothing of antler's.
+    let out = sh(
+        &sb,
+        "tr '\\0' '\\n' < /proc/$PPID/environ | cut -d= -f1 | sort | tr '\\n' ' '",
+    )
+    .await;
+    assert_eq!(out.trim(), "LANG PATH", "{out}");
+    let out = sh(&sb, "cat /proc/*/environ | tr '\\0' '\\n'; ps -eo pid,args").await;
+    assert!(!out.contains("outsider-secret"), "{out}");
+    assert!(
+        !out.contains("sleep 30"),
+        "the outside process is visible: {out}"
+    );
+    // Only the sandbox's own processes exist for it.
+    let out = sh(&sb, "ls /proc | grep -c '^[0-9]'").await;
+    let n: u32 = out.trim().parse().unwrap();
+    assert!(n <= 6, "{n} processes visible");
+    let _ = outsider.kill();
+    let _ = outsider.wait();
+}
+
+#[tokio::test]
+async fn the_data_home_other_threads_and_denied_files_are_unreadable() {
+    if skip() {
+        return;
+    }
+    let outside = home();
+    let config = outside.path().join("config.yaml");
+    std::fs::write(&config, "api_key: cfg-secret-91aa\n").unwrap();
+    std::fs::write(outside.path().join("readme.txt"), "public").unwrap();
+    let f = Fixture::new(SandboxSettings {
+        deny_read: vec![config.clone()],
+        ..settings()
+    });
+    std::fs::write(f.path("antler.db"), "db-secret-77c2").unwrap();
+    let other = f.sandbox("t2");
+    other
+        .write_file("/mnt/user-data/workspace/mine.txt", "t2-secret-0b5d", false)
+        .unwrap();
+    let sb = f.sandbox("t1");
+    let cmd = format!(
+        "cat {db}; cat {t2}; ls {home}/threads; cat {cfg}; cat {readme}; echo own > /mnt/user-data/workspace/a && cat /mnt/user-data/workspace/a",
+        db = f.path("antler.db").display(),
+        t2 = f.path("threads/t2/user-data/workspace/mine.txt").display(),
+        home = f.home.path().display(),
+        cfg = config.display(),
+        readme = outside.path().join("readme.txt").display(),
+    );
+    let out = sh(&sb, &cmd).await;
+    for secret in ["db-secret", "t2-secret", "cfg-secret", "t2\n"] {
+        assert!(!out.contains(secret), "{secret} leaked: {out}");
+    }
+    assert!(
+        out.contains("public"),
+        "the rest of the system stays readable: {out}"
+    );
+    assert!(out.contains("own"), "the thread's own folders work: {out}");
+    assert_eq!(out.matches("Permission denied").count(), 4, "{out}");
+}
+
+#[tokio::test]
+async fn the_system_is_read_only_and_tmp_is_private() {
+    if skip() {
+        return;
+    }
+    let f = Fixture::new(settings());
+    let canary_dir = home();
+    let canary = canary_dir.path().join("canary.txt");
+    std::fs::write(&canary, "canary").unwrap();
+    let sb = f.sandbox("t1");
+    let marker = format!("antler-warden-test-{}", std::process::id());
+    let out = sh(
+        &sb,
+        &format!(
+            "chmod 000 {c}; touch -d 2000-01-01 {c}; echo x >> {c}; rm -f {c}; mount -o remount,rw /; umount /proc; echo private > /tmp/{marker} && cat /tmp/{marker}; ls /tmp",
+            c = canary.display()
+        ),
+    )
+    .await;
+    assert_eq!(std::fs::read_to_string(&canary).unwrap(), "canary", "{out}");
+    let meta = std::fs::metadata(&canary).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    assert_ne!(
+        meta.permissions().mode() & 0o777,
+        0,
+        "chmod went through: {out}"
+    );
+    assert!(out.contains("private"), "{out}");
+    assert!(
+        !Path::new("/tmp").join(&marker).exists(),
+        "the sandbox wrote the host's /tmp: {out}"
+    );
+    // Another thread has its own /tmp.
+    let out = sh(&f.sandbox("t2"), &format!("ls /tmp/{marker}")).await;
+    assert!(out.contains("No such file"), "{out}");
+    // Capabilities of the sandbox's root do not reach the host.
+    let out = sh(
+        &sb,
+        "date -s 2001-01-01 2>&1; ip link add antler0 type dummy 2>&1; echo done",
+    )
+    .await;
+    assert_eq!(out.matches("not permitted").count(), 2, "{out}");
+}
+
+#[tokio::test]
+async fn network_deny_blocks_tcp_and_allow_keeps_it() {
+    if skip() {
+        return;
+    }
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let probe = format!(
+        "if (exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null; then echo connected; else echo refused; fi"
+    );
+    let allow = Fixture::new(settings());
+    assert_eq!(sh(&allow.sandbox("t1"), &probe).await.trim(), "connected");
+    let deny = Fixture::new(SandboxSettings {
+        network: Network::Deny,
+        ..settings()
+    });
+    let sb = deny.sandbox("t1");
+    assert_eq!(sh(&sb, &probe).await.trim(), "refused");
+    // Not even loopback exists for it, and binding fails too.
+    let out = sh(
+        &sb,
+        "python3 -c \"import socket; s=socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(); print('bound')\" 2>&1 | tail -1",
+    )
+    .await;
+    assert!(!out.contains("bound"), "{out}");
+}
+
+#[tokio::test]
+async fn limits_stop_a_memory_hog_a_process_storm_and_a_huge_file() {
+    if skip() {
+        return;
+    }
+    let f = Fixture::new(SandboxSettings {
+        limits: Limits {
+            memory: Some(96 << 20),
+            processes: Some(24),
+            file_size: Some(1 << 20),
+        },
+        ..settings()
+    });
+    let sb = f.sandbox("t1");
+    // 1 GiB wanted, 96 MiB allowed: the allocation fails or the process is killed.
+    let out = sh(
+        &sb,
+        "python3 -c \"b = bytearray(1 << 30); b[::4096] = b'x' * len(b[::4096]); print('allocated')\"",
+    )
+    .await;
+    assert!(!out.contains("allocated"), "{out}");
+    // 200 children wanted (each sleeps a second), at most 24 processes allowed at once.
+    let storm = "import os, time\nn = 0\nfor i in range(200):\n    try:\n        pid = os.fork()\n    except OSError:\n        break\n    if pid == 0:\n        time.sleep(1)\n        os._exit(0)\n    n += 1\nfor _ in range(n):\n    os.wait()\nprint('forked', n)\n";
+    sb.write_file("/mnt/user-data/workspace/storm.py", storm, false)
+        .unwrap();
+    let out = sh(&sb, "python3 /mnt/user-data/workspace/storm.py").await;
+    let forked: u32 = out
+        .trim()
+        .strip_prefix("forked ")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("unexpected: {out}"));
+    assert!((1..24).contains(&forked), "{forked} children ran: {out}");
+    // 4 MiB written, 1 MiB allowed.
+    let out = sh(
+        &sb,
+        "head -c 4194304 /dev/zero > /mnt/user-data/workspace/big; echo rc=$?",
+    )
+    .await;
+    let size = std::fs::metadata(f.path("threads/t1/user-data/workspace/big"))
+        .unwrap()
+        .len();
+    assert!(size <= 1 << 20, "{size} bytes written: {out}");
+    assert!(!out.contains("rc=0"), "{out}");
+    // The sandbox still works afterwards.
+    assert_eq!(sh(&sb, "echo fine").await, "fine\n");
+}
+
+#[tokio::test]
+async fn the_warden_enforces_timeouts_and_takes_its_processes_along() {
+    if skip() {
+        return;
+    }
+    let f = Fixture::new(settings());
+    let sb = f.sandbox("t1");
+    let tag = format!("antler-timeout-canary-{}", std::process::id());
+    let out = sb
+        .execute_command(CommandRequest {
+            command: format!("(exec -a {tag} sleep 60) & setsid bash -c 'exec -a {tag}-setsid sleep 60' & sleep 60"),
+            timeout: Some(Duration::from_millis(500)),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert!(out.timed_out, "{}", out.text);
+    // The call's process group is killed at the timeout; what escaped it with setsid keeps
+    // running inside the sandbox until the sandbox goes.
+    assert!(
+        gone_within(&format!("{tag}\0"), Duration::from_secs(5)),
+        "the call's process group outlived its timeout"
+    );
+    assert_eq!(host_processes_with(&format!("{tag}-setsid")).len(), 1);
+    drop(sb);
+    f.provider.reset();
+    assert!(
+        gone_within(&tag, Duration::from_secs(5)),
+        "processes outlived their sandbox: {:?}",
+        host_processes_with(&tag)
+    );
+}
+
+#[tokio::test]
+async fn killing_every_process_ends_only_the_sandbox() {
+    if skip() {
+        return;
+    }
+    let f = Fixture::new(settings());
+    let sb = f.sandbox("t1");
+    let out = sh(&sb, "kill -9 -1; sleep 5; echo survived").await;
+    assert!(out.starts_with("ERR") && out.contains("fresh"), "{out}");
+    assert_eq!(sh(&sb, "echo again").await, "again\n");
+}
+
+#[tokio::test]
+async fn required_without_a_helper_refuses() {
+    if skip() {
+        return;
+    }
+    let h = home();
+    let p = LocalSandboxProvider::new(
+        h.path(),
+        SandboxSettings {
+            confine: Confine::Required,
+            helper: Some(HelperCommand {
+                exe: PathBuf::from("/nonexistent/antler-sandbox-helper"),
+                args: vec![],
+            }),
+            ..quick()
+        },
+    );
+    let sb = p.get(&p.acquire(Some("t1"), None).unwrap()).unwrap();
+    let err = sb
+        .execute_command(CommandRequest {
+            command: "echo hi".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert!(matches!(err, SandboxError::Runtime(_)), "{err}");
+    assert!(err.to_string().contains("sandbox helper"), "{err}");
+}
