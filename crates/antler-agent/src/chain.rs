@@ -125,7 +125,8 @@ pub fn runtime_segment(app: &ChainParts, include_uploads: bool) -> Vec<ChainEntr
                 storage_subdir: t.storage_subdir.clone(),
                 exempt_tools: t.exempt_tools.clone(),
                 tool_overrides: t.tool_overrides.clone(),
-            }),
+            })
+            .with_home(app.home.clone()),
         ),
         entry("S4", ThreadDataMiddleware::new(app.home.clone())),
     ];
@@ -208,7 +209,7 @@ pub fn lead_entries(
         app.memory().middleware(opts.agent_name.clone()),
     ));
     if model.supports_vision {
-        out.push(entry("L10", ViewImageMiddleware::new()));
+        out.push(entry("L10", ViewImageMiddleware::new(app.home.clone())));
     }
     out.push(entry("L13", SystemMessageCoalescingMiddleware::new()));
     if opts.subagent_enabled {
@@ -412,7 +413,7 @@ pub fn subagent_entries(
 ) -> Result<Vec<ChainEntry>, AgentError> {
     let mut out = runtime_segment(parts, false);
     if model.supports_vision {
-        out.push(entry("U3", ViewImageMiddleware::new()));
+        out.push(entry("U3", ViewImageMiddleware::new(parts.home.clone())));
     }
     if let Some(ld) = loop_detection(&parts.config)? {
         out.push(ChainEntry {

@@ -130,7 +130,7 @@ pub fn lead_tools(
             }
         }
     }
-    reg.register(antler_tools::present_files_tool());
+    reg.register(antler_tools::present_files_tool(&env));
     // Non-interactive runs (no one to answer) never get ask_clarification.
     let non_interactive = opts
         .extra

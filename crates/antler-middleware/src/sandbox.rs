@@ -5,8 +5,13 @@
 //! middleware's tool wrapper turns that into a `sandbox` state update for the call (a plain tool
 //! message becomes a command carrying both; an existing command gets `sandbox` merged in).
 //! Parallel calls that each acquire produce the same id, which the `sandbox` reducer accepts.
-//! Eager mode acquires in before_agent. after_agent releases the state's sandbox, else the one
-//! this run used (local: a no-op; sandboxes stay warm across turns).
+//! Eager mode acquires in before_agent. after_agent releases the sandbox this run used (local: a
+//! no-op; sandboxes stay warm across turns).
+//!
+//! The sandbox is always the one of the run's (user, thread); `sandbox` in state is only a
+//! record of it. A state id that differs (an old or corrupted checkpoint) is never acquired,
+//! released or overwritten — the reducer refuses a second id, and releasing a foreign id could
+//! end another user's sandbox — it is logged and left as it is.
 
 use std::sync::Arc;
 
@@ -82,9 +87,11 @@ impl Middleware for SandboxMiddleware {
         state: &ThreadState,
         run: &RunContext,
     ) -> Result<HookOutput, MiddlewareError> {
-        if self.lazy_init || state_id(state).is_some() || run.thread_id.is_empty() {
+        if self.lazy_init || run.thread_id.is_empty() {
             return Ok(HookOutput::none());
         }
+        // Acquire for the run's (user, thread) even when state names a sandbox: the record is
+        // not trusted, and acquiring is idempotent.
         let provider = self.provider.clone();
         let (thread, user) = (run.thread_id.clone(), run.user_id.clone());
         let id =
@@ -93,23 +100,36 @@ impl Middleware for SandboxMiddleware {
                 .map_err(|e| MiddlewareError::new(NAME, e.to_string()))?
                 .map_err(|e| MiddlewareError::new(NAME, e.to_string()))?;
         run.set(run_keys::SANDBOX_ID, id.clone().into());
-        Ok(HookOutput::update(StateUpdate {
-            sandbox: Some(Some(SandboxState {
-                sandbox_id: Some(id),
+        match state_id(state) {
+            None => Ok(HookOutput::update(StateUpdate {
+                sandbox: Some(Some(SandboxState {
+                    sandbox_id: Some(id),
+                })),
+                ..Default::default()
             })),
-            ..Default::default()
-        }))
+            Some(recorded) => {
+                if recorded != id {
+                    tracing::warn!(
+                        thread = %run.thread_id,
+                        state_sandbox = recorded,
+                        sandbox = %id,
+                        "state names a sandbox other than the run's own; ignored"
+                    );
+                }
+                Ok(HookOutput::none())
+            }
+        }
     }
 
     async fn after_agent(
         &self,
-        state: &ThreadState,
+        _state: &ThreadState,
         run: &RunContext,
     ) -> Result<HookOutput, MiddlewareError> {
-        let id = state_id(state).map(str::to_owned).or_else(|| {
-            run.get(run_keys::SANDBOX_ID)
-                .and_then(|v| v.as_str().map(str::to_owned))
-        });
+        // Only the id this run derived (set by the tools or before_agent), never the state's.
+        let id = run
+            .get(run_keys::SANDBOX_ID)
+            .and_then(|v| v.as_str().map(str::to_owned));
         if let Some(id) = id {
             let provider = self.provider.clone();
             let _ = tokio::task::spawn_blocking(move || provider.release(&id)).await;
@@ -122,9 +142,9 @@ impl Middleware for SandboxMiddleware {
         req: ToolCallRequest,
         next: ToolNext<'_>,
     ) -> Result<ToolOutcome, ToolError> {
-        if state_id(&req.state).is_some() {
-            return next.run(req).await;
-        }
+        // A recorded id is either this run's (nothing to write) or a foreign one the tool has
+        // logged (writing ours would fail the reducer): only an empty record is filled in.
+        let unrecorded = state_id(&req.state).is_none();
         let run = req.run.clone();
         let key = run_keys::acquired_by(req.call.id_str());
         let res = next.run(req).await;
@@ -134,7 +154,7 @@ impl Middleware for SandboxMiddleware {
             .get(run_keys::SANDBOX_ID)
             .and_then(|v| v.as_str().map(str::to_owned))
         {
-            Some(id) if acquired => Ok(with_sandbox(outcome, &id)),
+            Some(id) if acquired && unrecorded => Ok(with_sandbox(outcome, &id)),
             _ => Ok(outcome),
         }
     }

@@ -1,8 +1,13 @@
 //! ThreadData (chain S4, before_agent): resolve the thread's host folders, publish them in
 //! `thread_data`, and stamp the incoming user message with the run id and a timestamp.
 //!
-//! First of the thread hooks: Uploads and Sandbox read what it writes. Folders are created lazily
-//! (by the first sandbox tool call) unless `lazy_init` is off.
+//! First of the thread hooks. Folders are created lazily (by the first sandbox tool call) unless
+//! `lazy_init` is off.
+//!
+//! `thread_data` is a record for clients: the folders come from the data home and the run's
+//! (user, thread) — the same inputs the sandbox provider uses — so it always names the folders
+//! the tools work in, and each run overwrites whatever an older checkpoint held. Nothing reads it
+//! back to decide where files are.
 
 use std::path::PathBuf;
 

@@ -14,6 +14,10 @@
 //!
 //! `wrap_model_call` cuts older oversized tool messages (from before the budget existed) in the
 //! request only. It remembers how far it has checked the list, so a step costs O(new messages).
+//!
+//! `{outputs}` is the run's own outputs folder, derived from the data home and the run's (user,
+//! thread) — never `thread_data` from state, which a client or an old checkpoint could point at
+//! another thread's folder. Without a data home nothing is saved (inline cuts only).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -110,13 +114,30 @@ pub fn validate_storage_subdir(subdir: &str) -> Result<(), String> {
 
 pub struct ToolOutputBudgetMiddleware {
     settings: Arc<ToolOutputBudgetSettings>,
+    home: Option<PathBuf>,
 }
 
 impl ToolOutputBudgetMiddleware {
+    /// Without a data home (see [`Self::with_home`]) large results are cut inline only.
     pub fn new(settings: ToolOutputBudgetSettings) -> Self {
         ToolOutputBudgetMiddleware {
             settings: Arc::new(settings),
+            home: None,
         }
+    }
+
+    /// Save large results in the run's outputs folder under `home` (`$ANTLER_HOME`).
+    pub fn with_home(mut self, home: impl Into<PathBuf>) -> Self {
+        self.home = Some(home.into());
+        self
+    }
+
+    /// The run's own outputs folder.
+    fn outputs_of(&self, run: &RunContext) -> Option<PathBuf> {
+        let home = self.home.as_ref()?;
+        antler_sandbox::ThreadPaths::new(home, &run.thread_id, run.user_id.as_deref())
+            .ok()
+            .map(|p| p.outputs)
     }
 }
 
@@ -446,12 +467,7 @@ impl Middleware for ToolOutputBudgetMiddleware {
     ) -> Result<ToolOutcome, ToolError> {
         let s = self.settings.clone();
         let call_name = req.call.name.clone();
-        let outputs: Option<PathBuf> = req
-            .state
-            .thread_data
-            .as_ref()
-            .and_then(|t| t.outputs_path.as_ref())
-            .map(PathBuf::from);
+        let outputs = self.outputs_of(&req.run);
         let run = req.run.clone();
         let outcome = next.run(req).await?;
         if !s.enabled {

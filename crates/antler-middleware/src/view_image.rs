@@ -14,8 +14,13 @@
 //! one (after_model): O(new messages) per step. `viewed_images` is never cleared here (the
 //! reducer's `{}` clear rule stays available to others), so a later turn resends every image
 //! viewed in the thread, as DeerFlow does.
+//!
+//! `viewed_images` is state, so its `actual_path`s are not trusted: only a file inside the run's
+//! own `user-data` folder (derived from the data home and the run's user and thread, symlinks
+//! resolved) is read. Anything else — another thread's image, `/etc/…` — is reported as
+//! unavailable and never read.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use antler_protocol::{
     AiMessage, Content, HumanMessage, Message, Object, StateUpdate, ThreadState,
@@ -43,12 +48,16 @@ const LEGACY_HEADERS: [&str; 2] = [
 ];
 
 /// Injects viewed images before the model call and removes them after it.
-#[derive(Debug, Default)]
-pub struct ViewImageMiddleware;
+#[derive(Debug)]
+pub struct ViewImageMiddleware {
+    home: PathBuf,
+}
 
 impl ViewImageMiddleware {
-    pub fn new() -> Self {
-        ViewImageMiddleware
+    /// `home` is the data home (`$ANTLER_HOME`): images are read only from the run's own
+    /// thread folders under it.
+    pub fn new(home: impl Into<PathBuf>) -> Self {
+        ViewImageMiddleware { home: home.into() }
     }
 }
 
@@ -144,10 +153,25 @@ fn base64(bytes: &[u8]) -> String {
     out
 }
 
-/// The file as a `data:` URL, or `None` when it is missing, not a regular file, no longer the
-/// recorded size, over [`MAX_IMAGE_BYTES`] or unreadable.
-pub fn read_data_url(actual_path: &str, mime_type: &str, expected_size: u64) -> Option<String> {
-    let path = Path::new(actual_path);
+/// The file as a `data:` URL, or `None` when it is missing, outside `root` (after resolving
+/// symlinks), not a regular file, no longer the recorded size, over [`MAX_IMAGE_BYTES`] or
+/// unreadable.
+pub fn read_data_url(
+    actual_path: &str,
+    mime_type: &str,
+    expected_size: u64,
+    root: &Path,
+) -> Option<String> {
+    let path = std::fs::canonicalize(actual_path).ok()?;
+    let root = std::fs::canonicalize(root).ok()?;
+    if !path.starts_with(&root) {
+        tracing::warn!(
+            actual_path,
+            "viewed image outside the run's thread folders; not read"
+        );
+        return None;
+    }
+    let path = path.as_path();
     let meta = std::fs::metadata(path).ok()?;
     if !meta.is_file() || meta.len() != expected_size || meta.len() > MAX_IMAGE_BYTES {
         return None;
@@ -159,8 +183,9 @@ pub fn read_data_url(actual_path: &str, mime_type: &str, expected_size: u64) -> 
     Some(format!("data:{mime_type};base64,{}", base64(&bytes)))
 }
 
-/// Content blocks describing every viewed image, with the bytes read from disk now.
-pub fn image_blocks(viewed: &Map<String, Value>) -> Vec<Value> {
+/// Content blocks describing every viewed image, with the bytes read from disk now — only from
+/// files under `root` (the run's own `user-data` folder).
+pub fn image_blocks(viewed: &Map<String, Value>, root: &Path) -> Vec<Value> {
     if viewed.is_empty() {
         return vec![json!({"type": "text", "text": NO_IMAGES_TEXT})];
     }
@@ -176,7 +201,7 @@ pub fn image_blocks(viewed: &Map<String, Value>) -> Vec<Value> {
         if actual.is_empty() {
             continue;
         }
-        match read_data_url(actual, mime, size) {
+        match read_data_url(actual, mime, size, root) {
             Some(url) => blocks.push(json!({"type": "image_url", "image_url": {"url": url}})),
             None => blocks.push(json!({
                 "type": "text",
@@ -216,14 +241,18 @@ impl Middleware for ViewImageMiddleware {
     async fn before_model(
         &self,
         state: &ThreadState,
-        _run: &RunContext,
+        run: &RunContext,
     ) -> Result<HookOutput, MiddlewareError> {
         if !should_inject(&since_last_ai(state)) {
             return Ok(HookOutput::none());
         }
+        let root =
+            antler_sandbox::ThreadPaths::new(&self.home, &run.thread_id, run.user_id.as_deref())
+                .map_err(|e| MiddlewareError::new(NAME, e.to_string()))?
+                .user_data;
         // Reading and encoding up to 20 MiB per image is blocking work: keep it off the runtime.
         let viewed = state.viewed_images.clone();
-        let blocks = tokio::task::spawn_blocking(move || image_blocks(&viewed))
+        let blocks = tokio::task::spawn_blocking(move || image_blocks(&viewed, &root))
             .await
             .map_err(|e| MiddlewareError::new(NAME, format!("reading images failed: {e}")))?;
         tracing::debug!(

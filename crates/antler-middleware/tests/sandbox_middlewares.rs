@@ -226,6 +226,54 @@ async fn eager_mode_acquires_before_the_first_model_call() {
     assert_eq!(*p.released.lock().unwrap(), vec!["local:t9".to_owned()]);
 }
 
+/// `sandbox` in state is a record, not an authority: a foreign id there (an old or corrupted
+/// checkpoint) is never acquired, released or overwritten; the run's own (user, thread) sandbox
+/// is the one acquired and released.
+#[tokio::test]
+async fn a_foreign_state_sandbox_is_never_acquired_released_or_overwritten() {
+    let h = home();
+    let foreign = ThreadState {
+        sandbox: Some(antler_protocol::SandboxState {
+            sandbox_id: Some("local:alice:a1".into()),
+        }),
+        ..Default::default()
+    };
+    let bob = |thread: &str| {
+        Arc::new(RunContext::new(thread, "r", Arc::new(NullSink)).with_user(Some("bob".into())))
+    };
+    for lazy in [false, true] {
+        let p = Counting::new(h.path());
+        let agent = Agent::new(Arc::new(ScriptedModel::new([ScriptedReply::text("hi")])))
+            .with_chain(
+                Chain::new(vec![Arc::new(
+                    SandboxMiddleware::new(p.clone()).with_lazy_init(lazy),
+                )])
+                .unwrap(),
+            );
+        let input = RunInput {
+            messages: vec![Message::human("go")],
+            initial_state: Some(foreign.clone()),
+            ..Default::default()
+        };
+        let out = agent.run(input, bob("b1")).await;
+        assert_eq!(out.status, RunStatus::Success, "lazy={lazy}");
+        assert_eq!(
+            out.state.sandbox.as_ref().unwrap().sandbox_id.as_deref(),
+            Some("local:alice:a1"),
+            "the record is left as it is"
+        );
+        let released = p.released.lock().unwrap().clone();
+        if lazy {
+            // Nothing was used in this run, so nothing is released.
+            assert_eq!(released, Vec::<String>::new());
+            assert_eq!(p.acquired.load(Ordering::SeqCst), 0);
+        } else {
+            assert_eq!(released, vec!["local:bob:b1".to_owned()]);
+            assert_eq!(p.acquired.load(Ordering::SeqCst), 1);
+        }
+    }
+}
+
 #[tokio::test]
 async fn thread_data_requires_a_thread_id_and_can_create_eagerly() {
     let h = home();

@@ -472,6 +472,10 @@ impl Sandbox for LocalSandbox {
     fn mask(&self, text: &str) -> String {
         self.mapper.mask(text).into_owned()
     }
+
+    fn thread_paths(&self) -> Option<&ThreadPaths> {
+        self.paths.as_ref()
+    }
 }
 
 #[derive(Default)]

@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use crate::confine::ConfinementStatus;
 use crate::error::SandboxError;
+use crate::paths::ThreadPaths;
 
 /// One command to run.
 #[derive(Clone, Debug, Default)]
@@ -98,6 +99,13 @@ pub trait Sandbox: Send + Sync {
     /// Host → virtual masking of arbitrary text (identity for sandboxes without host paths).
     fn mask(&self, text: &str) -> String {
         text.to_owned()
+    }
+
+    /// The host folders of the thread this sandbox serves (local sandboxes; `None` elsewhere).
+    /// Whatever decides where a thread's files are uses these, never `thread_data` from state:
+    /// the sandbox was acquired for the run's (user, thread), state is only a record.
+    fn thread_paths(&self) -> Option<&ThreadPaths> {
+        None
     }
 }
 

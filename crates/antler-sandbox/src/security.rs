@@ -17,7 +17,7 @@ use crate::mapping::{
     canonicalize_lenient, is_under, reject_traversal, traversal, CommandRewriter, Masker,
     PathMapping,
 };
-use crate::paths::{ThreadDirs, VIRTUAL_USER_DATA};
+use crate::paths::{ThreadDirs, ThreadPaths, VIRTUAL_USER_DATA};
 use crate::settings::SandboxSettings;
 
 /// System prefixes a bash command may name (executables and devices).
@@ -571,6 +571,20 @@ impl LocalPolicy {
     /// Host paths in model-visible text → virtual paths.
     pub fn mask(&self, text: &str) -> String {
         self.masker.mask(text).into_owned()
+    }
+}
+
+/// Constructors from server-derived folders, kept apart from [`LocalPolicy::new`] on purpose.
+impl LocalPolicy {
+    /// The policy for a sandbox's own thread folders ([`crate::Sandbox::thread_paths`]). Tools
+    /// build their gate with this so it never follows `thread_data` from state, which clients
+    /// could once write. A home that is not valid UTF-8 yields folders that do not exist, so the
+    /// gate then fails closed.
+    pub fn for_paths(
+        paths: &ThreadPaths,
+        settings: &SandboxSettings,
+    ) -> Result<LocalPolicy, SandboxError> {
+        Self::new(Some(&paths.thread_data()), settings)
     }
 }
 

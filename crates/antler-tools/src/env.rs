@@ -1,6 +1,9 @@
 //! What every sandbox tool shares: the provider, the settings, per-file locks, and the steps
 //! DeerFlow runs before each call (ensure the sandbox, ensure the thread folders, load the
 //! local path policy).
+//!
+//! The sandbox and its folders are derived from the run's (user, thread), never read from the
+//! `sandbox` / `thread_data` state channels: those are informational records.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -10,7 +13,7 @@ use antler_runtime::{ToolContext, ToolOutput};
 use antler_sandbox::sandbox::run_keys;
 use antler_sandbox::{
     is_local_sandbox_id, LocalPolicy, Sandbox, SandboxError, SandboxProvider, SandboxSettings,
-    ThreadDirs,
+    ThreadDirs, ThreadPaths,
 };
 use serde_json::{json, Value};
 
@@ -79,6 +82,16 @@ impl FileLocks {
 /// A tool failure already worded for the model (`Error: …`).
 pub(crate) struct Fail(pub String);
 
+impl Fail {
+    /// The message without its `Error: ` prefix (for tools that add their own).
+    pub(crate) fn detail(self) -> String {
+        match self.0.strip_prefix("Error: ") {
+            Some(rest) => rest.to_owned(),
+            None => self.0,
+        }
+    }
+}
+
 impl From<Fail> for ToolOutput {
     fn from(f: Fail) -> ToolOutput {
         ToolOutput::error(f.0)
@@ -91,75 +104,108 @@ pub(crate) fn fail(msg: impl Into<String>) -> Fail {
     Fail(msg.into())
 }
 
-/// DeerFlow's `ensure_sandbox_initialized` (spec 50 §2.3): reuse the state's sandbox, else
-/// acquire one for the run's thread and record it for the SandboxMiddleware to persist.
+/// DeerFlow's `ensure_sandbox_initialized` (spec 50 §2.3), with one deliberate difference: the
+/// sandbox is always the one of the run's (user, thread) — `RunContext::user_id`/`thread_id`,
+/// set by the server from the authenticated caller — and never the id in `state.sandbox`. That
+/// channel is a record the SandboxMiddleware writes; an old or corrupted checkpoint (or, before
+/// the server refused it, a client) could hold another user's id there, and trusting it would
+/// hand that user's files to this run. A differing state id is logged and ignored.
 pub(crate) fn ensure_sandbox(env: &ToolEnv, ctx: &ToolContext<'_>) -> Step<Arc<dyn Sandbox>> {
-    if let Some(id) = ctx
-        .state
-        .sandbox
-        .as_ref()
-        .and_then(|s| s.sandbox_id.as_deref())
-    {
-        if let Some(sb) = env.provider.get(id) {
-            ctx.run.set(run_keys::SANDBOX_ID, Value::from(id));
-            return Ok(sb);
-        }
-    }
-    let mark = |id: &str| {
-        ctx.run.set(run_keys::SANDBOX_ID, Value::from(id));
-        ctx.run
-            .set(&run_keys::acquired_by(ctx.call_id), Value::Bool(true));
-    };
-    if let Some(id) = ctx
-        .run
-        .get(run_keys::SANDBOX_ID)
-        .and_then(|v| v.as_str().map(str::to_owned))
-    {
-        if let Some(sb) = env.provider.get(&id) {
-            mark(&id);
-            return Ok(sb);
-        }
-    }
     if ctx.run.thread_id.is_empty() {
         return Err(fail("Error: Thread ID not available in runtime context"));
     }
-    let id = env
-        .provider
-        .acquire(Some(&ctx.run.thread_id), ctx.run.user_id.as_deref())
-        .map_err(|e| match e {
-            SandboxError::Runtime(_)
-            | SandboxError::InvalidId { .. }
-            | SandboxError::PermissionDenied(_) => fail(format!("Error: {e}")),
-            other => fail(format!(
-                "Error: Unexpected error initializing sandbox: {}: {other}",
-                other.kind_name()
-            )),
-        })?;
-    let sb = env
-        .provider
-        .get(&id)
-        .ok_or_else(|| fail(format!("Error: Sandbox {id} not found")))?;
-    mark(&id);
+    // The run key is only ever written with the derived id (here or by the SandboxMiddleware),
+    // so it is a safe per-run cache in front of `acquire`.
+    let cached = ctx
+        .run
+        .get(run_keys::SANDBOX_ID)
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .and_then(|id| env.provider.get(&id).map(|sb| (id, sb)));
+    let (id, sb) = match cached {
+        Some(found) => found,
+        None => {
+            let id = env
+                .provider
+                .acquire(Some(&ctx.run.thread_id), ctx.run.user_id.as_deref())
+                .map_err(|e| match e {
+                    SandboxError::Runtime(_)
+                    | SandboxError::InvalidId { .. }
+                    | SandboxError::PermissionDenied(_) => fail(format!("Error: {e}")),
+                    other => fail(format!(
+                        "Error: Unexpected error initializing sandbox: {}: {other}",
+                        other.kind_name()
+                    )),
+                })?;
+            let sb = env
+                .provider
+                .get(&id)
+                .ok_or_else(|| fail(format!("Error: Sandbox {id} not found")))?;
+            (id, sb)
+        }
+    };
+    let recorded = ctx
+        .state
+        .sandbox
+        .as_ref()
+        .and_then(|s| s.sandbox_id.as_deref());
+    if let Some(other) = recorded.filter(|r| *r != id) {
+        tracing::warn!(
+            thread = %ctx.run.thread_id,
+            state_sandbox = other,
+            sandbox = %id,
+            "state names a sandbox other than the run's own; ignored"
+        );
+    }
+    ctx.run.set(run_keys::SANDBOX_ID, Value::from(id.as_str()));
+    if recorded != Some(id.as_str()) {
+        // Ask the SandboxMiddleware to record the id (it will not overwrite a differing one).
+        ctx.run
+            .set(&run_keys::acquired_by(ctx.call_id), Value::Bool(true));
+    }
     Ok(sb)
 }
 
-/// Create the thread folders named in `thread_data` once per run (local sandbox only).
-pub(crate) fn ensure_thread_dirs(ctx: &ToolContext<'_>) {
-    if ctx.run.get(run_keys::THREAD_DIRS_CREATED).is_some() {
-        return;
-    }
-    if let Some(dirs) = ctx
+/// The thread folders of a local sandbox — from the sandbox itself, never `state.thread_data`.
+pub(crate) fn sandbox_paths<'a>(
+    sandbox: &'a Arc<dyn Sandbox>,
+    ctx: &ToolContext<'_>,
+) -> Step<&'a ThreadPaths> {
+    let paths = sandbox
+        .thread_paths()
+        .ok_or_else(|| fail("Error: Thread data not available for local sandbox"))?;
+    let recorded = ctx
         .state
         .thread_data
         .as_ref()
-        .and_then(ThreadDirs::from_thread_data)
-    {
-        match dirs.ensure_dirs() {
-            Ok(()) => ctx
-                .run
-                .set(run_keys::THREAD_DIRS_CREATED, Value::Bool(true)),
-            Err(e) => tracing::warn!(error = %e, "could not create the thread folders"),
-        }
+        .and_then(ThreadDirs::from_thread_data);
+    if recorded.is_some_and(|r| r != ThreadDirs::from(paths)) {
+        tracing::warn!(
+            thread = %ctx.run.thread_id,
+            "state thread_data names folders other than the run's own; ignored"
+        );
+    }
+    Ok(paths)
+}
+
+/// The run's sandbox and its thread folders, for tools that work on the folders directly.
+pub(crate) fn thread_paths(env: &ToolEnv, ctx: &ToolContext<'_>) -> Step<ThreadPaths> {
+    let sandbox = ensure_sandbox(env, ctx)?;
+    let paths = sandbox_paths(&sandbox, ctx)?.clone();
+    ensure_thread_dirs(ctx, &paths);
+    Ok(paths)
+}
+
+/// Create the sandbox's thread folders once per run (they may have been removed since the
+/// sandbox was cached).
+pub(crate) fn ensure_thread_dirs(ctx: &ToolContext<'_>, paths: &ThreadPaths) {
+    if ctx.run.get(run_keys::THREAD_DIRS_CREATED).is_some() {
+        return;
+    }
+    match paths.ensure_dirs() {
+        Ok(()) => ctx
+            .run
+            .set(run_keys::THREAD_DIRS_CREATED, Value::Bool(true)),
+        Err(e) => tracing::warn!(error = %e, "could not create the thread folders"),
     }
 }
 
@@ -181,11 +227,11 @@ impl Prepared {
 
 pub(crate) fn prepare(env: &ToolEnv, ctx: &ToolContext<'_>) -> Step<Prepared> {
     let sandbox = ensure_sandbox(env, ctx)?;
-    let local = is_local_sandbox_id(sandbox.id());
-    let policy = if local {
-        ensure_thread_dirs(ctx);
+    let policy = if is_local_sandbox_id(sandbox.id()) {
+        let paths = sandbox_paths(&sandbox, ctx)?;
+        ensure_thread_dirs(ctx, paths);
         Some(
-            LocalPolicy::new(ctx.state.thread_data.as_ref(), &env.settings)
+            LocalPolicy::for_paths(paths, &env.settings)
                 .map_err(|e| fail(format!("Error: {e}")))?,
         )
     } else {
@@ -257,3 +303,7 @@ pub(crate) fn clamp_results(v: i64, default: usize, upper: usize) -> usize {
         (v as usize).min(upper)
     }
 }
+
+#[cfg(test)]
+#[path = "env_tests.rs"]
+mod tests;

@@ -81,13 +81,13 @@ pub fn builtin_tool(use_or_name: &str, options: &Object, env: &ToolEnv) -> Optio
 }
 
 /// `present_files` (always offered to the lead agent).
-pub fn present_files_tool() -> Arc<dyn Tool> {
-    Arc::new(present_files::PresentFilesTool::new())
+pub fn present_files_tool(env: &ToolEnv) -> Arc<dyn Tool> {
+    Arc::new(present_files::PresentFilesTool::new(env.clone()))
 }
 
 /// `view_image` — register it only when the model supports vision.
 pub fn view_image_tool(env: &ToolEnv) -> Arc<dyn Tool> {
-    Arc::new(view_image::ViewImageTool::new(env.settings.clone()))
+    Arc::new(view_image::ViewImageTool::new(env.clone()))
 }
 
 /// DeerFlow's default tool set in config order (`ls read_file glob grep write_file str_replace
@@ -106,7 +106,7 @@ pub fn default_tools(env: &ToolEnv, supports_vision: bool) -> Vec<Arc<dyn Tool>>
     .iter()
     .filter_map(|n| builtin_tool(n, &Object::new(), env))
     .collect();
-    tools.push(present_files_tool());
+    tools.push(present_files_tool(env));
     if supports_vision {
         tools.push(view_image_tool(env));
     }

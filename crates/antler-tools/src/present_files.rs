@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::env::spec;
+use crate::env::{spec, Fail, ToolEnv};
 
 #[derive(Deserialize)]
 struct Args {
@@ -22,12 +22,7 @@ struct Args {
 
 pub struct PresentFilesTool {
     spec: Arc<ToolSpec>,
-}
-
-impl Default for PresentFilesTool {
-    fn default() -> Self {
-        Self::new()
-    }
+    env: ToolEnv,
 }
 
 /// Resolve one path to `/mnt/user-data/outputs/{relative}`.
@@ -67,7 +62,7 @@ fn normalize(dirs: &ThreadDirs, filepath: &str) -> Result<String, String> {
 }
 
 impl PresentFilesTool {
-    pub fn new() -> PresentFilesTool {
+    pub fn new(env: ToolEnv) -> PresentFilesTool {
         PresentFilesTool {
             spec: spec(
                 "present_files",
@@ -81,6 +76,7 @@ impl PresentFilesTool {
                 }),
                 &["filepaths"],
             ),
+            env,
         }
     }
 
@@ -90,12 +86,10 @@ impl PresentFilesTool {
                 "Thread ID is not available in runtime context or runtime config".to_owned(),
             );
         }
-        let dirs = ctx
-            .state
-            .thread_data
-            .as_ref()
-            .and_then(ThreadDirs::from_thread_data)
-            .ok_or_else(|| "Thread outputs path is not available in runtime state".to_owned())?;
+        // The run's own folders (from its sandbox), never `thread_data` from state.
+        let dirs = crate::env::thread_paths(&self.env, ctx)
+            .map(|p| ThreadDirs::from(&p))
+            .map_err(Fail::detail)?;
         a.filepaths.iter().map(|f| normalize(&dirs, f)).collect()
     }
 }

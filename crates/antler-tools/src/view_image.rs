@@ -8,12 +8,12 @@ use std::sync::Arc;
 use antler_protocol::{Message, Object, StateUpdate, ToolMessage, ToolSpec};
 use antler_runtime::{Command, Tool, ToolContext, ToolError, ToolOutput};
 use antler_sandbox::paths::{VIRTUAL_OUTPUTS, VIRTUAL_UPLOADS, VIRTUAL_WORKSPACE};
-use antler_sandbox::{LocalPolicy, SandboxSettings};
+use antler_sandbox::LocalPolicy;
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::env::{prop, spec};
+use crate::env::{prop, spec, Fail, ToolEnv};
 
 /// Largest image accepted (20 MiB).
 pub const MAX_IMAGE_BYTES: u64 = 20 * 1024 * 1024;
@@ -26,7 +26,7 @@ struct Args {
 
 pub struct ViewImageTool {
     spec: Arc<ToolSpec>,
-    settings: Arc<SandboxSettings>,
+    env: ToolEnv,
 }
 
 /// The format the bytes say, as a MIME type.
@@ -54,7 +54,7 @@ fn mime_for_ext(ext: &str) -> &'static str {
 }
 
 impl ViewImageTool {
-    pub fn new(settings: Arc<SandboxSettings>) -> ViewImageTool {
+    pub fn new(env: ToolEnv) -> ViewImageTool {
         ViewImageTool {
             spec: spec(
                 "view_image",
@@ -62,7 +62,7 @@ impl ViewImageTool {
                 json!({"image_path": prop("string", "Absolute path of the image, under /mnt/user-data/workspace, /mnt/user-data/uploads or /mnt/user-data/outputs.")}),
                 &["image_path"],
             ),
-            settings,
+            env,
         }
     }
 
@@ -74,8 +74,10 @@ impl ViewImageTool {
                 allowed.join(", ")
             ));
         }
-        let policy = LocalPolicy::new(ctx.state.thread_data.as_ref(), &self.settings)
-            .map_err(|e| e.to_string())?;
+        // The run's own folders (from its sandbox), never `thread_data` from state.
+        let paths = crate::env::thread_paths(&self.env, ctx).map_err(Fail::detail)?;
+        let policy =
+            LocalPolicy::for_paths(&paths, &self.env.settings).map_err(|e| e.to_string())?;
         policy
             .validate_tool_path(path, true)
             .map_err(|e| e.to_string())?;

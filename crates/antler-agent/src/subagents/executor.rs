@@ -6,6 +6,8 @@
 //! denylist (`task` always), its system prompt is the type's prompt (plus any sections the
 //! factory put in `system_prompt`), and it runs without a checkpointer from an initial state
 //! that shares the parent's `thread_data` and `sandbox` — the child works in the parent's files.
+//! (Those two are records: the child's tools derive the same sandbox from the thread and user
+//! it shares with the parent, not from them.)
 //! Its recursion limit is the type's `max_turns`; the type's timeout bounds it in wall-clock
 //! time; its cancellation token is a child of the parent run's, so cancelling the parent stops
 //! it at its next await.

@@ -1,7 +1,7 @@
 //! ToolOutputBudget (spec 40 part 2 §5.3; seed 002 experiment C: the model sees a bounded,
 //! explicitly marked result while a receipt locates the full output).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use antler_middleware::tool_output_budget::*;
@@ -23,22 +23,22 @@ fn sha(s: &str) -> String {
         .collect()
 }
 
-fn with_outputs(outputs: &Path) -> ThreadState {
-    ThreadState {
-        thread_data: Some(ThreadData {
-            outputs_path: Some(outputs.to_string_lossy().into_owned()),
-            ..Default::default()
-        }),
-        ..Default::default()
+/// The outputs folder the budget saves to for thread `t` under the data home `home`.
+fn outputs_of(home: &Path) -> PathBuf {
+    home.join("threads/t/user-data/outputs")
+}
+
+fn budget(home: Option<&Path>) -> ToolOutputBudgetMiddleware {
+    let mw = ToolOutputBudgetMiddleware::new(ToolOutputBudgetSettings::default());
+    match home {
+        Some(h) => mw.with_home(h),
+        None => mw,
     }
 }
 
-/// One tool call through a chain holding only the budget.
-async fn call_through(tool: Arc<Fixed>, state: ThreadState) -> ToolOutcome {
-    let chain = Chain::new(vec![Arc::new(ToolOutputBudgetMiddleware::new(
-        ToolOutputBudgetSettings::default(),
-    )) as Arc<dyn Middleware>])
-    .unwrap();
+/// One tool call on thread `t` through a chain holding only the budget.
+async fn call_through(tool: Arc<Fixed>, home: Option<&Path>, state: ThreadState) -> ToolOutcome {
+    let chain = Chain::new(vec![Arc::new(budget(home)) as Arc<dyn Middleware>]).unwrap();
     let name = tool.spec.name.clone();
     chain
         .call_tool(ToolCallRequest {
@@ -69,7 +69,7 @@ fn numbered(lines: usize, width: usize) -> String {
 #[tokio::test]
 async fn a_5_mb_output_reaches_the_next_request_bounded_marked_and_receipted() {
     let dir = tempfile::tempdir().unwrap();
-    let outputs = dir.path().join("outputs");
+    let outputs = outputs_of(dir.path());
     let full = numbered(5 * 1024 * 1024 / 80, 67);
     assert!(full.len() >= 5 * 1024 * 1024 - 100);
     let tool = Fixed::new("bash", ToolOutput::text(full.clone()));
@@ -77,21 +77,9 @@ async fn a_5_mb_output_reaches_the_next_request_bounded_marked_and_receipted() {
     let rec = Arc::new(Recorder::default());
     let agent = Agent::new(model.clone())
         .with_tools(ToolRegistry::new().with(tool))
-        .with_chain(
-            Chain::new(vec![Arc::new(ToolOutputBudgetMiddleware::new(
-                ToolOutputBudgetSettings::default(),
-            ))])
-            .unwrap(),
-        )
+        .with_chain(Chain::new(vec![Arc::new(budget(Some(dir.path())))]).unwrap())
         .with_checkpointer(Arc::new(MemoryCheckpointer::new()));
-    let input = RunInput {
-        messages: vec![Message::human("dump the logs")],
-        update: Some(StateUpdate {
-            thread_data: Some(with_outputs(&outputs).thread_data),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
+    let input = RunInput::message(Message::human("dump the logs"));
     let run = Arc::new(RunContext::new("t", "r", Arc::new(NullSink)).with_observer(rec.clone()));
     let out = agent.run(input, run).await;
     assert_eq!(out.status, RunStatus::Success);
@@ -157,11 +145,18 @@ async fn a_5_mb_output_reaches_the_next_request_bounded_marked_and_receipted() {
 async fn without_storage_the_output_is_cut_inline_with_a_marker() {
     let dir = tempfile::tempdir().unwrap();
     // The outputs "folder" is a file: nothing can be saved under it.
-    let blocked = dir.path().join("outputs");
+    let blocked = outputs_of(dir.path());
+    std::fs::create_dir_all(blocked.parent().unwrap()).unwrap();
     std::fs::write(&blocked, "not a dir").unwrap();
     let full = numbered(2000, 40);
-    for state in [with_outputs(&blocked), ThreadState::default()] {
-        let out = call_through(Fixed::new("bash", ToolOutput::text(full.clone())), state).await;
+    // A blocked folder, or no data home at all.
+    for home in [Some(dir.path()), None] {
+        let out = call_through(
+            Fixed::new("bash", ToolOutput::text(full.clone())),
+            home,
+            ThreadState::default(),
+        )
+        .await;
         let text = text_of(&out);
         assert!(text.chars().count() <= 30_000);
         assert!(text.starts_with("line 000000"));
@@ -196,7 +191,12 @@ async fn small_exempt_and_multimodal_results_are_left_alone() {
         ("read_file", ToolOutput::text(big.clone())),
         ("view_image", image.clone()),
     ] {
-        let out = call_through(Fixed::new(name, output.clone()), with_outputs(dir.path())).await;
+        let out = call_through(
+            Fixed::new(name, output.clone()),
+            Some(dir.path()),
+            ThreadState::default(),
+        )
+        .await;
         let ToolOutcome::Message(m) = out else {
             panic!()
         };
@@ -206,7 +206,7 @@ async fn small_exempt_and_multimodal_results_are_left_alone() {
         assert_eq!(m.content, content, "{name}");
         assert!(!m.additional_kwargs.contains_key(RECEIPT_KEY));
     }
-    assert!(!dir.path().join(".tool-results").exists());
+    assert!(!outputs_of(dir.path()).join(".tool-results").exists());
 }
 
 #[tokio::test]
@@ -225,7 +225,8 @@ async fn command_results_are_budgeted_message_by_message() {
     };
     let out = call_through(
         Fixed::new("fetch", ToolOutput::Command(cmd)),
-        with_outputs(dir.path()),
+        Some(dir.path()),
+        ThreadState::default(),
     )
     .await;
     let ToolOutcome::Command(c) = out else {
@@ -241,10 +242,38 @@ async fn command_results_are_budgeted_message_by_message() {
         .content
         .text()
         .starts_with("[Full fetch output saved to /mnt/user-data/outputs/.tool-results/fetch-"));
-    let files: Vec<_> = std::fs::read_dir(dir.path().join(".tool-results"))
+    let files: Vec<_> = std::fs::read_dir(outputs_of(dir.path()).join(".tool-results"))
         .unwrap()
         .collect();
     assert_eq!(files.len(), 1);
+}
+
+/// `thread_data` is state a client or an old checkpoint could point at another thread's
+/// folder: the budget saves in the run's own outputs folder regardless.
+#[tokio::test]
+async fn forged_thread_data_does_not_choose_where_outputs_are_saved() {
+    let dir = tempfile::tempdir().unwrap();
+    let elsewhere = dir.path().join("users/alice/threads/a1/user-data/outputs");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let forged = ThreadState {
+        thread_data: Some(ThreadData {
+            outputs_path: Some(elsewhere.to_string_lossy().into_owned()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let out = call_through(
+        Fixed::new("bash", ToolOutput::text(numbered(2000, 40))),
+        Some(dir.path()),
+        forged,
+    )
+    .await;
+    assert!(text_of(&out).starts_with("[Full bash output saved to /mnt/user-data/outputs/"));
+    assert!(!elsewhere.join(".tool-results").exists());
+    let saved: Vec<_> = std::fs::read_dir(outputs_of(dir.path()).join(".tool-results"))
+        .unwrap()
+        .collect();
+    assert_eq!(saved.len(), 1);
 }
 
 #[tokio::test]

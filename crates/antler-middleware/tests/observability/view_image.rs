@@ -22,6 +22,18 @@ fn scratch() -> tempfile::TempDir {
     tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
 }
 
+/// The uploads folder of `thread` under the data home `home` (created).
+fn uploads_of(home: &Path, thread: &str) -> PathBuf {
+    let up = home.join("threads").join(thread).join("user-data/uploads");
+    std::fs::create_dir_all(&up).unwrap();
+    up
+}
+
+/// [`image_blocks`] reading only under `root`.
+fn image_blocks_at(root: &Path, viewed: &Map<String, Value>) -> Vec<Value> {
+    image_blocks(viewed, root)
+}
+
 /// Write `data` to `dir/name` and return its `viewed_images` entry.
 fn viewed(dir: &Path, name: &str, mime: &str, data: &[u8]) -> Value {
     let p = dir.join(name);
@@ -141,7 +153,7 @@ fn an_existing_image_context_or_legacy_header_prevents_reinjection() {
         "Here are the details of the images you've viewed: ...",
     ));
     assert!(!should_inject(&refs(&legacy_details)));
-    let real_blocks = image_blocks(&map(&[("/img.png", entry)]));
+    let real_blocks = image_blocks_at(dir.path(), &map(&[("/img.png", entry)]));
     let list = base(human_with(Content::Blocks(real_blocks.clone())));
     assert!(!should_inject(&refs(&list)));
     let marked = base(antler_middleware::view_image::image_context_message(
@@ -155,14 +167,17 @@ fn an_existing_image_context_or_legacy_header_prevents_reinjection() {
 #[test]
 fn content_blocks_for_no_one_and_several_images() {
     assert_eq!(
-        image_blocks(&Map::new()),
+        image_blocks(&Map::new(), Path::new("/nonexistent")),
         vec![json!({"type": "text", "text": NO_IMAGES_TEXT})]
     );
     let dir = scratch();
-    let one = image_blocks(&map(&[(
-        "/path/to/cat.png",
-        viewed(dir.path(), "cat.png", "image/png", PNG),
-    )]));
+    let one = image_blocks_at(
+        dir.path(),
+        &map(&[(
+            "/path/to/cat.png",
+            viewed(dir.path(), "cat.png", "image/png", PNG),
+        )]),
+    );
     assert_eq!(one.len(), 3);
     assert_eq!(one[0], json!({"type": "text", "text": HEADER_TEXT}));
     assert_eq!(
@@ -174,26 +189,29 @@ fn content_blocks_for_no_one_and_several_images() {
     assert!(url.starts_with("data:image/png;base64,"));
     assert_eq!(b64_of(url), "iVBORw0KGgoAAAANSUhEUg==");
 
-    let several = image_blocks(&map(&[
-        (
-            "/a.png",
-            viewed(
-                dir.path(),
-                "a.png",
-                "image/png",
-                b"\x89PNG\r\n\x1a\nfake-png",
+    let several = image_blocks_at(
+        dir.path(),
+        &map(&[
+            (
+                "/a.png",
+                viewed(
+                    dir.path(),
+                    "a.png",
+                    "image/png",
+                    b"\x89PNG\r\n\x1a\nfake-png",
+                ),
             ),
-        ),
-        (
-            "/b.jpg",
-            viewed(
-                dir.path(),
-                "b.jpg",
-                "image/jpeg",
-                b"\xff\xd8\xff\xe0fake-jpeg",
+            (
+                "/b.jpg",
+                viewed(
+                    dir.path(),
+                    "b.jpg",
+                    "image/jpeg",
+                    b"\xff\xd8\xff\xe0fake-jpeg",
+                ),
             ),
-        ),
-    ]));
+        ]),
+    );
     assert_eq!(several.len(), 5);
     let urls: Vec<&str> = several
         .iter()
@@ -221,10 +239,13 @@ fn the_image_block_is_omitted_when_the_file_is_unusable() {
     };
     // Missing.
     let missing = dir.path().join("nonexistent.png");
-    let blocks = image_blocks(&map(&[(
-        "/broken.png",
-        json!({"mime_type": "image/png", "size": 0, "actual_path": missing}),
-    )]));
+    let blocks = image_blocks_at(
+        dir.path(),
+        &map(&[(
+            "/broken.png",
+            json!({"mime_type": "image/png", "size": 0, "actual_path": missing}),
+        )]),
+    );
     assert_eq!(blocks.len(), 3);
     assert!(no_image(&blocks));
     assert_eq!(
@@ -246,20 +267,23 @@ fn the_image_block_is_omitted_when_the_file_is_unusable() {
         b"much-much-much-larger-content-bytes",
     )
     .unwrap();
-    let blocks = image_blocks(&map(&[("/shrinking.png", entry)]));
+    let blocks = image_blocks_at(dir.path(), &map(&[("/shrinking.png", entry)]));
     assert!(no_image(&blocks));
     assert_eq!(unavailable(&blocks), 1);
     // Grown past the 20 MiB cap (recorded size matches, so only the cap stops it).
     let big = vec![b'y'; 21 * 1024 * 1024];
     let entry = viewed(dir.path(), "huge.png", "image/png", &big);
-    let blocks = image_blocks(&map(&[("/huge.png", entry)]));
+    let blocks = image_blocks_at(dir.path(), &map(&[("/huge.png", entry)]));
     assert!(no_image(&blocks));
     // Not a regular file (unreadable as an image).
     std::fs::create_dir(dir.path().join("dir.png")).unwrap();
-    let blocks = image_blocks(&map(&[(
-        "/dir.png",
-        json!({"mime_type": "image/png", "size": 0, "actual_path": dir.path().join("dir.png")}),
-    )]));
+    let blocks = image_blocks_at(
+        dir.path(),
+        &map(&[(
+            "/dir.png",
+            json!({"mime_type": "image/png", "size": 0, "actual_path": dir.path().join("dir.png")}),
+        )]),
+    );
     assert!(no_image(&blocks));
     assert_eq!(unavailable(&blocks), 1);
 }
@@ -269,7 +293,7 @@ fn unknown_mime_when_missing() {
     let dir = scratch();
     let mut entry = viewed(dir.path(), "mystery.bin", "x", PNG);
     entry.as_object_mut().unwrap().remove("mime_type");
-    let blocks = image_blocks(&map(&[("/mystery.bin", entry)]));
+    let blocks = image_blocks_at(dir.path(), &map(&[("/mystery.bin", entry)]));
     let described: Vec<&Value> = blocks
         .iter()
         .filter(|b| {
@@ -284,8 +308,9 @@ fn unknown_mime_when_missing() {
 
 #[tokio::test]
 async fn before_model_injects_a_hidden_marked_message() {
-    let dir = scratch();
-    let mw = ViewImageMiddleware::new();
+    let home = scratch();
+    let up = uploads_of(home.path(), "t");
+    let mw = ViewImageMiddleware::new(home.path());
     let run = run_ctx("t", "r");
     let none = mw
         .before_model(&state(vec![Message::human("hi")]), &run)
@@ -295,7 +320,7 @@ async fn before_model_injects_a_hidden_marked_message() {
 
     let s = completed_state(map(&[(
         "/img.png",
-        viewed(dir.path(), "img.png", "image/png", PNG),
+        viewed(&up, "img.png", "image/png", PNG),
     )]));
     let msgs = update_messages(&mw.before_model(&s, &run).await.unwrap().update);
     assert_eq!(msgs.len(), 1);
@@ -319,10 +344,11 @@ async fn before_model_injects_a_hidden_marked_message() {
 async fn a_cleared_viewed_images_map_injects_the_placeholder() {
     // The reducer's `{}` rule clears every entry; a later completed view_image turn then says
     // nothing was viewed instead of failing.
-    let dir = scratch();
+    let home = scratch();
+    let up = uploads_of(home.path(), "t");
     let mut s = completed_state(map(&[(
         "/img.png",
-        viewed(dir.path(), "img.png", "image/png", PNG),
+        viewed(&up, "img.png", "image/png", PNG),
     )]));
     s.apply(StateUpdate {
         viewed_images: Some(Map::new()),
@@ -331,7 +357,7 @@ async fn a_cleared_viewed_images_map_injects_the_placeholder() {
     .unwrap();
     assert!(s.viewed_images.is_empty());
     let msgs = update_messages(
-        &ViewImageMiddleware::new()
+        &ViewImageMiddleware::new(home.path())
             .before_model(&s, &run_ctx("t", "r"))
             .await
             .unwrap()
@@ -345,12 +371,13 @@ async fn a_cleared_viewed_images_map_injects_the_placeholder() {
 
 #[tokio::test]
 async fn after_model_removes_only_marked_messages() {
-    let dir = scratch();
-    let mw = ViewImageMiddleware::new();
+    let home = scratch();
+    let up = uploads_of(home.path(), "t");
+    let mw = ViewImageMiddleware::new(home.path());
     let run = run_ctx("t", "r");
     let mut s = completed_state(map(&[(
         "/img.png",
-        viewed(dir.path(), "img.png", "image/png", PNG),
+        viewed(&up, "img.png", "image/png", PNG),
     )]));
     let injected = mw.before_model(&s, &run).await.unwrap().update.unwrap();
     let injected_id = update_messages(&Some(injected.clone()))[0]
@@ -381,11 +408,58 @@ async fn after_model_removes_only_marked_messages() {
     assert_eq!(mw.after_model(&s, &run).await.unwrap().update, None);
 }
 
+/// `viewed_images` is state: an entry naming a file outside the run's own thread folders
+/// (another user's thread, an arbitrary host file, a symlink out) is reported, never read.
+#[tokio::test]
+async fn images_outside_the_runs_thread_folders_are_never_read() {
+    let home = scratch();
+    let mine = uploads_of(home.path(), "t");
+    let theirs = uploads_of(&home.path().join("users/alice"), "t");
+    let outside = scratch();
+    let out = viewed(outside.path(), "out.png", "image/png", PNG);
+    std::os::unix::fs::symlink(outside.path().join("out.png"), mine.join("link.png")).unwrap();
+    let link =
+        json!({"mime_type": "image/png", "size": PNG.len(), "actual_path": mine.join("link.png")});
+    let s = completed_state(map(&[
+        (
+            "/mnt/user-data/uploads/mine.png",
+            viewed(&mine, "mine.png", "image/png", PNG),
+        ),
+        (
+            "/mnt/user-data/uploads/theirs.png",
+            viewed(&theirs, "theirs.png", "image/png", PNG),
+        ),
+        ("/mnt/user-data/uploads/out.png", out),
+        ("/mnt/user-data/uploads/link.png", link),
+    ]));
+    let msgs = update_messages(
+        &ViewImageMiddleware::new(home.path())
+            .before_model(&s, &run_ctx("t", "r"))
+            .await
+            .unwrap()
+            .update,
+    );
+    let Content::Blocks(blocks) = msgs[0].content() else {
+        panic!("expected blocks");
+    };
+    let images = blocks.iter().filter(|b| b["type"] == "image_url").count();
+    assert_eq!(images, 1, "{blocks:?}");
+    let unavailable = blocks
+        .iter()
+        .filter(|b| {
+            b["text"]
+                .as_str()
+                .is_some_and(|t| t.contains("file unavailable or changed on disk"))
+        })
+        .count();
+    assert_eq!(unavailable, 3, "{blocks:?}");
+}
+
 /// Lead agent whose model views an image, then calls another tool, then answers.
 #[tokio::test]
 async fn the_image_reaches_the_next_request_once_and_is_never_persisted() {
-    let dir = scratch();
-    let host = dir.path().join("img.png");
+    let home = scratch();
+    let host = uploads_of(home.path(), "thread-img").join("img.png");
     std::fs::write(&host, PNG).unwrap();
     let cp: Arc<dyn Checkpointer> = Arc::new(MemoryCheckpointer::new());
     let lead = Arc::new(ScriptedModel::new([
@@ -405,7 +479,7 @@ async fn the_image_reaches_the_next_request_once_and_is_never_persisted() {
         .with(EchoTool::new("ls"));
     let agent = Agent::new(lead.clone())
         .with_tools(tools)
-        .with_chain(Chain::new(vec![Arc::new(ViewImageMiddleware::new())]).unwrap())
+        .with_chain(Chain::new(vec![Arc::new(ViewImageMiddleware::new(home.path()))]).unwrap())
         .with_checkpointer(cp.clone());
     let run = Arc::new(run_ctx("thread-img", "run-1"));
     let out = agent

@@ -16,7 +16,7 @@ use crate::access::{self, owned_thread};
 use crate::error::{ApiError, ApiResult};
 use crate::extract::JsonBody;
 use crate::feed::run_durations;
-use crate::runs::body::{parse_channels, parse_messages};
+use crate::runs::body::{parse_channels, parse_messages, reject_server_channels};
 use crate::runs::Busy;
 use crate::{wire, AppState, User};
 
@@ -329,7 +329,8 @@ struct UpdateStateBody {
     checkpoint_id: Option<String>,
 }
 
-/// T7 `POST /threads/{id}/state`: replace the given channels in a new checkpoint.
+/// T7 `POST /threads/{id}/state`: replace the given channels in a new checkpoint. `sandbox` and
+/// `thread_data` are the server's (422).
 pub async fn update_state(
     State(state): State<AppState>,
     user: User,
@@ -344,6 +345,7 @@ pub async fn update_state(
         Some(_) => return Err(ApiError::unprocessable("'values' must be an object")),
     };
     // Validate before taking the thread.
+    reject_server_channels(&values, "values")?;
     parse_channels(&values)?;
     let new_messages = match values.get("messages") {
         None => None,

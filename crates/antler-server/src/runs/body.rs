@@ -22,7 +22,8 @@ pub const ALLOWED_MODES: [&str; 7] = [
     "debug",
 ];
 
-/// Channels of the serialized state a client may write (spec 70 §2.4).
+/// Channels of the serialized state (spec 70 §2.4). Clients may write all of them but
+/// [`SERVER_CHANNELS`].
 pub const STATE_CHANNELS: [&str; 14] = [
     "messages",
     "title",
@@ -39,6 +40,11 @@ pub const STATE_CHANNELS: [&str; 14] = [
     "skill_context",
     "background_tasks",
 ];
+
+/// Channels only the server writes: they record the run's sandbox and thread folders, which are
+/// derived from the authenticated user and the thread. A client naming them is refused (422)
+/// rather than ignored — no legitimate client sends them (the UI only writes `title`).
+pub const SERVER_CHANNELS: [&str; 2] = ["sandbox", "thread_data"];
 
 /// `additional_kwargs` keys only the server may set on incoming messages (spec 10 §1.4 rule 5).
 const SERVER_OWNED_KWARGS: [&str; 4] = [
@@ -216,6 +222,26 @@ pub fn parse_messages(v: &Value, field: &str) -> Result<Vec<Message>, ApiError> 
     Ok(out)
 }
 
+/// 422 when `values` (the body field `field`: `values` or `input`) names a server-owned
+/// channel, whatever its value (even `null`).
+pub fn reject_server_channels(values: &Map<String, Value>, field: &str) -> Result<(), ApiError> {
+    let named: Vec<String> = SERVER_CHANNELS
+        .iter()
+        .filter(|c| values.contains_key(**c))
+        .map(|c| format!("{field}.{c}"))
+        .collect();
+    match named.as_slice() {
+        [] => Ok(()),
+        [one] => Err(ApiError::unprocessable(format!(
+            "{one} is set by the server and cannot be written by clients"
+        ))),
+        many => Err(ApiError::unprocessable(format!(
+            "{} are set by the server and cannot be written by clients",
+            many.join(", ")
+        ))),
+    }
+}
+
 /// The non-message channels of an input or state update as a typed update; unknown channel
 /// names are 422.
 pub fn parse_channels(values: &Map<String, Value>) -> Result<Option<StateUpdate>, ApiError> {
@@ -385,6 +411,7 @@ pub fn parse_run_request(body: Value, path_thread: Option<&str>) -> Result<RunRe
     let (messages, update) = match &raw_input {
         Value::Null => (Vec::new(), None),
         Value::Object(o) => {
+            reject_server_channels(o, "input")?;
             let update = parse_channels(o)?;
             let messages = match o.get("messages") {
                 None | Some(Value::Null) => Vec::new(),
@@ -607,6 +634,26 @@ mod tests {
             status(json!({"checkpoint": {"thread_id": "other", "checkpoint_id": "c"}})),
             Some(400)
         );
+    }
+
+    #[test]
+    fn server_channels_in_the_input_are_422_naming_them() {
+        let detail = |v: Value| parse(v).err().map(|e| (e.status.as_u16(), e.detail));
+        assert_eq!(
+            detail(json!({"input": {"messages": [], "sandbox": null}})),
+            Some((
+                422,
+                json!("input.sandbox is set by the server and cannot be written by clients")
+            ))
+        );
+        assert_eq!(
+            detail(json!({"input": {"thread_data": {}, "sandbox": {"sandbox_id": "local:x"}}})),
+            Some((
+                422,
+                json!("input.sandbox, input.thread_data are set by the server and cannot be written by clients")
+            ))
+        );
+        assert!(parse(json!({"input": {"messages": [], "title": "t"}})).is_ok());
     }
 
     #[test]

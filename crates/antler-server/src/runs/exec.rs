@@ -370,7 +370,8 @@ async fn execute(
         return;
     }
 
-    let agent = match state.app.lead_agent(&plan.options) {
+    // Custom agents are looked up for the authenticated user (their own folder, then shared).
+    let agent = match state.app.lead_agent_for(&plan.options, plan.user.fs_id()) {
         Ok(a) => a,
         Err(e) => {
             finalize(&state, &handle, Final::failed("AgentError", e.to_string())).await;

@@ -72,6 +72,8 @@ pub struct Options {
     pub open: bool,
     pub yaml_uploads: Option<(u64, u64, u64)>,
     pub hook: Option<antler_server::AgentHook>,
+    /// Tools offered besides `ls` (config `tools:` entries).
+    pub extra_tools: Vec<ToolConfig>,
 }
 
 impl Default for Options {
@@ -84,6 +86,7 @@ impl Default for Options {
             open: true,
             yaml_uploads: None,
             hook: None,
+            extra_tools: Vec::new(),
         }
     }
 }
@@ -142,7 +145,9 @@ impl TestServer {
         if opts.open {
             model.open(Semaphore::MAX_PERMITS / 2);
         }
-        let app = App::open(test_config(opts.yaml_uploads), home.path())
+        let mut config = test_config(opts.yaml_uploads);
+        config.tools.extend(opts.extra_tools);
+        let app = App::open(config, home.path())
             .unwrap()
             .with_model_override(model.clone());
         let mut server = Server::new(Arc::new(app), opts.config);

@@ -358,3 +358,319 @@ fn binding_beyond_loopback_needs_a_key() {
     };
     assert!(keyed.validate().is_ok());
 }
+
+// ---------------------------------------------------------------- sandbox isolation
+
+const SECRET: &str = "ALICE-SECRET-4242";
+
+/// Two keyed users with the file tools, the model scripted for: Alice saves a secret (two
+/// replies), then Bob reads her file's virtual path and writes one of his own (two replies).
+async fn keyed_with_files() -> TestServer {
+    let replies = vec![
+        ScriptedReply::tool_call(
+            "alice-w",
+            "write_file",
+            json!({"description": "save", "path": "/mnt/user-data/workspace/secret.txt", "content": SECRET}),
+        ),
+        ScriptedReply::text("saved"),
+        ScriptedReply::tool_calls([
+            (
+                "bob-r".to_owned(),
+                "read_file".to_owned(),
+                json!({"description": "peek", "path": "/mnt/user-data/workspace/secret.txt"}),
+            ),
+            (
+                "bob-w".to_owned(),
+                "write_file".to_owned(),
+                json!({"description": "drop", "path": "/mnt/user-data/workspace/x", "content": "from bob"}),
+            ),
+        ]),
+        ScriptedReply::text("done"),
+    ];
+    TestServer::start_with(
+        replies,
+        Options {
+            config: ServerConfig {
+                api_keys: vec![
+                    ApiKey {
+                        key: ALICE.into(),
+                        user_id: "alice".into(),
+                    },
+                    ApiKey {
+                        key: BOB.into(),
+                        user_id: "bob".into(),
+                    },
+                ],
+                ..Options::default().config
+            },
+            extra_tools: vec![
+                antler_config::ToolConfig::new(
+                    "read_file",
+                    "file:read",
+                    "deerflow.sandbox.tools:read_file_tool",
+                ),
+                antler_config::ToolConfig::new(
+                    "write_file",
+                    "file:write",
+                    "deerflow.sandbox.tools:write_file_tool",
+                ),
+            ],
+            ..Options::default()
+        },
+    )
+    .await
+}
+
+/// The content of the tool message answering `call_id` in a `values` object.
+fn tool_text(values: &Value, call_id: &str) -> String {
+    let m = values["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["type"] == "tool" && m["tool_call_id"] == call_id)
+        .unwrap_or_else(|| panic!("no tool message for {call_id}: {values}"));
+    match &m["content"] {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Alice and Bob each create a thread (`a1`, `b1`); Alice saves a secret in her workspace
+/// through a run. Returns her sandbox id and thread folders as her state records them.
+async fn alice_saves_a_secret(s: &TestServer) -> (String, Value) {
+    for (key, thread) in [(ALICE, "a1"), (BOB, "b1")] {
+        let (code, _) = call(
+            s,
+            "POST",
+            "/api/threads",
+            Some(key),
+            Some(json!({"thread_id": thread})),
+        )
+        .await;
+        assert_eq!(code, 200);
+    }
+    let (code, done) = call(
+        s,
+        "POST",
+        "/api/threads/a1/runs/wait",
+        Some(ALICE),
+        Some(json!({"input": say("keep this safe")})),
+    )
+    .await;
+    assert_eq!(code, 200, "{done}");
+    let alice_ws = s
+        .home
+        .path()
+        .join("users/alice/threads/a1/user-data/workspace");
+    assert_eq!(
+        std::fs::read_to_string(alice_ws.join("secret.txt")).unwrap(),
+        SECRET
+    );
+    let alice_sandbox = done["sandbox"]["sandbox_id"].as_str().unwrap().to_owned();
+    assert_eq!(alice_sandbox, "local:alice:a1");
+    let alice_data = done["thread_data"].clone();
+    assert!(alice_data["workspace_path"].is_string(), "{done}");
+    (alice_sandbox, alice_data)
+}
+
+#[tokio::test]
+async fn clients_cannot_write_the_sandbox_or_thread_folders() {
+    let s = keyed_with_files().await;
+    let (alice_sandbox, alice_data) = alice_saves_a_secret(&s).await;
+
+    // State updates may not name a sandbox or thread folders.
+    for (field, value) in [
+        ("sandbox", json!({"sandbox_id": alice_sandbox})),
+        ("thread_data", alice_data.clone()),
+    ] {
+        let (code, e) = call(
+            &s,
+            "POST",
+            "/api/threads/b1/state",
+            Some(BOB),
+            Some(json!({"values": {field: value, "title": "mine"}})),
+        )
+        .await;
+        assert_eq!(code, 422, "{field}: {e}");
+        assert_eq!(
+            e,
+            json!({"detail": format!("values.{field} is set by the server and cannot be written by clients")})
+        );
+    }
+    // Nor may a run's input.
+    for (field, value) in [
+        ("sandbox", json!({"sandbox_id": alice_sandbox})),
+        ("thread_data", alice_data.clone()),
+    ] {
+        let mut input = say("read her files");
+        input[field] = value;
+        for route in ["runs/wait", "runs/stream", "runs"] {
+            let (code, e) = call(
+                &s,
+                "POST",
+                &format!("/api/threads/b1/{route}"),
+                Some(BOB),
+                Some(json!({"input": input})),
+            )
+            .await;
+            assert_eq!(code, 422, "{route} {field}: {e}");
+            assert_eq!(
+                e,
+                json!({"detail": format!("input.{field} is set by the server and cannot be written by clients")})
+            );
+        }
+    }
+    let (code, e) = call(
+        &s,
+        "POST",
+        "/api/runs/wait",
+        Some(BOB),
+        Some(json!({"input": {"messages": [], "sandbox": {"sandbox_id": alice_sandbox}}})),
+    )
+    .await;
+    assert_eq!(code, 422, "{e}");
+    // Nothing of it reached Bob's thread, and no run was admitted.
+    let (_, st) = call(&s, "GET", "/api/threads/b1/state", Some(BOB), None).await;
+    assert_eq!(st["values"]["sandbox"], Value::Null, "{st}");
+    assert_eq!(st["values"]["thread_data"], Value::Null, "{st}");
+    assert_eq!(st["values"]["title"], Value::Null, "{st}");
+    let (_, runs) = call(&s, "GET", "/api/threads/b1/runs", Some(BOB), None).await;
+    assert_eq!(runs, json!([]));
+}
+
+/// The depth test: a checkpoint that holds Alice's sandbox and folders anyway (legacy or
+/// corrupted, written past the HTTP checks) is not trusted — Bob's tools work in the sandbox
+/// derived from (bob, b1).
+#[tokio::test]
+async fn a_forged_checkpoint_does_not_reach_another_users_sandbox() {
+    let s = keyed_with_files().await;
+    let (alice_sandbox, alice_data) = alice_saves_a_secret(&s).await;
+    let home = s.home.path().to_owned();
+    let alice_ws = home.join("users/alice/threads/a1/user-data/workspace");
+    let bob_ws = home.join("users/bob/threads/b1/user-data/workspace");
+
+    let store = &s.state.app.store;
+    let head = store.latest_checkpoint("b1").await.unwrap().unwrap();
+    let mut forged = head.state.clone();
+    forged.sandbox = Some(antler_protocol::SandboxState {
+        sandbox_id: Some(alice_sandbox.clone()),
+    });
+    forged.thread_data = Some(serde_json::from_value(alice_data.clone()).unwrap());
+    store
+        .put_checkpoint(antler_runtime::CheckpointWrite {
+            meta: antler_runtime::CheckpointMeta {
+                thread_id: "b1".into(),
+                checkpoint_id: uuid::Uuid::now_v7().to_string(),
+                parent_id: Some(head.meta.checkpoint_id.clone()),
+                step: head.meta.step + 1,
+                created_at: antler_runtime::now_rfc3339(),
+                metadata: json!({"source": "update", "step": head.meta.step + 1}),
+            },
+            changes: Vec::new(),
+            fields: Some(forged.fields_value()),
+        })
+        .await
+        .unwrap();
+    let (_, st) = call(&s, "GET", "/api/threads/b1/state", Some(BOB), None).await;
+    assert_eq!(st["values"]["sandbox"]["sandbox_id"], json!(alice_sandbox));
+
+    let (code, done) = call(
+        &s,
+        "POST",
+        "/api/threads/b1/runs/wait",
+        Some(BOB),
+        Some(json!({"input": say("read her files")})),
+    )
+    .await;
+    assert_eq!(code, 200, "{done}");
+    let read = tool_text(&done, "bob-r");
+    assert!(!read.contains(SECRET), "Bob read Alice's file: {read}");
+    assert!(read.starts_with("Error:"), "{read}");
+    assert!(
+        !alice_ws.join("x").exists(),
+        "Bob's write landed in Alice's workspace"
+    );
+    assert_eq!(
+        std::fs::read_to_string(bob_ws.join("x")).unwrap(),
+        "from bob"
+    );
+    assert_eq!(
+        std::fs::read_to_string(alice_ws.join("secret.txt")).unwrap(),
+        SECRET
+    );
+    // The informational thread folders are Bob's again after the run.
+    let ws = done["thread_data"]["workspace_path"].as_str().unwrap();
+    assert!(
+        ws.ends_with("users/bob/threads/b1/user-data/workspace"),
+        "{ws}"
+    );
+}
+
+/// A named user's custom agents (`users/{id}/agents/{name}/`) are looked up for the
+/// authenticated user only: their owner can run them, nobody else can reach them by
+/// `assistant_id` or by `context.agent_name`.
+#[tokio::test]
+async fn per_user_agents_belong_to_their_owner() {
+    let s = keyed().await;
+    s.model.push(ScriptedReply::text("as scribe"));
+    let dir = s.home.path().join("users/bob/agents/scribe");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("config.yaml"), "name: scribe\n").unwrap();
+    for (key, thread) in [(ALICE, "a1"), (BOB, "b1")] {
+        let (code, _) = call(
+            &s,
+            "POST",
+            "/api/threads",
+            Some(key),
+            Some(json!({"thread_id": thread})),
+        )
+        .await;
+        assert_eq!(code, 200);
+    }
+    let status_of_last = |thread: &'static str, key: &'static str| {
+        let s = &s;
+        async move {
+            let (_, runs) = call(
+                s,
+                "GET",
+                &format!("/api/threads/{thread}/runs"),
+                Some(key),
+                None,
+            )
+            .await;
+            runs[0]["status"].as_str().unwrap().to_owned()
+        }
+    };
+    // Bob runs his own agent.
+    let (code, e) = call(
+        &s,
+        "POST",
+        "/api/threads/b1/runs/wait",
+        Some(BOB),
+        Some(json!({"input": say("hi"), "assistant_id": "scribe"})),
+    )
+    .await;
+    assert_eq!(code, 200, "{e}");
+    assert_eq!(status_of_last("b1", BOB).await, "success");
+    // Alice cannot name it as an assistant…
+    let (code, _) = call(
+        &s,
+        "POST",
+        "/api/threads/a1/runs/wait",
+        Some(ALICE),
+        Some(json!({"input": say("hi"), "assistant_id": "scribe"})),
+    )
+    .await;
+    assert_eq!(code, 404);
+    // …nor load it through the run context.
+    let (code, _) = call(
+        &s,
+        "POST",
+        "/api/threads/a1/runs/wait",
+        Some(ALICE),
+        Some(json!({"input": say("hi"), "context": {"agent_name": "scribe"}})),
+    )
+    .await;
+    assert_eq!(code, 200);
+    assert_eq!(status_of_last("a1", ALICE).await, "error");
+}
