@@ -15,12 +15,15 @@
 //! reducer's `{}` clear rule stays available to others), so a later turn resends every image
 //! viewed in the thread, as DeerFlow does.
 
+use std::io::Read;
 use std::path::Path;
 
 use antler_protocol::{
     AiMessage, Content, HumanMessage, Message, Object, StateUpdate, ThreadState,
 };
 use antler_runtime::{HookOutput, HookSet, Middleware, MiddlewareError, RunContext};
+use antler_sandbox::paths::ThreadDirs;
+use antler_sandbox::ThreadRoots;
 use async_trait::async_trait;
 use serde_json::{json, Map, Value};
 
@@ -159,8 +162,33 @@ pub fn read_data_url(actual_path: &str, mime_type: &str, expected_size: u64) -> 
     Some(format!("data:{mime_type};base64,{}", base64(&bytes)))
 }
 
-/// Content blocks describing every viewed image, with the bytes read from disk now.
-pub fn image_blocks(viewed: &Map<String, Value>) -> Vec<Value> {
+/// [`read_data_url`] for an image opened through the thread folder handles (by its virtual
+/// path), so a folder swapped for a symlink since `view_image` checked it is not read through.
+fn read_data_url_in(
+    roots: &ThreadRoots,
+    virtual_path: &str,
+    mime_type: &str,
+    expected_size: u64,
+) -> Option<String> {
+    let mut f = roots.open_virtual(virtual_path).ok()?;
+    let meta = f.metadata().ok()?;
+    if !meta.is_file() || meta.len() != expected_size || meta.len() > MAX_IMAGE_BYTES {
+        return None;
+    }
+    let mut bytes = Vec::new();
+    (&mut f)
+        .take(MAX_IMAGE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .ok()?;
+    if bytes.len() as u64 != expected_size {
+        return None;
+    }
+    Some(format!("data:{mime_type};base64,{}", base64(&bytes)))
+}
+
+/// Content blocks describing every viewed image, with the bytes read from disk now: through
+/// the thread folder handles when the thread's folders are known (`roots`), else by path.
+pub fn image_blocks_in(viewed: &Map<String, Value>, roots: Option<&ThreadRoots>) -> Vec<Value> {
     if viewed.is_empty() {
         return vec![json!({"type": "text", "text": NO_IMAGES_TEXT})];
     }
@@ -176,7 +204,11 @@ pub fn image_blocks(viewed: &Map<String, Value>) -> Vec<Value> {
         if actual.is_empty() {
             continue;
         }
-        match read_data_url(actual, mime, size) {
+        let url = match roots {
+            Some(r) => read_data_url_in(r, virtual_path, mime, size),
+            None => read_data_url(actual, mime, size),
+        };
+        match url {
             Some(url) => blocks.push(json!({"type": "image_url", "image_url": {"url": url}})),
             None => blocks.push(json!({
                 "type": "text",
@@ -185,6 +217,12 @@ pub fn image_blocks(viewed: &Map<String, Value>) -> Vec<Value> {
         }
     }
     blocks
+}
+
+/// Content blocks describing every viewed image, with the bytes read by path now (no thread
+/// folders known; see [`image_blocks_in`]).
+pub fn image_blocks(viewed: &Map<String, Value>) -> Vec<Value> {
+    image_blocks_in(viewed, None)
 }
 
 /// The hidden human message carrying `blocks`.
@@ -223,7 +261,12 @@ impl Middleware for ViewImageMiddleware {
         }
         // Reading and encoding up to 20 MiB per image is blocking work: keep it off the runtime.
         let viewed = state.viewed_images.clone();
-        let blocks = tokio::task::spawn_blocking(move || image_blocks(&viewed))
+        let roots = state
+            .thread_data
+            .as_ref()
+            .and_then(ThreadDirs::from_thread_data)
+            .map(|d| ThreadRoots::from_dirs(&d));
+        let blocks = tokio::task::spawn_blocking(move || image_blocks_in(&viewed, roots.as_ref()))
             .await
             .map_err(|e| MiddlewareError::new(NAME, format!("reading images failed: {e}")))?;
         tracing::debug!(

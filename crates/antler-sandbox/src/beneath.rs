@@ -462,6 +462,32 @@ impl ThreadRoots {
             .find(|r| r.host().file_name() == Some(name))
     }
 
+    /// Open a thread file for reading by its virtual path (`/mnt/user-data/{folder}/…`): the
+    /// folder must still be a real directory, and the path resolves beneath `user-data` (so a
+    /// link from one folder into another keeps working, one leaving the tree does not).
+    pub fn open_virtual(&self, virtual_path: &str) -> Result<std::fs::File, SandboxError> {
+        crate::mapping::reject_traversal(virtual_path)?;
+        let rest = virtual_path
+            .strip_prefix(VIRTUAL_USER_DATA)
+            .and_then(|r| r.strip_prefix('/'))
+            .ok_or_else(|| SandboxError::NotFound(virtual_path.to_owned()))?;
+        let rel = Path::new(rest);
+        let folder = match rel.components().next() {
+            Some(Component::Normal(first)) => self.folder(first),
+            _ => None,
+        }
+        .ok_or_else(|| SandboxError::NotFound(virtual_path.to_owned()))?;
+        let folder_handle = folder.open()?;
+        let opened = match &self.user_data {
+            Some(ud) => ud.open()?.open(rel),
+            None => folder_handle.open(
+                rel.strip_prefix(folder.host().file_name().unwrap_or_default())
+                    .unwrap_or(rel),
+            ),
+        };
+        opened.map_err(|e| SandboxError::from_io(virtual_path, e))
+    }
+
     /// Create the missing folders without following anything; a folder replaced by a symlink
     /// or a file is left alone (every access to it is refused) and logged.
     pub fn ensure(&self) -> io::Result<()> {
