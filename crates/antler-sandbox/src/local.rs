@@ -92,17 +92,6 @@ pub fn valid_mounts(settings: &SandboxSettings) -> Vec<PathMapping> {
     ok
 }
 
-/// A virtual path resolved to its mount root (see [`LocalSandbox::target`]).
-struct Target {
-    index: usize,
-    root: Beneath,
-    /// Below the root, as spelled (no `..`).
-    rel: PathBuf,
-    /// `root.host()` joined with `rel` (the key of the agent-written set).
-    host: PathBuf,
-    read_only: bool,
-}
-
 /// One thread's (or the generic) local sandbox.
 pub struct LocalSandbox {
     id: String,
@@ -180,60 +169,6 @@ impl LocalSandbox {
             .lock()
             .map(|s| s.contains(host))
             .unwrap_or(false)
-    }
-
-    /// Where a virtual path lives: its mount root's validated handle and the path below it.
-    /// `create`: a missing root (and its missing parents) is created first. A missing root of
-    /// a read is "not found" for the path asked about.
-    fn target(&self, path: &str, create: bool) -> Result<Target, SandboxError> {
-        let loc = self.mapper.locate(path)?;
-        let root = self.mapper.root(loc.index);
-        let opened = if create {
-            root.open_or_create()
-        } else {
-            root.open()
-        };
-        let root_handle = match opened {
-            Err(SandboxError::NotFound(_)) => return Err(SandboxError::NotFound(path.to_owned())),
-            other => other?,
-        };
-        Ok(Target {
-            index: loc.index,
-            host: root.host().join(&loc.rel),
-            read_only: loc.mapping.read_only,
-            rel: loc.rel,
-            root: root_handle,
-        })
-    }
-
-    /// [`LocalSandbox::target`] for a write: refused on read-only mounts (also when the target
-    /// really lies in a read-only mount nested inside this one), parent folders created beneath
-    /// the root.
-    fn writable_target(&self, path: &str) -> Result<Target, SandboxError> {
-        let loc = self.mapper.locate(path)?;
-        if loc.mapping.read_only {
-            return Err(SandboxError::ReadOnly(path.to_owned()));
-        }
-        let t = self.target(path, true)?;
-        if let Some(parent) = t.rel.parent() {
-            t.root
-                .create_dir_all(parent)
-                .map_err(|e| SandboxError::from_io(path, e))?;
-        }
-        if self.mapper.has_read_only_inside(t.index) {
-            let canon = t
-                .root
-                .canonical(&t.rel, true)
-                .map_err(|e| SandboxError::from_io(path, e))?;
-            if self
-                .mapper
-                .host_is_read_only(&t.root.canonical_root().join(canon))
-            {
-                return Err(SandboxError::ReadOnly(path.to_owned()));
-            }
-        }
-        debug_assert!(!t.read_only);
-        Ok(t)
     }
 
     fn exec_spec(&self, command: &str, req: &CommandRequest) -> Result<ExecSpec, SandboxError> {
@@ -504,6 +439,74 @@ impl Sandbox for LocalSandbox {
 
     fn mask(&self, text: &str) -> String {
         self.mapper.mask(text).into_owned()
+    }
+}
+
+/// A virtual path resolved to its mount root (see [`LocalSandbox::target`]).
+struct Target {
+    index: usize,
+    root: Beneath,
+    /// Below the root, as spelled (no `..`).
+    rel: PathBuf,
+    /// `root.host()` joined with `rel` (the key of the agent-written set).
+    host: PathBuf,
+    read_only: bool,
+}
+
+// File-operation helpers (kept apart from command execution).
+impl LocalSandbox {
+    /// Where a virtual path lives: its mount root's validated handle and the path below it.
+    /// `create`: a missing root (and its missing parents) is created first. A missing root of
+    /// a read is "not found" for the path asked about.
+    fn target(&self, path: &str, create: bool) -> Result<Target, SandboxError> {
+        let loc = self.mapper.locate(path)?;
+        let root = self.mapper.root(loc.index);
+        let opened = if create {
+            root.open_or_create()
+        } else {
+            root.open()
+        };
+        let root_handle = match opened {
+            Err(SandboxError::NotFound(_)) => return Err(SandboxError::NotFound(path.to_owned())),
+            other => other?,
+        };
+        Ok(Target {
+            index: loc.index,
+            host: root.host().join(&loc.rel),
+            read_only: loc.mapping.read_only,
+            rel: loc.rel,
+            root: root_handle,
+        })
+    }
+
+    /// [`LocalSandbox::target`] for a write: refused on read-only mounts (also when the target
+    /// really lies in a read-only mount nested inside this one), parent folders created beneath
+    /// the root.
+    fn writable_target(&self, path: &str) -> Result<Target, SandboxError> {
+        let loc = self.mapper.locate(path)?;
+        if loc.mapping.read_only {
+            return Err(SandboxError::ReadOnly(path.to_owned()));
+        }
+        let t = self.target(path, true)?;
+        if let Some(parent) = t.rel.parent() {
+            t.root
+                .create_dir_all(parent)
+                .map_err(|e| SandboxError::from_io(path, e))?;
+        }
+        if self.mapper.has_read_only_inside(t.index) {
+            let canon = t
+                .root
+                .canonical(&t.rel, true)
+                .map_err(|e| SandboxError::from_io(path, e))?;
+            if self
+                .mapper
+                .host_is_read_only(&t.root.canonical_root().join(canon))
+            {
+                return Err(SandboxError::ReadOnly(path.to_owned()));
+            }
+        }
+        debug_assert!(!t.read_only);
+        Ok(t)
     }
 }
 
