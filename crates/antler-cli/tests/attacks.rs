@@ -318,15 +318,23 @@ fn a_hostile_model_cannot_leave_its_thread() {
     replies.push(MockReply::text("done"));
     // Phase 2: folders swapped by one process, used by the next (a new sandbox must not take
     // a swapped folder for the thread's root).
-    let swap = format!(
-        "cd /mnt/user-data && rm -rf outputs uploads && ln -s \"{}\" outputs && ln -s \"{}\" uploads && echo swapped",
-        b64(&paths.canary),
+    let swap_out = format!(
+        "cd /mnt/user-data && rm -rf outputs && ln -s \"{}\" outputs && echo swapped",
+        b64(&paths.canary)
+    );
+    let swap_up = format!(
+        "cd /mnt/user-data && rm -rf uploads && ln -s \"{}\" uploads && echo swapped",
         b64(Path::new("/proc/self"))
     );
     replies.push(MockReply::tool_call(
         "swap",
         "bash",
-        json!({"description": "swap", "command": swap}),
+        json!({"description": "swap", "command": swap_out}),
+    ));
+    replies.push(MockReply::tool_call(
+        "swap2",
+        "bash",
+        json!({"description": "swap", "command": swap_up}),
     ));
     replies.push(MockReply::text("swapped"));
     let phase2 = [
@@ -483,7 +491,14 @@ fn a_hostile_model_cannot_leave_its_thread() {
 
     let out = antler(
         &root,
-        &["run", "--thread-id", "attacker2", "swap the folders"],
+        &[
+            "run",
+            "--output",
+            "json",
+            "--thread-id",
+            "attacker2",
+            "swap the folders",
+        ],
     );
     assert_eq!(
         out.status.code(),
@@ -491,6 +506,16 @@ fn a_hostile_model_cannot_leave_its_thread() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    for id in ["swap", "swap2"] {
+        let swapped = v["values"]["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["tool_call_id"] == id)
+            .map(|m| m["content"].clone());
+        assert_eq!(swapped, Some(json!("swapped\n")), "the swap itself failed");
+    }
     let out = antler(
         &root,
         &[
@@ -503,6 +528,16 @@ fn a_hostile_model_cannot_leave_its_thread() {
         ],
     );
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    if std::env::var_os("ANTLER_ATTACKS_VERBOSE").is_some() {
+        let ud = home.join("threads/attacker2/user-data");
+        for e in std::fs::read_dir(&ud).unwrap().flatten() {
+            eprintln!("{:?} -> {:?}", e.path(), std::fs::read_link(e.path()));
+        }
+        for e in std::fs::read_dir(&paths.canary).unwrap().flatten() {
+            eprintln!("canary has {:?}", e.path());
+        }
+        eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    }
     for (id, _, _) in &phase2 {
         let m = v["values"]["messages"]
             .as_array()

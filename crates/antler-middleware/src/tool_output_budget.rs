@@ -28,6 +28,8 @@ use antler_runtime::{
     HookSet, Middleware, ModelCallError, ModelNext, ModelRequest, ModelResponse, RunContext,
     RunEvent, ToolCallRequest, ToolError, ToolNext, ToolOutcome,
 };
+use antler_sandbox::paths::VIRTUAL_USER_DATA;
+use antler_sandbox::RootDir;
 use async_trait::async_trait;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -299,8 +301,19 @@ pub fn externalize(
     subdir: &str,
 ) -> Result<String, String> {
     validate_storage_subdir(subdir)?;
-    let dir = outputs.join(subdir);
-    std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+    // Written through the outputs folder's handle (held under the user-data handle): a folder
+    // replaced by a symlink is refused, never written through.
+    let root = match (outputs.parent(), outputs.file_name()) {
+        (Some(ud), Some(name)) => RootDir::child(
+            &RootDir::no_follow(ud, VIRTUAL_USER_DATA),
+            name,
+            VIRTUAL_OUTPUTS,
+        ),
+        _ => RootDir::no_follow(outputs, VIRTUAL_OUTPUTS),
+    };
+    let b = root.open_or_create().map_err(|e| e.to_string())?;
+    b.create_dir_all(Path::new(subdir))
+        .map_err(|e| format!("create {VIRTUAL_OUTPUTS}/{subdir}: {e}"))?;
     let hex = uuid::Uuid::new_v4().simple().to_string();
     let file = format!(
         "{}-{}.{}",
@@ -308,8 +321,14 @@ pub fn externalize(
         &hex[..12],
         extension(tool)
     );
-    let path = dir.join(&file);
-    std::fs::write(&path, content).map_err(|e| format!("write {}: {e}", path.display()))?;
+    let mut o = cap_std::fs::OpenOptions::new();
+    o.write(true).create_new(true);
+    b.open_with(&Path::new(subdir).join(&file), &o)
+        .and_then(|f| {
+            use std::io::Write;
+            f.into_std().write_all(content.as_bytes())
+        })
+        .map_err(|e| format!("write {VIRTUAL_OUTPUTS}/{subdir}/{file}: {e}"))?;
     Ok(format!("{VIRTUAL_OUTPUTS}/{subdir}/{file}"))
 }
 
@@ -1516,6 +1535,23 @@ mod synopsis {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+
+    #[test]
+    fn externalizing_never_writes_through_a_swapped_outputs_folder() {
+        let t = tempfile::tempdir().unwrap();
+        let canary = tempfile::tempdir().unwrap();
+        let ud = t.path().join("threads/t1/user-data");
+        std::fs::create_dir_all(&ud).unwrap();
+        let outputs = ud.join("outputs");
+        assert!(externalize("x", "bash", &outputs, ".tool-results")
+            .unwrap()
+            .starts_with("/mnt/user-data/outputs/.tool-results/bash-"));
+        std::fs::remove_dir_all(&outputs).unwrap();
+        std::os::unix::fs::symlink(canary.path(), &outputs).unwrap();
+        let e = externalize("x", "bash", &outputs, ".tool-results").unwrap_err();
+        assert!(e.contains("is not a directory"), "{e}");
+        assert_eq!(std::fs::read_dir(canary.path()).unwrap().count(), 0);
+    }
 
     #[test]
     fn text_extraction_rules() {

@@ -16,8 +16,9 @@ use std::sync::OnceLock;
 use antler_protocol::{Content, Message, StateUpdate, ThreadState};
 use antler_runtime::{HookOutput, HookSet, Middleware, MiddlewareError, RunContext};
 use antler_sandbox::paths::VIRTUAL_UPLOADS;
-use antler_sandbox::ThreadPaths;
+use antler_sandbox::{Beneath, SandboxError, ThreadPaths, ThreadRoots};
 use async_trait::async_trait;
+use cap_std::fs::Dir;
 use regex::Regex;
 use serde_json::{json, Value};
 
@@ -260,11 +261,18 @@ fn is_staging(name: &str) -> bool {
     name.starts_with(".upload-") && name.ends_with(".part")
 }
 
+/// The thread's uploads folder as seen by this middleware.
+enum Folder {
+    /// No thread: entries are not checked against the disk.
+    Unknown,
+    /// The folder is missing or unusable (e.g. replaced by a symlink): nothing is in it.
+    Unusable,
+    /// The folder's handle; entries are checked and read through it.
+    Open(Beneath),
+}
+
 /// Files of `additional_kwargs.files` that survive the checks, in upload order.
-fn files_of(
-    kwargs: &serde_json::Map<String, Value>,
-    uploads: Option<&Path>,
-) -> (Vec<Upload>, bool) {
+fn files_of(kwargs: &serde_json::Map<String, Value>, uploads: &Folder) -> (Vec<Upload>, bool) {
     let Some(Value::Array(entries)) = kwargs.get("files") else {
         return (Vec::new(), false);
     };
@@ -284,11 +292,16 @@ fn files_of(
         {
             continue;
         }
-        if let Some(dir) = uploads {
-            let p = dir.join(name);
-            if !std::fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_file()) {
-                continue;
-            }
+        let exists = match uploads {
+            Folder::Unknown => true,
+            Folder::Unusable => false,
+            Folder::Open(b) => b
+                .dir()
+                .symlink_metadata(name)
+                .is_ok_and(|m| m.file_type().is_file()),
+        };
+        if !exists {
+            continue;
         }
         let size = match o.get("size") {
             Some(Value::Number(n)) => n
@@ -415,15 +428,15 @@ fn block(current: (&[Upload], &[Upload]), history: (&[Upload], &[Upload])) -> St
 
 /// Files already in the uploads folder that are not part of this message (regular files only;
 /// no staging files, no Markdown companions of a same-stem document), newest first.
-fn historical(dir: &Path, current: &[Upload]) -> Vec<Upload> {
-    let Ok(rd) = std::fs::read_dir(dir) else {
+fn historical(dir: &Dir, current: &[Upload]) -> Vec<Upload> {
+    let Ok(rd) = dir.entries() else {
         return Vec::new();
     };
     let mut entries: Vec<(std::time::SystemTime, String, u64)> = Vec::new();
     let mut names: Vec<String> = Vec::new();
     for e in rd.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
-        let Ok(meta) = std::fs::symlink_metadata(e.path()) else {
+        let Ok(meta) = dir.symlink_metadata(e.file_name()) else {
             continue;
         };
         if !meta.file_type().is_file() || is_staging(&name) {
@@ -433,7 +446,10 @@ fn historical(dir: &Path, current: &[Upload]) -> Vec<Upload> {
         if current.iter().any(|c| c.filename == name) {
             continue;
         }
-        let mtime = meta.modified().unwrap_or(std::time::UNIX_EPOCH);
+        let mtime = meta
+            .modified()
+            .map(|t| t.into_std())
+            .unwrap_or(std::time::UNIX_EPOCH);
         entries.push((mtime, name, meta.len()));
     }
     let is_companion = |name: &str| {
@@ -458,13 +474,13 @@ fn historical(dir: &Path, current: &[Upload]) -> Vec<Upload> {
         .collect()
 }
 
-fn attach_outlines(dir: &Path, files: &mut [Upload]) {
+fn attach_outlines(dir: &Dir, files: &mut [Upload]) {
     for f in files {
         let stem = Path::new(&f.filename)
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default();
-        if let Ok(md) = std::fs::read_to_string(dir.join(format!("{stem}.md"))) {
+        if let Ok(md) = dir.read_to_string(format!("{stem}.md")) {
             f.outline = Some(outline_of(&md));
         }
     }
@@ -495,20 +511,30 @@ impl Middleware for UploadsMiddleware {
         let Some(Message::Human(last)) = state.messages.last() else {
             return Ok(clear());
         };
-        let uploads_dir = (!run.thread_id.is_empty())
+        let paths = (!run.thread_id.is_empty())
             .then(|| ThreadPaths::new(&self.home, &run.thread_id, run.user_id.as_deref()).ok())
-            .flatten()
-            .map(|p| p.uploads);
+            .flatten();
+        let uploads = match paths {
+            None => Folder::Unknown,
+            Some(p) => match ThreadRoots::new(&p).uploads.open() {
+                Ok(b) => Folder::Open(b),
+                Err(SandboxError::NotFound(_)) => Folder::Unusable,
+                Err(e) => {
+                    tracing::warn!(thread = %run.thread_id, error = %e, "uploads folder is unusable");
+                    Folder::Unusable
+                }
+            },
+        };
         if last.content.text().starts_with("<current_uploads>") {
             // Already annotated (a re-run on the same message).
             return Ok(HookOutput::none());
         }
-        let (mut files, had_metadata) = files_of(&last.additional_kwargs, uploads_dir.as_deref());
+        let (mut files, had_metadata) = files_of(&last.additional_kwargs, &uploads);
         if files.is_empty() && had_metadata {
             tracing::warn!(thread = %run.thread_id, "message lists uploaded files but none exist in the uploads folder");
         }
-        let mut history = match (&uploads_dir, self.history) {
-            (Some(dir), true) => historical(dir, &files),
+        let mut history = match (&uploads, self.history) {
+            (Folder::Open(b), true) => historical(b.dir(), &files),
             _ => Vec::new(),
         };
         if files.is_empty() && history.is_empty() {
@@ -516,9 +542,9 @@ impl Middleware for UploadsMiddleware {
         }
         let listed_n = files.len().min(self.max_files);
         let history_n = history.len().min(self.max_files);
-        if let Some(dir) = &uploads_dir {
-            attach_outlines(dir, &mut files[..listed_n]);
-            attach_outlines(dir, &mut history[..history_n]);
+        if let Folder::Open(b) = &uploads {
+            attach_outlines(b.dir(), &mut files[..listed_n]);
+            attach_outlines(b.dir(), &mut history[..history_n]);
         }
         let text = block(files.split_at(listed_n), history.split_at(history_n));
 

@@ -20,12 +20,14 @@
 //! resolved) is read. Anything else — another thread's image, `/etc/…` — is reported as
 //! unavailable and never read.
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use antler_protocol::{
     AiMessage, Content, HumanMessage, Message, Object, StateUpdate, ThreadState,
 };
 use antler_runtime::{HookOutput, HookSet, Middleware, MiddlewareError, RunContext};
+use antler_sandbox::beneath::Beneath;
 use async_trait::async_trait;
 use serde_json::{json, Map, Value};
 
@@ -153,30 +155,40 @@ fn base64(bytes: &[u8]) -> String {
     out
 }
 
-/// The file as a `data:` URL, or `None` when it is missing, outside `root` (after resolving
-/// symlinks), not a regular file, no longer the recorded size, over [`MAX_IMAGE_BYTES`] or
-/// unreadable.
+/// The file as a `data:` URL, or `None` when it is missing, not under `root`, reached through a
+/// symlink leading out of `root` (it is opened beneath a handle of `root`, so a folder swapped
+/// since `view_image` looked cannot redirect the read), not a regular file, no longer the
+/// recorded size, over [`MAX_IMAGE_BYTES`] or unreadable.
 pub fn read_data_url(
     actual_path: &str,
     mime_type: &str,
     expected_size: u64,
     root: &Path,
 ) -> Option<String> {
-    let path = std::fs::canonicalize(actual_path).ok()?;
-    let root = std::fs::canonicalize(root).ok()?;
-    if !path.starts_with(&root) {
+    let actual = Path::new(actual_path);
+    let canonical_root = std::fs::canonicalize(root).ok();
+    let rel = actual.strip_prefix(root).ok().or_else(|| {
+        canonical_root
+            .as_deref()
+            .and_then(|r| actual.strip_prefix(r).ok())
+    });
+    let Some(rel) = rel.filter(|r| !r.as_os_str().is_empty()) else {
         tracing::warn!(
             actual_path,
             "viewed image outside the run's thread folders; not read"
         );
         return None;
-    }
-    let path = path.as_path();
-    let meta = std::fs::metadata(path).ok()?;
+    };
+    let mut f = Beneath::ambient(root).ok()?.open(rel).ok()?;
+    let meta = f.metadata().ok()?;
     if !meta.is_file() || meta.len() != expected_size || meta.len() > MAX_IMAGE_BYTES {
         return None;
     }
-    let bytes = std::fs::read(path).ok()?;
+    let mut bytes = Vec::new();
+    (&mut f)
+        .take(MAX_IMAGE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .ok()?;
     if bytes.len() as u64 != expected_size {
         return None;
     }

@@ -8,6 +8,9 @@ use std::path::Path;
 /// Extensions DeerFlow converts.
 pub const CONVERTIBLE: &[&str] = &["pdf", "ppt", "pptx", "xls", "xlsx", "doc", "docx"];
 
+/// Extensions a converter exists for.
+const CONVERTERS: &[&str] = &["pdf", "xlsx", "xls", "xlsm", "xlsb", "ods", "docx", "pptx"];
+
 /// Rows kept per spreadsheet sheet.
 #[cfg(feature = "documents")]
 const MAX_SHEET_ROWS: usize = 2_000;
@@ -36,40 +39,60 @@ fn extension(name: &str) -> Option<String> {
 
 /// Convert `path` (named `name`) to Markdown.
 pub fn to_markdown(path: &Path, name: &str) -> Result<String, ConvertError> {
+    let file = std::fs::File::open(path).map_err(|e| ConvertError::Failed {
+        file: name.to_owned(),
+        reason: e.to_string(),
+    })?;
+    to_markdown_from(file, name)
+}
+
+/// Convert an open file (named `name`) to Markdown. Callers holding a thread folder's handle
+/// open the document through it, so conversion never reads through a swapped folder.
+pub fn to_markdown_from(mut file: std::fs::File, name: &str) -> Result<String, ConvertError> {
+    use std::io::Read;
     let ext = extension(name).unwrap_or_default();
     let fail = |reason: String| ConvertError::Failed {
         file: name.to_owned(),
         reason,
     };
-    #[cfg(feature = "documents")]
-    {
-        let path = path.to_path_buf();
-        let ext2 = ext.clone();
-        // Parsers of untrusted documents may panic; contain that to this file.
-        let res = std::panic::catch_unwind(move || match ext2.as_str() {
-            "pdf" => pdf(&path),
-            "xlsx" | "xls" | "xlsm" | "xlsb" | "ods" => spreadsheet(&path),
-            "docx" => docx(&path),
-            "pptx" => pptx(&path),
-            other => Err(format!("unsupported:{other}")),
-        });
-        match res {
-            Ok(Ok(md)) => Ok(md),
-            Ok(Err(e)) if e.starts_with("unsupported:") => Err(ConvertError::Unsupported(ext)),
-            Ok(Err(e)) => Err(fail(e)),
-            Err(_) => Err(fail("the converter crashed on this file".to_owned())),
-        }
+    if !cfg!(feature = "documents") || !CONVERTERS.contains(&ext.as_str()) {
+        return Err(ConvertError::Unsupported(ext));
     }
-    #[cfg(not(feature = "documents"))]
-    {
-        let _ = (path, fail);
-        Err(ConvertError::Unsupported(ext))
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)
+        .map_err(|e| fail(e.to_string()))?;
+    to_markdown_bytes(bytes, &ext).map_err(|e| match e {
+        None => ConvertError::Unsupported(ext.clone()),
+        Some(reason) => fail(reason),
+    })
+}
+
+/// `Err(None)`: no converter for `ext`; `Err(Some(reason))`: the converter failed.
+#[cfg(feature = "documents")]
+fn to_markdown_bytes(bytes: Vec<u8>, ext: &str) -> Result<String, Option<String>> {
+    let ext2 = ext.to_owned();
+    // Parsers of untrusted documents may panic; contain that to this file.
+    let res = std::panic::catch_unwind(move || match ext2.as_str() {
+        "pdf" => pdf(&bytes).map_err(Some),
+        "xlsx" | "xls" | "xlsm" | "xlsb" | "ods" => spreadsheet(bytes).map_err(Some),
+        "docx" => docx(&bytes).map_err(Some),
+        "pptx" => pptx(&bytes).map_err(Some),
+        _ => Err(None),
+    });
+    match res {
+        Ok(r) => r,
+        Err(_) => Err(Some("the converter crashed on this file".to_owned())),
     }
 }
 
+#[cfg(not(feature = "documents"))]
+fn to_markdown_bytes(_bytes: Vec<u8>, _ext: &str) -> Result<String, Option<String>> {
+    Err(None)
+}
+
 #[cfg(feature = "documents")]
-fn pdf(path: &Path) -> Result<String, String> {
-    let pages = pdf_extract::extract_text_by_pages(path).map_err(|e| e.to_string())?;
+fn pdf(bytes: &[u8]) -> Result<String, String> {
+    let pages = pdf_extract::extract_text_from_mem_by_pages(bytes).map_err(|e| e.to_string())?;
     let mut md = String::new();
     for (i, page) in pages.iter().enumerate() {
         let text = page.trim();
@@ -90,9 +113,10 @@ fn cell(s: &str) -> String {
 }
 
 #[cfg(feature = "documents")]
-fn spreadsheet(path: &Path) -> Result<String, String> {
-    use calamine::{open_workbook_auto, Reader};
-    let mut wb = open_workbook_auto(path).map_err(|e| e.to_string())?;
+fn spreadsheet(bytes: Vec<u8>) -> Result<String, String> {
+    use calamine::{open_workbook_auto_from_rs, Reader};
+    let mut wb =
+        open_workbook_auto_from_rs(std::io::Cursor::new(bytes)).map_err(|e| e.to_string())?;
     let mut md = String::new();
     for name in wb.sheet_names() {
         let range = wb.worksheet_range(&name).map_err(|e| e.to_string())?;
@@ -126,10 +150,9 @@ fn spreadsheet(path: &Path) -> Result<String, String> {
 }
 
 #[cfg(feature = "documents")]
-fn zip_entry(path: &Path, name: &str) -> Result<String, String> {
+fn zip_entry(bytes: &[u8], name: &str) -> Result<String, String> {
     use std::io::Read;
-    let f = std::fs::File::open(path).map_err(|e| e.to_string())?;
-    let mut z = zip::ZipArchive::new(f).map_err(|e| e.to_string())?;
+    let mut z = zip::ZipArchive::new(std::io::Cursor::new(bytes)).map_err(|e| e.to_string())?;
     let mut entry = z.by_name(name).map_err(|e| format!("{name}: {e}"))?;
     let mut s = String::new();
     entry.read_to_string(&mut s).map_err(|e| e.to_string())?;
@@ -146,9 +169,9 @@ fn attr(e: &quick_xml::events::BytesStart<'_>, key: &[u8]) -> Option<String> {
 
 /// Word: paragraphs (headings from `Heading N`/`Title` styles, list items) and tables.
 #[cfg(feature = "documents")]
-fn docx(path: &Path) -> Result<String, String> {
+fn docx(bytes: &[u8]) -> Result<String, String> {
     use quick_xml::events::Event;
-    let xml = zip_entry(path, "word/document.xml")?;
+    let xml = zip_entry(bytes, "word/document.xml")?;
     let mut reader = quick_xml::Reader::from_str(&xml);
     let mut md = String::new();
     let mut para = String::new();
@@ -237,10 +260,9 @@ fn docx(path: &Path) -> Result<String, String> {
 
 /// PowerPoint: one `## Slide N` section per slide with its text paragraphs.
 #[cfg(feature = "documents")]
-fn pptx(path: &Path) -> Result<String, String> {
+fn pptx(bytes: &[u8]) -> Result<String, String> {
     use quick_xml::events::Event;
-    let f = std::fs::File::open(path).map_err(|e| e.to_string())?;
-    let z = zip::ZipArchive::new(f).map_err(|e| e.to_string())?;
+    let z = zip::ZipArchive::new(std::io::Cursor::new(bytes)).map_err(|e| e.to_string())?;
     let mut slides: Vec<(u32, String)> = z
         .file_names()
         .filter_map(|n| {
@@ -251,7 +273,7 @@ fn pptx(path: &Path) -> Result<String, String> {
     slides.sort();
     let mut md = String::new();
     for (num, name) in slides {
-        let xml = zip_entry(path, &name)?;
+        let xml = zip_entry(bytes, &name)?;
         let mut reader = quick_xml::Reader::from_str(&xml);
         let mut paras: Vec<String> = Vec::new();
         let mut para = String::new();

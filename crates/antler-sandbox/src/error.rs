@@ -54,8 +54,13 @@ pub enum SandboxError {
 }
 
 impl SandboxError {
-    /// Classify an I/O error on `virtual_path` into the variant a tool reports.
+    /// Classify an I/O error on `virtual_path` into the variant a tool reports. A resolution
+    /// that left its root ([`crate::beneath::is_escape`]) is `Access denied: path escapes
+    /// mounted directory`.
     pub fn from_io(virtual_path: &str, e: io::Error) -> SandboxError {
+        if crate::beneath::is_escape(&e) {
+            return crate::mapping::escapes();
+        }
         let path = virtual_path.to_owned();
         match e.kind() {
             io::ErrorKind::NotFound => SandboxError::NotFound(path),

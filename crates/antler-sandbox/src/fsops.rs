@@ -1,14 +1,21 @@
-//! Directory listing, glob and grep over host folders (spec 50 §3.5, §3.6), built on the
-//! `ignore`, `globset` and `grep` crates. Callers map the host paths back to virtual ones.
+//! Directory listing, glob, grep and text reads (spec 50 §3.5, §3.6), built on the `globset`
+//! and `grep` crates. Walks go through directory handles ([`crate::beneath`]): subdirectories
+//! are opened no-follow from their parent's handle and files through their directory's handle,
+//! so nothing a walk touches can lie outside its root. Callers map paths back to virtual ones.
 
+use std::ffi::OsStr;
 use std::io::{BufRead, Read};
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use cap_fs_ext::DirExt;
+use cap_std::fs::{Dir, FileType};
 use globset::{Glob, GlobBuilder, GlobMatcher, GlobSet, GlobSetBuilder};
 use grep_regex::RegexMatcherBuilder;
 use grep_searcher::{sinks, BinaryDetection, SearcherBuilder};
 
+use crate::beneath::Beneath;
 use crate::error::SandboxError;
 
 /// Names never listed or searched (DeerFlow's ignore list; `*` entries are globs).
@@ -92,56 +99,96 @@ pub const GREP_MAX_LINE_CHARS: usize = 2_000;
 /// Matched line text is cut to this many chars (`197 + "..."`).
 pub const GREP_LINE_SUMMARY_CHARS: usize = 200;
 
-/// A listed entry: canonical host path and whether it is a directory.
+/// A listed entry: a path (canonical; relative to the root for the `*_in` functions, a host
+/// path for the path-based wrappers) and whether it is a directory.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Entry {
     pub path: PathBuf,
     pub is_dir: bool,
 }
 
-/// List `root` to `max_depth` levels (1 = children). Ignored names are skipped; symlinks are
-/// listed as their canonical target only when it stays inside `root` and are never followed.
-/// A missing or non-directory root yields nothing.
-pub fn list_dir(root: &Path, max_depth: usize) -> Vec<Entry> {
+/// Deepest directory level a walk descends to (each level holds one open handle).
+pub const WALK_MAX_DEPTH: usize = 256;
+
+/// Walk `dir` depth-first, entries of each directory in file-name order, ignored names pruned,
+/// symlinks reported but never followed (subdirectories are opened no-follow through their
+/// parent's handle). `visit` gets the containing directory, the entry's path (`prefix` joined
+/// with the name) and its type; `Break` stops the walk.
+fn walk(
+    dir: &Dir,
+    prefix: &Path,
+    depth: usize,
+    max_depth: usize,
+    visit: &mut dyn FnMut(&Dir, &Path, &OsStr, &FileType) -> ControlFlow<()>,
+) -> ControlFlow<()> {
+    let Ok(rd) = dir.entries() else {
+        return ControlFlow::Continue(());
+    };
+    let mut entries: Vec<(std::ffi::OsString, FileType)> = rd
+        .flatten()
+        .filter_map(|e| Some((e.file_name(), e.file_type().ok()?)))
+        .collect();
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    for (name, ft) in entries {
+        if is_ignored_name(&name.to_string_lossy()) {
+            continue;
+        }
+        let rel = prefix.join(&name);
+        visit(dir, &rel, &name, &ft)?;
+        if ft.is_dir() && depth < max_depth {
+            if let Ok(sub) = dir.open_dir_nofollow(&name) {
+                walk(&sub, &rel, depth + 1, max_depth, visit)?;
+            }
+        }
+    }
+    ControlFlow::Continue(())
+}
+
+/// List `start` (a canonical path below `root`) to `max_depth` levels (1 = children). Ignored
+/// names are skipped; symlinks are listed as their canonical target only when it stays inside
+/// `start`, and are never followed. Paths are relative to `root`. A missing or non-directory
+/// `start` yields nothing.
+pub fn list_dir_in(root: &Beneath, start: &Path, max_depth: usize) -> Vec<Entry> {
     let mut out = Vec::new();
-    let Ok(root) = root.canonicalize() else {
+    let Ok(dir) = root.open_dir(start) else {
         return out;
     };
-    if !root.is_dir() {
-        return out;
-    }
-    walk_list(&root, &root, 1, max_depth.max(1), &mut out);
+    let _ = walk(&dir, start, 1, max_depth.max(1), &mut |_, rel, _, ft| {
+        if ft.is_symlink() {
+            if let Ok(target) = root.canonical(rel, false) {
+                if target.starts_with(start) {
+                    let is_dir = root.metadata(&target).is_ok_and(|m| m.is_dir());
+                    out.push(Entry {
+                        path: target,
+                        is_dir,
+                    });
+                }
+            }
+        } else {
+            out.push(Entry {
+                path: rel.to_path_buf(),
+                is_dir: ft.is_dir(),
+            });
+        }
+        ControlFlow::Continue(())
+    });
     out.sort_by(|a, b| a.path.cmp(&b.path));
     out.dedup();
     out
 }
 
-fn walk_list(root: &Path, dir: &Path, depth: usize, max_depth: usize, out: &mut Vec<Entry>) {
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return;
+/// [`list_dir_in`] over a host directory; paths are canonical host paths.
+pub fn list_dir(root: &Path, max_depth: usize) -> Vec<Entry> {
+    let Ok(b) = Beneath::ambient(root) else {
+        return Vec::new();
     };
-    for e in rd.flatten() {
-        let name = e.file_name();
-        if is_ignored_name(&name.to_string_lossy()) {
-            continue;
-        }
-        let p = e.path();
-        let Ok(ft) = e.file_type() else { continue };
-        let Ok(canon) = p.canonicalize() else {
-            continue;
-        };
-        if !canon.starts_with(root) {
-            continue;
-        }
-        let is_dir = canon.is_dir();
-        out.push(Entry {
-            path: canon,
-            is_dir,
-        });
-        if ft.is_dir() && !ft.is_symlink() && depth < max_depth {
-            walk_list(root, &p, depth + 1, max_depth, out);
-        }
-    }
+    list_dir_in(&b, Path::new(""), max_depth)
+        .into_iter()
+        .map(|e| Entry {
+            path: b.canonical_root().join(e.path),
+            is_dir: e.is_dir,
+        })
+        .collect()
 }
 
 /// Right-anchored, per-segment glob matching: `*` never crosses `/`, and a pattern matches if
@@ -186,19 +233,41 @@ impl PathGlob {
     }
 }
 
-fn walker(root: &Path) -> ignore::Walk {
-    ignore::WalkBuilder::new(root)
-        .standard_filters(false)
-        .follow_links(false)
-        .sort_by_file_name(|a, b| a.cmp(b))
-        .filter_entry(|e| e.depth() == 0 || !is_ignored_name(&e.file_name().to_string_lossy()))
-        .build()
+fn slash(rel: &Path) -> String {
+    rel.to_string_lossy().replace('\\', "/")
 }
 
-fn rel_of(root: &Path, p: &Path) -> Option<String> {
-    let rel = p.strip_prefix(root).ok()?;
-    let s = rel.to_string_lossy().replace('\\', "/");
-    (!s.is_empty()).then_some(s)
+/// Paths below the open directory `dir` matching `pattern`, relative to it; `true` when more
+/// than `max_results` matched.
+pub fn glob_in(
+    dir: &Dir,
+    pattern: &str,
+    include_dirs: bool,
+    max_results: usize,
+) -> Result<(Vec<PathBuf>, bool), SandboxError> {
+    let matcher = PathGlob::new(pattern)?;
+    let mut out = Vec::new();
+    let mut truncated = false;
+    let _ = walk(
+        dir,
+        Path::new(""),
+        1,
+        WALK_MAX_DEPTH,
+        &mut |_, rel, _, ft| {
+            if ft.is_dir() && !include_dirs {
+                return ControlFlow::Continue(());
+            }
+            if matcher.is_match(&slash(rel)) {
+                if out.len() >= max_results {
+                    truncated = true;
+                    return ControlFlow::Break(());
+                }
+                out.push(rel.to_path_buf());
+            }
+            ControlFlow::Continue(())
+        },
+    );
+    Ok((out, truncated))
 }
 
 /// Paths under directory `root` matching `pattern`; `true` when more than `max_results`
@@ -214,27 +283,13 @@ pub fn glob(
     if !meta.is_dir() {
         return Err(SandboxError::NotADirectory(virtual_root.to_owned()));
     }
-    let matcher = PathGlob::new(pattern)?;
-    let mut out = Vec::new();
-    for e in walker(root).flatten() {
-        let Some(ft) = e.file_type() else { continue };
-        if ft.is_dir() && !include_dirs {
-            continue;
-        }
-        let Some(rel) = rel_of(root, e.path()) else {
-            continue;
-        };
-        if matcher.is_match(&rel) {
-            if out.len() >= max_results {
-                return Ok((out, true));
-            }
-            out.push(e.path().to_path_buf());
-        }
-    }
-    Ok((out, false))
+    let b = Beneath::ambient(root).map_err(|e| SandboxError::from_io(virtual_root, e))?;
+    let (found, truncated) = glob_in(b.dir(), pattern, include_dirs, max_results)?;
+    Ok((found.into_iter().map(|r| root.join(r)).collect(), truncated))
 }
 
-/// A grep hit on a host file.
+/// A grep hit: the file's path (relative to the root for [`grep_in`], a host path for
+/// [`grep`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HostMatch {
     pub path: PathBuf,
@@ -242,14 +297,13 @@ pub struct HostMatch {
     pub line: String,
 }
 
-fn is_binary(path: &Path) -> bool {
-    let Ok(mut f) = std::fs::File::open(path) else {
-        return true;
-    };
+/// NUL in the first 8 KiB (read without moving the file offset), or unreadable.
+fn is_binary(f: &std::fs::File) -> bool {
+    use std::os::unix::fs::FileExt;
     let mut buf = [0u8; 8192];
     let mut n = 0;
     while n < buf.len() {
-        match f.read(&mut buf[n..]) {
+        match f.read_at(&mut buf[n..], n as u64) {
             Ok(0) => break,
             Ok(k) => n += k,
             Err(_) => return true,
@@ -267,10 +321,55 @@ pub fn summarize_line(line: &str) -> String {
     format!("{head}...")
 }
 
-/// Search `root` (a file or a directory).
+/// A compiled grep request.
+struct Grep<'a> {
+    matcher: grep_regex::RegexMatcher,
+    searcher: grep_searcher::Searcher,
+    max_results: usize,
+    out: &'a mut Vec<HostMatch>,
+    truncated: bool,
+}
+
+impl Grep<'_> {
+    /// Search one open file (skipped when too large or binary).
+    fn file(&mut self, f: &std::fs::File, path: &Path) {
+        match f.metadata() {
+            Ok(m) if m.is_file() && m.len() <= GREP_MAX_FILE_BYTES => {}
+            _ => return,
+        }
+        if is_binary(f) {
+            return;
+        }
+        let (out, max, truncated) = (&mut *self.out, self.max_results, &mut self.truncated);
+        let _ = self.searcher.search_file(
+            &self.matcher,
+            f,
+            sinks::Lossy(|lnum, line| {
+                let line = line.trim_end_matches(['\n', '\r']);
+                if line.chars().count() > GREP_MAX_LINE_CHARS {
+                    return Ok(true);
+                }
+                if out.len() >= max {
+                    *truncated = true;
+                    return Ok(false);
+                }
+                out.push(HostMatch {
+                    path: path.to_path_buf(),
+                    line_number: lnum,
+                    line: summarize_line(line),
+                });
+                Ok(true)
+            }),
+        );
+    }
+}
+
+/// Search `start` (a file or a directory below `root`); hit paths are relative to `root`. In a
+/// directory, symlinks are skipped and files are opened through their directory's handle.
 #[allow(clippy::too_many_arguments)]
-pub fn grep(
-    root: &Path,
+pub fn grep_in(
+    root: &Beneath,
+    start: &Path,
     virtual_root: &str,
     pattern: &str,
     glob: Option<&str>,
@@ -278,7 +377,9 @@ pub fn grep(
     case_sensitive: bool,
     max_results: usize,
 ) -> Result<(Vec<HostMatch>, bool), SandboxError> {
-    let meta = std::fs::metadata(root).map_err(|e| SandboxError::from_io(virtual_root, e))?;
+    let meta = root
+        .metadata(start)
+        .map_err(|e| SandboxError::from_io(virtual_root, e))?;
     let pat = if literal {
         regex::escape(pattern)
     } else {
@@ -294,67 +395,87 @@ pub fn grep(
         .build(&pat)
         .map_err(|e| SandboxError::InvalidRegex(first_line(&e.to_string())))?;
     let filter = glob.map(PathGlob::new).transpose()?;
-    let canon_root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
-
-    let candidates: Vec<PathBuf> = if meta.is_file() {
-        vec![root.to_path_buf()]
-    } else {
-        walker(root)
-            .flatten()
-            .filter(|e| e.file_type().is_some_and(|t| t.is_file()))
-            .filter(|e| match (&filter, rel_of(root, e.path())) {
-                (Some(f), Some(rel)) => f.is_match(&rel),
-                (Some(_), None) => false,
-                (None, _) => true,
-            })
-            .filter(|e| {
-                e.path()
-                    .canonicalize()
-                    .is_ok_and(|c| c.starts_with(&canon_root))
-            })
-            .map(|e| e.path().to_path_buf())
-            .collect()
-    };
-
-    let mut searcher = SearcherBuilder::new()
-        .line_number(true)
-        .binary_detection(BinaryDetection::none())
-        .build();
     let mut out: Vec<HostMatch> = Vec::new();
-    let mut truncated = false;
-    for path in candidates {
-        if truncated {
-            break;
-        }
-        match std::fs::metadata(&path) {
-            Ok(m) if m.len() <= GREP_MAX_FILE_BYTES => {}
-            _ => continue,
-        }
-        if is_binary(&path) {
-            continue;
-        }
-        let _ = searcher.search_path(
-            &matcher,
-            &path,
-            sinks::Lossy(|lnum, line| {
-                let line = line.trim_end_matches(['\n', '\r']);
-                if line.chars().count() > GREP_MAX_LINE_CHARS {
-                    return Ok(true);
+    let mut g = Grep {
+        matcher,
+        searcher: SearcherBuilder::new()
+            .line_number(true)
+            .binary_detection(BinaryDetection::none())
+            .build(),
+        max_results,
+        out: &mut out,
+        truncated: false,
+    };
+    if !meta.is_dir() {
+        let f = root
+            .open(start)
+            .map_err(|e| SandboxError::from_io(virtual_root, e))?;
+        g.file(&f, start);
+    } else {
+        let dir = root
+            .open_dir(start)
+            .map_err(|e| SandboxError::from_io(virtual_root, e))?;
+        let _ = walk(
+            &dir,
+            Path::new(""),
+            1,
+            WALK_MAX_DEPTH,
+            &mut |parent, rel, name, ft| {
+                if !ft.is_file() || filter.as_ref().is_some_and(|f| !f.is_match(&slash(rel))) {
+                    return ControlFlow::Continue(());
                 }
-                if out.len() >= max_results {
-                    truncated = true;
-                    return Ok(false);
+                if let Ok(f) = parent.open(name) {
+                    g.file(&f.into_std(), &start.join(rel));
                 }
-                out.push(HostMatch {
-                    path: path.clone(),
-                    line_number: lnum,
-                    line: summarize_line(line),
-                });
-                Ok(true)
-            }),
+                if g.truncated {
+                    ControlFlow::Break(())
+                } else {
+                    ControlFlow::Continue(())
+                }
+            },
         );
     }
+    let truncated = g.truncated;
     Ok((out, truncated))
+}
+
+/// [`grep_in`] over a host file or directory; hit paths are host paths.
+#[allow(clippy::too_many_arguments)]
+pub fn grep(
+    root: &Path,
+    virtual_root: &str,
+    pattern: &str,
+    glob: Option<&str>,
+    literal: bool,
+    case_sensitive: bool,
+    max_results: usize,
+) -> Result<(Vec<HostMatch>, bool), SandboxError> {
+    let meta = std::fs::metadata(root).map_err(|e| SandboxError::from_io(virtual_root, e))?;
+    let (base, start) = match (meta.is_dir(), root.parent(), root.file_name()) {
+        (false, Some(parent), Some(name)) => (parent.to_path_buf(), PathBuf::from(name)),
+        _ => (root.to_path_buf(), PathBuf::new()),
+    };
+    let b = Beneath::ambient(&base).map_err(|e| SandboxError::from_io(virtual_root, e))?;
+    let (found, truncated) = grep_in(
+        &b,
+        &start,
+        virtual_root,
+        pattern,
+        glob,
+        literal,
+        case_sensitive,
+        max_results,
+    )?;
+    Ok((
+        found
+            .into_iter()
+            .map(|m| HostMatch {
+                path: base.join(m.path),
+                ..m
+            })
+            .collect(),
+        truncated,
+    ))
 }
 
 fn first_line(s: &str) -> String {
@@ -374,6 +495,16 @@ pub fn read_lines(
     end: Option<u64>,
 ) -> Result<String, SandboxError> {
     let f = std::fs::File::open(path).map_err(|e| SandboxError::from_io(virtual_path, e))?;
+    read_lines_from(f, virtual_path, start, end)
+}
+
+/// [`read_lines`] from an open file.
+pub fn read_lines_from(
+    f: std::fs::File,
+    virtual_path: &str,
+    start: u64,
+    end: Option<u64>,
+) -> Result<String, SandboxError> {
     let mut r = std::io::BufReader::new(f);
     let mut buf = Vec::new();
     let mut lines: Vec<String> = Vec::new();
@@ -409,7 +540,19 @@ pub fn read_lines(
 
 /// Read a whole UTF-8 text file of at most `limit` bytes.
 pub fn read_text(path: &Path, virtual_path: &str, limit: u64) -> Result<String, SandboxError> {
-    let meta = std::fs::metadata(path).map_err(|e| SandboxError::from_io(virtual_path, e))?;
+    let f = std::fs::File::open(path).map_err(|e| SandboxError::from_io(virtual_path, e))?;
+    read_text_from(f, virtual_path, limit)
+}
+
+/// [`read_text`] from an open file.
+pub fn read_text_from(
+    mut f: std::fs::File,
+    virtual_path: &str,
+    limit: u64,
+) -> Result<String, SandboxError> {
+    let meta = f
+        .metadata()
+        .map_err(|e| SandboxError::from_io(virtual_path, e))?;
     if meta.is_dir() {
         return Err(SandboxError::IsADirectory(virtual_path.to_owned()));
     }
@@ -420,7 +563,13 @@ pub fn read_text(path: &Path, virtual_path: &str, limit: u64) -> Result<String, 
             limit,
         });
     }
-    let bytes = std::fs::read(path).map_err(|e| SandboxError::from_io(virtual_path, e))?;
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    // Never more than the limit, even if the file grows after the stat.
+    let cap = if limit > 0 { limit } else { u64::MAX };
+    (&mut f)
+        .take(cap)
+        .read_to_end(&mut bytes)
+        .map_err(|e| SandboxError::from_io(virtual_path, e))?;
     if bytes.contains(&0) {
         return Err(SandboxError::NotText(virtual_path.to_owned()));
     }

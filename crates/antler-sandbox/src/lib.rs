@@ -13,8 +13,11 @@
 //!   output masking).
 //! - [`audit`]: the table-driven bash audit classifier.
 //! - [`uploads`]: attaching files to a message, with document → Markdown conversion.
+//! - [`beneath`]: mount roots held as directory handles, every file access resolved beneath
+//!   them, so a thread folder swapped for a symlink is refused rather than followed.
 
 pub mod audit;
+pub mod beneath;
 pub mod confine;
 pub mod convert;
 pub mod env;
@@ -31,6 +34,7 @@ pub mod truncate;
 pub mod uploads;
 pub mod warden;
 
+pub use beneath::{Beneath, RootDir, ThreadRoots};
 pub use confine::{bash_available, confinement_status, sandbox_exec_main, ConfinementStatus};
 pub use error::SandboxError;
 pub use local::{LocalSandbox, LocalSandboxProvider};

@@ -2,14 +2,18 @@
 //!
 //! Commands and file operations run on the host, inside the thread's folders, addressed with
 //! virtual paths. Unlike DeerFlow's, this provider confines `bash` with Landlock where the
-//! kernel supports it (see [`crate::confine`]).
+//! kernel supports it (see [`crate::confine`]), and its file operations never follow a
+//! symlink out of a mount: each goes through the mount root's directory handle
+//! ([`crate::beneath`]), so a thread folder that bash replaced with a symlink is refused.
 
 use std::collections::{HashMap, HashSet};
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 
+use crate::beneath::{self, Beneath};
 use crate::confine::{self, ConfinementStatus};
 use crate::env::scrubbed_env;
 use crate::error::SandboxError;
@@ -127,10 +131,11 @@ impl LocalSandbox {
         let mut readable = Vec::new();
         let mut mount_writable = Vec::new();
         if let Some(p) = &paths {
-            mappings.push(PathMapping::new(VIRTUAL_USER_DATA, &p.user_data, false));
-            mappings.push(PathMapping::new(VIRTUAL_WORKSPACE, &p.workspace, false));
-            mappings.push(PathMapping::new(VIRTUAL_UPLOADS, &p.uploads, false));
-            mappings.push(PathMapping::new(VIRTUAL_OUTPUTS, &p.outputs, false));
+            // Pinned: confined bash can replace these folders, so they are never followed.
+            mappings.push(PathMapping::pinned(VIRTUAL_USER_DATA, &p.user_data));
+            mappings.push(PathMapping::pinned(VIRTUAL_WORKSPACE, &p.workspace));
+            mappings.push(PathMapping::pinned(VIRTUAL_UPLOADS, &p.uploads));
+            mappings.push(PathMapping::pinned(VIRTUAL_OUTPUTS, &p.outputs));
             writable.push(p.user_data.clone());
         }
         if let Some(skills) = &settings.skills_host_path {
@@ -313,16 +318,20 @@ impl Sandbox for LocalSandbox {
         start_line: Option<u64>,
         end_line: Option<u64>,
     ) -> Result<String, SandboxError> {
-        let r = self.mapper.resolve(path)?;
-        if r.host.is_dir() {
+        let t = self.target(path, false)?;
+        let file = t
+            .root
+            .open(&t.rel)
+            .map_err(|e| SandboxError::from_io(path, e))?;
+        if file.metadata().is_ok_and(|m| m.is_dir()) {
             return Err(SandboxError::IsADirectory(path.to_owned()));
         }
         let content = if start_line.is_none() && end_line.is_none() {
-            fsops::read_text(&r.host, path, self.settings.read_file_max_bytes)?
+            fsops::read_text_from(file, path, self.settings.read_file_max_bytes)?
         } else {
-            fsops::read_lines(&r.host, path, start_line.unwrap_or(1).max(1), end_line)?
+            fsops::read_lines_from(file, path, start_line.unwrap_or(1).max(1), end_line)?
         };
-        if self.is_agent_written(&r.host) {
+        if self.is_agent_written(&t.host) {
             return Ok(self.mapper.mask(&content).into_owned());
         }
         Ok(content)
@@ -335,8 +344,14 @@ impl Sandbox for LocalSandbox {
                 "Access denied: path must be under '{VIRTUAL_USER_DATA}'"
             )));
         }
-        let r = self.mapper.resolve(path)?;
-        let meta = std::fs::metadata(&r.host).map_err(|e| SandboxError::from_io(path, e))?;
+        let t = self.target(path, false)?;
+        let file = t
+            .root
+            .open(&t.rel)
+            .map_err(|e| SandboxError::from_io(path, e))?;
+        let meta = file
+            .metadata()
+            .map_err(|e| SandboxError::from_io(path, e))?;
         if meta.is_dir() {
             return Err(SandboxError::IsADirectory(path.to_owned()));
         }
@@ -347,19 +362,31 @@ impl Sandbox for LocalSandbox {
                 limit: MAX_DOWNLOAD_BYTES,
             });
         }
-        std::fs::read(&r.host).map_err(|e| SandboxError::from_io(path, e))
+        let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+        file.take(MAX_DOWNLOAD_BYTES)
+            .read_to_end(&mut bytes)
+            .map_err(|e| SandboxError::from_io(path, e))?;
+        Ok(bytes)
     }
 
     fn list_dir(&self, path: &str, max_depth: usize) -> Result<Vec<String>, SandboxError> {
-        let r = self.mapper.resolve(path)?;
-        let meta = std::fs::metadata(&r.host).map_err(|e| SandboxError::from_io(path, e))?;
+        let t = self.target(path, false)?;
+        let start = t
+            .root
+            .canonical(&t.rel, false)
+            .map_err(|e| SandboxError::from_io(path, e))?;
+        let meta = t
+            .root
+            .metadata(&start)
+            .map_err(|e| SandboxError::from_io(path, e))?;
         if !meta.is_dir() {
             return Err(SandboxError::NotADirectory(path.to_owned()));
         }
-        let mut out: Vec<String> = fsops::list_dir(&r.host, max_depth)
+        let base = self.mapper.root(t.index).host();
+        let mut out: Vec<String> = fsops::list_dir_in(&t.root, &start, max_depth)
             .into_iter()
             .map(|e| {
-                let v = self.mapper.reverse(&e.path);
+                let v = self.mapper.reverse(&base.join(&e.path));
                 if e.is_dir {
                     format!("{}/", v.trim_end_matches('/'))
                 } else {
@@ -369,7 +396,7 @@ impl Sandbox for LocalSandbox {
             .collect();
         // Mounts that are direct children of `path` but live elsewhere on the host.
         let base = path.trim_end_matches('/');
-        for m in self.mapper.mappings() {
+        for (i, m) in self.mapper.mappings().iter().enumerate() {
             if let Some(child) = m
                 .container
                 .strip_prefix(base)
@@ -379,7 +406,7 @@ impl Sandbox for LocalSandbox {
                 if !child.is_empty()
                     && !child.contains('/')
                     && !out.contains(&listed)
-                    && m.host.is_dir()
+                    && self.mapper.root(i).is_usable()
                 {
                     out.push(listed);
                 }
@@ -391,30 +418,17 @@ impl Sandbox for LocalSandbox {
     }
 
     fn write_file(&self, path: &str, content: &str, append: bool) -> Result<(), SandboxError> {
-        let r = self.mapper.resolve(path)?;
-        if r.read_only {
-            return Err(SandboxError::ReadOnly(path.to_owned()));
-        }
-        if r.host.is_dir() {
-            return Err(SandboxError::IsADirectory(path.to_owned()));
-        }
-        if let Some(parent) = r.host.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| SandboxError::from_io(path, e))?;
-        }
+        let t = self.writable_target(path)?;
         let content = self.mapper.rewrite_content(content);
-        let res = if append {
-            use std::io::Write;
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&r.host)
-                .and_then(|mut f| f.write_all(content.as_bytes()))
-        } else {
-            std::fs::write(&r.host, content.as_bytes())
-        };
-        res.map_err(|e| SandboxError::from_io(path, e))?;
+        let mut file = t
+            .root
+            .open_with(&t.rel, &beneath::write_options(append))
+            .map_err(|e| SandboxError::from_io(path, e))?
+            .into_std();
+        file.write_all(content.as_bytes())
+            .map_err(|e| SandboxError::from_io(path, e))?;
         if let Ok(mut set) = self.agent_written.lock() {
-            set.insert(r.host);
+            set.insert(t.host);
         }
         Ok(())
     }
@@ -426,18 +440,42 @@ impl Sandbox for LocalSandbox {
         include_dirs: bool,
         max_results: usize,
     ) -> Result<(Vec<String>, bool), SandboxError> {
-        let r = self.mapper.resolve(path)?;
-        let (found, truncated) = fsops::glob(&r.host, path, pattern, include_dirs, max_results)?;
+        let t = self.target(path, false)?;
+        let start = t
+            .root
+            .canonical(&t.rel, false)
+            .map_err(|e| SandboxError::from_io(path, e))?;
+        let meta = t
+            .root
+            .metadata(&start)
+            .map_err(|e| SandboxError::from_io(path, e))?;
+        if !meta.is_dir() {
+            return Err(SandboxError::NotADirectory(path.to_owned()));
+        }
+        let dir = t
+            .root
+            .open_dir(&start)
+            .map_err(|e| SandboxError::from_io(path, e))?;
+        let (found, truncated) = fsops::glob_in(&dir, pattern, include_dirs, max_results)?;
+        let base = self.mapper.root(t.index).host().join(&start);
         Ok((
-            found.iter().map(|p| self.mapper.reverse(p)).collect(),
+            found
+                .iter()
+                .map(|p| self.mapper.reverse(&base.join(p)))
+                .collect(),
             truncated,
         ))
     }
 
     fn grep(&self, path: &str, query: &GrepQuery) -> Result<(Vec<GrepMatch>, bool), SandboxError> {
-        let r = self.mapper.resolve(path)?;
-        let (found, truncated) = fsops::grep(
-            &r.host,
+        let t = self.target(path, false)?;
+        let start = t
+            .root
+            .canonical(&t.rel, false)
+            .map_err(|e| SandboxError::from_io(path, e))?;
+        let (found, truncated) = fsops::grep_in(
+            &t.root,
+            &start,
             path,
             &query.pattern,
             query.glob.as_deref(),
@@ -445,11 +483,12 @@ impl Sandbox for LocalSandbox {
             query.case_sensitive,
             query.max_results,
         )?;
+        let base = self.mapper.root(t.index).host();
         Ok((
             found
                 .into_iter()
                 .map(|m| GrepMatch {
-                    path: self.mapper.reverse(&m.path),
+                    path: self.mapper.reverse(&base.join(&m.path)),
                     line_number: m.line_number,
                     line: m.line,
                 })
@@ -459,14 +498,14 @@ impl Sandbox for LocalSandbox {
     }
 
     fn update_file(&self, path: &str, bytes: &[u8]) -> Result<(), SandboxError> {
-        let r = self.mapper.resolve(path)?;
-        if r.read_only {
-            return Err(SandboxError::ReadOnly(path.to_owned()));
-        }
-        if let Some(parent) = r.host.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| SandboxError::from_io(path, e))?;
-        }
-        std::fs::write(&r.host, bytes).map_err(|e| SandboxError::from_io(path, e))
+        let t = self.writable_target(path)?;
+        let mut file = t
+            .root
+            .open_with(&t.rel, &beneath::write_options(false))
+            .map_err(|e| SandboxError::from_io(path, e))?
+            .into_std();
+        file.write_all(bytes)
+            .map_err(|e| SandboxError::from_io(path, e))
     }
 
     fn mask(&self, text: &str) -> String {
@@ -475,6 +514,74 @@ impl Sandbox for LocalSandbox {
 
     fn thread_paths(&self) -> Option<&ThreadPaths> {
         self.paths.as_ref()
+    }
+}
+
+/// A virtual path resolved to its mount root (see [`LocalSandbox::target`]).
+struct Target {
+    index: usize,
+    root: Beneath,
+    /// Below the root, as spelled (no `..`).
+    rel: PathBuf,
+    /// `root.host()` joined with `rel` (the key of the agent-written set).
+    host: PathBuf,
+    read_only: bool,
+}
+
+// File-operation helpers (kept apart from command execution).
+impl LocalSandbox {
+    /// Where a virtual path lives: its mount root's validated handle and the path below it.
+    /// `create`: a missing root (and its missing parents) is created first. A missing root of
+    /// a read is "not found" for the path asked about.
+    fn target(&self, path: &str, create: bool) -> Result<Target, SandboxError> {
+        let loc = self.mapper.locate(path)?;
+        let root = self.mapper.root(loc.index);
+        let opened = if create {
+            root.open_or_create()
+        } else {
+            root.open()
+        };
+        let root_handle = match opened {
+            Err(SandboxError::NotFound(_)) => return Err(SandboxError::NotFound(path.to_owned())),
+            other => other?,
+        };
+        Ok(Target {
+            index: loc.index,
+            host: root.host().join(&loc.rel),
+            read_only: loc.mapping.read_only,
+            rel: loc.rel,
+            root: root_handle,
+        })
+    }
+
+    /// [`LocalSandbox::target`] for a write: refused on read-only mounts (also when the target
+    /// really lies in a read-only mount nested inside this one), parent folders created beneath
+    /// the root.
+    fn writable_target(&self, path: &str) -> Result<Target, SandboxError> {
+        let loc = self.mapper.locate(path)?;
+        if loc.mapping.read_only {
+            return Err(SandboxError::ReadOnly(path.to_owned()));
+        }
+        let t = self.target(path, true)?;
+        if let Some(parent) = t.rel.parent() {
+            t.root
+                .create_dir_all(parent)
+                .map_err(|e| SandboxError::from_io(path, e))?;
+        }
+        if self.mapper.has_read_only_inside(t.index) {
+            let canon = t
+                .root
+                .canonical(&t.rel, true)
+                .map_err(|e| SandboxError::from_io(path, e))?;
+            if self
+                .mapper
+                .host_is_read_only(&t.root.canonical_root().join(canon))
+            {
+                return Err(SandboxError::ReadOnly(path.to_owned()));
+            }
+        }
+        debug_assert!(!t.read_only);
+        Ok(t)
     }
 }
 

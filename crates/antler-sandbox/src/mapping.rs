@@ -1,13 +1,16 @@
 //! Virtual ↔ host path translation (spec 50 §3.3).
 //!
-//! A [`Mapper`] holds the mount table of one sandbox. It resolves virtual paths to host paths
-//! (longest container prefix, segment boundary, canonicalised, contained in the mount), maps
-//! host paths back, and rewrites paths inside text in both directions: container → host in
-//! shell commands and written file content, host → container in everything the model reads.
+//! A [`Mapper`] holds the mount table of one sandbox. It locates virtual paths (longest
+//! container prefix, segment boundary) and holds each mount root as a directory handle that
+//! paths are resolved beneath ([`crate::beneath`]), maps host paths back, and rewrites paths
+//! inside text in both directions: container → host in shell commands and written file
+//! content, host → container in everything the model reads.
 
 use std::borrow::Cow;
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
 
+use crate::beneath::RootDir;
 use crate::error::SandboxError;
 
 /// One mount: what the agent sees at `container`, backed by host directory `host`.
@@ -16,6 +19,10 @@ pub struct PathMapping {
     pub container: String,
     pub host: PathBuf,
     pub read_only: bool,
+    /// The root must stay a real directory: its last component is never followed (a thread
+    /// folder, which a sandboxed command can replace with a symlink). Other roots are opened by
+    /// path, so an operator's symlinked `host_path` keeps working.
+    pub pinned: bool,
 }
 
 impl PathMapping {
@@ -24,6 +31,15 @@ impl PathMapping {
             container: container.into(),
             host: host.into(),
             read_only,
+            pinned: false,
+        }
+    }
+
+    /// A writable thread folder (see [`PathMapping::pinned`]).
+    pub fn pinned(container: impl Into<String>, host: impl Into<PathBuf>) -> Self {
+        PathMapping {
+            pinned: true,
+            ..PathMapping::new(container, host, false)
         }
     }
 }
@@ -31,10 +47,20 @@ impl PathMapping {
 /// A resolved virtual path.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Resolved {
-    /// Canonical host path (the deepest existing ancestor canonicalised, the rest appended).
+    /// Canonical host path (symlinks inside the mount resolved, a missing tail appended).
     pub host: PathBuf,
     /// Writes must be refused.
     pub read_only: bool,
+}
+
+/// A virtual path located in the mount table, not yet touched on disk.
+#[derive(Clone, Debug)]
+pub struct Located<'a> {
+    /// Index of the mapping (and of its root, see [`Mapper::root`]).
+    pub index: usize,
+    pub mapping: &'a PathMapping,
+    /// The path below the mount root (no `..`, no leading `/`).
+    pub rel: PathBuf,
 }
 
 /// `Access denied: path traversal detected` when any segment is `..` (either separator).
@@ -49,7 +75,7 @@ pub(crate) fn traversal() -> SandboxError {
     SandboxError::PermissionDenied("Access denied: path traversal detected".to_owned())
 }
 
-fn escapes() -> SandboxError {
+pub(crate) fn escapes() -> SandboxError {
     SandboxError::PermissionDenied("Access denied: path escapes mounted directory".to_owned())
 }
 
@@ -62,6 +88,9 @@ pub fn is_under(path: &str, prefix: &str) -> bool {
 /// Canonicalise a path that may not exist yet: the deepest existing ancestor is canonicalised
 /// and the missing components appended. A component that exists but cannot be canonicalised
 /// (a dangling or looping symlink) is an escape: following it could land anywhere.
+///
+/// This follows every symlink, including a swapped mount root: use it to compute spellings
+/// (masking), never to decide access — that goes through [`crate::beneath`].
 pub fn canonicalize_lenient(path: &Path) -> Result<PathBuf, SandboxError> {
     let mut missing: Vec<&std::ffi::OsStr> = Vec::new();
     let mut cur = path;
@@ -178,15 +207,52 @@ impl Rewriter {
     }
 }
 
-/// The mount table of one sandbox, with its text rewriters compiled once.
+/// The mount table of one sandbox, with its text rewriters compiled once and each mount root
+/// held as a [`RootDir`] (opened lazily, re-validated on each use).
 #[derive(Clone, Debug, Default)]
 pub struct Mapper {
     /// Sorted by container path length, longest first.
     mappings: Vec<PathMapping>,
-    /// Canonical host root of each mapping (same order).
+    /// Canonical host root of each mapping at construction (same order): masking spellings and
+    /// the read-only overlap test only.
     canon: Vec<PathBuf>,
+    /// The root handle of each mapping (same order).
+    roots: Vec<Arc<RootDir>>,
     to_host: Rewriter,
     to_virtual: Rewriter,
+}
+
+/// One root per mapping. A pinned mapping whose parent is another pinned mapping's root is
+/// held under that root's handle (`…/user-data/outputs` under `…/user-data`), so swapping the
+/// parent is caught too; other pinned roots are held no-follow under their parent's path.
+fn build_roots(mappings: &[PathMapping]) -> Vec<Arc<RootDir>> {
+    let mut order: Vec<usize> = (0..mappings.len()).collect();
+    order.sort_by_key(|&i| mappings[i].host.as_os_str().len());
+    let mut roots: Vec<Option<Arc<RootDir>>> = vec![None; mappings.len()];
+    for i in order {
+        let m = &mappings[i];
+        let root = if !m.pinned {
+            RootDir::ambient(&m.host, &m.container)
+        } else {
+            let parent = m.host.parent().and_then(|p| {
+                mappings
+                    .iter()
+                    .zip(&roots)
+                    .find(|(o, r)| o.pinned && r.is_some() && o.host == p)
+                    .and_then(|(_, r)| r.clone())
+            });
+            match (parent, m.host.file_name()) {
+                (Some(p), Some(name)) => RootDir::child(&p, name, &m.container),
+                _ => RootDir::no_follow(&m.host, &m.container),
+            }
+        };
+        roots[i] = Some(root);
+    }
+    roots
+        .into_iter()
+        .zip(mappings)
+        .map(|(r, m)| r.unwrap_or_else(|| RootDir::ambient(&m.host, &m.container)))
+        .collect()
 }
 
 fn host_str(p: &Path) -> String {
@@ -221,6 +287,7 @@ impl Mapper {
         }
         Mapper {
             to_virtual: Rewriter::new(back),
+            roots: build_roots(&mappings),
             mappings,
             canon,
             to_host,
@@ -229,6 +296,11 @@ impl Mapper {
 
     pub fn mappings(&self) -> &[PathMapping] {
         &self.mappings
+    }
+
+    /// The root handle of mapping `index` (as returned by [`Mapper::find`]).
+    pub fn root(&self, index: usize) -> &Arc<RootDir> {
+        &self.roots[index]
     }
 
     /// The mapping whose container path is the longest segment-boundary prefix of `path`.
@@ -248,33 +320,52 @@ impl Mapper {
         }
     }
 
-    /// Resolve a virtual path. Unmapped paths, `..` segments and symlinks leading out of the
-    /// mount are refused.
-    pub fn resolve(&self, path: &str) -> Result<Resolved, SandboxError> {
+    /// Locate a virtual path in the mount table: its mapping and the path below the mount root.
+    /// Unmapped paths and `..` segments are refused; nothing is touched on disk.
+    pub fn locate(&self, path: &str) -> Result<Located<'_>, SandboxError> {
         reject_traversal(path)?;
-        let Some((idx, m)) = self.find(path) else {
+        let Some((index, mapping)) = self.find(path) else {
             return Err(SandboxError::PermissionDenied(format!(
                 "Access denied: {path} is outside the sandbox's mounted directories"
             )));
         };
-        let rest = path[m.container.len()..].trim_start_matches('/');
-        let joined = if rest.is_empty() {
-            m.host.clone()
-        } else {
-            m.host.join(rest)
-        };
-        let host = canonicalize_lenient(&joined)?;
-        let root = &self.canon[idx];
-        if !host.starts_with(root) {
-            return Err(escapes());
-        }
-        let read_only = m.read_only || self.host_is_read_only(&host);
+        let rest = path[mapping.container.len()..].trim_start_matches('/');
+        Ok(Located {
+            index,
+            mapping,
+            rel: PathBuf::from(rest),
+        })
+    }
+
+    /// Resolve a virtual path to its canonical host path, through the mount root's handle.
+    /// Unmapped paths, `..` segments, a root replaced by a symlink or a file, and symlinks
+    /// leading out of the mount are refused. The returned path is informational (it can change
+    /// as soon as it is returned): file operations go through [`Mapper::root`] instead.
+    pub fn resolve(&self, path: &str) -> Result<Resolved, SandboxError> {
+        let loc = self.locate(path)?;
+        let root = self.roots[loc.index].open()?;
+        let rel = root
+            .canonical(&loc.rel, true)
+            .map_err(|e| SandboxError::from_io(path, e))?;
+        let host = root.canonical_root().join(rel);
+        let read_only = loc.mapping.read_only || self.host_is_read_only(&host);
         Ok(Resolved { host, read_only })
+    }
+
+    /// Whether a read-only mount's root lies inside mapping `index`'s root, so a write there
+    /// must check where its target really is.
+    pub(crate) fn has_read_only_inside(&self, index: usize) -> bool {
+        let root = &self.canon[index];
+        self.mappings
+            .iter()
+            .zip(&self.canon)
+            .enumerate()
+            .any(|(j, (m, c))| j != index && m.read_only && c.starts_with(root))
     }
 
     /// Whether a canonical host path falls (longest host prefix) under a read-only mount —
     /// catches symlinks from a writable mount into a read-only one.
-    fn host_is_read_only(&self, host: &Path) -> bool {
+    pub(crate) fn host_is_read_only(&self, host: &Path) -> bool {
         self.mappings
             .iter()
             .zip(&self.canon)

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use antler_protocol::ThreadData;
 use sha2::{Digest, Sha256};
 
+use crate::beneath::ThreadRoots;
 use crate::error::SandboxError;
 
 /// The virtual root of a thread's folders.
@@ -99,12 +100,10 @@ impl ThreadPaths {
         })
     }
 
-    /// Create the three folders (idempotent).
+    /// Create the three folders (idempotent) without following symlinks; a folder replaced by
+    /// a symlink or a file is left alone (see [`ThreadRoots::ensure`]).
     pub fn ensure_dirs(&self) -> std::io::Result<()> {
-        for d in [&self.workspace, &self.uploads, &self.outputs] {
-            std::fs::create_dir_all(d)?;
-        }
-        Ok(())
+        ThreadRoots::new(self).ensure()
     }
 
     /// The `thread_data` state value (host paths).
@@ -155,11 +154,9 @@ impl ThreadDirs {
         v
     }
 
+    /// As [`ThreadPaths::ensure_dirs`].
     pub fn ensure_dirs(&self) -> std::io::Result<()> {
-        for d in [&self.workspace, &self.uploads, &self.outputs] {
-            std::fs::create_dir_all(d)?;
-        }
-        Ok(())
+        ThreadRoots::from_dirs(self).ensure()
     }
 }
 

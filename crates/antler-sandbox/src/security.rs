@@ -5,18 +5,16 @@
 //! This is defence in depth. The isolation boundary is the sandbox's path resolution (file
 //! tools) and Landlock (bash, when confined).
 
-use std::path::PathBuf;
+use std::path::{Component, Path, PathBuf};
 use std::sync::OnceLock;
 
 use antler_protocol::ThreadData;
 use regex::Regex;
 
+use crate::beneath::ThreadRoots;
 use crate::error::SandboxError;
 use crate::local::validate_mounts;
-use crate::mapping::{
-    canonicalize_lenient, is_under, reject_traversal, traversal, CommandRewriter, Masker,
-    PathMapping,
-};
+use crate::mapping::{is_under, reject_traversal, traversal, CommandRewriter, Masker, PathMapping};
 use crate::paths::{ThreadDirs, ThreadPaths, VIRTUAL_USER_DATA};
 use crate::settings::SandboxSettings;
 
@@ -221,6 +219,8 @@ pub struct LocalPolicy {
     pub extra_allowed: Vec<String>,
     masker: Masker,
     user_data_rewriter: CommandRewriter,
+    /// The thread folders as directory handles (opened lazily, re-validated on use).
+    roots: ThreadRoots,
 }
 
 impl LocalPolicy {
@@ -252,6 +252,7 @@ impl LocalPolicy {
                 .to_owned(),
             mounts: validate_mounts(settings).0,
             extra_allowed: Vec::new(),
+            roots: ThreadRoots::from_dirs(&dirs),
             dirs,
             masker,
             user_data_rewriter,
@@ -304,35 +305,97 @@ impl LocalPolicy {
 
     /// Spec 50 §3.7.2: the host path of a `/mnt/user-data/…` path, which must stay inside one of
     /// the three thread folders after following symlinks.
+    ///
+    /// Decided through directory handles ([`crate::beneath`]), never by canonicalising the
+    /// roots: a folder replaced by a symlink or a file is `Access denied: … is not a directory`,
+    /// and symlinks are followed only while they stay inside `user-data`. The common case (the
+    /// path resolves inside the folder it names) costs one resolution beneath that folder.
     pub fn resolve_user_data(&self, path: &str) -> Result<PathBuf, SandboxError> {
         reject_traversal(path)?;
-        let mut best: Option<(&str, &PathBuf)> = None;
-        let mappings = self.dirs.mappings();
-        for (v, h) in &mappings {
-            if is_under(path, v) && best.is_none_or(|(bv, _)| v.len() > bv.len()) {
-                best = Some((v.as_str(), h));
+        let mut best: Option<(String, PathBuf)> = None;
+        for (v, h) in self.dirs.mappings() {
+            if is_under(path, &v) && best.as_ref().is_none_or(|(bv, _)| v.len() > bv.len()) {
+                best = Some((v, h));
             }
         }
         let Some((v, h)) = best else {
             return Err(traversal());
         };
-        let rest = path[v.len()..].trim_start_matches('/');
-        let joined = if rest.is_empty() {
+        let rest = Path::new(path[v.len()..].trim_start_matches('/'));
+        let lexical = if rest.as_os_str().is_empty() {
             h.clone()
         } else {
             h.join(rest)
         };
-        let resolved = canonicalize_lenient(&joined).map_err(|_| traversal())?;
-        let inside = [&self.dirs.workspace, &self.dirs.uploads, &self.dirs.outputs]
-            .iter()
-            .any(|root| {
-                let root = canonicalize_lenient(root).unwrap_or_else(|_| (*root).clone());
-                resolved.starts_with(root)
-            });
-        if !inside {
-            return Err(traversal());
+        let folder = h
+            .file_name()
+            .and_then(|n| self.roots.folder(n))
+            .filter(|_| v != VIRTUAL_USER_DATA);
+        if let Some(root) = folder {
+            match root.open() {
+                Ok(b) => {
+                    if b.metadata(rest).is_ok() {
+                        return Ok(b.canonical_root().join(rest));
+                    }
+                }
+                // Nothing there yet, so nothing to follow.
+                Err(SandboxError::NotFound(_)) => return Ok(lexical),
+                Err(e) => return Err(e),
+            }
         }
-        Ok(resolved)
+        // Missing, or through a symlink leaving the folder: resolve beneath `user-data`, which
+        // must land in one of the three folders.
+        let (b, rel) = match (&self.roots.user_data, folder) {
+            (Some(ud), _) => match ud.open() {
+                Ok(b) => {
+                    let rel = match h.file_name().filter(|_| v != VIRTUAL_USER_DATA) {
+                        Some(name) => Path::new(name).join(rest),
+                        None => rest.to_path_buf(),
+                    };
+                    (b, rel)
+                }
+                Err(SandboxError::NotFound(_)) => return Ok(lexical),
+                Err(e) => return Err(e),
+            },
+            // The folders share no parent: each is its own boundary.
+            (None, Some(root)) => (root.open()?, rest.to_path_buf()),
+            (None, None) => return Err(traversal()),
+        };
+        let canon = b.canonical(&rel, true).map_err(|_| traversal())?;
+        if self.roots.user_data.is_some() {
+            let inside = match canon.components().next() {
+                Some(Component::Normal(first)) => {
+                    self.roots.folder(first).is_some_and(|r| r.is_usable())
+                }
+                _ => false,
+            };
+            if !inside {
+                return Err(traversal());
+            }
+        }
+        Ok(b.canonical_root().join(canon))
+    }
+
+    /// Open a `/mnt/user-data/…` file for reading through the folder handles, with the
+    /// containment rule of [`LocalPolicy::resolve_user_data`] (for tools that read thread files
+    /// without the sandbox, e.g. `view_image`).
+    pub fn open_user_data(&self, path: &str) -> Result<std::fs::File, SandboxError> {
+        let host = self.resolve_user_data(path)?;
+        // Re-resolve the decided path beneath the root it lies in, so a swap after the check
+        // cannot redirect the open.
+        let roots = [
+            self.roots.user_data.as_ref(),
+            Some(&self.roots.workspace),
+            Some(&self.roots.uploads),
+            Some(&self.roots.outputs),
+        ];
+        for root in roots.into_iter().flatten().rev() {
+            let Ok(b) = root.open() else { continue };
+            if let Ok(rel) = host.strip_prefix(b.canonical_root()) {
+                return b.open(rel).map_err(|e| SandboxError::from_io(path, e));
+            }
+        }
+        Err(SandboxError::NotFound(path.to_owned()))
     }
 
     /// Read gate: path validation plus user-data containment.

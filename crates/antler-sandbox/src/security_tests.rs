@@ -226,3 +226,56 @@ fn tokenizer() {
     );
     assert!(shell_tokens("echo 'unterminated").is_none());
 }
+
+#[test]
+fn swapped_folders_are_refused_not_followed() {
+    let f = fixture();
+    let ud = f.root.join("threads/t1/user-data");
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret.txt"), "secret").unwrap();
+    // Inside the tree: a link from one folder into another is fine.
+    std::fs::write(ud.join("outputs/r.md"), "r").unwrap();
+    std::os::unix::fs::symlink("../outputs/r.md", ud.join("workspace/r.md")).unwrap();
+    assert_eq!(
+        msg(f.policy.check_read("/mnt/user-data/workspace/r.md")),
+        "ok"
+    );
+    assert_eq!(
+        f.policy
+            .resolve_user_data("/mnt/user-data/workspace/r.md")
+            .unwrap(),
+        ud.join("outputs/r.md")
+    );
+    // A link to user-data itself (not one of the three folders) is refused.
+    std::fs::write(ud.join("top.txt"), "t").unwrap();
+    std::os::unix::fs::symlink("../top.txt", ud.join("workspace/top.txt")).unwrap();
+    assert_eq!(
+        msg(f.policy.check_read("/mnt/user-data/workspace/top.txt")),
+        "Access denied: path traversal detected"
+    );
+    // A swapped folder: every check refuses it, and nothing outside is opened.
+    std::fs::remove_dir_all(ud.join("outputs")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), ud.join("outputs")).unwrap();
+    for p in [
+        "/mnt/user-data/outputs/secret.txt",
+        "/mnt/user-data/outputs/new.txt",
+    ] {
+        let e = msg(f.policy.check_read(p));
+        assert!(
+            e.contains("/mnt/user-data/outputs is not a directory"),
+            "{e}"
+        );
+        assert!(msg(f.policy.check_write(p)).contains("is not a directory"));
+        assert!(f.policy.open_user_data(p).is_err());
+    }
+    // The cross-folder link now points into the swapped folder: refused too.
+    assert!(f
+        .policy
+        .check_read("/mnt/user-data/workspace/r.md")
+        .is_err());
+    // A swapped user-data folder.
+    std::fs::rename(&ud, f.root.join("threads/t1/moved")).unwrap();
+    std::os::unix::fs::symlink(f.root.join("threads/t1/moved"), &ud).unwrap();
+    let e = msg(f.policy.check_read("/mnt/user-data/workspace/a.txt"));
+    assert!(e.contains("/mnt/user-data is not a directory"), "{e}");
+}

@@ -9,7 +9,11 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use serde_json::{json, Value};
 
+use cap_std::fs::{Dir, MetadataExt};
+
+use crate::beneath::ThreadRoots;
 use crate::convert::{self, ConvertError};
+use crate::error::SandboxError;
 use crate::paths::{ThreadPaths, VIRTUAL_UPLOADS};
 use crate::settings::UploadSettings;
 
@@ -71,13 +75,9 @@ pub enum UploadError {
         #[source]
         source: std::io::Error,
     },
-}
-
-fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> UploadError + '_ {
-    move |source| UploadError::Io {
-        path: path.to_path_buf(),
-        source,
-    }
+    /// The uploads folder is unusable (e.g. replaced by a symlink); nothing was written.
+    #[error("{0}")]
+    Folder(#[from] SandboxError),
 }
 
 /// The basename of a client-supplied name, or `None` when it is unsafe (empty, `.`, `..`,
@@ -111,46 +111,53 @@ pub fn dedupe_name(name: &str, taken: &HashSet<String>) -> String {
         .unwrap_or_else(|| name.to_owned())
 }
 
-/// Refuse to replace anything but a single-linked regular file.
-fn check_destination(dest: &Path, name: &str) -> Result<(), UploadError> {
-    match std::fs::symlink_metadata(dest) {
+/// Refuse to replace anything but a single-linked regular file (checked without following).
+pub fn check_destination(dir: &Dir, name: &str) -> Result<(), UploadError> {
+    match dir.symlink_metadata(name) {
         Err(_) => Ok(()),
-        Ok(m) => {
-            #[cfg(unix)]
-            let linked = {
-                use std::os::unix::fs::MetadataExt;
-                m.nlink() > 1
-            };
-            #[cfg(not(unix))]
-            let linked = false;
-            if m.file_type().is_file() && !linked {
-                Ok(())
-            } else {
-                Err(UploadError::UnsafeDestination(name.to_owned()))
-            }
-        }
+        Ok(m) if m.file_type().is_file() && m.nlink() <= 1 => Ok(()),
+        Ok(_) => Err(UploadError::UnsafeDestination(name.to_owned())),
     }
 }
 
-/// Copy through a staging file in the same folder, then rename into place.
-fn install(
-    src: &Path,
-    dir: &Path,
-    dest_name: &str,
-    bytes: Option<&[u8]>,
-) -> Result<PathBuf, UploadError> {
-    let dest = dir.join(dest_name);
-    check_destination(&dest, dest_name)?;
-    let staging = dir.join(format!(
+/// A fresh staging name (`.upload-*.part`, hidden from listings).
+pub fn staging_name() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    format!(
         ".upload-{}-{}.part",
         std::process::id(),
-        staging_counter()
-    ));
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Create the staging file `name` in `dir` (never an existing entry, never through a link).
+pub fn create_staging(dir: &Dir, name: &str) -> std::io::Result<std::fs::File> {
+    let mut o = cap_std::fs::OpenOptions::new();
+    o.write(true).create_new(true);
+    dir.open_with(name, &o).map(cap_std::fs::File::into_std)
+}
+
+/// Make a finished staging file world-readable and rename it over `dest` (rename replaces the
+/// entry itself, never what a link points to).
+pub fn publish(dir: &Dir, staging: &str, file: &std::fs::File, dest: &str) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    file.sync_all()?;
+    file.set_permissions(std::fs::Permissions::from_mode(0o644))?;
+    dir.rename(staging, dir, dest)
+}
+
+/// Copy `src` (or `bytes`) through a staging file in `dir`, then rename into place.
+fn install(
+    src: &Path,
+    dir: &Dir,
+    dest_name: &str,
+    bytes: Option<&[u8]>,
+) -> Result<(), UploadError> {
+    check_destination(dir, dest_name)?;
+    let staging = staging_name();
     let res = (|| -> std::io::Result<()> {
-        let mut out = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&staging)?;
+        let mut out = create_staging(dir, &staging)?;
         match bytes {
             Some(b) => out.write_all(b)?,
             None => {
@@ -158,35 +165,24 @@ fn install(
                 std::io::copy(&mut input, &mut out)?;
             }
         }
-        out.sync_all()?;
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&staging, std::fs::Permissions::from_mode(0o644))?;
-        }
-        std::fs::rename(&staging, &dest)
+        publish(dir, &staging, &out, dest_name)
     })();
     if let Err(e) = res {
-        let _ = std::fs::remove_file(&staging);
+        let _ = dir.remove_file(&staging);
         return Err(UploadError::Io {
             path: src.to_path_buf(),
             source: e,
         });
     }
-    Ok(dest)
-}
-
-fn staging_counter() -> u64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static N: AtomicU64 = AtomicU64::new(0);
-    N.fetch_add(1, Ordering::Relaxed)
+    Ok(())
 }
 
 /// Copy `paths` into the thread's uploads folder and describe them for
 /// `additional_kwargs.files`. Limits are checked before anything is written; on any failure
 /// everything this call wrote is removed. Documents are converted when
 /// `settings.auto_convert_documents` is on; an unsupported or failed conversion leaves a `note`
-/// and no companion (the upload itself still succeeds).
+/// and no companion (the upload itself still succeeds). The uploads folder is written through
+/// its directory handle: a folder replaced by a symlink is refused, never followed.
 pub fn attach_files(
     paths: &[PathBuf],
     thread: &ThreadPaths,
@@ -236,20 +232,23 @@ pub fn attach_files(
         let original = (unique != name).then_some(name);
         plan.push((p.clone(), unique, original, meta.len()));
     }
-    thread.ensure_dirs().map_err(io_err(&thread.uploads))?;
-    let mut written: Vec<PathBuf> = Vec::new();
+    let roots = ThreadRoots::new(thread);
+    roots.ensure().map_err(|source| UploadError::Io {
+        path: thread.uploads.clone(),
+        source,
+    })?;
+    let uploads = roots.uploads.open()?;
+    let dir = uploads.dir();
+    let mut written: Vec<String> = Vec::new();
     let mut out = Vec::new();
     for (src, name, original, size) in plan {
-        let dest = match install(&src, &thread.uploads, &name, None) {
-            Ok(d) => d,
-            Err(e) => {
-                for w in &written {
-                    let _ = std::fs::remove_file(w);
-                }
-                return Err(e);
+        if let Err(e) = install(&src, dir, &name, None) {
+            for w in &written {
+                let _ = dir.remove_file(w);
             }
-        };
-        written.push(dest.clone());
+            return Err(e);
+        }
+        written.push(name.clone());
         let mut file = AttachedFile {
             path: format!("{VIRTUAL_UPLOADS}/{name}"),
             filename: name.clone(),
@@ -266,11 +265,18 @@ pub fn attach_files(
                 .map(|s| s.to_string_lossy().into_owned())
                 .unwrap_or_default();
             let md_name = dedupe_name(&format!("{stem}.md"), &taken);
-            match convert::to_markdown(&dest, &name) {
-                Ok(md) => match install(&dest, &thread.uploads, &md_name, Some(md.as_bytes())) {
-                    Ok(md_dest) => {
+            let converted = dir
+                .open(&name)
+                .map_err(|e| ConvertError::Failed {
+                    file: name.clone(),
+                    reason: e.to_string(),
+                })
+                .and_then(|f| convert::to_markdown_from(f.into_std(), &name));
+            match converted {
+                Ok(md) => match install(&src, dir, &md_name, Some(md.as_bytes())) {
+                    Ok(()) => {
                         taken.insert(md_name.clone());
-                        written.push(md_dest);
+                        written.push(md_name.clone());
                         file.markdown_path = Some(format!("{VIRTUAL_UPLOADS}/{md_name}"));
                         file.markdown_file = Some(md_name);
                     }
@@ -390,6 +396,27 @@ mod tests {
             Err(UploadError::UnsafeDestination(_))
         ));
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+    }
+
+    #[test]
+    fn a_swapped_uploads_folder_is_refused() {
+        let home = tempfile::tempdir().unwrap();
+        let src = tempfile::tempdir().unwrap();
+        let canary = tempfile::tempdir().unwrap();
+        std::fs::write(canary.path().join("x.txt"), "keep").unwrap();
+        let a = src.path().join("x.txt");
+        std::fs::write(&a, "pwned").unwrap();
+        let t = ThreadPaths::new(home.path(), "t1", None).unwrap();
+        t.ensure_dirs().unwrap();
+        std::fs::remove_dir(&t.uploads).unwrap();
+        std::os::unix::fs::symlink(canary.path(), &t.uploads).unwrap();
+        let e = attach_files(&[a], &t, &UploadSettings::default()).unwrap_err();
+        assert!(e.to_string().contains("is not a directory"), "{e}");
+        assert_eq!(std::fs::read_dir(canary.path()).unwrap().count(), 1);
+        assert_eq!(
+            std::fs::read_to_string(canary.path().join("x.txt")).unwrap(),
+            "keep"
+        );
     }
 
     #[test]

@@ -7,8 +7,9 @@ use std::sync::Arc;
 
 use antler_protocol::{Message, Object, StateUpdate, ToolMessage, ToolSpec};
 use antler_runtime::{Command, Tool, ToolContext, ToolError, ToolOutput};
-use antler_sandbox::mapping::{canonicalize_lenient, reject_traversal};
+use antler_sandbox::mapping::reject_traversal;
 use antler_sandbox::paths::{ThreadDirs, VIRTUAL_OUTPUTS};
+use antler_sandbox::{SandboxError, ThreadRoots};
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::json;
@@ -25,36 +26,45 @@ pub struct PresentFilesTool {
     env: ToolEnv,
 }
 
-/// Resolve one path to `/mnt/user-data/outputs/{relative}`.
+/// Resolve one path to `/mnt/user-data/outputs/{relative}`. Resolution goes through the
+/// thread folder handles: symlinks are followed only inside `user-data`, and a folder that was
+/// replaced by a symlink or a file is refused.
 fn normalize(dirs: &ThreadDirs, filepath: &str) -> Result<String, String> {
-    let outputs = canonicalize_lenient(&dirs.outputs).map_err(|e| e.to_string())?;
+    let only = || format!("Only files in {VIRTUAL_OUTPUTS} can be presented: {filepath}");
+    let traversal = || "Access denied: path traversal detected".to_owned();
+    let roots = ThreadRoots::from_dirs(dirs);
+    let outputs = roots.outputs.open().map_err(|e| match e {
+        SandboxError::NotFound(_) => format!("File not found: {filepath}"),
+        other => other.to_string(),
+    })?;
     let stripped = filepath.trim_start_matches('/');
-    let actual: PathBuf = if stripped == "mnt/user-data" || stripped.starts_with("mnt/user-data/") {
+    // The path below `outputs`, canonical.
+    let rel: PathBuf = if stripped == "mnt/user-data" || stripped.starts_with("mnt/user-data/") {
         reject_traversal(filepath).map_err(|e| e.to_string())?;
-        let root = dirs
-            .user_data_root()
-            .ok_or_else(|| "Thread outputs path is not available in runtime state".to_owned())?;
+        let ud = roots
+            .user_data
+            .as_ref()
+            .ok_or_else(|| "Thread outputs path is not available in runtime state".to_owned())?
+            .open()
+            .map_err(|e| e.to_string())?;
         let rest = stripped["mnt/user-data".len()..].trim_start_matches('/');
-        let joined = if rest.is_empty() {
-            root.clone()
-        } else {
-            root.join(rest)
-        };
-        let resolved = canonicalize_lenient(&joined)
-            .map_err(|_| "Access denied: path traversal detected".to_owned())?;
-        let root = canonicalize_lenient(&root).unwrap_or(root);
-        if !resolved.starts_with(&root) {
-            return Err("Access denied: path traversal detected".to_owned());
-        }
-        resolved
+        let canon = ud
+            .canonical(Path::new(rest), true)
+            .map_err(|_| traversal())?;
+        let name = dirs.outputs.file_name().ok_or_else(only)?;
+        canon.strip_prefix(name).map_err(|_| only())?.to_path_buf()
     } else {
-        canonicalize_lenient(Path::new(filepath))
-            .map_err(|_| format!("Only files in {VIRTUAL_OUTPUTS} can be presented: {filepath}"))?
+        // A host path: it must spell a path inside the outputs folder.
+        let host = Path::new(filepath);
+        let inside = host
+            .strip_prefix(outputs.canonical_root())
+            .or_else(|_| host.strip_prefix(&dirs.outputs))
+            .map_err(|_| only())?;
+        reject_traversal(&inside.to_string_lossy()).map_err(|_| only())?;
+        outputs.canonical(inside, true).map_err(|_| only())?
     };
-    let rel = actual
-        .strip_prefix(&outputs)
-        .map_err(|_| format!("Only files in {VIRTUAL_OUTPUTS} can be presented: {filepath}"))?;
-    if rel.as_os_str().is_empty() || !actual.is_file() {
+    let is_file = outputs.metadata(&rel).is_ok_and(|m| m.is_file());
+    if rel.as_os_str().is_empty() || !is_file {
         return Err(format!("File not found: {filepath}"));
     }
     let rel = rel.to_string_lossy().replace('\\', "/");

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use antler_protocol::{Message, Object, StateUpdate, ToolMessage, ToolSpec};
 use antler_runtime::{Command, Tool, ToolContext, ToolError, ToolOutput};
 use antler_sandbox::paths::{VIRTUAL_OUTPUTS, VIRTUAL_UPLOADS, VIRTUAL_WORKSPACE};
-use antler_sandbox::LocalPolicy;
+use antler_sandbox::{LocalPolicy, SandboxError};
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::json;
@@ -82,13 +82,15 @@ impl ViewImageTool {
             .validate_tool_path(path, true)
             .map_err(|e| e.to_string())?;
         let host = policy.resolve_user_data(path).map_err(|e| e.to_string())?;
-        let meta = match std::fs::metadata(&host) {
-            Ok(m) => m,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(format!("Image file not found: {path}"))
-            }
-            Err(e) => return Err(policy.mask(&format!("OSError: {e}"))),
+        // Opened through the thread folder handles: a folder swapped for a symlink is refused.
+        let file = match policy.open_user_data(path) {
+            Ok(f) => f,
+            Err(SandboxError::NotFound(_)) => return Err(format!("Image file not found: {path}")),
+            Err(e) => return Err(policy.mask(&e.to_string())),
         };
+        let meta = file
+            .metadata()
+            .map_err(|e| policy.mask(&format!("OSError: {e}")))?;
         if !meta.is_file() {
             return Err(format!("Path is not a file: {path}"));
         }
@@ -108,8 +110,8 @@ impl ViewImageTool {
             ));
         }
         let mut bytes = Vec::with_capacity(meta.len() as usize);
-        std::fs::File::open(&host)
-            .and_then(|f| f.take(MAX_IMAGE_BYTES + 1).read_to_end(&mut bytes))
+        file.take(MAX_IMAGE_BYTES + 1)
+            .read_to_end(&mut bytes)
             .map_err(|e| policy.mask(&format!("OSError: {e}")))?;
         if bytes.len() as u64 != meta.len() {
             return Err("Image file changed during read".to_owned());

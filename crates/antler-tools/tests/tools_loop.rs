@@ -379,7 +379,12 @@ async fn confined_bash_is_offered_by_default_and_cannot_write_outside() {
         .call("t1", "bash", json!({"description": "d", "command": cmd}))
         .await;
     let text = ok(&t);
-    assert!(text.contains("Permission denied"), "{text}");
+    // Landlock refuses with "Permission denied"; under the sandbox helper the read-only view
+    // of the system refuses first.
+    assert!(
+        text.contains("Permission denied") || text.contains("Read-only file system"),
+        "{text}"
+    );
     assert!(text.starts_with("wrote-inside\n"), "{text}");
     assert!(
         !target.exists(),
@@ -988,4 +993,114 @@ async fn nothing_outside_the_thread_folders_is_ever_written() {
         .iter()
         .all(|p| before_parent.contains(p) || !p.contains("escape")));
     assert!(!std::path::Path::new("/tmp/antler-escape.txt").exists());
+}
+
+#[tokio::test]
+async fn a_thread_folder_swapped_for_a_symlink_is_refused_by_every_file_tool() {
+    const CANARY: &str = "CANARY-CONTENT-0b7e";
+    let png = [0x89u8, b'P', b'N', b'G', 0x0D, 0x0A, 0x1A, 0x0A, 1, 2, 3];
+    for (folder, to_proc) in [
+        ("outputs", false),
+        ("uploads", false),
+        ("workspace", true),
+        ("outputs", true),
+    ] {
+        let h = Harness::new(host_bash());
+        // First run: the thread folders exist and the sandbox is cached.
+        let t = h
+            .call(
+                "t1",
+                "write_file",
+                json!({"description": "d", "path": "/mnt/user-data/workspace/own.txt", "content": "own"}),
+            )
+            .await;
+        ok(&t);
+        let canary = scratch_dir();
+        std::fs::write(canary.path().join("secret.txt"), CANARY).unwrap();
+        std::fs::write(canary.path().join("pic.png"), png).unwrap();
+        let before = tree(canary.path());
+        let victim = h.thread_dir("t1").join(folder);
+        std::fs::remove_dir_all(&victim).unwrap();
+        let target = if to_proc {
+            std::path::PathBuf::from("/proc/self")
+        } else {
+            canary.path().to_path_buf()
+        };
+        std::os::unix::fs::symlink(&target, &victim).unwrap();
+        let v = format!("/mnt/user-data/{folder}");
+        let f = if to_proc {
+            format!("{v}/comm")
+        } else {
+            format!("{v}/secret.txt")
+        };
+        let img = format!("{v}/pic.png");
+        let cases = vec![
+            ("r", "read_file", json!({"description": "d", "path": f})),
+            (
+                "w",
+                "write_file",
+                json!({"description": "d", "path": f, "content": "pwned"}),
+            ),
+            (
+                "n",
+                "write_file",
+                json!({"description": "d", "path": format!("{v}/new.txt"), "content": "pwned"}),
+            ),
+            (
+                "s",
+                "str_replace",
+                json!({"description": "d", "path": f, "old_str": "CANARY", "new_str": "pwned"}),
+            ),
+            ("l", "ls", json!({"description": "d", "path": v})),
+            (
+                "g",
+                "glob",
+                json!({"description": "d", "pattern": "*", "path": v}),
+            ),
+            (
+                "q",
+                "grep",
+                json!({"description": "d", "pattern": ".", "path": v}),
+            ),
+            ("i", "view_image", json!({"image_path": img})),
+            ("p", "present_files", json!({"filepaths": [f]})),
+        ];
+        let ids: Vec<&str> = cases.iter().map(|c| c.0).collect();
+        let (out, _) = h.run("t1", vec![calls(cases)]).await;
+        let comm = std::fs::read_to_string("/proc/self/comm").unwrap();
+        for id in ids {
+            let t = last_tool(&out.state, id);
+            let text = t.content.text();
+            assert_eq!(t.status, ToolStatus::Error, "{folder} {id}: {text}");
+            assert!(text.starts_with("Error:"), "{folder} {id}: {text}");
+            assert!(
+                !text.contains(CANARY) && !text.contains(comm.trim()) && !text.contains("cmdline"),
+                "{folder} {id} leaked: {text}"
+            );
+            if id != "p" {
+                assert!(text.contains("is not a directory"), "{folder} {id}: {text}");
+            }
+        }
+        assert!(out.state.viewed_images.is_empty());
+        assert!(out.state.artifacts.is_empty());
+        assert_eq!(tree(canary.path()), before, "{folder}: the canary changed");
+        assert_eq!(
+            std::fs::read_to_string(canary.path().join("secret.txt")).unwrap(),
+            CANARY
+        );
+        // The other folders keep working.
+        let other = if folder == "workspace" {
+            "outputs"
+        } else {
+            "workspace"
+        };
+        let t = h
+            .call(
+                "t1",
+                "write_file",
+                json!({"description": "d", "path": format!("/mnt/user-data/{other}/ok.txt"), "content": "fine"}),
+            )
+            .await;
+        ok(&t);
+    }
 }

@@ -3,22 +3,28 @@
 //! de-duplicated, unsafe names and destinations skipped), listing and deleting uploads, and
 //! serving artifacts from the thread's `user-data` only — traversal and symlink escapes are
 //! refused, active content (HTML, SVG) is always a download, byte ranges are honoured.
+//!
+//! Every access goes through the thread folders' directory handles
+//! ([`antler_sandbox::beneath`]): a folder that a sandboxed command replaced with a symlink or a
+//! file is refused (403), and artifact paths resolve beneath `user-data`, never out of it.
 
 use std::collections::HashSet;
-use std::path::{Path as FsPath, PathBuf};
+use std::io::SeekFrom;
+use std::path::{Component, Path as FsPath, PathBuf};
+use std::sync::Arc;
 
 use antler_sandbox::paths::{VIRTUAL_UPLOADS, VIRTUAL_USER_DATA};
-use antler_sandbox::uploads::safe_filename;
-use antler_sandbox::ThreadPaths;
+use antler_sandbox::uploads::{self, safe_filename};
+use antler_sandbox::{Beneath, RootDir, SandboxError, ThreadPaths, ThreadRoots};
 use axum::body::Body;
 use axum::extract::multipart::{Multipart, MultipartRejection};
 use axum::extract::{Path, Request, State};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
 use axum::Json;
+use cap_std::fs::Dir;
 use serde_json::{json, Map, Value};
-use tokio::io::AsyncWriteExt;
-use tower::ServiceExt;
+use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
 
 use crate::access::may_use_files;
 use crate::error::{ApiError, ApiResult};
@@ -86,21 +92,40 @@ fn claim(name: &str, seen: &mut HashSet<String>) -> String {
     unique
 }
 
-/// Only a missing file or a single-linked regular file may be replaced.
-fn safe_destination(dest: &FsPath) -> bool {
-    match std::fs::symlink_metadata(dest) {
-        Err(_) => true,
-        Ok(m) => {
-            use std::os::unix::fs::MetadataExt;
-            m.file_type().is_file() && m.nlink() <= 1
-        }
+/// Only a missing file or a single-linked regular file may be replaced (checked no-follow).
+fn safe_destination(dir: &Dir, name: &str) -> bool {
+    uploads::check_destination(dir, name).is_ok()
+}
+
+/// The API error for a thread folder that cannot be used.
+fn folder_error(e: SandboxError) -> ApiError {
+    match e {
+        SandboxError::PermissionDenied(reason) => ApiError::forbidden(reason),
+        SandboxError::NotFound(p) => ApiError::not_found(format!("Not found: {p}")),
+        other => ApiError::internal(other),
     }
 }
 
-async fn remove_all(paths: &[PathBuf]) {
-    for p in paths {
-        let _ = tokio::fs::remove_file(p).await;
-    }
+/// Run blocking filesystem work off the executor.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> ApiResult<T> + Send + 'static,
+) -> ApiResult<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(ApiError::internal)?
+}
+
+/// The validated handle of a thread folder (`create`: made when missing, never through a link).
+async fn open_folder(root: Arc<RootDir>, create: bool) -> ApiResult<Beneath> {
+    blocking(move || {
+        if create {
+            root.open_or_create()
+        } else {
+            root.open()
+        }
+        .map_err(folder_error)
+    })
+    .await
 }
 
 /// Bytes a multipart upload may carry: the configured total plus framing overhead.
@@ -124,19 +149,40 @@ fn multipart_error(e: axum::extract::multipart::MultipartError) -> ApiError {
     }
 }
 
+/// What one upload request wrote into the uploads folder (names in `dir`).
 struct Upload {
-    written: Vec<PathBuf>,
-    staging: Option<PathBuf>,
+    dir: Beneath,
+    written: Vec<String>,
+    staging: Option<String>,
 }
 
 impl Upload {
     async fn abort(&mut self, err: ApiError) -> ApiError {
-        if let Some(s) = self.staging.take() {
-            let _ = tokio::fs::remove_file(s).await;
-        }
-        remove_all(&self.written).await;
+        let dir = self.dir.clone();
+        let mut names = std::mem::take(&mut self.written);
+        names.extend(self.staging.take());
+        let _ = tokio::task::spawn_blocking(move || {
+            for n in names {
+                let _ = dir.dir().remove_file(n);
+            }
+        })
+        .await;
         err
     }
+}
+
+/// Write `bytes` as `name` in `dir` through a staging file.
+fn write_new(dir: &Dir, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let staging = uploads::staging_name();
+    let res = uploads::create_staging(dir, &staging).and_then(|mut f| {
+        f.write_all(bytes)?;
+        uploads::publish(dir, &staging, &f, name)
+    });
+    if res.is_err() {
+        let _ = dir.remove_file(&staging);
+    }
+    res
 }
 
 /// G4 `POST /threads/{id}/uploads` (multipart field `files`, repeated).
@@ -152,11 +198,10 @@ pub async fn upload(
     let limits = &state.app.config.uploads;
     let paths = thread_paths(&state, &user, &thread_id)?;
     let dir = paths.uploads.clone();
-    tokio::fs::create_dir_all(&dir)
-        .await
-        .map_err(ApiError::internal)?;
+    let handle = open_folder(ThreadRoots::new(&paths).uploads, true).await?;
 
     let mut up = Upload {
+        dir: handle.clone(),
         written: Vec::new(),
         staging: None,
     };
@@ -188,19 +233,13 @@ pub async fn upload(
             continue;
         };
         let unique = claim(&name, &mut seen);
-        let dest = dir.join(&unique);
-        if !safe_destination(&dest) {
+        if !safe_destination(handle.dir(), &unique) {
             skipped.push(unique);
             continue;
         }
-        let staging = dir.join(format!(".upload-{}.part", uuid::Uuid::new_v4().simple()));
-        let mut out = match tokio::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&staging)
-            .await
-        {
-            Ok(f) => f,
+        let staging = format!(".upload-{}.part", uuid::Uuid::new_v4().simple());
+        let mut out = match uploads::create_staging(handle.dir(), &staging) {
+            Ok(f) => tokio::fs::File::from_std(f),
             Err(e) => return Err(up.abort(ApiError::internal(e)).await),
         };
         up.staging = Some(staging.clone());
@@ -229,21 +268,18 @@ pub async fn upload(
         }
         let finished = async {
             out.flush().await?;
-            out.sync_all().await?;
-            drop(out);
-            {
-                use std::os::unix::fs::PermissionsExt;
-                tokio::fs::set_permissions(&staging, std::fs::Permissions::from_mode(0o644))
-                    .await?;
-            }
-            tokio::fs::rename(&staging, &dest).await
+            let f = out.into_std().await;
+            let (h, s, d) = (handle.clone(), staging.clone(), unique.clone());
+            tokio::task::spawn_blocking(move || uploads::publish(h.dir(), &s, &f, &d))
+                .await
+                .map_err(std::io::Error::other)?
         }
         .await;
         if let Err(e) = finished {
             return Err(up.abort(ApiError::internal(e)).await);
         }
         up.staging = None;
-        up.written.push(dest.clone());
+        up.written.push(unique.clone());
         let mut info = file_info(&thread_id, &dir, &unique, size);
         if unique != name {
             info.insert("original_filename".into(), json!(name));
@@ -254,15 +290,28 @@ pub async fn upload(
                 .map(|s| s.to_string_lossy().into_owned())
                 .unwrap_or_default();
             let md_name = claim(&format!("{stem}.md"), &mut seen);
-            let (src, n) = (dest.clone(), unique.clone());
-            let converted =
-                tokio::task::spawn_blocking(move || antler_sandbox::convert::to_markdown(&src, &n))
-                    .await;
+            let (h, n, m) = (handle.clone(), unique.clone(), md_name.clone());
+            // Convert the file just written (opened through the handle) and write the
+            // companion the same way; `Ok(None)` when the companion could not be written.
+            let converted = tokio::task::spawn_blocking(move || {
+                let f = h.dir().open(&n).map_err(|e| {
+                    antler_sandbox::convert::ConvertError::Failed {
+                        file: n.clone(),
+                        reason: e.to_string(),
+                    }
+                })?;
+                let md = antler_sandbox::convert::to_markdown_from(f.into_std(), &n)?;
+                let ok =
+                    safe_destination(h.dir(), &m) && write_new(h.dir(), &m, md.as_bytes()).is_ok();
+                Ok::<_, antler_sandbox::convert::ConvertError>(ok.then_some(()))
+            })
+            .await;
             match converted {
-                Ok(Ok(md)) => {
+                Ok(Ok(None)) => {}
+                Ok(Ok(Some(()))) => {
                     let md_path = dir.join(&md_name);
-                    if safe_destination(&md_path) && tokio::fs::write(&md_path, md).await.is_ok() {
-                        up.written.push(md_path.clone());
+                    {
+                        up.written.push(md_name.clone());
                         info.insert("markdown_file".into(), json!(md_name));
                         info.insert("markdown_path".into(), json!(md_path.to_string_lossy()));
                         info.insert(
@@ -317,20 +366,30 @@ pub async fn list(
     Path(thread_id): Path<String>,
 ) -> ApiResult<Json<Value>> {
     may_use_files(&state, &user, &thread_id).await?;
-    let dir = thread_paths(&state, &user, &thread_id)?.uploads;
+    let paths = thread_paths(&state, &user, &thread_id)?;
+    let dir = paths.uploads.clone();
+    let root = ThreadRoots::new(&paths).uploads;
     let tid = thread_id.clone();
-    let files = tokio::task::spawn_blocking(move || {
+    let files = blocking(move || {
         let mut files: Vec<(String, Value)> = Vec::new();
-        if let Ok(entries) = std::fs::read_dir(&dir) {
+        let handle = match root.open() {
+            Ok(h) => h,
+            // Not uploaded to yet.
+            Err(SandboxError::NotFound(_)) => return Ok(Vec::new()),
+            Err(e) => return Err(folder_error(e)),
+        };
+        if let Ok(entries) = handle.dir().entries() {
             for e in entries.flatten() {
                 let name = e.file_name().to_string_lossy().into_owned();
-                let Ok(meta) = e.metadata() else { continue };
+                let Ok(meta) = handle.dir().symlink_metadata(e.file_name()) else {
+                    continue;
+                };
                 if !meta.is_file() || (name.starts_with(".upload-") && name.ends_with(".part")) {
                     continue;
                 }
                 let mut info = file_info(&tid, &dir, &name, meta.len());
                 if let Ok(m) = meta.modified() {
-                    if let Ok(d) = m.duration_since(std::time::UNIX_EPOCH) {
+                    if let Ok(d) = m.into_std().duration_since(std::time::UNIX_EPOCH) {
                         info.insert("modified".into(), json!(d.as_secs_f64()));
                     }
                 }
@@ -338,10 +397,9 @@ pub async fn list(
             }
         }
         files.sort_by(|a, b| a.0.cmp(&b.0));
-        files.into_iter().map(|(_, v)| v).collect::<Vec<_>>()
+        Ok(files.into_iter().map(|(_, v)| v).collect::<Vec<_>>())
     })
-    .await
-    .map_err(ApiError::internal)?;
+    .await?;
     Ok(Json(json!({"count": files.len(), "files": files})))
 }
 
@@ -356,28 +414,38 @@ pub async fn delete(
         Some(n) if n == filename => n,
         _ => return Err(ApiError::bad_request("Invalid path")),
     };
-    let dir = thread_paths(&state, &user, &thread_id)?.uploads;
-    let path = dir.join(&name);
-    match tokio::fs::symlink_metadata(&path).await {
-        Ok(m) if m.is_file() || m.file_type().is_symlink() => {}
-        _ => return Err(ApiError::not_found(format!("File not found: {name}"))),
-    }
-    tokio::fs::remove_file(&path)
-        .await
-        .map_err(ApiError::internal)?;
-    if antler_sandbox::convert::is_convertible(&name) {
-        if let Some(stem) = FsPath::new(&name).file_stem() {
-            let md = dir.join(format!("{}.md", stem.to_string_lossy()));
-            let _ = tokio::fs::remove_file(md).await;
+    let root = ThreadRoots::new(&thread_paths(&state, &user, &thread_id)?).uploads;
+    let n = name.clone();
+    blocking(move || {
+        let not_found = || ApiError::not_found(format!("File not found: {n}"));
+        let handle = match root.open() {
+            Ok(h) => h,
+            Err(SandboxError::NotFound(_)) => return Err(not_found()),
+            Err(e) => return Err(folder_error(e)),
+        };
+        let dir = handle.dir();
+        match dir.symlink_metadata(&n) {
+            Ok(m) if m.is_file() || m.file_type().is_symlink() => {}
+            _ => return Err(not_found()),
         }
-    }
+        // Unlinks the entry itself (a symlink is removed, never followed).
+        dir.remove_file(&n).map_err(ApiError::internal)?;
+        if antler_sandbox::convert::is_convertible(&n) {
+            if let Some(stem) = FsPath::new(&n).file_stem() {
+                let _ = dir.remove_file(format!("{}.md", stem.to_string_lossy()));
+            }
+        }
+        Ok(())
+    })
+    .await?;
     Ok(Json(
         json!({"success": true, "message": format!("Deleted {name}")}),
     ))
 }
 
-/// Where an artifact path points inside the thread's `user-data`, or why it may not be served.
-fn resolve_virtual(user_data: &FsPath, path: &str) -> ApiResult<PathBuf> {
+/// An artifact path below the thread's `user-data` (validated segments), or why it may not be
+/// served.
+fn resolve_virtual(path: &str) -> ApiResult<PathBuf> {
     let prefix = VIRTUAL_USER_DATA.trim_start_matches('/');
     let rest = path
         .trim_start_matches('/')
@@ -388,7 +456,7 @@ fn resolve_virtual(user_data: &FsPath, path: &str) -> ApiResult<PathBuf> {
             "Invalid artifact path: {path}"
         )));
     }
-    let mut out = user_data.to_path_buf();
+    let mut out = PathBuf::new();
     for part in rest.split('/').filter(|p| !p.is_empty()) {
         if part == ".." || part == "." || part.contains('\\') || part.contains('\0') {
             return Err(ApiError::forbidden(
@@ -398,6 +466,111 @@ fn resolve_virtual(user_data: &FsPath, path: &str) -> ApiResult<PathBuf> {
         out.push(part);
     }
     Ok(out)
+}
+
+/// Open artifact `rel` beneath the thread's `user-data`: the folder it names must still be a
+/// real directory, and symlinks are followed only while they stay inside `user-data`.
+fn open_artifact(roots: &ThreadRoots, rel: &FsPath, path: &str) -> ApiResult<std::fs::File> {
+    let not_found = || ApiError::not_found(format!("Artifact not found: {path}"));
+    let refused = |e: SandboxError| match e {
+        SandboxError::NotFound(_) => not_found(),
+        other => folder_error(other),
+    };
+    let ud = roots.user_data.as_ref().ok_or_else(not_found)?;
+    let handle = ud.open().map_err(refused)?;
+    if let Some(Component::Normal(first)) = rel.components().next() {
+        if let Some(folder) = roots.folder(first) {
+            folder.open().map_err(refused)?;
+        }
+    }
+    handle.open(rel).map_err(|e| {
+        if antler_sandbox::beneath::is_escape(&e) {
+            ApiError::forbidden("Access denied: path traversal detected")
+        } else {
+            not_found()
+        }
+    })
+}
+
+/// A single `bytes=` range of a `len`-byte file: `Some(Ok((start, end_exclusive)))`,
+/// `Some(Err(()))` when unsatisfiable, `None` to serve the whole file (absent, malformed or
+/// multiple ranges).
+fn byte_range(headers: &HeaderMap, len: u64) -> Option<Result<(u64, u64), ()>> {
+    let spec = headers
+        .get(header::RANGE)?
+        .to_str()
+        .ok()?
+        .trim()
+        .strip_prefix("bytes=")?;
+    if spec.contains(',') {
+        return None;
+    }
+    let (a, b) = spec.split_once('-')?;
+    let (a, b) = (a.trim(), b.trim());
+    if a.is_empty() {
+        let n: u64 = b.parse().ok()?;
+        if n == 0 || len == 0 {
+            return Some(Err(()));
+        }
+        return Some(Ok((len.saturating_sub(n), len)));
+    }
+    let start: u64 = a.parse().ok()?;
+    let end = if b.is_empty() {
+        len
+    } else {
+        let e: u64 = b.parse().ok()?;
+        if e < start {
+            return None;
+        }
+        e.saturating_add(1).min(len)
+    };
+    if start >= len {
+        return Some(Err(()));
+    }
+    Some(Ok((start, end)))
+}
+
+/// Serve an open file: 200, or 206/416 for a byte range.
+async fn serve(
+    file: std::fs::File,
+    len: u64,
+    modified: Option<std::time::SystemTime>,
+    content_type: &str,
+    headers: &HeaderMap,
+) -> ApiResult<Response> {
+    let range = byte_range(headers, len);
+    let mut b = Response::builder()
+        .header(header::ACCEPT_RANGES, "bytes")
+        .header(header::CONTENT_TYPE, content_type);
+    if let Some(m) = modified {
+        b = b.header(header::LAST_MODIFIED, httpdate::fmt_http_date(m));
+    }
+    let (start, end) = match range {
+        Some(Err(())) => {
+            return b
+                .status(StatusCode::RANGE_NOT_SATISFIABLE)
+                .header(header::CONTENT_RANGE, format!("bytes */{len}"))
+                .body(Body::empty())
+                .map_err(ApiError::internal);
+        }
+        Some(Ok((s, e))) => {
+            b = b
+                .status(StatusCode::PARTIAL_CONTENT)
+                .header(header::CONTENT_RANGE, format!("bytes {s}-{}/{len}", e - 1));
+            (s, e)
+        }
+        None => (0, len),
+    };
+    let mut f = tokio::fs::File::from_std(file);
+    if start > 0 {
+        f.seek(SeekFrom::Start(start))
+            .await
+            .map_err(ApiError::internal)?;
+    }
+    let stream = tokio_util::io::ReaderStream::new(f.take(end - start));
+    b.header(header::CONTENT_LENGTH, end - start)
+        .body(Body::from_stream(stream))
+        .map_err(ApiError::internal)
 }
 
 fn is_active_content(ct: &str) -> bool {
@@ -423,47 +596,35 @@ pub async fn artifact(
 ) -> ApiResult<Response> {
     may_use_files(&state, &user, &thread_id).await?;
     let download = q.bool("download").unwrap_or(Some(false)).unwrap_or(false);
-    let user_data = thread_paths(&state, &user, &thread_id)?.user_data;
-    let target = resolve_virtual(&user_data, &path)?;
-    let not_found = || ApiError::not_found(format!("Artifact not found: {path}"));
-    let root = tokio::fs::canonicalize(&user_data)
-        .await
-        .map_err(|_| not_found())?;
-    let real = tokio::fs::canonicalize(&target)
-        .await
-        .map_err(|_| not_found())?;
-    if !real.starts_with(&root) {
-        return Err(ApiError::forbidden(
-            "Access denied: path traversal detected",
-        ));
-    }
-    let meta = tokio::fs::metadata(&real).await.map_err(|_| not_found())?;
-    if meta.is_dir() {
-        return Err(ApiError::bad_request(format!(
-            "Path is a directory: {path}"
-        )));
-    }
-    let resp = tower_http::services::ServeFile::new(&real)
-        .oneshot(req)
-        .await
-        .map_err(ApiError::internal)?;
-    let mut resp = resp.map(Body::new);
-    let ct = resp
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("application/octet-stream")
-        .to_owned();
-    if ct == "application/octet-stream" && looks_like_text(&real).await {
-        resp.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("text/plain; charset=utf-8"),
-        );
-    }
-    let name = real
+    let roots = ThreadRoots::new(&thread_paths(&state, &user, &thread_id)?);
+    let rel = resolve_virtual(&path)?;
+    let name = rel
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
+    let guessed = mime_guess::from_path(&name)
+        .first_raw()
+        .filter(|ct| *ct != "application/octet-stream");
+    let (r, p) = (rel.clone(), path.clone());
+    let (file, len, modified, text) = blocking(move || {
+        let file = open_artifact(&roots, &r, &p)?;
+        let meta = file
+            .metadata()
+            .map_err(|_| ApiError::not_found(format!("Artifact not found: {p}")))?;
+        if meta.is_dir() {
+            return Err(ApiError::bad_request(format!("Path is a directory: {p}")));
+        }
+        let text = guessed.is_none() && looks_like_text(&file);
+        Ok((file, meta.len(), meta.modified().ok(), text))
+    })
+    .await?;
+    let ct = match guessed {
+        Some(ct) => ct,
+        None if text => "text/plain; charset=utf-8",
+        None => "application/octet-stream",
+    };
+    let mut resp = serve(file, len, modified, ct, req.headers()).await?;
+    let ct = ct.to_owned();
     let active = is_active_content(&ct);
     let kind = if download || active {
         "attachment"
@@ -488,14 +649,11 @@ pub async fn artifact(
     Ok(resp)
 }
 
-/// UTF-8 without NUL bytes in the first 8 KiB.
-async fn looks_like_text(path: &FsPath) -> bool {
-    use tokio::io::AsyncReadExt;
-    let Ok(mut f) = tokio::fs::File::open(path).await else {
-        return false;
-    };
+/// UTF-8 without NUL bytes in the first 8 KiB (read without moving the file offset).
+fn looks_like_text(f: &std::fs::File) -> bool {
+    use std::os::unix::fs::FileExt;
     let mut buf = vec![0u8; 8192];
-    let Ok(n) = f.read(&mut buf).await else {
+    let Ok(n) = f.read_at(&mut buf, 0) else {
         return false;
     };
     let head = &buf[..n];
@@ -516,27 +674,42 @@ mod tests {
 
     #[test]
     fn virtual_paths_stay_inside_user_data() {
-        let root = FsPath::new("/h/threads/t/user-data");
         assert_eq!(
-            resolve_virtual(root, "mnt/user-data/outputs/a b.md").unwrap(),
-            root.join("outputs/a b.md")
+            resolve_virtual("mnt/user-data/outputs/a b.md").unwrap(),
+            FsPath::new("outputs/a b.md")
         );
         assert_eq!(
-            resolve_virtual(root, "mnt/user-data/outputs/../../x")
+            resolve_virtual("mnt/user-data/outputs/../../x")
                 .unwrap_err()
                 .status,
             StatusCode::FORBIDDEN
         );
         assert_eq!(
-            resolve_virtual(root, "etc/passwd").unwrap_err().status,
+            resolve_virtual("etc/passwd").unwrap_err().status,
             StatusCode::BAD_REQUEST
         );
         assert_eq!(
-            resolve_virtual(root, "mnt/user-dataX/a")
-                .unwrap_err()
-                .status,
+            resolve_virtual("mnt/user-dataX/a").unwrap_err().status,
             StatusCode::BAD_REQUEST
         );
+    }
+
+    #[test]
+    fn byte_ranges() {
+        let h = |v: &str| {
+            let mut m = HeaderMap::new();
+            m.insert(header::RANGE, HeaderValue::from_str(v).unwrap());
+            m
+        };
+        assert_eq!(byte_range(&HeaderMap::new(), 10), None);
+        assert_eq!(byte_range(&h("bytes=1-3"), 10), Some(Ok((1, 4))));
+        assert_eq!(byte_range(&h("bytes=4-"), 10), Some(Ok((4, 10))));
+        assert_eq!(byte_range(&h("bytes=-3"), 10), Some(Ok((7, 10))));
+        assert_eq!(byte_range(&h("bytes=5-99"), 10), Some(Ok((5, 10))));
+        assert_eq!(byte_range(&h("bytes=10-"), 10), Some(Err(())));
+        assert_eq!(byte_range(&h("bytes=0-1,3-4"), 10), None);
+        assert_eq!(byte_range(&h("items=0-1"), 10), None);
+        assert_eq!(byte_range(&h("bytes=3-1"), 10), None);
     }
 
     #[test]

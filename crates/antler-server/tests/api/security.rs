@@ -674,3 +674,172 @@ async fn per_user_agents_belong_to_their_owner() {
     assert_eq!(code, 200);
     assert_eq!(status_of_last("a1", ALICE).await, "error");
 }
+
+const CANARY: &str = "CANARY-CONTENT-51c9";
+
+/// Every file and its content under `dir` (symlinks not followed).
+fn snapshot(dir: &std::path::Path) -> Vec<(std::path::PathBuf, Option<String>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            if e.file_type().unwrap().is_dir() {
+                stack.push(e.path());
+                out.push((e.path(), None));
+            } else {
+                out.push((e.path(), std::fs::read_to_string(e.path()).ok()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+async fn raw_get(s: &TestServer, path: &str) -> (u16, String) {
+    let r = s.client.get(s.url(path)).send().await.unwrap();
+    let code = r.status().as_u16();
+    (code, r.text().await.unwrap())
+}
+
+fn leaks(text: &str) -> bool {
+    let comm = std::fs::read_to_string("/proc/self/comm").unwrap();
+    text.contains(CANARY)
+        || text.contains("secret.txt")
+        || text.contains(comm.trim())
+        || text.contains("cmdline")
+}
+
+/// Confined bash may replace a thread folder with a symlink; the upload, listing, deletion and
+/// artifact routes must refuse the swapped folder instead of following it.
+#[tokio::test]
+async fn swapped_thread_folders_are_never_followed() {
+    for name in ["workspace", "uploads", "outputs", ""] {
+        for proc_target in [false, true] {
+            let s = TestServer::start(vec![]).await;
+            s.thread("t1").await;
+            let (code, up) = upload(&s, "t1", &[("own.txt", b"own")]).await;
+            assert_eq!(code, 200, "{up}");
+            let ud = s.home.path().join("threads/t1/user-data");
+            for d in ["workspace", "uploads", "outputs"] {
+                std::fs::create_dir_all(ud.join(d)).unwrap();
+            }
+            let canary = tempfile::tempdir().unwrap();
+            std::fs::write(canary.path().join("secret.txt"), CANARY).unwrap();
+            for d in ["workspace", "uploads", "outputs"] {
+                std::fs::create_dir_all(canary.path().join(d)).unwrap();
+                std::fs::write(canary.path().join(d).join("secret.txt"), CANARY).unwrap();
+            }
+            let before = snapshot(canary.path());
+            let target = if proc_target {
+                std::path::PathBuf::from("/proc/self")
+            } else {
+                canary.path().to_path_buf()
+            };
+            let victim = if name.is_empty() {
+                ud.clone()
+            } else {
+                ud.join(name)
+            };
+            std::fs::remove_dir_all(&victim).unwrap();
+            std::os::unix::fs::symlink(&target, &victim).unwrap();
+            let ctx = format!("{name:?} -> {}", target.display());
+            let file = if proc_target { "comm" } else { "secret.txt" };
+            let virt = if name.is_empty() {
+                "mnt/user-data".to_owned()
+            } else {
+                format!("mnt/user-data/{name}")
+            };
+            let uploads_swapped = name == "uploads" || name.is_empty();
+
+            // Artifact download of the swapped folder's file.
+            let (code, body) =
+                raw_get(&s, &format!("/api/threads/t1/artifacts/{virt}/{file}")).await;
+            assert!((400..500).contains(&code), "{ctx}: artifact {code} {body}");
+            assert!(!leaks(&body), "{ctx}: artifact leaked {body}");
+            if !name.is_empty() {
+                // Also through the aggregate spelling of a nested file.
+                let (code, body) = raw_get(
+                    &s,
+                    &format!("/api/threads/t1/artifacts/{virt}/uploads/{file}"),
+                )
+                .await;
+                assert!(
+                    (400..500).contains(&code),
+                    "{ctx}: nested artifact {code} {body}"
+                );
+                assert!(!leaks(&body), "{ctx}: nested artifact leaked {body}");
+            }
+
+            // Upload listing.
+            let (code, body) = raw_get(&s, "/api/threads/t1/uploads/list").await;
+            assert!(!leaks(&body), "{ctx}: list leaked {body}");
+            if uploads_swapped {
+                assert!((400..500).contains(&code), "{ctx}: list {code} {body}");
+                assert!(body.contains("not a directory"), "{ctx}: {body}");
+            } else {
+                assert_eq!(code, 200, "{ctx}: {body}");
+            }
+
+            // Upload into the thread.
+            let (code, up) =
+                upload(&s, "t1", &[("secret.txt", b"pwned"), ("x.txt", b"pwned")]).await;
+            if uploads_swapped {
+                assert!((400..500).contains(&code), "{ctx}: upload {code} {up}");
+                assert!(
+                    up["detail"].as_str().unwrap().contains("not a directory"),
+                    "{ctx}: {up}"
+                );
+            } else {
+                assert_eq!(code, 200, "{ctx}: {up}");
+            }
+
+            // Deleting an upload by the canary's name (only the real uploads folder has one).
+            let (code, d) = s.delete(&format!("/api/threads/t1/uploads/{file}")).await;
+            if uploads_swapped {
+                assert!((400..500).contains(&code), "{ctx}: delete {code} {d}");
+            }
+
+            assert_eq!(
+                snapshot(canary.path()),
+                before,
+                "{ctx}: the canary was touched"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn artifact_symlinks_inside_the_tree() {
+    let s = TestServer::start(vec![]).await;
+    s.thread("t1").await;
+    let ud = s.home.path().join("threads/t1/user-data");
+    for d in ["workspace", "uploads", "outputs"] {
+        std::fs::create_dir_all(ud.join(d)).unwrap();
+    }
+    let canary = tempfile::tempdir().unwrap();
+    std::fs::write(canary.path().join("secret.txt"), CANARY).unwrap();
+    std::os::unix::fs::symlink(canary.path(), ud.join("workspace/evil")).unwrap();
+    std::os::unix::fs::symlink("/proc/self", ud.join("workspace/proc")).unwrap();
+    std::fs::write(ud.join("outputs/report.md"), "# Report").unwrap();
+    std::os::unix::fs::symlink("../outputs/report.md", ud.join("workspace/link.md")).unwrap();
+    for (path, want) in [
+        ("workspace/evil/secret.txt", 403),
+        ("workspace/proc/comm", 403),
+        ("workspace/link.md", 200),
+    ] {
+        let (code, body) = raw_get(
+            &s,
+            &format!("/api/threads/t1/artifacts/mnt/user-data/{path}"),
+        )
+        .await;
+        assert_eq!(code, want, "{path}: {body}");
+        assert!(!leaks(&body), "{path}: {body}");
+    }
+    let (_, body) = raw_get(
+        &s,
+        "/api/threads/t1/artifacts/mnt/user-data/workspace/link.md",
+    )
+    .await;
+    assert_eq!(body, "# Report");
+}
