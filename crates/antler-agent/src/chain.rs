@@ -12,6 +12,7 @@
 //! the relative order of everything present is DeerFlow's.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use antler_config::Config;
 use antler_middleware::clarification::ClarificationMiddleware;
@@ -145,6 +146,9 @@ pub fn runtime_segment(app: &ChainParts, include_uploads: bool) -> Vec<ChainEntr
                 retry_base_delay_ms: l.retry_base_delay_ms,
                 retry_cap_delay_ms: l.retry_cap_delay_ms,
                 burst_retry_base_delay_ms: l.burst_retry_base_delay_ms,
+                // `.inf` (too large for a duration) means no cap.
+                max_retry_after: Duration::try_from_secs_f64(l.max_retry_after.max(0.0))
+                    .unwrap_or(Duration::MAX),
             },
             app.breaker.clone(),
         ),

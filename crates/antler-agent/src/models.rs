@@ -29,6 +29,11 @@ const METADATA_KEYS: &[&str] = &[
     "streaming",
 ];
 
+/// Config seconds as a duration; values too large for one (`.inf`) mean "no limit".
+fn secs(t: f64) -> Duration {
+    Duration::try_from_secs_f64(t).unwrap_or(Duration::MAX)
+}
+
 /// The [`ModelInfo`] of a config entry.
 pub fn model_info(cfg: &ModelConfig, provider: &str) -> ModelInfo {
     ModelInfo {
@@ -64,11 +69,12 @@ pub fn build_model(cfg: &ModelConfig, thinking: bool) -> Result<Arc<dyn ChatMode
             oc.max_tokens = cfg.max_tokens;
             oc.replay_reasoning_content = replay_reasoning_content;
             if let Some(t) = cfg.request_timeout.filter(|t| *t > 0.0) {
-                oc.request_timeout = Some(Duration::from_secs_f64(t));
+                oc.request_timeout = Some(secs(t));
             }
             if let Some(t) = cfg.effective_stream_chunk_timeout().filter(|t| *t > 0.0) {
-                oc.stream_chunk_timeout = Duration::from_secs_f64(t);
+                oc.stream_chunk_timeout = secs(t);
             }
+            oc.call_timeout = secs(cfg.effective_call_timeout());
             oc.stream_usage = cfg.effective_stream_usage();
             if let Some(Value::Object(body)) = options.remove("extra_body") {
                 oc.extra_body = body;
@@ -102,11 +108,12 @@ pub fn build_model(cfg: &ModelConfig, thinking: bool) -> Result<Arc<dyn ChatMode
             ac.temperature = cfg.temperature;
             ac.max_tokens = cfg.max_tokens;
             if let Some(t) = cfg.request_timeout.filter(|t| *t > 0.0) {
-                ac.request_timeout = Some(Duration::from_secs_f64(t));
+                ac.request_timeout = Some(secs(t));
             }
             if let Some(t) = cfg.stream_chunk_timeout.filter(|t| *t > 0.0) {
-                ac.stream_chunk_timeout = Duration::from_secs_f64(t);
+                ac.stream_chunk_timeout = secs(t);
             }
+            ac.call_timeout = secs(cfg.effective_call_timeout());
             // Thinking toggles (spec 60 §3.3) land in typed fields: the budget is checked
             // against max_tokens. OpenAI-only keys are dropped.
             if let Some(t) = options.remove("thinking") {

@@ -157,6 +157,13 @@ struct ServeArgs {
     /// Seconds a finished run's events stay replayable for late joins.
     #[arg(long, default_value_t = 60, value_name = "SECS")]
     retention_secs: u64,
+    /// Seconds a client may take to send its request headers (or keep an idle connection
+    /// open) before the connection is closed. Streams are not affected.
+    #[arg(long, default_value_t = 10, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
+    header_read_timeout_secs: u64,
+    /// Most connections served at once; further clients wait until one closes.
+    #[arg(long, default_value_t = antler_server::DEFAULT_MAX_CONNECTIONS, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    max_connections: u32,
 }
 
 #[derive(Subcommand)]

@@ -59,6 +59,8 @@ pub(crate) async fn serve(config_path: Option<&Path>, args: &ServeArgs) -> Resul
         api_keys: api_keys(),
         cors_origins: args.cors_origins.clone(),
         retention: std::time::Duration::from_secs(args.retention_secs),
+        header_read_timeout: std::time::Duration::from_secs(args.header_read_timeout_secs),
+        max_connections: args.max_connections,
         ..ServerConfig::default()
     };
     config

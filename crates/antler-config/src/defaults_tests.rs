@@ -143,6 +143,7 @@ fn spec_defaults() -> Vec<(&'static str, Value)> {
         ("/llm_call/retry_base_delay_ms", json!(1000)),
         ("/llm_call/retry_cap_delay_ms", json!(8000)),
         ("/llm_call/burst_retry_base_delay_ms", json!(5000)),
+        ("/llm_call/max_retry_after", json!(60.0)),
         ("/database/sqlite_dir", json!(null)),
         ("/database/postgres_url", json!("")),
         ("/database/postgres_schema", json!("")),

@@ -73,9 +73,12 @@ pub use error::{ConfigError, ModelError, ValidationError};
 pub use load::{resolve_path, resolve_path_with_env, Loaded, CONFIG_ENV, DEFAULT_CONFIG_FILE};
 pub use model::{
     deep_merge, effective_request_options, ModelConfig, PricingConfig, Provider, ProviderKind,
-    DEFAULT_STREAM_CHUNK_TIMEOUT_SECS,
+    DEFAULT_CALL_TIMEOUT_SECS, DEFAULT_STREAM_CHUNK_TIMEOUT_SECS,
 };
-pub use policy::{AuthorizationConfig, CircuitBreakerConfig, GuardrailsConfig, LlmCallConfig};
+pub use policy::{
+    AuthorizationConfig, CircuitBreakerConfig, GuardrailsConfig, LlmCallConfig,
+    DEFAULT_MAX_RETRY_AFTER_SECS,
+};
 pub use sandbox::{
     ByteSize, Confine, LimitsConfig, MountConfig, NetworkPolicy, OverflowPolicy, OwnershipConfig,
     OwnershipType, PdfConverter, SandboxConfig, SkillEvolutionConfig, SkillScanConfig,

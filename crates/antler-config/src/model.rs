@@ -8,6 +8,11 @@ use serde_json::{Map, Value};
 
 use crate::error::ModelError;
 
+/// Longest one model call (a whole response, streamed or not) may take when `call_timeout` is
+/// unset: generous enough for a long reasoning answer, finite so a stream kept alive by
+/// keep-alive comments alone cannot hold a run forever.
+pub const DEFAULT_CALL_TIMEOUT_SECS: f64 = 1800.0;
+
 /// Stream chunk gap applied to OpenAI-compatible classes when `stream_chunk_timeout` is unset.
 pub const DEFAULT_STREAM_CHUNK_TIMEOUT_SECS: f64 = 240.0;
 
@@ -152,6 +157,10 @@ pub struct ModelConfig {
         skip_serializing_if = "Option::is_none"
     )]
     pub request_timeout: Option<f64>,
+    /// antler extension: overall deadline in seconds for one model call, from sending the
+    /// request to the last streamed event; unset → [`DEFAULT_CALL_TIMEOUT_SECS`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_timeout: Option<f64>,
     /// Provider client retries.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_retries: Option<u32>,
@@ -218,6 +227,7 @@ impl ModelConfig {
             temperature: None,
             context_window: None,
             request_timeout: None,
+            call_timeout: None,
             max_retries: None,
             supports_thinking: false,
             supports_reasoning_effort: false,
@@ -279,6 +289,11 @@ impl ModelConfig {
                 Ok(ProviderKind::Anthropic) | Err(_) => None,
             },
         }
+    }
+
+    /// `call_timeout`, or [`DEFAULT_CALL_TIMEOUT_SECS`].
+    pub fn effective_call_timeout(&self) -> f64 {
+        self.call_timeout.unwrap_or(DEFAULT_CALL_TIMEOUT_SECS)
     }
 
     /// `stream_usage`, defaulting to true.

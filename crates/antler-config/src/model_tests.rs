@@ -162,6 +162,7 @@ fn every_typed_model_field_parses() {
     temperature: 0.2
     context_window: 200000
     request_timeout: 120
+    call_timeout: 900
     max_retries: 2
     supports_thinking: true
     supports_reasoning_effort: true
@@ -186,6 +187,7 @@ fn every_typed_model_field_parses() {
     assert_eq!(m.temperature, Some(0.2));
     assert_eq!(m.context_window, Some(200_000));
     assert_eq!(m.request_timeout, Some(120.0));
+    assert_eq!(m.effective_call_timeout(), 900.0);
     assert_eq!(m.max_retries, Some(2));
     assert!(m.supports_thinking && m.supports_reasoning_effort && m.supports_vision);
     assert_eq!(m.use_responses_api, Some(true));
@@ -205,6 +207,12 @@ fn stream_defaults_depend_on_protocol() {
     assert!(openai.effective_stream_usage());
     let anthropic = model_with(None, Some(Provider::Anthropic));
     assert_eq!(anthropic.effective_stream_chunk_timeout(), None);
+    // Every protocol gets an overall call deadline.
+    assert_eq!(openai.effective_call_timeout(), DEFAULT_CALL_TIMEOUT_SECS);
+    assert_eq!(
+        anthropic.effective_call_timeout(),
+        DEFAULT_CALL_TIMEOUT_SECS
+    );
 }
 
 fn thinking_model(yaml_fields: &str) -> ModelConfig {

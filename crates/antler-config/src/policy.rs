@@ -61,8 +61,12 @@ impl Default for CircuitBreakerConfig {
     }
 }
 
+/// Default of `llm_call.max_retry_after`: a minute is the longest a chat turn should sit silent
+/// on one provider hint.
+pub const DEFAULT_MAX_RETRY_AFTER_SECS: f64 = 60.0;
+
 /// `llm_call` (§23): concurrency and retry policy for model calls.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct LlmCallConfig {
     /// 0 = unlimited.
@@ -75,6 +79,10 @@ pub struct LlmCallConfig {
     pub retry_cap_delay_ms: u64,
     /// Base delay after a rate-limit burst.
     pub burst_retry_base_delay_ms: u64,
+    /// antler extension: longest wait (seconds) before a retry. A provider `Retry-After`
+    /// beyond it is not waited out (the call fails over to the error message at once), and no
+    /// computed backoff exceeds it either.
+    pub max_retry_after: f64,
 }
 
 impl Default for LlmCallConfig {
@@ -85,6 +93,7 @@ impl Default for LlmCallConfig {
             retry_base_delay_ms: 1_000,
             retry_cap_delay_ms: 8_000,
             burst_retry_base_delay_ms: 5_000,
+            max_retry_after: DEFAULT_MAX_RETRY_AFTER_SECS,
         }
     }
 }

@@ -121,6 +121,11 @@ impl Config {
         self.check_memory()?;
         self.check_subagents()?;
         self.check_storage()?;
+        at_least(
+            "llm_call.max_retry_after",
+            self.llm_call.max_retry_after,
+            0.0,
+        )?;
         if self
             .safety_finish_reason
             .detectors
@@ -155,6 +160,9 @@ impl Config {
             }
             if let Some(window) = model.context_window {
                 above(&format!("{prefix}.context_window"), window, 0)?;
+            }
+            if let Some(t) = model.call_timeout {
+                above(&format!("{prefix}.call_timeout"), t, 0.0)?;
             }
             match model.provider_kind() {
                 Ok(_) => {}

@@ -48,6 +48,11 @@ fn cases() -> Vec<(&'static str, &'static str)> {
             "models: [{name: a, use: 'langchain_openai:ChatOpenAI', model: m, context_window: 0}]",
             "models[0].context_window: must be > 0, got 0",
         ),
+        (
+            "models: [{name: a, use: 'langchain_openai:ChatOpenAI', model: m, call_timeout: 0}]",
+            "models[0].call_timeout: must be > 0, got 0",
+        ),
+        ("llm_call: {max_retry_after: -1}", "llm_call.max_retry_after: must be >= 0, got -1"),
         // §26.5 sandbox (the section from the helper is replaced by these)
         ("sandbox: {use: 'x:y', bash_command_timeout: 0}", "sandbox.bash_command_timeout: must be > 0, got 0"),
         ("sandbox: {use: 'x:y', bash_command_timeout: .nan}", "sandbox.bash_command_timeout: must be > 0, got NaN"),

@@ -12,7 +12,8 @@
 //!    for one attempt only, never during backoff.
 //! 3. A failure is classified ([`classify`]); retriable ones are retried with decorrelated
 //!    jitter or the provider's `Retry-After`, announcing each retry as an `llm_retry` custom
-//!    event. Waiting observes the run's cancellation.
+//!    event. Waiting observes the run's cancellation. No wait exceeds `max_retry_after`: a
+//!    longer `Retry-After` ends the call as if its retries were exhausted.
 //! 4. The final failure updates the breaker and becomes an AI message carrying the
 //!    `deerflow_error_fallback` markers (spec 10 §1.6) so the run worker can mark the run
 //!    `error` while the transcript stays well-formed.
@@ -127,10 +128,13 @@ pub struct LlmCallSettings {
     pub retry_max_attempts: u32,
     /// Lower bound of the jittered delay.
     pub retry_base_delay_ms: u64,
-    /// Upper bound of any computed delay (`Retry-After` is not capped).
+    /// Upper bound of any computed delay (`Retry-After` is not capped by it).
     pub retry_cap_delay_ms: u64,
     /// Lower bound of the jittered delay after a burst-rate 429.
     pub burst_retry_base_delay_ms: u64,
+    /// antler's `max_retry_after`: the longest any retry waits. A provider `Retry-After` beyond
+    /// it is not waited out: the call ends as if its retries were exhausted.
+    pub max_retry_after: Duration,
 }
 
 impl Default for LlmCallSettings {
@@ -141,9 +145,13 @@ impl Default for LlmCallSettings {
             retry_base_delay_ms: 1_000,
             retry_cap_delay_ms: 8_000,
             burst_retry_base_delay_ms: 5_000,
+            max_retry_after: DEFAULT_MAX_RETRY_AFTER,
         }
     }
 }
+
+/// Default of [`LlmCallSettings::max_retry_after`].
+pub const DEFAULT_MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 
 // ------------------------------------------------------------------------------------ clock
 
@@ -631,8 +639,29 @@ pub fn max_attempts(settings: &LlmCallSettings, facts: &ErrorFacts, reason: Erro
 
 /// Delay before the next retry: the provider's `Retry-After` verbatim, else decorrelated
 /// jitter — uniform in `[base, min(cap, max(base, 3 × seed))]` where the seed is the previous
-/// delay (or the base on the first retry); the cap alone when the base exceeds it.
+/// delay (or the base on the first retry); the cap alone when the base exceeds it. Never more
+/// than `max_retry_after` (a longer `Retry-After` is refused before this is asked, see
+/// [`retry_after_too_long`]).
 pub fn retry_delay_ms(
+    settings: &LlmCallSettings,
+    prev_delay_ms: Option<u64>,
+    facts: &ErrorFacts,
+    reason: ErrorReason,
+    random: &mut dyn FnMut(u64, u64) -> u64,
+) -> u64 {
+    let ceiling = u64::try_from(settings.max_retry_after.as_millis()).unwrap_or(u64::MAX);
+    uncapped_delay_ms(settings, prev_delay_ms, facts, reason, random).min(ceiling)
+}
+
+/// The provider asked to wait longer than `max_retry_after`: waiting that out would hold the
+/// run (and its client) for as long as the provider likes, so the call fails over instead.
+pub fn retry_after_too_long(settings: &LlmCallSettings, facts: &ErrorFacts) -> bool {
+    facts
+        .retry_after
+        .is_some_and(|after| after > settings.max_retry_after)
+}
+
+fn uncapped_delay_ms(
     settings: &LlmCallSettings,
     prev_delay_ms: Option<u64>,
     facts: &ErrorFacts,
@@ -865,7 +894,19 @@ impl Middleware for LlmErrorHandlingMiddleware {
             let facts = facts_of(&err);
             let (retriable, reason) = classify(&facts);
             let budget = max_attempts(&self.settings, &facts, reason);
-            if retriable && attempt < budget {
+            let mut retry = retriable && attempt < budget;
+            if retry && retry_after_too_long(&self.settings, &facts) {
+                // Treated like exhausted retries: the fallback below, breaker updated as usual.
+                tracing::warn!(
+                    attempt,
+                    retry_after = ?facts.retry_after,
+                    max_retry_after = ?self.settings.max_retry_after,
+                    reason = reason.as_str(),
+                    "provider asked to wait longer than llm_call.max_retry_after; not retrying"
+                );
+                retry = false;
+            }
+            if retry {
                 let wait_ms =
                     retry_delay_ms(&self.settings, prev_delay, &facts, reason, &mut |lo, hi| {
                         (self.random)(lo, hi)

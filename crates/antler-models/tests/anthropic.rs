@@ -661,6 +661,48 @@ async fn stream_gap_hits_the_chunk_timeout() {
 }
 
 #[tokio::test]
+async fn ping_events_do_not_reset_the_chunk_timeout() {
+    // message_start, ping, block start, two text deltas, then only `ping` events.
+    let mock = MockAnthropic::start()
+        .await
+        .with_replies([AnthropicReply::text("never finishes this")
+            .stall_after_events(5)
+            .keepalive_while_stalled(Duration::from_millis(50))]);
+    let cfg = config(&mock).with_stream_chunk_timeout(Duration::from_millis(300));
+    let model = AnthropicModel::new(cfg).unwrap();
+    let call = Call::user("x");
+    let (res, chunks) = tokio::time::timeout(Duration::from_secs(20), stream(&model, &call))
+        .await
+        .expect("pings kept a stalled stream alive");
+    assert_eq!(
+        res.unwrap_err(),
+        ModelError::Timeout(Duration::from_millis(300))
+    );
+    assert_eq!(text_of(&chunks), "never finishes ");
+}
+
+#[tokio::test]
+async fn the_call_timeout_ends_a_stream_kept_alive_by_pings() {
+    let mock = MockAnthropic::start()
+        .await
+        .with_replies([AnthropicReply::text("x y")
+            .stall_after_events(4)
+            .keepalive_while_stalled(Duration::from_millis(50))]);
+    let cfg = config(&mock)
+        .with_stream_chunk_timeout(Duration::from_secs(3600))
+        .with_call_timeout(Duration::from_secs(1));
+    let model = AnthropicModel::new(cfg).unwrap();
+    let call = Call::user("x");
+    let (res, _) = tokio::time::timeout(Duration::from_secs(20), stream(&model, &call))
+        .await
+        .expect("the call deadline did not end the stream");
+    assert_eq!(
+        res.unwrap_err(),
+        ModelError::Timeout(Duration::from_secs(1))
+    );
+}
+
+#[tokio::test]
 async fn connection_closed_before_the_stop_reason_is_a_stream_error() {
     let mock = MockAnthropic::start()
         .await

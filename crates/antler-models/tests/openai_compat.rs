@@ -666,6 +666,93 @@ async fn stream_gap_hits_the_chunk_timeout() {
     );
 }
 
+/// Generous bound on tests that would hang if a limit did not fire.
+const NEVER: Duration = Duration::from_secs(20);
+
+#[tokio::test]
+async fn keepalive_comments_do_not_reset_the_chunk_timeout() {
+    // Three events, then a `: ping` comment every 50 ms and nothing else.
+    let mock = MockOpenAi::start()
+        .await
+        .with_replies([MockReply::text("never finishes this")
+            .stall_after_chunks(3)
+            .keepalive_while_stalled(Duration::from_millis(50))]);
+    let cfg = config(&mock).with_stream_chunk_timeout(Duration::from_millis(300));
+    let model = OpenAiCompatModel::new(cfg).unwrap();
+    let call = Call::user("x");
+    let (res, chunks) = tokio::time::timeout(NEVER, stream(&model, &call))
+        .await
+        .expect("comments kept a stalled stream alive");
+    assert_eq!(
+        res.unwrap_err(),
+        ModelError::Timeout(Duration::from_millis(300))
+    );
+    assert_eq!(text_of(&chunks), "never finishes ");
+}
+
+#[tokio::test]
+async fn the_call_timeout_ends_a_stream_kept_alive_by_comments() {
+    let mock = MockOpenAi::start()
+        .await
+        .with_replies([MockReply::text("x y")
+            .stall_after_chunks(2)
+            .keepalive_while_stalled(Duration::from_millis(50))]);
+    // The stall detector alone would never fire here: only the call deadline can.
+    let cfg = config(&mock)
+        .with_stream_chunk_timeout(Duration::from_secs(3600))
+        .with_call_timeout(Duration::from_secs(1));
+    let model = OpenAiCompatModel::new(cfg).unwrap();
+    let call = Call::user("x");
+    let (res, _) = tokio::time::timeout(NEVER, stream(&model, &call))
+        .await
+        .expect("the call deadline did not end the stream");
+    let err = res.unwrap_err();
+    assert_eq!(err, ModelError::Timeout(Duration::from_secs(1)));
+    assert!(err.is_transient());
+}
+
+#[tokio::test]
+async fn the_call_timeout_ends_a_stream_that_trickles_real_events() {
+    // Every event arrives well within the chunk timeout, but the whole answer takes ~4 s.
+    let words = "w ".repeat(40);
+    let mock = MockOpenAi::start()
+        .await
+        .with_replies([MockReply::text(words).chunk_delay(Duration::from_millis(100))]);
+    let cfg = config(&mock)
+        .with_stream_chunk_timeout(Duration::from_secs(3600))
+        .with_call_timeout(Duration::from_millis(700));
+    let model = OpenAiCompatModel::new(cfg).unwrap();
+    let call = Call::user("x");
+    let (res, chunks) = tokio::time::timeout(NEVER, stream(&model, &call))
+        .await
+        .expect("the call deadline did not end the stream");
+    assert_eq!(
+        res.unwrap_err(),
+        ModelError::Timeout(Duration::from_millis(700))
+    );
+    assert!(
+        !chunks.is_empty(),
+        "deltas before the deadline were forwarded"
+    );
+}
+
+#[tokio::test]
+async fn the_call_timeout_bounds_a_non_streaming_call() {
+    let mock = MockOpenAi::start()
+        .await
+        .with_replies([MockReply::text("late").delay(Duration::from_secs(30))]);
+    let cfg = config(&mock).with_call_timeout(Duration::from_millis(300));
+    let model = OpenAiCompatModel::new(cfg).unwrap();
+    let call = Call::user("x");
+    let res = tokio::time::timeout(NEVER, model.invoke(call.req()))
+        .await
+        .expect("the call deadline did not end the request");
+    assert_eq!(
+        res.unwrap_err(),
+        ModelError::Timeout(Duration::from_millis(300))
+    );
+}
+
 #[tokio::test]
 async fn error_event_mid_stream() {
     let mock = MockOpenAi::start()

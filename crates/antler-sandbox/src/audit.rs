@@ -12,10 +12,16 @@
 //! checked against all block rules — raw, and again after shell-word parsing so quoting
 //! (`r''m -rf "/"`) cannot hide a pattern — and then against the warn rules. The first block
 //! wins; otherwise any warn; otherwise pass.
+//!
+//! When the command as written does not block, a small normalizer (`audit_normalize.rs`) undoes
+//! cheap obfuscations — ANSI-C strings, literal `printf`/`echo` substitutions, simple variables,
+//! quotes around command words — and the rewritten command is classified the same way. This is a tripwire for what a table can
+//! recognise; a script written to a file and then run (`sh s.sh`) is beyond it, so the sandbox's
+//! confinement, not this audit, is what bounds a command.
 
 use std::sync::OnceLock;
 
-use regex::Regex;
+use regex::bytes::{Regex, RegexBuilder};
 use serde::Serialize;
 
 /// The audit's decision.
@@ -126,6 +132,16 @@ macro_rules! risky_sub {
         concat!(r"(?:[$<]\(\s*|`\s*)", risky_exe!())
     };
 }
+macro_rules! shells {
+    () => {
+        r"(?:ba|da|k|z|a|c|tc|mk|fi)?sh\b"
+    };
+}
+macro_rules! disk {
+    () => {
+        r"/dev/(?:(?:sd|hd|vd|xvd)[a-z]|nvme\d|mmcblk\d|md\d|dm-\d|mapper/|disk/)"
+    };
+}
 macro_rules! interp {
     () => {
         r"\b(?:(?:ba|da|k|z)?sh|python[\d.]*|perl|ruby|node|php)"
@@ -133,7 +149,7 @@ macro_rules! interp {
 }
 macro_rules! wrappers {
     () => {
-        r"(?:(?:\S*/)?(?:sudo|doas|env|exec|command|nohup|time)\s+(?:-\S+\s+)*)*"
+        r"(?:(?:\S*/)?(?:sudo|doas|env|exec|command|nohup|time|busybox)\s+(?:-\S+\s+)*)*"
     };
 }
 macro_rules! cmd_prefix {
@@ -147,17 +163,36 @@ pub static RULES: &[Rule] = &[
     // --- destruction ---
     block(
         "rm-root",
-        r"rm\s+-[^\s]*[rR][^\s]*\s+(?:/\*?|~/?\*?|/home\b|/root\b)\s*$",
+        // Also inside quoted code (`os.system("rm -rf /")`): fail closed.
+        r#"rm\s+-[^\s]*[rR][^\s]*\s+(?:/\*?|~/?\*?|/home\b|/root\b)\s*(?:$|["'`)])"#,
     ),
     block_words("rm-recursive-root", rm_recursive_root),
     block_words("find-delete-root", find_delete_root),
-    block("dd", r"\bdd\s+if="),
-    block("mkfs", r"mkfs"),
     block(
-        "raw-disk-write",
-        r">\s*/dev/(?:sd|hd|vd|xvd|nvme|mmcblk)[a-z0-9]*\b",
+        "cd-root-then-delete",
+        r"\bcd\s+(?:/|~/?|\$HOME|\$\{HOME\})\s*(?:&&|;)\s*(?:sudo\s+)?rm\s+-\S*[rR]\S*\s+(?:\*|\.)(?:\s|$)",
+    ),
+    block(
+        "rmtree-root",
+        r#"\b(?:rmtree|remove_tree|rm_rf|rm_r|rmSync)\s*\(\s*(?:["'](?:/|/\*|~/?)["']|chr\s*\(\s*47\s*\)|os\.sep\b|(?:pathlib\.)?Path\s*\(\s*["']/["']\s*\)|Path\.home\s*\(|os\.path\.expanduser\s*\(\s*["']~/?["']|["']\\(?:x2[fF]|057|u002[fF])["'])"#,
+    ),
+    block_words(
+        "recursive-chown-chmod-root",
+        recursive_owner_or_mode_on_root,
+    ),
+    block("dd", concat!(r"\bdd\b[^;&|]*\bof=", disk!())),
+    block("mkfs", r"mkfs"),
+    block("disk-format", r"\b(?:mke2fs|wipefs|blkdiscard)\b"),
+    block("raw-disk-write", concat!(r">\s*", disk!())),
+    block("tee-disk", concat!(r"\btee\b[^;&|]*\s", disk!())),
+    block(
+        "copy-to-disk",
+        concat!(r"\b(?:cp|mv|install)\b[^;&|]*\s", disk!(), r"\S*\s*$"),
     ),
     block("shred-device", r"\bshred\b.*\s/dev/"),
+    // --- stopping the machine or every process ---
+    block_words("power-state", power_state),
+    block_words("kill-everything", kill_everything),
     // --- secrets ---
     block("shadow", r"cat\s+/etc/shadow"),
     block("proc-environ", r"/proc/[^/\s]+/environ"),
@@ -171,7 +206,7 @@ pub static RULES: &[Rule] = &[
     // --- executing fetched or decoded content ---
     block(
         "pipe-to-shell",
-        concat!(r"\|\s*", wrappers!(), r"(?:\S*/)?(?:ba|da|k|z)?sh\b"),
+        concat!(r"\|\s*", wrappers!(), r"(?:\S*/)?", shells!()),
     ),
     block(
         "fetch-to-interpreter",
@@ -179,6 +214,18 @@ pub static RULES: &[Rule] = &[
             r"\b(?:curl|wget)\b[^|]*\|\s*",
             wrappers!(),
             r"(?:\S*/)?(?:python[\d.]*|perl|ruby|node|php)\b"
+        ),
+    ),
+    block(
+        "fetch-to-variable-command",
+        concat!(r"\b(?:curl|wget)\b[^|]*\|\s*", wrappers!(), r#"["']?\$"#),
+    ),
+    block(
+        "source-stdin",
+        concat!(
+            r"(?:^|[\s;&|(])(?:source|\.|",
+            shells!(),
+            r")\s+(?:-\S+\s+)*(?:/dev/stdin|/dev/fd/\d+|/proc/self/fd/\d+)(?:\s|$)"
         ),
     ),
     block(
@@ -329,6 +376,7 @@ fn command_index(words: &[String]) -> Option<usize> {
                 | "nice"
                 | "ionice"
                 | "xargs"
+                | "busybox"
         ) {
             i += 1;
             continue;
@@ -336,6 +384,99 @@ fn command_index(words: &[String]) -> Option<usize> {
         return Some(i);
     }
     None
+}
+
+/// The command's base name (wrappers skipped) and its arguments.
+fn command_of(words: &[String]) -> Option<(&str, &[String])> {
+    let i = command_index(words)?;
+    let w = words[i].as_str();
+    Some((w.rsplit('/').next().unwrap_or(w), &words[i + 1..]))
+}
+
+fn power_state(words: &[String]) -> bool {
+    let Some((cmd, args)) = command_of(words) else {
+        return false;
+    };
+    match cmd {
+        "reboot" | "poweroff" | "halt" | "shutdown" | "kexec" => true,
+        // Runlevels 0 (halt), 6 (reboot), 1/S (single user: every service stops).
+        "init" | "telinit" => args
+            .first()
+            .is_some_and(|a| matches!(a.as_str(), "0" | "6" | "1" | "s" | "S")),
+        "systemctl" | "loginctl" => args.iter().any(|a| {
+            matches!(
+                a.as_str(),
+                "poweroff"
+                    | "reboot"
+                    | "halt"
+                    | "kexec"
+                    | "soft-reboot"
+                    | "emergency"
+                    | "rescue"
+                    | "suspend"
+                    | "hibernate"
+                    | "hybrid-sleep"
+            )
+        }),
+        _ => false,
+    }
+}
+
+/// `kill -9 -1` (every process), `kill 1` (init), `pkill -9 -1`, `pkill .`, `killall5`.
+fn kill_everything(words: &[String]) -> bool {
+    let Some((cmd, args)) = command_of(words) else {
+        return false;
+    };
+    if cmd == "killall5" {
+        return true;
+    }
+    if !matches!(cmd, "kill" | "pkill" | "killall") {
+        return false;
+    }
+    // The first option is the signal (`-9`, `-KILL`, `-s KILL`); after it, or after `--`,
+    // every word is a target.
+    let mut targets = Vec::new();
+    let (mut signal_seen, mut options_done) = (false, false);
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if !options_done && a == "--" {
+            options_done = true;
+            continue;
+        }
+        if !options_done && !signal_seen && a.len() > 1 && a.starts_with('-') {
+            signal_seen = true;
+            if matches!(a.as_str(), "-s" | "-n" | "--signal") {
+                it.next();
+            }
+            continue;
+        }
+        targets.push(a.as_str());
+    }
+    if cmd == "kill" {
+        targets.iter().any(|t| matches!(*t, "-1" | "1"))
+    } else {
+        targets
+            .iter()
+            .any(|t| matches!(*t, "-1" | "." | ".*" | "^" | ""))
+    }
+}
+
+/// `chown -R nobody /`, `chmod -R 000 /`: a recursive owner or mode change over a system or home.
+fn recursive_owner_or_mode_on_root(words: &[String]) -> bool {
+    let Some((cmd, args)) = command_of(words) else {
+        return false;
+    };
+    if !matches!(cmd, "chown" | "chmod" | "chgrp" | "setfacl") {
+        return false;
+    }
+    let recursive = args.iter().any(|a| {
+        a == "--recursive" || (a.starts_with('-') && !a.starts_with("--") && a.contains('R'))
+    });
+    recursive
+        && args
+            .iter()
+            .filter(|a| !a.starts_with('-'))
+            .any(|a| DANGEROUS_TARGETS.contains(&normalize_target(a).as_str()))
 }
 
 fn rm_recursive_root(words: &[String]) -> bool {
@@ -388,7 +529,9 @@ fn compiled() -> &'static [Compiled] {
             .map(|rule| Compiled {
                 rule,
                 re: match rule.matcher {
-                    Matcher::Regex(p) => match Regex::new(p) {
+                    // ASCII classes: shell syntax is ASCII, and the Unicode `\b`/`\s`/`\w` tables
+                    // double the cost of the first call, which compiles the whole table.
+                    Matcher::Regex(p) => match RegexBuilder::new(p).unicode(false).build() {
                         Ok(r) => Some(r),
                         Err(e) => {
                             tracing::error!(rule = rule.id, error = %e, "invalid audit rule regex");
@@ -420,8 +563,8 @@ fn find_rule(text: &str, verdict: Verdict, whole: bool) -> Option<&'static str> 
         .iter()
         .filter(|c| c.rule.verdict == verdict)
         .find(|c| match (c.rule.scope, &c.re, c.rule.matcher) {
-            (Scope::Anywhere, Some(re), _) => re.is_match(text),
-            (Scope::CommandStart, Some(re), _) if !whole => re.is_match(text),
+            (Scope::Anywhere, Some(re), _) => re.is_match(text.as_bytes()),
+            (Scope::CommandStart, Some(re), _) if !whole => re.is_match(text.as_bytes()),
             (Scope::CommandStart, None, Matcher::Words(f)) if !whole => {
                 words.as_deref().is_some_and(f)
             }
@@ -434,8 +577,25 @@ fn collapse(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-/// Grade a command (after [`validate_input`]).
+/// Grade a command (after [`validate_input`]): the command as written and, when the normalizer
+/// changes it, the rewritten form; a block in either wins, then a warning in either.
 pub fn classify(command: &str) -> Classification {
+    let first = classify_text(command);
+    if first.verdict == Verdict::Block {
+        return first;
+    }
+    // Only rewritten when the command as written did not already block.
+    let Some(rewritten) = normalize::rewrite(command) else {
+        return first;
+    };
+    let second = classify_text(&rewritten);
+    match (first.verdict, second.verdict) {
+        (_, Verdict::Block) | (Verdict::Pass, Verdict::Warn) => second,
+        _ => first,
+    }
+}
+
+fn classify_text(command: &str) -> Classification {
     let normalized = collapse(command);
     if let Some(id) = find_rule(&normalized, Verdict::Block, true) {
         return Classification {
@@ -659,6 +819,9 @@ pub fn audited_command(command: &str, truncate: bool) -> String {
         command.to_owned()
     }
 }
+
+#[path = "audit_normalize.rs"]
+mod normalize;
 
 #[cfg(test)]
 #[path = "audit_tests.rs"]

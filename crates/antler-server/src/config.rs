@@ -43,7 +43,18 @@ pub struct ServerConfig {
     /// Bytes of events retained per run before the oldest are dropped (at least 256 events are
     /// always kept).
     pub max_buffered_bytes: usize,
+    /// Longest a client may take to send a request's headers (and an idle keep-alive connection
+    /// may wait for its next request) before the connection is closed. Responses, SSE streams
+    /// included, are not limited by it.
+    pub header_read_timeout: Duration,
+    /// Concurrent connections served; more clients wait until one closes.
+    pub max_connections: u32,
 }
+
+/// Default [`ServerConfig::header_read_timeout`].
+pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default [`ServerConfig::max_connections`].
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 1024;
 
 impl Default for ServerConfig {
     fn default() -> Self {
@@ -56,6 +67,8 @@ impl Default for ServerConfig {
             heartbeat: Duration::from_secs(15),
             retention: Duration::from_secs(60),
             max_buffered_bytes: 64 * 1024 * 1024,
+            header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
         }
     }
 }

@@ -23,6 +23,7 @@ pub mod config;
 pub mod error;
 pub mod extract;
 pub mod feed;
+mod listen;
 pub mod memory;
 pub mod routes;
 pub mod runs;
@@ -41,7 +42,10 @@ use axum::http::{header, HeaderValue, Method};
 use axum::routing::get;
 use axum::Router;
 
-pub use config::{ApiKey, ConfigError, ServerConfig, DEFAULT_USER};
+pub use config::{
+    ApiKey, ConfigError, ServerConfig, DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_USER,
+};
 pub use error::ApiError;
 pub use feed::{CheckpointFeed, FeedError, FeedPage, MessageFeed};
 pub use memory::{ManagedMemory, MemoryApi, MemoryError, NoMemory};
@@ -261,12 +265,15 @@ impl AppState {
     ) -> std::io::Result<()> {
         let runs = self.runs.clone();
         let router = self.router();
-        let served = axum::serve(listener, router)
-            .with_graceful_shutdown(async move {
-                shutdown.await;
-                runs.cancel_all();
-            })
-            .await;
+        let limits = listen::Limits {
+            header_read_timeout: self.config.header_read_timeout,
+            max_connections: self.config.max_connections,
+        };
+        listen::serve_connections(listener, router, limits, async move {
+            shutdown.await;
+            runs.cancel_all();
+        })
+        .await;
         // Background runs nobody streams may still be finalizing: give them a bounded moment so
         // they are recorded as interrupted rather than orphaned.
         let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
@@ -274,6 +281,6 @@ impl AppState {
             self.runs.cancel_all();
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
-        served
+        Ok(())
     }
 }

@@ -388,6 +388,64 @@ fn jitter_windows_follow_decorrelated_jitter() {
 }
 
 #[test]
+fn no_retry_wait_exceeds_max_retry_after() {
+    let s = LlmCallSettings {
+        retry_base_delay_ms: 300_000,
+        retry_cap_delay_ms: 600_000,
+        max_retry_after: Duration::from_secs(5),
+        ..Default::default()
+    };
+    let f = facts(Some(503), "x", None);
+    // Backoff configured beyond the ceiling is held to it.
+    assert_eq!(delay(&s, None, &f, ErrorReason::Transient, true).0, 5000);
+    assert_eq!(
+        delay(&s, Some(600_000), &f, ErrorReason::Transient, true).0,
+        5000
+    );
+    // A Retry-After up to the ceiling is honoured; beyond it the wait is refused.
+    for (after, too_long) in [(4_000, false), (5_000, false), (5_001, true)] {
+        let hinted = ErrorFacts {
+            retry_after: Some(Duration::from_millis(after)),
+            ..f.clone()
+        };
+        assert_eq!(retry_after_too_long(&s, &hinted), too_long, "{after}");
+        if !too_long {
+            assert_eq!(
+                delay(&s, None, &hinted, ErrorReason::Transient, true).0,
+                after
+            );
+        }
+    }
+    assert!(!retry_after_too_long(&s, &f));
+    assert_eq!(
+        LlmCallSettings::default().max_retry_after,
+        Duration::from_secs(60)
+    );
+}
+
+#[tokio::test]
+async fn a_retry_after_beyond_the_ceiling_falls_back_like_exhausted_retries() {
+    let f = fixture(fast(3, 10), Default::default());
+    let model = script(vec![
+        Err(ModelError::Http {
+            status: 503,
+            retry_after: Some(Duration::from_secs(99_999_999)),
+            message: "server busy".into(),
+            code: None,
+            body: String::new(),
+        }),
+        Ok("never asked"),
+    ]);
+    let (msg, events) = f.call(&model).await;
+    assert!(is_error_fallback(&msg));
+    assert_eq!(kw(&msg, "error_reason"), &json!("transient"));
+    assert!(f.sleeps_ms().is_empty());
+    assert!(events.is_empty());
+    assert_eq!(model.requests().len(), 1);
+    assert_eq!(f.breaker.failure_count(), 1);
+}
+
+#[test]
 fn burst_delays_use_the_longer_base_and_prefer_retry_after() {
     let s = LlmCallSettings::default();
     let burst = facts(Some(429), "x", Some("limit_burst_rate"));
@@ -929,6 +987,7 @@ fn settings_default_to_deerflows_values() {
             retry_base_delay_ms: 1000,
             retry_cap_delay_ms: 8000,
             burst_retry_base_delay_ms: 5000,
+            max_retry_after: Duration::from_secs(60),
         }
     );
     assert_eq!(
@@ -949,6 +1008,7 @@ async fn configured_retry_parameters_are_used() {
             retry_cap_delay_ms: 300,
             burst_retry_base_delay_ms: 700,
             max_concurrent_calls: 0,
+            max_retry_after: Duration::from_secs(60),
         },
         Default::default(),
     );

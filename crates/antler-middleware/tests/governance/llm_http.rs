@@ -11,6 +11,7 @@ use antler_models::providers::openai_compat::{OpenAiCompatConfig, OpenAiCompatMo
 use antler_models::{ChatModel, ModelError, ScriptedModel, ScriptedReply};
 use antler_protocol::Message;
 use antler_runtime::*;
+use antler_test_support::{openai_error, MockOpenAi, MockReply};
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -178,6 +179,83 @@ async fn an_http_429_with_retry_after_is_retried_after_exactly_that_wait() {
         })]
     );
     assert_eq!(breaker.failure_count(), 0);
+}
+
+fn rate_limited() -> MockReply {
+    MockReply::error(
+        429,
+        openai_error(
+            "Rate limit reached for requests",
+            "requests",
+            Some("rate_limit_exceeded"),
+        ),
+    )
+}
+
+#[tokio::test]
+async fn a_retry_after_beyond_max_retry_after_is_not_waited_and_falls_back() {
+    let mock = MockOpenAi::start().await.with_replies([
+        rate_limited().retry_after(99_999_999),
+        MockReply::text("only after three years"),
+    ]);
+    let clock = Arc::new(ManualClock::new());
+    let breaker = Arc::new(CircuitBreaker::with_clock(
+        Default::default(),
+        clock.clone(),
+    ));
+    let sink = Arc::new(CollectingSink::with_modes(antler_protocol::StreamModes {
+        custom: true,
+        ..antler_protocol::StreamModes::NONE
+    }));
+    let run = Arc::new(RunContext::new("t1", "r1", sink.clone()));
+    let out = agent(provider(&mock.base_url()), breaker.clone(), clock.clone())
+        .run(RunInput::message(Message::human("hi")), run)
+        .await;
+
+    assert_eq!(out.status, RunStatus::Success);
+    // Not waited, not retried: the same fallback as exhausted retries.
+    assert!(clock.sleeps().is_empty(), "{:?}", clock.sleeps());
+    assert_eq!(mock.request_count(), 1);
+    assert!(custom_events(&sink).is_empty());
+    let last = out.state.last_ai().unwrap();
+    assert!(is_error_fallback(last));
+    assert_eq!(last.additional_kwargs["error_type"], "RateLimitError");
+    assert_eq!(last.additional_kwargs["error_reason"], "transient");
+    assert!(last.content.text().contains("temporarily unavailable"));
+    // A provider that will not serve for ages counts as down.
+    assert_eq!(breaker.failure_count(), 1);
+}
+
+#[tokio::test]
+async fn huge_retry_hints_in_any_spelling_end_the_call_promptly() {
+    // Real clock: the old behaviour would sleep for years, which the bound below catches.
+    for (name, value) in [
+        ("retry-after", "99999999".to_owned()),
+        ("retry-after-ms", "99999999999".to_owned()),
+        ("retry-after", "Fri, 01 Jan 2100 00:00:00 GMT".to_owned()),
+    ] {
+        let mock = MockOpenAi::start().await.with_replies([
+            rate_limited().header(name, value.clone()),
+            MockReply::text("too late"),
+        ]);
+        let mw = LlmErrorHandlingMiddleware::new(
+            LlmCallSettings::default(),
+            Arc::new(CircuitBreaker::new(Default::default())),
+        )
+        .with_limiter(None);
+        let agent = Agent::new(provider(&mock.base_url()))
+            .with_chain(Chain::new(vec![Arc::new(mw)]).unwrap());
+        let run = Arc::new(RunContext::new("t1", "r1", Arc::new(NullSink)));
+        let out = tokio::time::timeout(
+            Duration::from_secs(20),
+            agent.run(RunInput::message(Message::human("hi")), run),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("{name}: {value} was waited out"));
+        let last = out.state.last_ai().unwrap();
+        assert!(is_error_fallback(last), "{name}: {value}");
+        assert_eq!(mock.request_count(), 1, "{name}: {value}");
+    }
 }
 
 #[tokio::test]

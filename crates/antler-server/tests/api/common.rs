@@ -74,6 +74,8 @@ pub struct Options {
     pub hook: Option<antler_server::AgentHook>,
     /// Tools offered besides `ls` (config `tools:` entries).
     pub extra_tools: Vec<ToolConfig>,
+    /// Stops the server when it fires (default: never).
+    pub shutdown: Option<tokio::sync::oneshot::Receiver<()>>,
 }
 
 impl Default for Options {
@@ -87,6 +89,7 @@ impl Default for Options {
             yaml_uploads: None,
             hook: None,
             extra_tools: Vec::new(),
+            shutdown: None,
         }
     }
 }
@@ -97,7 +100,8 @@ pub struct TestServer {
     pub model: Arc<GatedModel>,
     pub state: AppState,
     pub home: tempfile::TempDir,
-    _task: tokio::task::JoinHandle<()>,
+    /// The serving task; it ends after a shutdown once every connection has closed.
+    pub task: tokio::task::JoinHandle<()>,
 }
 
 fn scratch() -> tempfile::TempDir {
@@ -159,8 +163,17 @@ impl TestServer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let st = state.clone();
+        let shutdown = opts.shutdown;
         let task = tokio::spawn(async move {
-            let _ = st.serve(listener, std::future::pending()).await;
+            let stop = async move {
+                match shutdown {
+                    Some(rx) => {
+                        let _ = rx.await;
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            let _ = st.serve(listener, stop).await;
         });
         TestServer {
             base: format!("http://{addr}"),
@@ -168,7 +181,7 @@ impl TestServer {
             model,
             state,
             home,
-            _task: task,
+            task,
         }
     }
 

@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+mod connections;
 mod gateway;
 mod runs;
 mod security;

@@ -569,6 +569,7 @@ fn sse_response(
         }
     };
     let chunk_delay = reply.chunk_delay;
+    let keepalive = reply.keepalive;
     let state = (pieces.into_iter(), 0usize, stop);
     let body = futures::stream::unfold(state, move |(mut it, sent, stop)| async move {
         match it.next() {
@@ -580,10 +581,22 @@ fn sse_response(
                 Some((Ok::<Bytes, Infallible>(bytes), (it, next, stop)))
             }
             None => {
-                if stall {
-                    stopped(stop).await;
+                if !stall {
+                    return None;
                 }
-                None
+                match keepalive {
+                    Some(every) if sleep_or_stop(every, &stop).await => Some((
+                        Ok(Bytes::from_static(
+                            "event: ping\ndata: {\"type\":\"ping\"}\n\n".as_bytes(),
+                        )),
+                        (it, sent, stop),
+                    )),
+                    Some(_) => None,
+                    None => {
+                        stopped(stop).await;
+                        None
+                    }
+                }
             }
         }
     });

@@ -113,6 +113,7 @@ pub struct AnthropicReply {
     pub(crate) delay: Duration,
     pub(crate) chunk_delay: Duration,
     pub(crate) stall_after: Option<usize>,
+    pub(crate) keepalive: Option<Duration>,
     pub(crate) drop_after: Option<usize>,
     pub(crate) error_after: Option<(usize, Value)>,
     pub(crate) fragment_size: Option<usize>,
@@ -128,6 +129,7 @@ impl AnthropicReply {
             delay: Duration::ZERO,
             chunk_delay: Duration::ZERO,
             stall_after: None,
+            keepalive: None,
             drop_after: None,
             error_after: None,
             fragment_size: None,
@@ -245,6 +247,13 @@ impl AnthropicReply {
     /// Streams: send `n` events, then go silent (connection kept open).
     pub fn stall_after_events(mut self, n: usize) -> Self {
         self.stall_after = Some(n);
+        self
+    }
+
+    /// Streams: while stalled (see [`AnthropicReply::stall_after_events`]), send a `ping` event
+    /// every `every` instead of silence — the API's keep-alive, without an answer.
+    pub fn keepalive_while_stalled(mut self, every: Duration) -> Self {
+        self.keepalive = Some(every.max(Duration::from_millis(1)));
         self
     }
 

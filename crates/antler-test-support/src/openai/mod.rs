@@ -617,6 +617,7 @@ fn sse_response(reply: &MockReply, events: Vec<Value>, stop: watch::Receiver<boo
         }
     };
     let chunk_delay = reply.chunk_delay;
+    let keepalive = reply.keepalive;
     let stall = matches!(cut, Some(Cut::Stall));
     let state = (pieces.into_iter(), 0usize, stop);
     let body = futures::stream::unfold(state, move |(mut it, sent, stop)| async move {
@@ -629,10 +630,20 @@ fn sse_response(reply: &MockReply, events: Vec<Value>, stop: watch::Receiver<boo
                 Some((Ok::<Bytes, Infallible>(bytes), (it, next, stop)))
             }
             None => {
-                if stall {
-                    stopped(stop).await;
+                if !stall {
+                    return None;
                 }
-                None
+                match keepalive {
+                    Some(every) if sleep_or_stop(every, &stop).await => Some((
+                        Ok(Bytes::from_static(": ping\n\n".as_bytes())),
+                        (it, sent, stop),
+                    )),
+                    Some(_) => None,
+                    None => {
+                        stopped(stop).await;
+                        None
+                    }
+                }
             }
         }
     });

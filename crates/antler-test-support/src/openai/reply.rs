@@ -79,6 +79,7 @@ pub struct MockReply {
     pub(crate) delay: Duration,
     pub(crate) chunk_delay: Duration,
     pub(crate) stall_after: Option<usize>,
+    pub(crate) keepalive: Option<Duration>,
     pub(crate) drop_after: Option<usize>,
     pub(crate) error_after: Option<(usize, Value)>,
     pub(crate) fragment_size: Option<usize>,
@@ -94,6 +95,7 @@ impl MockReply {
             delay: Duration::ZERO,
             chunk_delay: Duration::ZERO,
             stall_after: None,
+            keepalive: None,
             drop_after: None,
             error_after: None,
             fragment_size: None,
@@ -210,6 +212,14 @@ impl MockReply {
     /// Streams: send `n` events, then go silent (connection kept open).
     pub fn stall_after_chunks(mut self, n: usize) -> Self {
         self.stall_after = Some(n);
+        self
+    }
+
+    /// Streams: while stalled (see [`MockReply::stall_after_chunks`]), send the SSE comment
+    /// `: ping` every `every` instead of silence — a server that keeps the connection warm
+    /// without answering.
+    pub fn keepalive_while_stalled(mut self, every: Duration) -> Self {
+        self.keepalive = Some(every.max(Duration::from_millis(1)));
         self
     }
 

@@ -12,6 +12,7 @@ use antler_protocol::{AiMessageChunk, Content, Object, ToolCallChunk};
 use serde_json::Value;
 
 use super::response::{error_text, BadInput, Parts, WireUsage};
+use crate::providers::read::SseFold;
 use crate::providers::sse::SseEvent;
 use crate::ModelError;
 
@@ -353,5 +354,32 @@ fn parse_input(json: &str) -> Result<Option<Object>, String> {
         Ok(Value::Object(o)) => Ok(Some(o)),
         Ok(_) => Err("tool_use input is not a JSON object".into()),
         Err(e) => Err(format!("tool_use input is not valid JSON: {e}")),
+    }
+}
+
+impl SseFold for StreamFold<'_> {
+    fn finished(&self) -> bool {
+        StreamFold::finished(self)
+    }
+
+    fn on_event(
+        &mut self,
+        event: &SseEvent,
+        emit: &mut (dyn FnMut(AiMessageChunk) + Send),
+    ) -> Result<bool, ModelError> {
+        StreamFold::on_event(self, event, emit)
+    }
+
+    /// The API's `ping` events keep an idle stream open; they say nothing about the answer.
+    fn is_keepalive(&self, event: &SseEvent) -> bool {
+        match event.event.as_deref() {
+            Some(name) => name == "ping",
+            // Pings are tiny; never parse a real event twice just to ask.
+            None => {
+                event.data.len() < 64
+                    && serde_json::from_str::<Value>(&event.data)
+                        .is_ok_and(|v| v.get("type").and_then(Value::as_str) == Some("ping"))
+            }
+        }
     }
 }

@@ -18,7 +18,8 @@
 //! and folds them into the same message the non-streaming path would return.
 //!
 //! Timeouts: a non-streaming call has `request_timeout` end to end; a streaming call has
-//! `request_timeout` until the response head and then `stream_chunk_timeout` between body chunks.
+//! `request_timeout` until the response head and then `stream_chunk_timeout` between events
+//! (SSE comments do not count). Either way the whole call ends at `call_timeout`.
 //! Dropping the returned future drops the connection (no task is spawned).
 
 use std::fmt;
@@ -41,6 +42,8 @@ pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(600);
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest silence tolerated between two chunks of a stream (DeerFlow's 240 s).
 pub const DEFAULT_STREAM_CHUNK_TIMEOUT: Duration = Duration::from_secs(240);
+/// Overall limit of one call, streamed or not.
+pub use super::DEFAULT_CALL_TIMEOUT;
 
 /// How to reach one OpenAI-compatible model.
 #[derive(Clone)]
@@ -62,6 +65,8 @@ pub struct OpenAiCompatConfig {
     pub request_timeout: Option<Duration>,
     pub connect_timeout: Duration,
     pub stream_chunk_timeout: Duration,
+    /// Overall limit of one call, from sending the request to the last streamed event.
+    pub call_timeout: Duration,
     /// Ask for a final usage chunk on streams (`stream_options.include_usage`).
     pub stream_usage: bool,
     /// Replay each historical assistant message's `additional_kwargs.reasoning_content` as
@@ -86,6 +91,7 @@ impl Default for OpenAiCompatConfig {
             request_timeout: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             stream_chunk_timeout: DEFAULT_STREAM_CHUNK_TIMEOUT,
+            call_timeout: DEFAULT_CALL_TIMEOUT,
             stream_usage: true,
             replay_reasoning_content: false,
         }
@@ -130,6 +136,11 @@ impl OpenAiCompatConfig {
         self
     }
 
+    pub fn with_call_timeout(mut self, timeout: Duration) -> Self {
+        self.call_timeout = timeout;
+        self
+    }
+
     /// The effective end-to-end timeout.
     pub fn request_timeout(&self) -> Duration {
         self.request_timeout.unwrap_or(DEFAULT_REQUEST_TIMEOUT)
@@ -155,6 +166,7 @@ impl fmt::Debug for OpenAiCompatConfig {
             .field("request_timeout", &self.request_timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("stream_chunk_timeout", &self.stream_chunk_timeout)
+            .field("call_timeout", &self.call_timeout)
             .field("stream_usage", &self.stream_usage)
             .field("replay_reasoning_content", &self.replay_reasoning_content)
             .finish()
@@ -264,16 +276,21 @@ impl ChatModel for OpenAiCompatModel {
             bytes = body.len(),
             "chat completion request"
         );
-        let resp = self
-            .post(body)
-            .timeout(self.cfg.request_timeout())
-            .send()
-            .await
-            .map_err(|e| self.transport_error(&e))?;
-        if !resp.status().is_success() {
-            return Err(self.http_error(resp).await);
-        }
-        let bytes = resp.bytes().await.map_err(|e| self.transport_error(&e))?;
+        let deadline = super::read::CallDeadline::start(self.cfg.call_timeout);
+        let bytes = deadline
+            .bound(&self.cfg.info.model, async {
+                let resp = self
+                    .post(body)
+                    .timeout(self.cfg.request_timeout())
+                    .send()
+                    .await
+                    .map_err(|e| self.transport_error(&e))?;
+                if !resp.status().is_success() {
+                    return Err(self.http_error(resp).await);
+                }
+                resp.bytes().await.map_err(|e| self.transport_error(&e))
+            })
+            .await?;
         let msg = response::parse_completion(&bytes, req.message_id, &self.cfg.info.model)?;
         tracing::debug!(
             model = %self.cfg.info.model,
@@ -297,66 +314,31 @@ impl ChatModel for OpenAiCompatModel {
             bytes = body.len(),
             "chat completion stream request"
         );
+        let deadline = super::read::CallDeadline::start(self.cfg.call_timeout);
         let head_timeout = self.cfg.request_timeout();
-        let mut resp = match tokio::time::timeout(head_timeout, self.post(body).send()).await {
-            Err(_) => return Err(ModelError::Timeout(head_timeout)),
-            Ok(r) => r.map_err(|e| self.transport_error(&e))?,
-        };
-        if !resp.status().is_success() {
-            return Err(self.http_error(resp).await);
-        }
+        let mut resp = deadline
+            .bound(&self.cfg.info.model, async {
+                let resp = match tokio::time::timeout(head_timeout, self.post(body).send()).await {
+                    Err(_) => return Err(ModelError::Timeout(head_timeout)),
+                    Ok(r) => r.map_err(|e| self.transport_error(&e))?,
+                };
+                if !resp.status().is_success() {
+                    return Err(self.http_error(resp).await);
+                }
+                Ok(resp)
+            })
+            .await?;
 
-        let gap = self.cfg.stream_chunk_timeout;
-        let mut decoder = super::sse::SseDecoder::new();
         let mut fold = stream::StreamFold::new(req.message_id);
-        let mut events = Vec::new();
-        let mut done = false;
-        while !done {
-            let next = match tokio::time::timeout(gap, resp.chunk()).await {
-                Err(_) if fold.finished() => {
-                    // Answer complete, but neither `[DONE]` nor the end of the body followed.
-                    tracing::debug!(model = %self.cfg.info.model, ?gap, "stream stalled after the finish reason");
-                    break;
-                }
-                Err(_) => {
-                    tracing::debug!(model = %self.cfg.info.model, ?gap, "stream stalled");
-                    return Err(ModelError::Timeout(gap));
-                }
-                Ok(Err(e)) if fold.finished() => {
-                    tracing::debug!(error = %e, "stream broke off after the finish reason; keeping the answer");
-                    break;
-                }
-                Ok(Err(e)) => {
-                    return Err(ModelError::Stream(format!(
-                        "reading the stream failed: {}",
-                        super::http::describe(&e)
-                    )))
-                }
-                Ok(Ok(next)) => next,
-            };
-            let ended = next.is_none();
-            match next {
-                Some(bytes) => decoder
-                    .push(&bytes, &mut events)
-                    .map_err(|_| ModelError::Stream("stream line exceeds the size limit".into()))?,
-                None => decoder.finish(&mut events),
-            }
-            for event in events.drain(..) {
-                if fold.on_event(&event, &mut *on_chunk)? {
-                    done = true;
-                    break;
-                }
-            }
-            if ended && !done {
-                if !fold.finished() {
-                    return Err(ModelError::Stream(
-                        "connection closed before the response completed".into(),
-                    ));
-                }
-                // Some servers end the body without `[DONE]` after the finish reason.
-                done = true;
-            }
-        }
+        super::read::read_sse(
+            &mut resp,
+            &mut fold,
+            &mut *on_chunk,
+            self.cfg.stream_chunk_timeout,
+            &deadline,
+            &self.cfg.info.model,
+        )
+        .await?;
         let (last, msg) = fold.finish(&self.cfg.info.model);
         on_chunk(last);
         tracing::debug!(

@@ -7,6 +7,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::response::{error_text, reasoning_text, Parts, WireUsage};
+use crate::providers::read::SseFold;
 use crate::providers::sse::SseEvent;
 use crate::ModelError;
 
@@ -306,5 +307,19 @@ fn append_str(obj: &mut Object, key: &str, delta: &str) {
         _ => {
             obj.insert(key.to_owned(), Value::from(delta));
         }
+    }
+}
+
+impl SseFold for StreamFold<'_> {
+    fn finished(&self) -> bool {
+        StreamFold::finished(self)
+    }
+
+    fn on_event(
+        &mut self,
+        event: &SseEvent,
+        emit: &mut (dyn FnMut(AiMessageChunk) + Send),
+    ) -> Result<bool, ModelError> {
+        StreamFold::on_event(self, event, emit)
     }
 }

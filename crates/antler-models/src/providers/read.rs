@@ -1,0 +1,159 @@
+//! The time limits of one model call, shared by the providers: the overall call deadline
+//! (`call_timeout`) and the stall detector of a streamed body (`stream_chunk_timeout`).
+//!
+//! Only decoded events the provider's fold counts as progress reset the stall timer: SSE
+//! comments (`: ping`), partial lines and keep-alive events (Anthropic's `ping`) do not, so a
+//! server that keeps the connection warm without answering still stalls out. The call deadline
+//! bounds everything else, including a stream that trickles real events forever.
+
+use std::future::Future;
+use std::time::Duration;
+
+use antler_protocol::AiMessageChunk;
+use tokio::time::Instant;
+
+use super::sse::{SseDecoder, SseEvent};
+use crate::ModelError;
+
+/// Default overall limit of one call (`call_timeout`): long enough for a long reasoning answer,
+/// finite so keep-alives alone cannot hold a run.
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(1800);
+
+/// The end of a call's time budget, fixed when the call starts.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CallDeadline {
+    /// `None` when the budget reaches past what the clock can represent (no deadline).
+    at: Option<Instant>,
+    total: Duration,
+}
+
+impl CallDeadline {
+    pub(crate) fn start(total: Duration) -> Self {
+        CallDeadline {
+            at: Instant::now().checked_add(total),
+            total,
+        }
+    }
+
+    /// `fut`, cut off with [`ModelError::Timeout`] of the whole budget when the deadline passes.
+    pub(crate) async fn bound<T>(
+        &self,
+        model: &str,
+        fut: impl Future<Output = Result<T, ModelError>>,
+    ) -> Result<T, ModelError> {
+        let Some(at) = self.at else {
+            return fut.await;
+        };
+        match tokio::time::timeout_at(at, fut).await {
+            Ok(r) => r,
+            Err(_) => Err(self.expired(model)),
+        }
+    }
+
+    fn expired(&self, model: &str) -> ModelError {
+        tracing::warn!(model, total = ?self.total, "model call exceeded its call_timeout");
+        ModelError::Timeout(self.total)
+    }
+}
+
+/// A provider's fold of stream events into the final message.
+pub(crate) trait SseFold {
+    /// The provider said the answer is complete; a stall or break-off after this keeps it.
+    fn finished(&self) -> bool;
+    /// Fold one event, forwarding deltas to `emit`; `Ok(true)` ends the stream.
+    fn on_event(
+        &mut self,
+        event: &SseEvent,
+        emit: &mut (dyn FnMut(AiMessageChunk) + Send),
+    ) -> Result<bool, ModelError>;
+    /// An event that only keeps the connection warm; it does not count as progress.
+    fn is_keepalive(&self, _event: &SseEvent) -> bool {
+        false
+    }
+}
+
+/// Which limit a wait runs into first.
+#[derive(Clone, Copy)]
+enum Limit {
+    Stall,
+    Call,
+}
+
+/// Read an SSE body into `fold` until it ends, `fold` says done, or a limit runs out: no
+/// progress for `gap` → `Timeout(gap)`, the call deadline → `Timeout(call_timeout)`. Either
+/// limit hit after the answer completed keeps the answer.
+pub(crate) async fn read_sse<F: SseFold>(
+    resp: &mut reqwest::Response,
+    fold: &mut F,
+    emit: &mut (dyn FnMut(AiMessageChunk) + Send),
+    gap: Duration,
+    deadline: &CallDeadline,
+    model: &str,
+) -> Result<(), ModelError> {
+    let mut decoder = SseDecoder::new();
+    let mut events = Vec::new();
+    let mut last_progress = Instant::now();
+    loop {
+        let limit = match (last_progress.checked_add(gap), deadline.at) {
+            (Some(stall), Some(call)) if call <= stall => Some((call, Limit::Call)),
+            (Some(stall), _) => Some((stall, Limit::Stall)),
+            (None, Some(call)) => Some((call, Limit::Call)),
+            (None, None) => None,
+        };
+        let read = match limit {
+            Some((at, which)) => tokio::time::timeout_at(at, resp.chunk())
+                .await
+                .map_err(|_| which),
+            None => Ok(resp.chunk().await),
+        };
+        let next = match read {
+            Err(_) if fold.finished() => {
+                // Answer complete, but neither the end marker nor the end of the body followed.
+                tracing::debug!(model, ?gap, "stream went quiet after the answer completed");
+                return Ok(());
+            }
+            Err(Limit::Stall) => {
+                tracing::debug!(model, ?gap, "stream stalled");
+                return Err(ModelError::Timeout(gap));
+            }
+            Err(Limit::Call) => return Err(deadline.expired(model)),
+            Ok(Err(e)) if fold.finished() => {
+                tracing::debug!(model, error = %e, "stream broke off after the answer completed; keeping it");
+                return Ok(());
+            }
+            Ok(Err(e)) => {
+                return Err(ModelError::Stream(format!(
+                    "reading the stream failed: {}",
+                    super::http::describe(&e)
+                )))
+            }
+            Ok(Ok(next)) => next,
+        };
+        let ended = next.is_none();
+        match next {
+            Some(bytes) => decoder
+                .push(&bytes, &mut events)
+                .map_err(|_| ModelError::Stream("stream line exceeds the size limit".into()))?,
+            None => decoder.finish(&mut events),
+        }
+        let mut progressed = false;
+        for event in events.drain(..) {
+            progressed |= !event.data.trim().is_empty() && !fold.is_keepalive(&event);
+            if fold.on_event(&event, emit)? {
+                return Ok(());
+            }
+        }
+        if progressed {
+            last_progress = Instant::now();
+        }
+        if ended {
+            if !fold.finished() {
+                return Err(ModelError::Stream(
+                    "connection closed before the response completed".into(),
+                ));
+            }
+            // Some servers end the body without the end marker after the finish reason.
+            return Ok(());
+        }
+    }
+}
