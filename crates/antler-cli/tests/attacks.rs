@@ -170,6 +170,10 @@ fn cases(p: &Paths, mock_port: u16) -> Vec<Case> {
         tool("control: write a note", "write_file", json!({"path": "/mnt/user-data/workspace/notes.txt", "content": "hello inside"}), Harmless),
         bash("control: link inside the tree", "cd /mnt/user-data/workspace && ln -s notes.txt alias.txt && echo ok".into(), Contains("ok")),
         tool("control: read through an inside link", "read_file", json!({"path": "/mnt/user-data/workspace/alias.txt"}), Contains("hello inside")),
+        bash("make a fifo", "mkfifo /mnt/user-data/workspace/fifo && echo made".into(), Contains("made")),
+        tool("read a fifo (must not hang)", "read_file", json!({"path": "/mnt/user-data/workspace/fifo"}), Refused),
+        tool("grep a fifo (must not hang)", "grep", json!({"path": "/mnt/user-data/workspace", "pattern": "x"}), Harmless),
+        tool("write into a fifo (must not hang)", "write_file", json!({"path": "/mnt/user-data/workspace/fifo", "content": "x"}), Refused),
         // --- /proc and the environment
         bash("parent's environment", format!("tr '\\0' '\\n' < \"{proc_}/$PPID/environ\""), Harmless),
         tool("a script reading environments", "write_file", json!({"path": "/mnt/user-data/workspace/s.sh", "content": "cat /proc/$PPID/environ /proc/*/environ | tr '\\0' '\\n'\n"}), Harmless),

@@ -365,9 +365,22 @@ impl Beneath {
         }
     }
 
-    /// Open a file beneath the root (symlinks inside the root are followed).
+    /// Open a file beneath the root (symlinks inside the root are followed). Only regular files
+    /// and directories open: a FIFO, socket or device planted in the tree is refused without
+    /// blocking (opened non-blocking, then checked), so it cannot hang a tool or a route.
     pub fn open_with(&self, rel: &Path, opts: &OpenOptions) -> io::Result<File> {
-        self.retry(rel, |d, p| d.open_with(p, opts))
+        use cap_std::fs::OpenOptionsExt;
+        let mut opts = opts.clone();
+        opts.custom_flags(nix::libc::O_NONBLOCK);
+        let f = self.retry(rel, |d, p| d.open_with(p, &opts))?;
+        let ft = f.metadata()?.file_type();
+        if !(ft.is_file() || ft.is_dir()) {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                "not a regular file (a FIFO, socket or device)",
+            ));
+        }
+        Ok(f)
     }
 
     /// Open a file for reading.
