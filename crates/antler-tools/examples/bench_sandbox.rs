@@ -65,10 +65,12 @@ fn setup(
     status: ConfinementStatus,
     helper: Option<HelperCommand>,
 ) -> (tempfile::TempDir, ToolEnv, ThreadState) {
-    let home = tempfile::tempdir().unwrap();
+    // Outside /tmp, so the warden can give the sandbox its own /tmp.
+    let home = tempfile::tempdir_in("/var/tmp").unwrap();
     let settings = SandboxSettings {
         allow_host_bash: true,
         confine: status.mode,
+        helper_search: helper.is_some(),
         helper,
         ..Default::default()
     };
@@ -125,9 +127,9 @@ async fn main() {
             Some(exe) => {
                 let (_h3, env3, state3) = setup(st.clone(), Some(HelperCommand { exe, args: vec![] }));
                 let tool = antler_tools::builtin_tool("bash", &Object::new(), &env3).unwrap();
-                stats("bash round trip (Landlock, helper exec)", bench_tool(&tool, &state3, bash.clone(), n).await);
+                stats("bash round trip (warden: namespaces + Landlock)", bench_tool(&tool, &state3, bash.clone(), n).await);
             }
-            None => println!("bash round trip (Landlock, helper exec): skipped — build the antler-sandbox-helper bin first"),
+            None => println!("bash round trip (warden): skipped — build the antler-sandbox-helper bin first"),
         }
     } else {
         println!("bash round trip (Landlock): skipped — {}", st.reason);
