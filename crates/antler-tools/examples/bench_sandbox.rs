@@ -125,11 +125,17 @@ async fn main() {
             .map(|d| d.join("antler-sandbox-helper"));
         match helper.filter(|h| h.is_file()) {
             Some(exe) => {
-                let (_h3, env3, state3) = setup(st.clone(), Some(HelperCommand { exe, args: vec![] }));
+                let (_h3, env3, state3) =
+                    setup(st.clone(), Some(HelperCommand { exe, args: vec![] }));
                 let tool = antler_tools::builtin_tool("bash", &Object::new(), &env3).unwrap();
-                stats("bash round trip (warden: namespaces + Landlock)", bench_tool(&tool, &state3, bash.clone(), n).await);
+                stats(
+                    "bash round trip (warden: namespaces + Landlock)",
+                    bench_tool(&tool, &state3, bash.clone(), n).await,
+                );
             }
-            None => println!("bash round trip (warden): skipped — build the antler-sandbox-helper bin first"),
+            None => println!(
+                "bash round trip (warden): skipped — build the antler-sandbox-helper bin first"
+            ),
         }
     } else {
         println!("bash round trip (Landlock): skipped — {}", st.reason);
