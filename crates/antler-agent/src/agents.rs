@@ -80,7 +80,8 @@ impl CustomAgent {
         }
         let text = std::fs::read_to_string(&cfg_path)
             .map_err(|e| AgentError::Config(format!("{}: {e}", cfg_path.display())))?;
-        let mut agent: CustomAgent = serde_yaml::from_str(&text)
+        let options = serde_saphyr::options! { with_snippet: false };
+        let mut agent: CustomAgent = serde_saphyr::from_str_with_options(&text, options)
             .map_err(|e| AgentError::Config(format!("{}: {e}", cfg_path.display())))?;
         if agent.name.is_empty() {
             agent.name = name;

@@ -379,7 +379,7 @@ fn config_serializes_back_to_yaml_that_loads_to_the_same_value() {
         "models:\n  - {name: a, use: 'langchain_openai:ChatOpenAI', model: m, custom_flag: 1}\nchannels: {slack: {enabled: false}}\n",
     )
     .config;
-    let yaml = serde_yaml::to_string(&original).unwrap();
+    let yaml = serde_saphyr::to_string(&original).unwrap();
     let reloaded = crate::test_util::load(&yaml).unwrap().config;
     assert_eq!(reloaded, original);
 }

@@ -2,7 +2,7 @@
 //! is replaced by the environment variable named by the rest of the string. Whole strings only:
 //! no `${…}`, no embedded references, no defaults. Keys are never substituted.
 
-use serde_yaml::Value;
+use crate::yaml::Node;
 
 /// A `$NAME` whose variable is not set.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -15,19 +15,19 @@ pub(crate) struct MissingVar {
 
 /// Replaces `$NAME` strings throughout `value`, depth first, in document order.
 pub(crate) fn substitute_env(
-    value: &mut Value,
+    value: &mut Node,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<(), MissingVar> {
     walk(value, &mut String::new(), env)
 }
 
 fn walk(
-    value: &mut Value,
+    value: &mut Node,
     path: &mut String,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<(), MissingVar> {
     match value {
-        Value::String(s) => {
+        Node::String(s) => {
             if let Some(var) = s.strip_prefix('$') {
                 match env(var) {
                     Some(resolved) => *s = resolved,
@@ -41,7 +41,7 @@ fn walk(
             }
             Ok(())
         }
-        Value::Sequence(items) => {
+        Node::Seq(items) => {
             for (index, item) in items.iter_mut().enumerate() {
                 let len = path.len();
                 path.push_str(&format!("[{index}]"));
@@ -50,31 +50,19 @@ fn walk(
             }
             Ok(())
         }
-        Value::Mapping(map) => {
+        Node::Map(map) => {
             for (key, item) in map.iter_mut() {
                 let len = path.len();
                 if !path.is_empty() {
                     path.push('.');
                 }
-                path.push_str(&key_text(key));
+                path.push_str(key);
                 walk(item, path, env)?;
                 path.truncate(len);
             }
             Ok(())
         }
-        Value::Tagged(tagged) => walk(&mut tagged.value, path, env),
-        Value::Null | Value::Bool(_) | Value::Number(_) => Ok(()),
-    }
-}
-
-/// A mapping key as text for key paths.
-pub(crate) fn key_text(key: &Value) -> String {
-    match key {
-        Value::String(s) => s.clone(),
-        Value::Number(n) => n.to_string(),
-        Value::Bool(b) => b.to_string(),
-        Value::Null => "null".to_owned(),
-        Value::Sequence(_) | Value::Mapping(_) | Value::Tagged(_) => "?".to_owned(),
+        Node::Null | Node::Bool(_) | Node::Int(_) | Node::UInt(_) | Node::Float(_) => Ok(()),
     }
 }
 

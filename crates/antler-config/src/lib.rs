@@ -41,6 +41,7 @@ mod storage;
 mod subagents;
 mod tools;
 mod validate;
+mod yaml;
 mod zero;
 
 #[cfg(test)]

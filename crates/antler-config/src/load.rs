@@ -3,12 +3,11 @@
 
 use std::path::{Path, PathBuf};
 
-use serde_yaml::{Mapping, Value};
-
 use crate::context::{DEERMEM_LEGACY_KEYS, DEERMEM_LEGACY_PREFIXES};
 use crate::env::substitute_env;
 use crate::error::ConfigError;
 use crate::sandbox::UploadsConfig;
+use crate::yaml::{self, Mapping, Node, NodeError};
 use crate::Config;
 
 /// Environment variable naming the config file (second in the lookup order).
@@ -94,11 +93,11 @@ impl Config {
         let file = path.display().to_string();
         let mut warnings = Vec::new();
 
-        let mut root: Value = serde_yaml::from_str(text).map_err(|e| yaml_error(&file, &e))?;
+        let mut root = yaml::parse(text).map_err(|e| yaml_error(&file, &e))?;
         if root.is_null() {
-            root = Value::Mapping(Mapping::new());
+            root = Node::Map(Mapping::new());
         }
-        if !root.is_mapping() {
+        if !matches!(root, Node::Map(_)) {
             return Err(ConfigError::Invalid {
                 file,
                 key: "top level".to_owned(),
@@ -106,7 +105,6 @@ impl Config {
                     .to_owned(),
             });
         }
-        root.apply_merge().map_err(|e| yaml_error(&file, &e))?;
         substitute_env(&mut root, env).map_err(|missing| ConfigError::MissingEnv {
             file: file.clone(),
             key: missing.key,
@@ -115,7 +113,7 @@ impl Config {
 
         normalize_models(&mut root, &file, &mut warnings);
         migrate_memory(&mut root, &file, &mut warnings);
-        if root.get("sandbox").is_none_or(Value::is_null) {
+        if root.get("sandbox").is_none_or(Node::is_null) {
             // DeerFlow requires the section; antler's documented default is the local sandbox,
             // so this is not worth a warning on every run.
             tracing::debug!(
@@ -156,15 +154,20 @@ impl Config {
     }
 }
 
-fn yaml_error(file: &str, error: &serde_yaml::Error) -> ConfigError {
+fn yaml_error(file: &str, error: &serde_saphyr::Error) -> ConfigError {
     let (line, column) = error
         .location()
-        .map(|l| (l.line(), l.column()))
+        .map(|l| (to_usize(l.line()), to_usize(l.column())))
         .unwrap_or((0, 0));
     let mut message = error.to_string();
-    let suffix = format!(" at line {line} column {column}");
-    if let Some(pos) = message.find(&suffix) {
-        message.replace_range(pos..pos + suffix.len(), "");
+    // The position is part of the error line already; drop the parser's own copy.
+    for suffix in [
+        format!(" at line {line}, column {column}"),
+        format!(" at line {line} column {column}"),
+    ] {
+        if let Some(pos) = message.find(&suffix) {
+            message.replace_range(pos..pos + suffix.len(), "");
+        }
     }
     ConfigError::Yaml {
         file: file.to_owned(),
@@ -174,7 +177,7 @@ fn yaml_error(file: &str, error: &serde_yaml::Error) -> ConfigError {
     }
 }
 
-fn type_error(file: &str, error: &serde_path_to_error::Error<serde_yaml::Error>) -> ConfigError {
+fn type_error(file: &str, error: &serde_path_to_error::Error<NodeError>) -> ConfigError {
     let path = error.path().to_string();
     let key = if path == "." {
         "top level".to_owned()
@@ -187,6 +190,10 @@ fn type_error(file: &str, error: &serde_path_to_error::Error<serde_yaml::Error>)
         key,
         message,
     }
+}
+
+fn to_usize(n: u64) -> usize {
+    usize::try_from(n).unwrap_or(usize::MAX)
 }
 
 /// A serde message made friendlier, with a fix appended.
@@ -254,17 +261,17 @@ fn collapse_aliases(
     }
     if kept != names[0] {
         if let Some(value) = entry.remove(kept) {
-            entry.insert(Value::String(names[0].to_owned()), value);
+            entry.insert(names[0], value);
         }
     }
 }
 
-fn normalize_models(root: &mut Value, file: &str, warnings: &mut Vec<String>) {
-    let Some(Value::Sequence(models)) = root.get_mut("models") else {
+fn normalize_models(root: &mut Node, file: &str, warnings: &mut Vec<String>) {
+    let Some(Node::Seq(models)) = root.get_mut("models") else {
         return;
     };
     for (index, model) in models.iter_mut().enumerate() {
-        let Value::Mapping(entry) = model else {
+        let Node::Map(entry) = model else {
             continue;
         };
         let prefix = format!("models[{index}]");
@@ -291,13 +298,12 @@ fn is_legacy_memory_key(key: &str) -> bool {
 
 /// Moves legacy DeerMem keys from `memory:` into `memory.backend_config` (§17);
 /// `model_name` becomes `backend_config.model.model`. An explicit `backend_config` value wins.
-fn migrate_memory(root: &mut Value, file: &str, warnings: &mut Vec<String>) {
-    let Some(Value::Mapping(memory)) = root.get_mut("memory") else {
+fn migrate_memory(root: &mut Node, file: &str, warnings: &mut Vec<String>) {
+    let Some(Node::Map(memory)) = root.get_mut("memory") else {
         return;
     };
     let legacy: Vec<String> = memory
         .keys()
-        .filter_map(Value::as_str)
         .filter(|k| *k == "model_name" || is_legacy_memory_key(k))
         .map(str::to_owned)
         .collect();
@@ -305,11 +311,11 @@ fn migrate_memory(root: &mut Value, file: &str, warnings: &mut Vec<String>) {
         return;
     }
     let mut backend = match memory.remove("backend_config") {
-        None | Some(Value::Null) => Mapping::new(),
-        Some(Value::Mapping(backend)) => backend,
+        None | Some(Node::Null) => Mapping::new(),
+        Some(Node::Map(backend)) => backend,
         Some(other) => {
             // Not a mapping: deserialization reports it at memory.backend_config.
-            memory.insert(Value::String("backend_config".to_owned()), other);
+            memory.insert("backend_config", other);
             return;
         }
     };
@@ -318,13 +324,11 @@ fn migrate_memory(root: &mut Value, file: &str, warnings: &mut Vec<String>) {
             continue;
         };
         let (slot, slot_key, target) = if key == "model_name" {
-            let model = backend
-                .entry(Value::String("model".to_owned()))
-                .or_insert(Value::Null);
+            let model = backend.entry_or_insert("model", || Node::Null);
             if model.is_null() {
-                *model = Value::Mapping(Mapping::new());
+                *model = Node::Map(Mapping::new());
             }
-            let Value::Mapping(model) = model else {
+            let Node::Map(model) = model else {
                 warnings.push(format!(
                     "{file}: memory.model_name: ignored because memory.backend_config.model is not a mapping"
                 ));
@@ -340,13 +344,10 @@ fn migrate_memory(root: &mut Value, file: &str, warnings: &mut Vec<String>) {
                 "{file}: memory.{key}: ignored because memory.{target} is also set"
             ));
         } else {
-            slot.insert(Value::String(slot_key.to_owned()), value);
+            slot.insert(slot_key, value);
         }
     }
-    memory.insert(
-        Value::String("backend_config".to_owned()),
-        Value::Mapping(backend),
-    );
+    memory.insert("backend_config", Node::Map(backend));
 }
 
 /// §1.4: warn when a `config.example.yaml` next to (or up to five levels above) the file has a
@@ -361,10 +362,10 @@ fn version_check(path: &Path, version: i64) -> Option<String> {
             continue;
         }
         let text = std::fs::read_to_string(&example).ok()?;
-        let value: Value = serde_yaml::from_str(&text).ok()?;
+        let value = yaml::parse(&text).ok()?;
         let latest = value
             .get("config_version")
-            .and_then(Value::as_i64)
+            .and_then(Node::as_i64)
             .unwrap_or(0);
         return (latest > version).then(|| {
             format!(

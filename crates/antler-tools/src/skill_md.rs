@@ -45,37 +45,39 @@ pub fn parse_skill_md(text: &str) -> Result<FrontMatter, SkillParseError> {
     if !closed {
         return Err(SkillParseError::NoFrontMatter);
     }
-    let value: serde_yaml::Value = serde_yaml::from_str(&yaml).map_err(|e| {
-        let hint = yaml
-            .lines()
-            .enumerate()
-            .find(|(_, l)| {
-                l.split_once(": ").is_some_and(|(_, v)| {
-                    v.contains(": ") && !v.trim_start().starts_with(['"', '\''])
+    let options = serde_saphyr::options! { with_snippet: false };
+    let value: serde_json::Value =
+        serde_saphyr::from_str_with_options(&yaml, options).map_err(|e| {
+            let hint = yaml
+                .lines()
+                .enumerate()
+                .find(|(_, l)| {
+                    l.split_once(": ").is_some_and(|(_, v)| {
+                        v.contains(": ") && !v.trim_start().starts_with(['"', '\''])
+                    })
                 })
-            })
-            .map(|(i, l)| {
-                format!(
-                    " (line {}: `{}` — quote values that contain \": \")",
-                    i + 2,
-                    l.trim()
-                )
-            })
-            .unwrap_or_default();
-        SkillParseError::Yaml(format!("{e}{hint}"))
-    })?;
-    let map = value.as_mapping().ok_or(SkillParseError::NotAMapping)?;
+                .map(|(i, l)| {
+                    format!(
+                        " (line {}: `{}` — quote values that contain \": \")",
+                        i + 2,
+                        l.trim()
+                    )
+                })
+                .unwrap_or_default();
+            SkillParseError::Yaml(format!("{e}{hint}"))
+        })?;
+    let map = value.as_object().ok_or(SkillParseError::NotAMapping)?;
     let text_field = |key: &str| -> Option<String> {
-        map.get(serde_yaml::Value::String(key.into()))
+        map.get(key)
             .and_then(|v| v.as_str())
             .map(|s| s.trim().to_owned())
             .filter(|s| !s.is_empty())
     };
     let name = text_field("name").ok_or(SkillParseError::Missing("name"))?;
     let description = text_field("description").ok_or(SkillParseError::Missing("description"))?;
-    let allowed_tools = match map.get(serde_yaml::Value::String("allowed-tools".into())) {
-        None | Some(serde_yaml::Value::Null) => None,
-        Some(serde_yaml::Value::Sequence(items)) => {
+    let allowed_tools = match map.get("allowed-tools") {
+        None | Some(serde_json::Value::Null) => None,
+        Some(serde_json::Value::Array(items)) => {
             let mut out = Vec::with_capacity(items.len());
             for item in items {
                 match item.as_str().map(str::trim) {

@@ -1,0 +1,75 @@
+//! DeerFlow's own `config.example.yaml` (fixture, `config_version: 34`) loads: antler accepts
+//! every key DeerFlow ships, and keys it does not model are warnings, never errors.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+
+use antler_config::Config;
+use pretty_assertions::assert_eq;
+
+const EXAMPLE: &str = include_str!("fixtures/deerflow-config.example.yaml");
+
+/// The example with one model entry under its (otherwise comment-only) `models:` key.
+fn example_with_a_model() -> String {
+    let model = "models:\n  - name: gpt-4o\n    use: langchain_openai:ChatOpenAI\n    \
+                 model: gpt-4o\n    api_key: $OPENAI_API_KEY\n";
+    assert_eq!(EXAMPLE.matches("\nmodels:\n").count(), 1);
+    EXAMPLE.replacen("\nmodels:\n", &format!("\n{model}"), 1)
+}
+
+/// Every `$NAME` resolves, so the test does not depend on the machine's environment.
+fn env(name: &str) -> Option<String> {
+    Some(format!("test-{name}"))
+}
+
+#[test]
+fn deerflow_example_loads_with_a_model() {
+    let text = example_with_a_model();
+    let loaded = Config::load_str(&text, Path::new("config.yaml"), &env).unwrap();
+    let config = &loaded.config;
+    assert_eq!(config.config_version, 34);
+    let model = config.default_model().expect("the filled-in model");
+    assert_eq!(model.name, "gpt-4o");
+    assert_eq!(model.api_key.as_deref(), Some("test-OPENAI_API_KEY"));
+    assert!(
+        config.summarization.enabled,
+        "the example turns summarization on"
+    );
+    assert!(!config.tools.is_empty());
+    for warning in &loaded.warnings {
+        assert!(
+            warning.starts_with("unknown key '") && warning.ends_with("' in config.yaml (ignored)"),
+            "only unknown keys may warn, got: {warning}"
+        );
+    }
+}
+
+#[test]
+fn unknown_keys_in_the_example_only_warn() {
+    let text = format!(
+        "{}\nnot_a_deerflow_key: 1\n",
+        example_with_a_model().trim_end()
+    );
+    let loaded = Config::load_str(&text, Path::new("config.yaml"), &env).unwrap();
+    assert!(
+        loaded
+            .warnings
+            .contains(&"unknown key 'not_a_deerflow_key' in config.yaml (ignored)".to_owned()),
+        "{:?}",
+        loaded.warnings
+    );
+}
+
+#[test]
+fn the_example_as_written_has_no_models_and_still_loads() {
+    let loaded = Config::load_str(EXAMPLE, Path::new("config.yaml"), &env).unwrap();
+    assert!(loaded.config.models.is_empty());
+    assert!(
+        loaded
+            .warnings
+            .iter()
+            .any(|w| w.contains("no models configured")),
+        "{:?}",
+        loaded.warnings
+    );
+}
