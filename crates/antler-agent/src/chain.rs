@@ -12,33 +12,27 @@
 //! the relative order of everything present is DeerFlow's.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use antler_config::Config;
 use antler_middleware::clarification::ClarificationMiddleware;
 use antler_middleware::dangling_tool_call::DanglingToolCallMiddleware;
 use antler_middleware::durable_context::{DurableContextMiddleware, DurableContextSettings};
 use antler_middleware::dynamic_context::{DynamicContextMiddleware, DynamicContextSettings};
-use antler_middleware::guardrail::{provider_from_config, GuardrailMiddleware, GuardrailSettings};
-use antler_middleware::llm_error_handling::{
-    CircuitBreaker, CircuitBreakerSettings, LlmCallSettings, LlmErrorHandlingMiddleware,
-};
+use antler_middleware::guardrail::{provider_from_config, GuardrailMiddleware};
+use antler_middleware::llm_error_handling::{CircuitBreaker, LlmErrorHandlingMiddleware};
 use antler_middleware::loop_detection::LoopDetectionMiddleware;
 use antler_middleware::sandbox::SandboxMiddleware;
 use antler_middleware::sandbox_audit::{JsonlAuditSink, SandboxAuditMiddleware};
 use antler_middleware::subagent_limit::SubagentLimitMiddleware;
-use antler_middleware::summarization::{
-    BeforeSummarizationHook, ContextSize as SumSize, DeerFlowSummarizationMiddleware,
-    SummarizationSettings,
-};
+use antler_middleware::summarization::{BeforeSummarizationHook, DeerFlowSummarizationMiddleware};
 use antler_middleware::system_message_coalescing::SystemMessageCoalescingMiddleware;
 use antler_middleware::thread_data::ThreadDataMiddleware;
-use antler_middleware::title::{TitleMiddleware, TitleSettings};
+use antler_middleware::title::TitleMiddleware;
 use antler_middleware::todo::{TodoMiddleware, TodoSettings};
-use antler_middleware::token_budget::{TokenBudgetMiddleware, TokenBudgetSettings};
-use antler_middleware::token_usage::{TokenUsageMiddleware, TokenUsageSettings};
+use antler_middleware::token_budget::TokenBudgetMiddleware;
+use antler_middleware::token_usage::TokenUsageMiddleware;
 use antler_middleware::tool_error_handling::ToolErrorHandlingMiddleware;
-use antler_middleware::tool_output_budget::{ToolOutputBudgetMiddleware, ToolOutputBudgetSettings};
+use antler_middleware::tool_output_budget::ToolOutputBudgetMiddleware;
 use antler_middleware::uploads::UploadsMiddleware;
 use antler_middleware::view_image::ViewImageMiddleware;
 use antler_models::ModelInfo;
@@ -110,24 +104,12 @@ fn entry(slot: &'static str, mw: impl Middleware + 'static) -> ChainEntry {
 /// The shared runtime segment (spec 20 §12.1). `include_uploads` is true for the lead agent.
 pub fn runtime_segment(app: &ChainParts, include_uploads: bool) -> Vec<ChainEntry> {
     let provider: Arc<dyn SandboxProvider> = app.sandbox.clone();
-    let t = &app.config.tool_output;
     let mut out = vec![
         // S2: always present; inert when `tool_output.enabled` is false.
         entry(
             "S2",
-            ToolOutputBudgetMiddleware::new(ToolOutputBudgetSettings {
-                enabled: t.enabled,
-                externalize_min_chars: t.externalize_min_chars,
-                preview_head_chars: t.preview_head_chars,
-                preview_tail_chars: t.preview_tail_chars,
-                fallback_max_chars: t.fallback_max_chars,
-                fallback_head_chars: t.fallback_head_chars,
-                fallback_tail_chars: t.fallback_tail_chars,
-                storage_subdir: t.storage_subdir.clone(),
-                exempt_tools: t.exempt_tools.clone(),
-                tool_overrides: t.tool_overrides.clone(),
-            })
-            .with_home(app.home.clone()),
+            ToolOutputBudgetMiddleware::new(app.config.tool_output.clone())
+                .with_home(app.home.clone()),
         ),
         entry("S4", ThreadDataMiddleware::new(app.home.clone())),
     ];
@@ -136,22 +118,9 @@ pub fn runtime_segment(app: &ChainParts, include_uploads: bool) -> Vec<ChainEntr
     }
     out.push(entry("S6", SandboxMiddleware::new(provider)));
     out.push(entry("S7", DanglingToolCallMiddleware::new()));
-    let l = &app.config.llm_call;
     out.push(entry(
         "S8",
-        LlmErrorHandlingMiddleware::new(
-            LlmCallSettings {
-                max_concurrent_calls: l.max_concurrent_calls,
-                retry_max_attempts: l.retry_max_attempts,
-                retry_base_delay_ms: l.retry_base_delay_ms,
-                retry_cap_delay_ms: l.retry_cap_delay_ms,
-                burst_retry_base_delay_ms: l.burst_retry_base_delay_ms,
-                // `.inf` (too large for a duration) means no cap.
-                max_retry_after: Duration::try_from_secs_f64(l.max_retry_after.max(0.0))
-                    .unwrap_or(Duration::MAX),
-            },
-            app.breaker.clone(),
-        ),
+        LlmErrorHandlingMiddleware::new(app.config.llm_call.clone(), app.breaker.clone()),
     ));
     if let Some(g) = guardrail(&app.config) {
         out.push(ChainEntry {
@@ -203,7 +172,7 @@ pub fn lead_entries(
     if config.token_usage.enabled {
         out.push(entry(
             "L7",
-            TokenUsageMiddleware::new(TokenUsageSettings { enabled: true }),
+            TokenUsageMiddleware::new(config.token_usage.clone()),
         ));
     }
     out.push(entry("L8", title_middleware(app)));
@@ -231,7 +200,10 @@ pub fn lead_entries(
         });
     }
     if config.token_budget.enabled {
-        out.push(entry("L16", token_budget(&config.token_budget)));
+        out.push(entry(
+            "L16",
+            TokenBudgetMiddleware::new(config.token_budget.clone()),
+        ));
     }
     // L22: always last.
     out.push(entry("L22", ClarificationMiddleware::new()));
@@ -240,10 +212,7 @@ pub fn lead_entries(
 
 /// The circuit breaker from `circuit_breaker:`.
 pub fn circuit_breaker(config: &Config) -> Arc<CircuitBreaker> {
-    Arc::new(CircuitBreaker::new(CircuitBreakerSettings {
-        failure_threshold: config.circuit_breaker.failure_threshold,
-        recovery_timeout_sec: config.circuit_breaker.recovery_timeout_sec,
-    }))
+    Arc::new(CircuitBreaker::new(config.circuit_breaker.clone()))
 }
 
 /// S10: the configured guardrail provider, when `guardrails.enabled` and a provider is set.
@@ -252,14 +221,7 @@ fn guardrail(config: &Config) -> Option<Arc<dyn Middleware>> {
     let g = &config.guardrails;
     let p = g.provider.as_ref().filter(|_| g.enabled)?;
     let provider = provider_from_config(&p.use_, &p.config).ok()?;
-    Some(Arc::new(GuardrailMiddleware::new(
-        provider,
-        &GuardrailSettings {
-            enabled: true,
-            fail_closed: g.fail_closed,
-            passport: g.passport.clone(),
-        },
-    )))
+    Some(Arc::new(GuardrailMiddleware::new(provider, g)))
 }
 
 /// An enabled guardrail with a provider antler cannot build is a config error.
@@ -270,17 +232,6 @@ pub fn check_guardrail(config: &Config) -> Result<(), AgentError> {
             .map_err(|e| AgentError::Config(format!("guardrails.provider: {e}")))?;
     }
     Ok(())
-}
-
-fn token_budget(c: &antler_config::TokenBudgetConfig) -> TokenBudgetMiddleware {
-    TokenBudgetMiddleware::new(TokenBudgetSettings {
-        enabled: c.enabled,
-        max_tokens: c.max_tokens,
-        max_input_tokens: c.max_input_tokens,
-        max_output_tokens: c.max_output_tokens,
-        warn_threshold: c.warn_threshold,
-        hard_stop_threshold: c.hard_stop_threshold,
-    })
 }
 
 /// Summarization (L5/U11) when `summarization.enabled`. A middleware that cannot be built is
@@ -299,11 +250,6 @@ fn summarization(
         tracing::warn!("summarization is enabled but the run model cannot be built; skipped");
         return Ok(None);
     };
-    let size = |s: &antler_config::ContextSize| match s.kind {
-        antler_config::ContextSizeType::Tokens => SumSize::Tokens(s.value.max(0.0) as u64),
-        antler_config::ContextSizeType::Messages => SumSize::Messages(s.value.max(0.0) as usize),
-        antler_config::ContextSizeType::Fraction => SumSize::Fraction(s.value),
-    };
     let summary_model = c.model_name.as_deref().and_then(|name| {
         let cfg = parts.config.model(name)?;
         match crate::models::build_model(cfg, false) {
@@ -314,27 +260,17 @@ fn summarization(
             }
         }
     });
-    let settings = SummarizationSettings {
-        enabled: true,
-        model_name: c.model_name.clone(),
-        trigger: c.trigger.iter().map(size).collect(),
-        keep: size(&c.keep),
-        trim_tokens_to_summarize: c.trim_tokens_to_summarize,
-        summary_prompt: c.summary_prompt.clone(),
-        skill_file_read_tool_names: c.skill_file_read_tool_names.clone(),
-        preserve_recent_skill_count: c.preserve_recent_skill_count,
-        preserve_recent_skill_tokens: c.preserve_recent_skill_tokens,
-        preserve_recent_skill_tokens_per_skill: c.preserve_recent_skill_tokens_per_skill,
-        skills_container_path: parts.config.skills.container_path.clone(),
-    };
     match DeerFlowSummarizationMiddleware::new(
-        settings,
+        c.clone(),
         run_model,
         summary_model,
         model.context_window,
         hooks,
     ) {
-        Ok(m) => Ok(Some(m.with_token_cache(parts.token_cache(model)))),
+        Ok(m) => Ok(Some(
+            m.with_token_cache(parts.token_cache(model))
+                .with_skills_container_path(parts.config.skills.container_path.clone()),
+        )),
         Err(e) => Err(AgentError::Config(format!("summarization: {e}"))),
     }
 }
@@ -355,12 +291,6 @@ fn durable_context(parts: &ChainParts) -> DurableContextMiddleware {
 
 fn title_middleware(app: &App) -> TitleMiddleware {
     let t = &app.config.title;
-    let settings = TitleSettings {
-        enabled: t.enabled,
-        max_words: t.max_words,
-        max_chars: t.max_chars,
-        prompt_template: t.prompt_template.clone(),
-    };
     let model = t.model_name.as_deref().and_then(|name| match app.model(Some(name), false) {
         Ok(m) => Some(m),
         Err(e) => {
@@ -368,41 +298,18 @@ fn title_middleware(app: &App) -> TitleMiddleware {
             None
         }
     });
-    TitleMiddleware::new(settings, model)
+    TitleMiddleware::new(t.clone(), model)
 }
 
 /// The process-wide LoopDetection (its per-thread windows and LRU live across runs).
 pub fn loop_detection(
     app_config: &antler_config::Config,
 ) -> Result<Option<Arc<LoopDetectionMiddleware>>, AgentError> {
-    use antler_middleware::loop_detection::{LoopDetectionSettings, ToolFreqOverride};
     let c = &app_config.loop_detection;
     if !c.enabled {
         return Ok(None);
     }
-    let settings = LoopDetectionSettings {
-        enabled: true,
-        warn_threshold: c.warn_threshold,
-        hard_limit: c.hard_limit,
-        window_size: c.window_size,
-        max_tracked_threads: c.max_tracked_threads,
-        tool_freq_warn: c.tool_freq_warn,
-        tool_freq_hard_limit: c.tool_freq_hard_limit,
-        tool_freq_overrides: c
-            .tool_freq_overrides
-            .iter()
-            .map(|(k, v)| {
-                (
-                    k.clone(),
-                    ToolFreqOverride {
-                        warn: v.warn,
-                        hard_limit: v.hard_limit,
-                    },
-                )
-            })
-            .collect(),
-    };
-    LoopDetectionMiddleware::new(settings)
+    LoopDetectionMiddleware::new(c.clone())
         .map(|m| Some(Arc::new(m)))
         .map_err(|e| AgentError::Config(format!("loop_detection: {e}")))
 }
@@ -428,7 +335,7 @@ pub fn subagent_entries(
     // U7: on by default for subagents (its default tracks summarization.enabled).
     let budget = parts.config.subagent_token_budget();
     if budget.enabled {
-        out.push(entry("U7", token_budget(&budget)));
+        out.push(entry("U7", TokenBudgetMiddleware::new(budget)));
     }
     out.push(entry("U10", durable_context(parts)));
     // U11: the subagent's own model; no memory flush (subagents share the parent thread id).

@@ -218,10 +218,7 @@ fn chain_agent(steps: usize, dir: &std::path::Path) -> anyhow::Result<Agent> {
     let mut config = antler_config::Config::zero_config(&env)?;
     config.summarization.enabled = true;
     // Large enough never to fire: the trigger is still evaluated (token counting) every step.
-    config.summarization.trigger = vec![antler_config::ContextSize {
-        kind: antler_config::ContextSizeType::Tokens,
-        value: 10_000_000.0,
-    }];
+    config.summarization.trigger = vec![antler_config::ContextSize::Tokens(10_000_000)];
     config.token_budget.enabled = true;
     config.token_budget.max_tokens = 100_000_000;
     config.loop_detection.tool_freq_warn = 10_000;

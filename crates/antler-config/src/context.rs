@@ -104,7 +104,7 @@ impl Default for TitleConfig {
     }
 }
 
-/// Unit of a [`ContextSize`].
+/// Unit of a [`ContextSize`] as written (`type:`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ContextSizeType {
@@ -116,31 +116,58 @@ pub enum ContextSizeType {
     Fraction,
 }
 
-/// `{type: tokens|messages|fraction, value}` used by summarization `trigger` and `keep`.
+/// An amount of context, `{type: tokens|messages|fraction, value}`: a summarization `trigger`
+/// threshold or how much recent history to `keep`.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct ContextSize {
-    /// Unit.
+#[serde(from = "RawContextSize", into = "RawContextSize")]
+pub enum ContextSize {
+    /// Tokens (a negative value counts as 0).
+    Tokens(u64),
+    /// Messages (a negative value counts as 0).
+    Messages(usize),
+    /// A fraction of the model's `context_window`, meaningful in (0, 1].
+    Fraction(f64),
+}
+
+/// The file's `{type, value}` shape of a [`ContextSize`].
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+struct RawContextSize {
     #[serde(rename = "type")]
-    pub kind: ContextSizeType,
-    /// Amount in that unit.
-    pub value: f64,
+    kind: ContextSizeType,
+    value: f64,
+}
+
+impl From<RawContextSize> for ContextSize {
+    fn from(raw: RawContextSize) -> Self {
+        // Counts are whole and non-negative; the float-to-int cast saturates.
+        match raw.kind {
+            ContextSizeType::Tokens => ContextSize::Tokens(raw.value.max(0.0) as u64),
+            ContextSizeType::Messages => ContextSize::Messages(raw.value.max(0.0) as usize),
+            ContextSizeType::Fraction => ContextSize::Fraction(raw.value),
+        }
+    }
+}
+
+impl From<ContextSize> for RawContextSize {
+    fn from(size: ContextSize) -> Self {
+        let (kind, value) = match size {
+            ContextSize::Tokens(n) => (ContextSizeType::Tokens, n as f64),
+            ContextSize::Messages(n) => (ContextSizeType::Messages, n as f64),
+            ContextSize::Fraction(f) => (ContextSizeType::Fraction, f),
+        };
+        RawContextSize { kind, value }
+    }
 }
 
 impl ContextSize {
     /// `{type: messages, value: n}`.
     pub fn messages(n: u32) -> Self {
-        Self {
-            kind: ContextSizeType::Messages,
-            value: f64::from(n),
-        }
+        ContextSize::Messages(n as usize)
     }
 
     /// `{type: tokens, value: n}`.
     pub fn tokens(n: u32) -> Self {
-        Self {
-            kind: ContextSizeType::Tokens,
-            value: f64::from(n),
-        }
+        ContextSize::Tokens(u64::from(n))
     }
 }
 

@@ -359,13 +359,7 @@ fn summarization_trigger_single_or_list() {
     .config;
     assert_eq!(
         list.summarization.trigger,
-        vec![
-            ContextSize::messages(50),
-            ContextSize {
-                kind: ContextSizeType::Fraction,
-                value: 0.8
-            }
-        ]
+        vec![ContextSize::messages(50), ContextSize::Fraction(0.8)]
     );
     let none =
         load_ok("summarization:\n  trigger: null\n  trim_tokens_to_summarize: null\n").config;

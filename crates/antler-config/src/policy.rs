@@ -85,6 +85,15 @@ pub struct LlmCallConfig {
     pub max_retry_after: f64,
 }
 
+impl LlmCallConfig {
+    /// `max_retry_after` as a duration; negative means zero, and a value too large for one
+    /// (`.inf`) means no cap.
+    pub fn max_retry_after_duration(&self) -> std::time::Duration {
+        std::time::Duration::try_from_secs_f64(self.max_retry_after.max(0.0))
+            .unwrap_or(std::time::Duration::MAX)
+    }
+}
+
 impl Default for LlmCallConfig {
     fn default() -> Self {
         Self {

@@ -22,6 +22,9 @@ use async_trait::async_trait;
 use serde::Serialize;
 use serde_json::{json, Value};
 
+/// `guardrails:` (spec 60 §19); its `provider` is built by [`provider_from_config`].
+pub use antler_config::GuardrailsConfig;
+
 /// The name of the configured-provider instance.
 pub const NAME: &str = "GuardrailMiddleware";
 
@@ -30,28 +33,6 @@ pub const ALLOWLIST_PROVIDER: &str = "deerflow.guardrails.builtin:AllowlistProvi
 
 /// Longest reason message kept in an audit record.
 const MAX_AUDIT_REASON_CHARS: usize = 500;
-
-/// `guardrails` (spec 60 §19) apart from the provider, which is built separately (see
-/// [`provider_from_config`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct GuardrailSettings {
-    /// Build the middleware at all (it also needs a provider).
-    pub enabled: bool,
-    /// A provider error blocks the call.
-    pub fail_closed: bool,
-    /// OAP passport path or hosted agent id, passed to the provider as `agent_id`.
-    pub passport: Option<String>,
-}
-
-impl Default for GuardrailSettings {
-    fn default() -> Self {
-        GuardrailSettings {
-            enabled: false,
-            fail_closed: true,
-            passport: None,
-        }
-    }
-}
 
 /// What a provider is asked about one tool call.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -257,7 +238,7 @@ pub struct GuardrailMiddleware {
 }
 
 impl GuardrailMiddleware {
-    pub fn new(provider: Arc<dyn GuardrailProvider>, settings: &GuardrailSettings) -> Self {
+    pub fn new(provider: Arc<dyn GuardrailProvider>, settings: &GuardrailsConfig) -> Self {
         GuardrailMiddleware {
             name: NAME.to_owned(),
             provider,

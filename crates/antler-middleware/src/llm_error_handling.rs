@@ -22,14 +22,13 @@
 //! so nothing here can swallow it; a call abandoned mid-probe (cancellation) still frees the
 //! half-open probe through a drop guard.
 
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use antler_models::ModelError;
 use antler_protocol::{AiMessage, Content, Object};
 use antler_runtime::{HookSet, Middleware, ModelCallError, ModelNext, ModelRequest, ModelResponse};
 use async_trait::async_trait;
-use futures::future::BoxFuture;
 use serde_json::{json, Value};
 use tokio::sync::{Semaphore, SemaphorePermit};
 
@@ -100,330 +99,19 @@ const CIRCUIT_OPEN_TEXT: &str = "The LLM provider is unavailable right now: repe
 
 // ---------------------------------------------------------------------------------- settings
 
-/// `circuit_breaker` (spec 60 §23).
-#[derive(Clone, Debug, PartialEq)]
-pub struct CircuitBreakerSettings {
-    /// Consecutive failed calls (after their retries) that open the breaker.
-    pub failure_threshold: u32,
-    /// How long the breaker stays open before letting one probe through.
-    pub recovery_timeout_sec: f64,
-}
+/// `circuit_breaker` and `llm_call` (spec 60 §23).
+pub use antler_config::{CircuitBreakerConfig, LlmCallConfig};
 
-impl Default for CircuitBreakerSettings {
-    fn default() -> Self {
-        CircuitBreakerSettings {
-            failure_threshold: 5,
-            recovery_timeout_sec: 60.0,
-        }
-    }
-}
+/// Default of `llm_call.max_retry_after`.
+pub const DEFAULT_MAX_RETRY_AFTER: Duration =
+    Duration::from_secs(antler_config::DEFAULT_MAX_RETRY_AFTER_SECS as u64);
 
-/// `llm_call` (spec 60 §23).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LlmCallSettings {
-    /// Process-wide cap on in-flight model calls; 0 = none. Frozen by the first middleware
-    /// built in the process.
-    pub max_concurrent_calls: u32,
-    /// Attempts including the first (at least 1).
-    pub retry_max_attempts: u32,
-    /// Lower bound of the jittered delay.
-    pub retry_base_delay_ms: u64,
-    /// Upper bound of any computed delay (`Retry-After` is not capped by it).
-    pub retry_cap_delay_ms: u64,
-    /// Lower bound of the jittered delay after a burst-rate 429.
-    pub burst_retry_base_delay_ms: u64,
-    /// antler's `max_retry_after`: the longest any retry waits. A provider `Retry-After` beyond
-    /// it is not waited out: the call ends as if its retries were exhausted.
-    pub max_retry_after: Duration,
-}
+mod circuit_breaker;
 
-impl Default for LlmCallSettings {
-    fn default() -> Self {
-        LlmCallSettings {
-            max_concurrent_calls: 0,
-            retry_max_attempts: 3,
-            retry_base_delay_ms: 1_000,
-            retry_cap_delay_ms: 8_000,
-            burst_retry_base_delay_ms: 5_000,
-            max_retry_after: DEFAULT_MAX_RETRY_AFTER,
-        }
-    }
-}
-
-/// Default of [`LlmCallSettings::max_retry_after`].
-pub const DEFAULT_MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
-
-// ------------------------------------------------------------------------------------ clock
-
-/// Time as the breaker and the backoff see it; tests substitute [`ManualClock`].
-pub trait Clock: Send + Sync {
-    fn now(&self) -> Instant;
-    fn sleep(&self, duration: Duration) -> BoxFuture<'_, ()>;
-}
-
-/// Real time: `Instant::now` and tokio's timer.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    fn now(&self) -> Instant {
-        Instant::now()
-    }
-    fn sleep(&self, duration: Duration) -> BoxFuture<'_, ()> {
-        Box::pin(tokio::time::sleep(duration))
-    }
-}
-
-/// A clock that only moves when told to. `sleep` returns at once, records the duration and
-/// advances the clock by it, so retry waits are observable without waiting.
-#[derive(Debug)]
-pub struct ManualClock {
-    base: Instant,
-    state: Mutex<(Duration, Vec<Duration>)>,
-}
-
-impl Default for ManualClock {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl ManualClock {
-    pub fn new() -> Self {
-        ManualClock {
-            base: Instant::now(),
-            state: Mutex::new((Duration::ZERO, Vec::new())),
-        }
-    }
-
-    pub fn advance(&self, by: Duration) {
-        lock(&self.state).0 += by;
-    }
-
-    /// Every duration slept so far, in order.
-    pub fn sleeps(&self) -> Vec<Duration> {
-        lock(&self.state).1.clone()
-    }
-}
-
-impl Clock for ManualClock {
-    fn now(&self) -> Instant {
-        self.base + lock(&self.state).0
-    }
-    fn sleep(&self, duration: Duration) -> BoxFuture<'_, ()> {
-        {
-            let mut s = lock(&self.state);
-            s.0 += duration;
-            s.1.push(duration);
-        }
-        Box::pin(std::future::ready(()))
-    }
-}
-
-/// A poisoned lock still holds consistent data here (every critical section is a few plain
-/// assignments), so keep going rather than fail the run.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-// -------------------------------------------------------------------------- circuit breaker
-
-/// The breaker's state.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CircuitState {
-    /// Calls pass.
-    Closed,
-    /// Calls fast-fail until the recovery timeout has passed.
-    Open,
-    /// One probe call is let through; its outcome closes or re-opens the breaker.
-    HalfOpen,
-}
-
-impl CircuitState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CircuitState::Closed => "closed",
-            CircuitState::Open => "open",
-            CircuitState::HalfOpen => "half_open",
-        }
-    }
-}
-
-/// Whether a call may go to the provider.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Admission {
-    /// The breaker is closed.
-    Allowed,
-    /// The breaker is half-open and this call is its single probe.
-    Probe,
-    /// Fast-fail.
-    Denied,
-}
-
-#[derive(Debug)]
-struct Breaker {
-    state: CircuitState,
-    failures: u32,
-    open_until: Option<Instant>,
-    probe_in_flight: bool,
-}
-
-/// Closed / open / half-open breaker over consecutive failed model calls. Build one per process
-/// (or per model) and share it across runs and middleware instances.
-pub struct CircuitBreaker {
-    settings: CircuitBreakerSettings,
-    clock: Arc<dyn Clock>,
-    inner: Mutex<Breaker>,
-}
-
-impl CircuitBreaker {
-    pub fn new(settings: CircuitBreakerSettings) -> Self {
-        Self::with_clock(settings, Arc::new(SystemClock))
-    }
-
-    pub fn with_clock(settings: CircuitBreakerSettings, clock: Arc<dyn Clock>) -> Self {
-        CircuitBreaker {
-            settings,
-            clock,
-            inner: Mutex::new(Breaker {
-                state: CircuitState::Closed,
-                failures: 0,
-                open_until: None,
-                probe_in_flight: false,
-            }),
-        }
-    }
-
-    pub fn settings(&self) -> &CircuitBreakerSettings {
-        &self.settings
-    }
-
-    pub fn state(&self) -> CircuitState {
-        lock(&self.inner).state
-    }
-
-    pub fn failure_count(&self) -> u32 {
-        lock(&self.inner).failures
-    }
-
-    /// When an open breaker lets the next probe through.
-    pub fn open_until(&self) -> Option<Instant> {
-        lock(&self.inner).open_until
-    }
-
-    pub fn probe_in_flight(&self) -> bool {
-        lock(&self.inner).probe_in_flight
-    }
-
-    fn recovery_timeout(&self) -> Duration {
-        Duration::try_from_secs_f64(self.settings.recovery_timeout_sec.max(0.0))
-            .unwrap_or(Duration::MAX)
-    }
-
-    /// Ask to make a call. An open breaker whose timeout has passed turns half-open, and the
-    /// first caller then becomes the probe; others fast-fail while it is in flight.
-    pub fn admit(&self) -> Admission {
-        let now = self.clock.now();
-        let mut b = lock(&self.inner);
-        if b.state == CircuitState::Open {
-            if b.open_until.is_some_and(|until| now < until) {
-                return Admission::Denied;
-            }
-            b.state = CircuitState::HalfOpen;
-            b.probe_in_flight = false;
-        }
-        match b.state {
-            CircuitState::HalfOpen if b.probe_in_flight => Admission::Denied,
-            CircuitState::HalfOpen => {
-                b.probe_in_flight = true;
-                Admission::Probe
-            }
-            CircuitState::Closed | CircuitState::Open => Admission::Allowed,
-        }
-    }
-
-    /// A call succeeded: close and reset.
-    pub fn record_success(&self) {
-        let mut b = lock(&self.inner);
-        if b.state != CircuitState::Closed || b.failures > 0 {
-            tracing::info!("LLM circuit breaker closed: the provider answered again");
-        }
-        b.state = CircuitState::Closed;
-        b.failures = 0;
-        b.open_until = None;
-        b.probe_in_flight = false;
-    }
-
-    /// A call failed for good with a retriable (provider-side) error.
-    pub fn record_failure(&self) {
-        let until = self.clock.now() + self.recovery_timeout();
-        let mut b = lock(&self.inner);
-        if b.state == CircuitState::HalfOpen {
-            b.state = CircuitState::Open;
-            b.open_until = Some(until);
-            b.probe_in_flight = false;
-            tracing::error!(
-                recovery_timeout_sec = self.settings.recovery_timeout_sec,
-                "LLM circuit breaker probe failed; open again"
-            );
-            return;
-        }
-        b.failures = b.failures.saturating_add(1);
-        if b.failures >= self.settings.failure_threshold {
-            b.open_until = Some(until);
-            if b.state != CircuitState::Open {
-                b.state = CircuitState::Open;
-                b.probe_in_flight = false;
-                tracing::error!(
-                    threshold = self.settings.failure_threshold,
-                    recovery_timeout_sec = self.settings.recovery_timeout_sec,
-                    "LLM circuit breaker opened"
-                );
-            }
-        }
-    }
-
-    /// Free a half-open probe without counting its outcome (non-retriable errors, burst-rate
-    /// exhaustion, an abandoned call), so the next caller can probe.
-    pub fn release_probe(&self) {
-        let mut b = lock(&self.inner);
-        if b.state == CircuitState::HalfOpen {
-            b.probe_in_flight = false;
-        }
-    }
-}
-
-/// Frees the half-open probe when a probing call ends without recording an outcome (including
-/// when its future is dropped).
-struct ProbeGuard<'a> {
-    breaker: &'a CircuitBreaker,
-    armed: bool,
-}
-
-impl ProbeGuard<'_> {
-    fn success(mut self) {
-        self.armed = false;
-        self.breaker.record_success();
-    }
-
-    fn failure(mut self) {
-        self.armed = false;
-        self.breaker.record_failure();
-    }
-
-    fn release(mut self) {
-        self.armed = false;
-        self.breaker.release_probe();
-    }
-}
-
-impl Drop for ProbeGuard<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            self.breaker.release_probe();
-        }
-    }
-}
+use circuit_breaker::ProbeGuard;
+pub use circuit_breaker::{
+    Admission, CircuitBreaker, CircuitState, Clock, ManualClock, SystemClock,
+};
 
 // -------------------------------------------------------------------------------- limiter
 
@@ -629,7 +317,7 @@ pub fn classify(f: &ErrorFacts) -> (bool, ErrorReason) {
 
 /// Attempts allowed for this failure: the configured ceiling, tightened to two for a stalled
 /// stream and for a burst-rate 429.
-pub fn max_attempts(settings: &LlmCallSettings, facts: &ErrorFacts, reason: ErrorReason) -> u32 {
+pub fn max_attempts(settings: &LlmCallConfig, facts: &ErrorFacts, reason: ErrorReason) -> u32 {
     let mut n = settings.retry_max_attempts.max(1);
     if facts.class == STREAM_STALL_CLASS || reason == ErrorReason::BurstRate {
         n = n.min(TIGHT_BUDGET);
@@ -643,26 +331,27 @@ pub fn max_attempts(settings: &LlmCallSettings, facts: &ErrorFacts, reason: Erro
 /// than `max_retry_after` (a longer `Retry-After` is refused before this is asked, see
 /// [`retry_after_too_long`]).
 pub fn retry_delay_ms(
-    settings: &LlmCallSettings,
+    settings: &LlmCallConfig,
     prev_delay_ms: Option<u64>,
     facts: &ErrorFacts,
     reason: ErrorReason,
     random: &mut dyn FnMut(u64, u64) -> u64,
 ) -> u64 {
-    let ceiling = u64::try_from(settings.max_retry_after.as_millis()).unwrap_or(u64::MAX);
+    let ceiling =
+        u64::try_from(settings.max_retry_after_duration().as_millis()).unwrap_or(u64::MAX);
     uncapped_delay_ms(settings, prev_delay_ms, facts, reason, random).min(ceiling)
 }
 
 /// The provider asked to wait longer than `max_retry_after`: waiting that out would hold the
 /// run (and its client) for as long as the provider likes, so the call fails over instead.
-pub fn retry_after_too_long(settings: &LlmCallSettings, facts: &ErrorFacts) -> bool {
+pub fn retry_after_too_long(settings: &LlmCallConfig, facts: &ErrorFacts) -> bool {
     facts
         .retry_after
-        .is_some_and(|after| after > settings.max_retry_after)
+        .is_some_and(|after| after > settings.max_retry_after_duration())
 }
 
 fn uncapped_delay_ms(
-    settings: &LlmCallSettings,
+    settings: &LlmCallConfig,
     prev_delay_ms: Option<u64>,
     facts: &ErrorFacts,
     reason: ErrorReason,
@@ -766,7 +455,7 @@ type Random = Arc<dyn Fn(u64, u64) -> u64 + Send + Sync>;
 
 /// Retries, circuit breaking and error fallbacks around every model call.
 pub struct LlmErrorHandlingMiddleware {
-    settings: LlmCallSettings,
+    settings: LlmCallConfig,
     breaker: Arc<CircuitBreaker>,
     limiter: Option<Arc<LlmCallLimiter>>,
     clock: Arc<dyn Clock>,
@@ -776,7 +465,7 @@ pub struct LlmErrorHandlingMiddleware {
 impl LlmErrorHandlingMiddleware {
     /// `breaker` is shared with every other run of the process; the concurrency cap is the
     /// process-wide [`LlmCallLimiter::global`] (fixed by the first middleware built).
-    pub fn new(settings: LlmCallSettings, breaker: Arc<CircuitBreaker>) -> Self {
+    pub fn new(settings: LlmCallConfig, breaker: Arc<CircuitBreaker>) -> Self {
         let limiter = LlmCallLimiter::global(settings.max_concurrent_calls);
         LlmErrorHandlingMiddleware {
             settings,
@@ -805,7 +494,7 @@ impl LlmErrorHandlingMiddleware {
         self
     }
 
-    pub fn settings(&self) -> &LlmCallSettings {
+    pub fn settings(&self) -> &LlmCallConfig {
         &self.settings
     }
 
@@ -874,10 +563,7 @@ impl Middleware for LlmErrorHandlingMiddleware {
             Admission::Allowed => false,
         };
         // Armed only for a probe: an abandoned probe must free the breaker's single slot.
-        let guard = ProbeGuard {
-            breaker: &self.breaker,
-            armed: probe,
-        };
+        let guard = ProbeGuard::new(&self.breaker, probe);
 
         let mut attempt: u32 = 1;
         let mut prev_delay: Option<u64> = None;
@@ -995,7 +681,7 @@ mod tests {
 
     #[test]
     fn a_stalled_stream_gets_one_retry_and_the_split_advice() {
-        let s = LlmCallSettings::default();
+        let s = LlmCallConfig::default();
         let stall = facts(STREAM_STALL_CLASS, "No streaming chunk received for 120.0s");
         assert_eq!(max_attempts(&s, &stall, ErrorReason::Transient), 2);
         for other in ["ReadError", "RemoteProtocolError", "Whatever"] {
@@ -1005,7 +691,7 @@ mod tests {
             );
         }
         // Overrides only tighten the user's ceiling.
-        let one = LlmCallSettings {
+        let one = LlmCallConfig {
             retry_max_attempts: 1,
             ..Default::default()
         };

@@ -60,52 +60,9 @@ fn tool_freq_hard_stop(name: &str, count: usize) -> String {
     format!("[FORCED STOP] {name} was called {count} times, past its per-tool safety limit. This is the final answer with the results gathered so far.")
 }
 
-/// Per-tool frequency thresholds (`loop_detection.tool_freq_overrides.<tool>`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ToolFreqOverride {
-    pub warn: usize,
-    pub hard_limit: usize,
-}
-
-/// `loop_detection:` (spec 60 §10), DeerFlow's keys and defaults.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LoopDetectionSettings {
-    /// Whether the chain includes the middleware (the middleware itself does not read it).
-    pub enabled: bool,
-    /// Occurrences of one call-set hash in the window that queue a warning.
-    pub warn_threshold: usize,
-    /// Occurrences that force a stop (≥ `warn_threshold`).
-    pub hard_limit: usize,
-    /// Per-thread sliding window of call-set hashes.
-    pub window_size: usize,
-    /// Threads tracked (LRU).
-    pub max_tracked_threads: usize,
-    /// Same-name calls in the frequency window that queue a warning.
-    pub tool_freq_warn: usize,
-    /// Same-name calls that force a stop (≥ `tool_freq_warn`).
-    pub tool_freq_hard_limit: usize,
-    /// Per-tool replacement of the two frequency thresholds.
-    pub tool_freq_overrides: BTreeMap<String, ToolFreqOverride>,
-}
-
-impl Default for LoopDetectionSettings {
-    fn default() -> Self {
-        LoopDetectionSettings {
-            enabled: true,
-            warn_threshold: 3,
-            hard_limit: 5,
-            window_size: 20,
-            max_tracked_threads: 100,
-            tool_freq_warn: 30,
-            tool_freq_hard_limit: 50,
-            tool_freq_overrides: BTreeMap::new(),
-        }
-    }
-}
-
 /// Settings that would make a detector unreachable or meaningless.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum LoopDetectionSettingsError {
+pub enum LoopDetectionConfigError {
     #[error("loop_detection.{field} must be >= 1 (got {value})")]
     TooSmall { field: &'static str, value: usize },
     #[error("loop_detection.hard_limit ({hard_limit}) must be greater than or equal to warn_threshold ({warn_threshold})")]
@@ -129,53 +86,54 @@ pub enum LoopDetectionSettingsError {
     },
 }
 
-impl LoopDetectionSettings {
-    /// DeerFlow's validation: every count ≥ 1, every hard limit ≥ its warning threshold.
-    pub fn validate(&self) -> Result<(), LoopDetectionSettingsError> {
-        for (field, value) in [
-            ("warn_threshold", self.warn_threshold),
-            ("hard_limit", self.hard_limit),
-            ("window_size", self.window_size),
-            ("max_tracked_threads", self.max_tracked_threads),
-            ("tool_freq_warn", self.tool_freq_warn),
-            ("tool_freq_hard_limit", self.tool_freq_hard_limit),
-        ] {
+/// `loop_detection:` (spec 60 §10) and its per-tool thresholds.
+pub use antler_config::{LoopDetectionConfig, ToolFreqOverride};
+
+/// DeerFlow's validation: every count ≥ 1, every hard limit ≥ its warning threshold.
+pub fn validate(config: &LoopDetectionConfig) -> Result<(), LoopDetectionConfigError> {
+    for (field, value) in [
+        ("warn_threshold", config.warn_threshold),
+        ("hard_limit", config.hard_limit),
+        ("window_size", config.window_size),
+        ("max_tracked_threads", config.max_tracked_threads),
+        ("tool_freq_warn", config.tool_freq_warn),
+        ("tool_freq_hard_limit", config.tool_freq_hard_limit),
+    ] {
+        if value < 1 {
+            return Err(LoopDetectionConfigError::TooSmall { field, value });
+        }
+    }
+    if config.hard_limit < config.warn_threshold {
+        return Err(LoopDetectionConfigError::HardBelowWarn {
+            hard_limit: config.hard_limit,
+            warn_threshold: config.warn_threshold,
+        });
+    }
+    if config.tool_freq_hard_limit < config.tool_freq_warn {
+        return Err(LoopDetectionConfigError::FreqHardBelowWarn {
+            hard_limit: config.tool_freq_hard_limit,
+            warn: config.tool_freq_warn,
+        });
+    }
+    for (tool, o) in &config.tool_freq_overrides {
+        for (field, value) in [("warn", o.warn), ("hard_limit", o.hard_limit)] {
             if value < 1 {
-                return Err(LoopDetectionSettingsError::TooSmall { field, value });
-            }
-        }
-        if self.hard_limit < self.warn_threshold {
-            return Err(LoopDetectionSettingsError::HardBelowWarn {
-                hard_limit: self.hard_limit,
-                warn_threshold: self.warn_threshold,
-            });
-        }
-        if self.tool_freq_hard_limit < self.tool_freq_warn {
-            return Err(LoopDetectionSettingsError::FreqHardBelowWarn {
-                hard_limit: self.tool_freq_hard_limit,
-                warn: self.tool_freq_warn,
-            });
-        }
-        for (tool, o) in &self.tool_freq_overrides {
-            for (field, value) in [("warn", o.warn), ("hard_limit", o.hard_limit)] {
-                if value < 1 {
-                    return Err(LoopDetectionSettingsError::OverrideTooSmall {
-                        tool: tool.clone(),
-                        field,
-                        value,
-                    });
-                }
-            }
-            if o.hard_limit < o.warn {
-                return Err(LoopDetectionSettingsError::OverrideHardBelowWarn {
+                return Err(LoopDetectionConfigError::OverrideTooSmall {
                     tool: tool.clone(),
-                    hard_limit: o.hard_limit,
-                    warn: o.warn,
+                    field,
+                    value,
                 });
             }
         }
-        Ok(())
+        if o.hard_limit < o.warn {
+            return Err(LoopDetectionConfigError::OverrideHardBelowWarn {
+                tool: tool.clone(),
+                hard_limit: o.hard_limit,
+                warn: o.warn,
+            });
+        }
     }
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -469,7 +427,7 @@ enum Verdict {
 /// Detects repeated tool calls and forces a final answer. One instance may serve many threads
 /// and runs concurrently; all state sits behind one lock.
 pub struct LoopDetectionMiddleware {
-    settings: LoopDetectionSettings,
+    settings: LoopDetectionConfig,
     /// Frequency window: never shorter than the largest hard limit, or that limit is unreachable.
     freq_window: usize,
     max_pending_keys: usize,
@@ -478,18 +436,18 @@ pub struct LoopDetectionMiddleware {
 
 impl Default for LoopDetectionMiddleware {
     fn default() -> Self {
-        Self::build(LoopDetectionSettings::default())
+        Self::build(LoopDetectionConfig::default())
     }
 }
 
 impl LoopDetectionMiddleware {
     /// Build from validated settings.
-    pub fn new(settings: LoopDetectionSettings) -> Result<Self, LoopDetectionSettingsError> {
-        settings.validate()?;
+    pub fn new(settings: LoopDetectionConfig) -> Result<Self, LoopDetectionConfigError> {
+        validate(&settings)?;
         Ok(Self::build(settings))
     }
 
-    fn build(settings: LoopDetectionSettings) -> Self {
+    fn build(settings: LoopDetectionConfig) -> Self {
         let freq_window = settings
             .tool_freq_overrides
             .values()
@@ -509,7 +467,7 @@ impl LoopDetectionMiddleware {
         }
     }
 
-    pub fn settings(&self) -> &LoopDetectionSettings {
+    pub fn settings(&self) -> &LoopDetectionConfig {
         &self.settings
     }
 

@@ -108,64 +108,17 @@ Reply with the summary only, without any introduction or closing remark.
 {messages}
 </messages>";
 
-/// An amount of context: a trigger threshold or how much recent history to keep.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum ContextSize {
-    Tokens(u64),
-    Messages(usize),
-    /// A fraction of the model's `context_window`, in (0, 1].
-    Fraction(f64),
-}
+/// `summarization:` (spec 60 §16) and its `{type, value}` sizes. `enabled` and `model_name` are
+/// read by the chain builder; the middleware itself ignores them.
+pub use antler_config::{ContextSize, SummarizationConfig};
 
-/// The `summarization:` section (spec 60 §16), with DeerFlow's code defaults.
-#[derive(Clone, Debug, PartialEq)]
-pub struct SummarizationSettings {
-    /// Read by the chain builder (no middleware when off); the middleware ignores it.
-    pub enabled: bool,
-    /// Read by the chain builder to pick the summary model; the middleware ignores it.
-    pub model_name: Option<String>,
-    /// Any satisfied → summarize. Empty → never automatically.
-    pub trigger: Vec<ContextSize>,
-    pub keep: ContextSize,
-    /// Budget of the text sent to the summary model; `None` = no trimming.
-    pub trim_tokens_to_summarize: Option<u64>,
-    /// Custom prompt with a `{messages}` placeholder; `None` = [`DEFAULT_SUMMARY_PROMPT`].
-    pub summary_prompt: Option<String>,
-    /// Tool names whose calls read skill files; `[]` disables the skill rescue.
-    pub skill_file_read_tool_names: Vec<String>,
-    /// Most skill-file loads rescued; 0 disables the rescue.
-    pub preserve_recent_skill_count: usize,
-    /// Token budget of all rescued skill files; 0 disables the rescue.
-    pub preserve_recent_skill_tokens: u64,
-    /// A skill load larger than this is not rescued.
-    pub preserve_recent_skill_tokens_per_skill: u64,
-    /// Where skills are mounted for the agent (`skills.container_path`).
-    pub skills_container_path: String,
-}
-
-impl Default for SummarizationSettings {
-    fn default() -> Self {
-        SummarizationSettings {
-            enabled: false,
-            model_name: None,
-            trigger: Vec::new(),
-            keep: ContextSize::Messages(20),
-            trim_tokens_to_summarize: Some(4000),
-            summary_prompt: None,
-            skill_file_read_tool_names: ["read_file", "read", "view", "cat"]
-                .map(str::to_owned)
-                .to_vec(),
-            preserve_recent_skill_count: 5,
-            preserve_recent_skill_tokens: 25_000,
-            preserve_recent_skill_tokens_per_skill: 5_000,
-            skills_container_path: "/mnt/skills".to_owned(),
-        }
-    }
-}
+/// Where skills are mounted unless [`DeerFlowSummarizationMiddleware::with_skills_container_path`]
+/// says otherwise (`skills.container_path`).
+pub const DEFAULT_SKILLS_CONTAINER_PATH: &str = "/mnt/skills";
 
 /// Settings the middleware cannot work with.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum SummarizationSettingsError {
+pub enum SummarizationConfigError {
     #[error("summarization.{key}: a fraction must be greater than 0 and at most 1, got {value}")]
     BadFraction { key: String, value: f64 },
     #[error("summarization.{key}: the value must be greater than 0")]
@@ -247,7 +200,7 @@ pub fn is_dynamic_context_reminder(m: &Message) -> bool {
 
 /// Compresses old history into a summary message near the token trigger.
 pub struct DeerFlowSummarizationMiddleware {
-    settings: SummarizationSettings,
+    settings: SummarizationConfig,
     run_model: Arc<dyn ChatModel>,
     summary_model: Option<Arc<dyn ChatModel>>,
     context_window: Option<u64>,
@@ -255,22 +208,23 @@ pub struct DeerFlowSummarizationMiddleware {
     tokens: Arc<CachedTokenCounter>,
     prompt: String,
     skill_tools: HashSet<String>,
+    skills_root: String,
 }
 
 fn check_size(
     key: String,
     size: ContextSize,
     window: Option<u64>,
-) -> Result<(), SummarizationSettingsError> {
+) -> Result<(), SummarizationConfigError> {
     match size {
         ContextSize::Tokens(0) | ContextSize::Messages(0) => {
-            Err(SummarizationSettingsError::NotPositive { key })
+            Err(SummarizationConfigError::NotPositive { key })
         }
         ContextSize::Fraction(f) if !(f > 0.0 && f <= 1.0) => {
-            Err(SummarizationSettingsError::BadFraction { key, value: f })
+            Err(SummarizationConfigError::BadFraction { key, value: f })
         }
         ContextSize::Fraction(_) if window.is_none() => {
-            Err(SummarizationSettingsError::NoContextWindow { key })
+            Err(SummarizationConfigError::NoContextWindow { key })
         }
         _ => Ok(()),
     }
@@ -282,12 +236,12 @@ impl DeerFlowSummarizationMiddleware {
     /// model's `context_window`) is required when a trigger or `keep` uses `fraction`. Tokens are
     /// counted with the run model's encoding.
     pub fn new(
-        settings: SummarizationSettings,
+        settings: SummarizationConfig,
         run_model: Arc<dyn ChatModel>,
         summary_model: Option<Arc<dyn ChatModel>>,
         context_window: Option<u64>,
         hooks: Vec<Arc<dyn BeforeSummarizationHook>>,
-    ) -> Result<Self, SummarizationSettingsError> {
+    ) -> Result<Self, SummarizationConfigError> {
         for (i, t) in settings.trigger.iter().enumerate() {
             let key = if settings.trigger.len() == 1 {
                 "trigger".to_owned()
@@ -299,7 +253,7 @@ impl DeerFlowSummarizationMiddleware {
         check_size("keep".to_owned(), settings.keep, context_window)?;
         let prompt = match &settings.summary_prompt {
             Some(p) if !p.contains("{messages}") => {
-                return Err(SummarizationSettingsError::PromptWithoutPlaceholder)
+                return Err(SummarizationConfigError::PromptWithoutPlaceholder)
             }
             Some(p) => p.clone(),
             None => DEFAULT_SUMMARY_PROMPT.to_owned(),
@@ -318,7 +272,19 @@ impl DeerFlowSummarizationMiddleware {
             hooks,
             tokens: Arc::new(CachedTokenCounter::new(counter)),
             prompt,
+            skills_root: DEFAULT_SKILLS_CONTAINER_PATH.to_owned(),
         })
+    }
+
+    /// Where skills are mounted for the agent (`skills.container_path`): reads of files below
+    /// it count as skill loads for the rescue.
+    pub fn with_skills_container_path(mut self, path: impl Into<String>) -> Self {
+        self.skills_root = path.into();
+        self
+    }
+
+    pub fn skills_container_path(&self) -> &str {
+        &self.skills_root
     }
 
     /// Count tokens with another counter (tests, custom tokenizers).
@@ -337,7 +303,7 @@ impl DeerFlowSummarizationMiddleware {
         &self.tokens
     }
 
-    pub fn settings(&self) -> &SummarizationSettings {
+    pub fn settings(&self) -> &SummarizationConfig {
         &self.settings
     }
 
@@ -579,7 +545,7 @@ impl DeerFlowSummarizationMiddleware {
         {
             return Vec::new();
         }
-        let root = s.skills_container_path.trim_end_matches('/');
+        let root = self.skills_root.trim_end_matches('/');
         let mut bundles = Vec::new();
         let mut i = 0;
         while i < older.len() {

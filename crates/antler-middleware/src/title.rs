@@ -31,61 +31,35 @@ const FALLBACK_CHARS: usize = 50;
 /// Title when the user message has no text.
 pub const EMPTY_TITLE: &str = "New Conversation";
 
-/// DeerFlow's default title prompt.
-/// antler's own wording (same placeholders as DeerFlow's `title.prompt_template`).
-pub const DEFAULT_PROMPT_TEMPLATE: &str =
-    "Write a short title (at most {max_words} words) for the \
-conversation below. Reply with the title only: no quotes, no trailing punctuation.\n\n\
-User: {user_msg}\n\nAssistant: {assistant_msg}";
+/// `title:` (spec 60 §15). `model_name` is resolved by the caller into the model it passes to
+/// [`TitleMiddleware::new`].
+pub use antler_config::TitleConfig;
+/// The default title prompt (antler's wording, DeerFlow's placeholders).
+pub use antler_config::DEFAULT_TITLE_PROMPT as DEFAULT_PROMPT_TEMPLATE;
 
 // The pattern is a literal; it always compiles.
 #[allow(clippy::expect_used)]
 static THINK_BLOCK: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"(?i)<think>[\s\S]*?</think>").expect("valid regex"));
 
-/// `title:` (spec 60 §15) minus `model_name`, which the caller resolves into the model it passes
-/// to [`TitleMiddleware::new`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TitleSettings {
-    pub enabled: bool,
-    /// Prompt-level hint (1–20).
-    pub max_words: usize,
-    /// Hard cut in characters (10–200).
-    pub max_chars: usize,
-    /// Placeholders `{max_words}`, `{user_msg}`, `{assistant_msg}`; `{{`/`}}` are literal braces.
-    pub prompt_template: String,
-}
-
-impl Default for TitleSettings {
-    fn default() -> Self {
-        TitleSettings {
-            enabled: true,
-            max_words: 6,
-            max_chars: 60,
-            prompt_template: DEFAULT_PROMPT_TEMPLATE.to_owned(),
-        }
-    }
-}
-
 /// Settings outside DeerFlow's ranges.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum TitleSettingsError {
+pub enum TitleConfigError {
     #[error("title.max_words must be between 1 and 20 (got {0})")]
     MaxWords(usize),
     #[error("title.max_chars must be between 10 and 200 (got {0})")]
     MaxChars(usize),
 }
 
-impl TitleSettings {
-    pub fn validate(&self) -> Result<(), TitleSettingsError> {
-        if !(1..=20).contains(&self.max_words) {
-            return Err(TitleSettingsError::MaxWords(self.max_words));
-        }
-        if !(10..=200).contains(&self.max_chars) {
-            return Err(TitleSettingsError::MaxChars(self.max_chars));
-        }
-        Ok(())
+/// DeerFlow's ranges for `title.max_words` and `title.max_chars`.
+pub fn validate(config: &TitleConfig) -> Result<(), TitleConfigError> {
+    if !(1..=20).contains(&config.max_words) {
+        return Err(TitleConfigError::MaxWords(config.max_words));
     }
+    if !(10..=200).contains(&config.max_chars) {
+        return Err(TitleConfigError::MaxChars(config.max_chars));
+    }
+    Ok(())
 }
 
 /// A prompt template that Python's `str.format` would reject.
@@ -229,18 +203,18 @@ fn scan(state: &ThreadState) -> Exchange<'_> {
 
 /// Names the thread once, from a title model or the first user message.
 pub struct TitleMiddleware {
-    settings: TitleSettings,
+    settings: TitleConfig,
     model: Option<Arc<dyn ChatModel>>,
 }
 
 impl TitleMiddleware {
     /// `model`: the `title.model_name` model (built with thinking off), or `None` for the local
     /// fallback title only.
-    pub fn new(settings: TitleSettings, model: Option<Arc<dyn ChatModel>>) -> Self {
+    pub fn new(settings: TitleConfig, model: Option<Arc<dyn ChatModel>>) -> Self {
         TitleMiddleware { settings, model }
     }
 
-    pub fn settings(&self) -> &TitleSettings {
+    pub fn settings(&self) -> &TitleConfig {
         &self.settings
     }
 

@@ -27,6 +27,9 @@ use antler_runtime::{
 use async_trait::async_trait;
 use serde_json::{json, Value};
 
+/// `token_budget:` (spec 60 §5), also the subagent budget's schema.
+pub use antler_config::TokenBudgetConfig;
+
 const NAME: &str = "TokenBudgetMiddleware";
 /// Runs tracked at once (oldest dropped), as DeerFlow's bounded maps.
 const MAX_RUNS: usize = 1000;
@@ -34,34 +37,6 @@ const MAX_RUNS: usize = 1000;
 const LOOKBACK: usize = 3;
 /// The run stop reason a hard stop sets.
 pub const STOP_REASON: &str = "token_capped";
-
-/// `token_budget:` (spec 60 §5) — also the subagent budget's schema.
-#[derive(Clone, Debug, PartialEq)]
-pub struct TokenBudgetSettings {
-    /// When false every hook does nothing.
-    pub enabled: bool,
-    /// Input+output tokens per run.
-    pub max_tokens: u64,
-    pub max_input_tokens: Option<u64>,
-    pub max_output_tokens: Option<u64>,
-    /// Fraction that queues the one-time warning.
-    pub warn_threshold: f64,
-    /// Fraction that forces the final answer.
-    pub hard_stop_threshold: f64,
-}
-
-impl Default for TokenBudgetSettings {
-    fn default() -> Self {
-        TokenBudgetSettings {
-            enabled: false,
-            max_tokens: 200_000,
-            max_input_tokens: None,
-            max_output_tokens: None,
-            warn_threshold: 0.8,
-            hard_stop_threshold: 1.0,
-        }
-    }
-}
 
 #[derive(Default)]
 struct RunBudget {
@@ -123,12 +98,12 @@ impl Runs {
 }
 
 pub struct TokenBudgetMiddleware {
-    settings: TokenBudgetSettings,
+    settings: TokenBudgetConfig,
     runs: Mutex<Runs>,
 }
 
 impl TokenBudgetMiddleware {
-    pub fn new(settings: TokenBudgetSettings) -> Self {
+    pub fn new(settings: TokenBudgetConfig) -> Self {
         TokenBudgetMiddleware {
             settings,
             runs: Mutex::new(Runs::default()),

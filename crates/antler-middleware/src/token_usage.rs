@@ -23,6 +23,8 @@ use antler_runtime::{HookOutput, HookSet, Middleware, MiddlewareError, RunContex
 use async_trait::async_trait;
 use serde_json::{json, Map, Value};
 
+pub use antler_config::TokenUsageConfig;
+
 const NAME: &str = "TokenUsageMiddleware";
 
 /// Where the step attribution is stored on the AI message.
@@ -32,31 +34,18 @@ pub const SUBAGENT_USAGE_KEY: &str = "subagent_token_usage";
 /// Set on a tool message once its subagent usage was folded into the dispatching AI message.
 pub const SUBAGENT_USAGE_ATTRIBUTED_KEY: &str = "subagent_token_usage_attributed";
 
-/// `token_usage:` (spec 60 §4).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TokenUsageSettings {
-    /// Whether the chain includes the middleware (the middleware itself does not read it).
-    pub enabled: bool,
-}
-
-impl Default for TokenUsageSettings {
-    fn default() -> Self {
-        TokenUsageSettings { enabled: true }
-    }
-}
-
 /// Logs usage, folds subagent usage into the dispatching message, stamps step attribution.
 #[derive(Debug, Default)]
 pub struct TokenUsageMiddleware {
-    settings: TokenUsageSettings,
+    settings: TokenUsageConfig,
 }
 
 impl TokenUsageMiddleware {
-    pub fn new(settings: TokenUsageSettings) -> Self {
+    pub fn new(settings: TokenUsageConfig) -> Self {
         TokenUsageMiddleware { settings }
     }
 
-    pub fn settings(&self) -> &TokenUsageSettings {
+    pub fn settings(&self) -> &TokenUsageConfig {
         &self.settings
     }
 }

@@ -1,0 +1,128 @@
+//! TokenBudget and ToolOutputBudget: DeerFlow's expectations (spec 40 part 2 §5.1, §5.3) as
+//! direct hook calls, and the guarantees users rely on through the agent loop.
+
+mod token;
+mod tool_output;
+
+use std::sync::{Arc, Mutex};
+
+use antler_models::{ScriptedModel, ScriptedReply};
+use antler_protocol::{
+    AiMessage, HumanMessage, Message, Messages, Object, ThreadState, ToolCall, ToolSpec,
+    UsageMetadata,
+};
+use antler_runtime::*;
+use async_trait::async_trait;
+use serde_json::{json, Value};
+
+pub fn run_ctx(thread: &str, run: &str) -> Arc<RunContext> {
+    Arc::new(RunContext::new(thread, run, Arc::new(NullSink)))
+}
+
+pub fn human(id: &str, text: &str) -> Message {
+    Message::Human(HumanMessage {
+        content: text.into(),
+        id: Some(id.to_owned()),
+        ..Default::default()
+    })
+}
+
+/// An AI message with usage and optional tool calls `(id, name)`.
+pub fn ai(id: &str, input: u64, output: u64, calls: &[(&str, &str)]) -> AiMessage {
+    let mut m = AiMessage {
+        id: Some(id.to_owned()),
+        content: "working".into(),
+        usage_metadata: Some(UsageMetadata::new(input, output)),
+        tool_calls: calls
+            .iter()
+            .map(|(cid, name)| ToolCall::new(*cid, *name, Object::new()))
+            .collect(),
+        ..Default::default()
+    };
+    if !calls.is_empty() {
+        m.response_metadata
+            .insert("finish_reason".into(), json!("tool_calls"));
+    }
+    m
+}
+
+pub fn state_of(msgs: Vec<Message>) -> ThreadState {
+    ThreadState {
+        messages: Messages::from_messages(msgs),
+        ..Default::default()
+    }
+}
+
+pub fn spec(name: &str) -> Arc<ToolSpec> {
+    Arc::new(ToolSpec {
+        name: name.into(),
+        description: String::new(),
+        parameters: json!({"type": "object"}),
+    })
+}
+
+/// A tool answering with a fixed output, counting its calls.
+pub struct Fixed {
+    pub spec: Arc<ToolSpec>,
+    pub output: ToolOutput,
+    pub calls: Mutex<usize>,
+}
+
+impl Fixed {
+    pub fn new(name: &str, output: ToolOutput) -> Arc<Fixed> {
+        Arc::new(Fixed {
+            spec: spec(name),
+            output,
+            calls: Mutex::new(0),
+        })
+    }
+    pub fn calls(&self) -> usize {
+        *self.calls.lock().unwrap()
+    }
+}
+
+#[async_trait]
+impl Tool for Fixed {
+    fn spec(&self) -> &Arc<ToolSpec> {
+        &self.spec
+    }
+    async fn call(&self, _: Object, ctx: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
+        *self.calls.lock().unwrap() += 1;
+        Ok(match &self.output {
+            ToolOutput::Command(c) => {
+                let mut c = c.clone();
+                for m in c.update.messages.iter_mut().flatten() {
+                    if let Message::Tool(t) = m {
+                        t.tool_call_id = ctx.call_id.to_owned();
+                    }
+                }
+                ToolOutput::Command(c)
+            }
+            other => other.clone(),
+        })
+    }
+}
+
+pub fn scripted(replies: Vec<AiMessage>) -> Arc<ScriptedModel> {
+    Arc::new(ScriptedModel::new(
+        replies.into_iter().map(ScriptedReply::Message),
+    ))
+}
+
+/// Every `Middleware` run event, as `(action, payload)`.
+#[derive(Default)]
+pub struct Recorder(pub Mutex<Vec<(String, Value)>>);
+
+impl RunObserver for Recorder {
+    fn on_event(&self, _run: &RunContext, event: &RunEvent<'_>) {
+        if let RunEvent::Middleware {
+            action, payload, ..
+        } = event
+        {
+            self.0
+                .lock()
+                .unwrap()
+                .push(((*action).to_owned(), (*payload).clone()));
+        }
+    }
+}

@@ -1,0 +1,91 @@
+//! DynamicContext and DurableContext: DeerFlow's expectations (spec 40 §3.8, part 2 §5.4) as
+//! direct hook calls, and the behaviours users rely on through the agent loop with a scripted
+//! model and an in-memory checkpointer.
+
+mod durable;
+mod dynamic;
+
+use std::sync::{Arc, Mutex};
+
+use antler_models::{RecordedRequest, ScriptedModel, ScriptedReply};
+use antler_protocol::{HumanMessage, Message, Messages, ThreadState};
+use antler_runtime::*;
+use serde_json::Value;
+
+pub fn run_ctx(thread: &str, run: &str) -> Arc<RunContext> {
+    Arc::new(RunContext::new(thread, run, Arc::new(NullSink)))
+}
+
+pub fn human(id: &str, text: &str) -> Message {
+    Message::Human(HumanMessage {
+        content: text.into(),
+        id: Some(id.to_owned()),
+        ..Default::default()
+    })
+}
+
+pub fn ai(id: &str, text: &str) -> Message {
+    let mut m = Message::ai(text);
+    m.set_id(id);
+    m
+}
+
+pub fn state_of(msgs: Vec<Message>) -> ThreadState {
+    ThreadState {
+        messages: Messages::from_messages(msgs),
+        ..Default::default()
+    }
+}
+
+/// Fold a hook's update into the state, as the loop does.
+pub fn apply(state: &mut ThreadState, out: HookOutput) {
+    if let Some(u) = out.update {
+        state.apply(u).unwrap();
+    }
+}
+
+pub fn update_messages(out: &HookOutput) -> Vec<Message> {
+    out.update
+        .as_ref()
+        .and_then(|u| u.messages.clone())
+        .unwrap_or_default()
+}
+
+pub fn kw<'a>(m: &'a Message, key: &str) -> Option<&'a Value> {
+    m.additional_kwargs().get(key)
+}
+
+/// An agent over `chain` with a static prompt and an in-memory checkpointer.
+pub fn agent(model: Arc<ScriptedModel>, chain: Vec<Arc<dyn Middleware>>) -> Agent {
+    Agent::new(model)
+        .with_system_prompt("You are a static prompt.")
+        .with_chain(Chain::new(chain).unwrap())
+        .with_checkpointer(Arc::new(MemoryCheckpointer::new()))
+}
+
+/// A model that answers every request with the same text.
+pub fn echo_model() -> Arc<ScriptedModel> {
+    Arc::new(ScriptedModel::new([]).with_fallback(|_| ScriptedReply::text("ok")))
+}
+
+pub fn last_request(model: &ScriptedModel) -> RecordedRequest {
+    model.requests().pop().unwrap()
+}
+
+/// Every `Middleware` run event, as `(action, payload)`.
+#[derive(Default)]
+pub struct Recorder(pub Mutex<Vec<(String, Value)>>);
+
+impl RunObserver for Recorder {
+    fn on_event(&self, _run: &RunContext, event: &RunEvent<'_>) {
+        if let RunEvent::Middleware {
+            action, payload, ..
+        } = event
+        {
+            self.0
+                .lock()
+                .unwrap()
+                .push(((*action).to_owned(), (*payload).clone()));
+        }
+    }
+}

@@ -1,0 +1,73 @@
+//! DanglingToolCall checks only the new tail within a run; a bad call that appears later in the
+//! run must still be patched.
+
+use std::sync::Arc;
+
+use antler_middleware::dangling_tool_call::DanglingToolCallMiddleware;
+use antler_models::{ScriptedModel, ScriptedReply};
+use antler_protocol::{AiMessage, InvalidToolCall, Message, Object, ToolCall, ToolSpec};
+use antler_runtime::*;
+use async_trait::async_trait;
+use serde_json::json;
+
+struct Ok_(Arc<ToolSpec>);
+
+#[async_trait]
+impl Tool for Ok_ {
+    fn spec(&self) -> &Arc<ToolSpec> {
+        &self.0
+    }
+    async fn call(&self, _: Object, _: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
+        Ok(ToolOutput::text("fine"))
+    }
+}
+
+#[tokio::test]
+async fn an_invalid_call_later_in_the_run_is_still_patched() {
+    let mut second = AiMessage {
+        tool_calls: vec![ToolCall::new("c2", "t", Object::new())],
+        invalid_tool_calls: vec![InvalidToolCall {
+            kind: "invalid_tool_call".into(),
+            id: Some("bad".into()),
+            name: Some("t".into()),
+            args: Some("{oops".into()),
+            error: Some("bad json".into()),
+        }],
+        ..Default::default()
+    };
+    second
+        .response_metadata
+        .insert("finish_reason".into(), json!("tool_calls"));
+    let model = Arc::new(ScriptedModel::new([
+        ScriptedReply::tool_call("c1", "t", json!({})),
+        ScriptedReply::Message(second),
+        ScriptedReply::text("done"),
+    ]));
+    let spec = Arc::new(ToolSpec {
+        name: "t".into(),
+        description: String::new(),
+        parameters: json!({"type": "object"}),
+    });
+    let agent = Agent::new(model.clone())
+        .with_tools(ToolRegistry::new().with(Arc::new(Ok_(spec))))
+        .with_chain(Chain::new(vec![Arc::new(DanglingToolCallMiddleware::new())]).unwrap());
+    let run = Arc::new(RunContext::new("t", "r", Arc::new(NullSink)));
+    let out = agent
+        .run(RunInput::message(Message::human("go")), run)
+        .await;
+    assert_eq!(out.status, RunStatus::Success);
+    let third = &model.requests()[2].messages;
+    // human, ai(c1), tool(c1), ai(c2 + bad), tool(c2), synthetic(bad)
+    let ai = third.iter().rposition(|m| m.kind() == "ai").unwrap();
+    let answered: Vec<&str> = third[ai + 1..]
+        .iter()
+        .filter_map(Message::as_tool)
+        .map(|t| t.tool_call_id.as_str())
+        .collect();
+    assert!(
+        answered.contains(&"c2") && answered.contains(&"bad"),
+        "{answered:?}"
+    );
+    // The first two requests were already well-formed and went out unchanged.
+    assert_eq!(model.requests()[1].messages.len(), 3);
+}

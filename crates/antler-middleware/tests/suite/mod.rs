@@ -1,0 +1,16 @@
+//! One module per middleware (or group of them), each restating DeerFlow's expectations and
+//! running the middleware through the agent loop.
+
+mod budgets;
+mod context;
+mod dangling_incremental;
+mod deferred_tools;
+mod governance;
+mod loop_detection;
+mod memory;
+mod observability;
+mod sandbox_middlewares;
+mod subagent_limit;
+mod summarization;
+mod summarization_window;
+mod todo;

@@ -1,0 +1,192 @@
+//! Which model summarizes, and what counts as a failure (spec 40 §1.6, §1.11, §1.12).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use antler_middleware::summarization::*;
+use antler_models::{ModelError, ScriptedReply};
+use antler_protocol::{AiMessage, Message};
+use antler_runtime::{Middleware, NullSink, RunContext};
+use pretty_assertions::assert_eq;
+use serde_json::json;
+
+use super::support::*;
+
+fn msgs() -> Vec<Message> {
+    vec![
+        human("h1", "q1"),
+        ai("a1", "x1"),
+        human("h2", "q2"),
+        ai("a2", "x2"),
+    ]
+}
+
+fn cfg() -> SummarizationConfig {
+    settings(vec![ContextSize::Messages(4)], ContextSize::Messages(2))
+}
+
+fn failure() -> ScriptedReply {
+    ScriptedReply::Error(ModelError::Timeout(Duration::from_secs(5)))
+}
+
+fn summary_of(out: &antler_runtime::HookOutput) -> Option<String> {
+    let w = written(out);
+    w.get(1).map(|m| m.text())
+}
+
+#[tokio::test]
+async fn without_a_summary_model_the_run_model_summarizes() {
+    let run = model("run-model", vec![ScriptedReply::text("from run")]);
+    let mw = middleware(cfg(), run.clone(), None, vec![]);
+    let out = mw
+        .before_model(&state(msgs()), &run_ctx("t"))
+        .await
+        .unwrap();
+    assert_eq!(
+        summary_of(&out).unwrap(),
+        format!("{SUMMARY_PREFIX}from run")
+    );
+    let req = &run.requests()[0];
+    // No tools, no system prompt, not streamed: one human message with the prompt.
+    assert!(req.tools.is_empty());
+    assert_eq!(req.system, None);
+    assert!(!req.streamed);
+    assert!(matches!(req.messages[0], Message::Human(_)));
+}
+
+#[tokio::test]
+async fn the_summary_model_goes_first_and_the_run_model_is_the_fallback() {
+    let primary = model("cheap", vec![ScriptedReply::text("from cheap")]);
+    let run = model("run-model", vec![]);
+    let mw = middleware(cfg(), run.clone(), Some(primary.clone()), vec![]);
+    let out = mw
+        .before_model(&state(msgs()), &run_ctx("t"))
+        .await
+        .unwrap();
+    assert_eq!(
+        summary_of(&out).unwrap(),
+        format!("{SUMMARY_PREFIX}from cheap")
+    );
+    assert!(run.requests().is_empty());
+
+    // The summary model fails: the run model answers.
+    let primary = model("cheap", vec![failure()]);
+    let run = model("run-model", vec![ScriptedReply::text("from run")]);
+    let mw = middleware(cfg(), run.clone(), Some(primary.clone()), vec![]);
+    let out = mw
+        .before_model(&state(msgs()), &run_ctx("t"))
+        .await
+        .unwrap();
+    assert_eq!(
+        summary_of(&out).unwrap(),
+        format!("{SUMMARY_PREFIX}from run")
+    );
+    assert_eq!(primary.requests().len(), 1);
+    assert_eq!(run.requests().len(), 1);
+    assert_eq!(
+        prompt_of(&primary.requests()[0]),
+        prompt_of(&run.requests()[0])
+    );
+}
+
+#[tokio::test]
+async fn when_every_candidate_fails_the_history_is_kept() {
+    let primary = model("cheap", vec![failure()]);
+    let run = model("run-model", vec![failure()]);
+    let mw = middleware(cfg(), run.clone(), Some(primary.clone()), vec![]);
+    let out = mw
+        .before_model(&state(msgs()), &run_ctx("t"))
+        .await
+        .unwrap();
+    assert!(update_is_empty(&out));
+    // Each tried exactly once (no in-process retry).
+    assert_eq!(primary.requests().len(), 1);
+    assert_eq!(run.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn the_same_model_configured_twice_is_tried_once() {
+    let run = model("run-model", vec![failure(), ScriptedReply::text("late")]);
+    let mw = middleware(cfg(), run.clone(), Some(run.clone()), vec![]);
+    let out = mw
+        .before_model(&state(msgs()), &run_ctx("t"))
+        .await
+        .unwrap();
+    assert!(update_is_empty(&out));
+    assert_eq!(run.requests().len(), 1);
+    // Same name, different object: still one candidate.
+    let twin = model("run-model", vec![failure()]);
+    let run = model("run-model", vec![ScriptedReply::text("unused")]);
+    let mw = middleware(cfg(), run.clone(), Some(twin.clone()), vec![]);
+    mw.before_model(&state(msgs()), &run_ctx("t"))
+        .await
+        .unwrap();
+    assert_eq!(twin.requests().len(), 1);
+    assert!(run.requests().is_empty());
+}
+
+#[tokio::test]
+async fn a_blank_answer_is_a_failure() {
+    let mw = middleware(
+        cfg(),
+        model("run", vec![ScriptedReply::text(" \n\t ")]),
+        None,
+        vec![],
+    );
+    let out = mw
+        .before_model(&state(msgs()), &run_ctx("t"))
+        .await
+        .unwrap();
+    assert!(update_is_empty(&out));
+
+    // A blank summary model falls back to the run model.
+    let blank = model("cheap", vec![ScriptedReply::text("   ")]);
+    let run = model("run", vec![ScriptedReply::text("  real summary \n")]);
+    let mw = middleware(cfg(), run.clone(), Some(blank), vec![]);
+    let out = mw
+        .before_model(&state(msgs()), &run_ctx("t"))
+        .await
+        .unwrap();
+    assert_eq!(
+        summary_of(&out).unwrap(),
+        format!("{SUMMARY_PREFIX}real summary")
+    );
+
+    // An answer with only tool calls has no text either.
+    let calls = ScriptedReply::Message(AiMessage {
+        tool_calls: vec![antler_protocol::ToolCall::new(
+            "c",
+            "bash",
+            Default::default(),
+        )],
+        ..Default::default()
+    });
+    let mw = middleware(cfg(), model("run", vec![calls]), None, vec![]);
+    let out = mw
+        .before_model(&state(msgs()), &run_ctx("t"))
+        .await
+        .unwrap();
+    assert!(update_is_empty(&out));
+}
+
+#[tokio::test]
+async fn summary_calls_are_reported_to_observers() {
+    let seen = Arc::new(Seen::default());
+    let run = RunContext::new("t", "r", Arc::new(NullSink)).with_observer(seen.clone());
+    let primary = model("cheap", vec![failure()]);
+    let run_model = model("run-model", vec![ScriptedReply::text("s")]);
+    let mw = middleware(cfg(), run_model, Some(primary), vec![]);
+    let out = mw.before_model(&state(msgs()), &run).await.unwrap();
+    let summary_id = written(&out)[1].id().unwrap().to_owned();
+    let events = seen.events.lock().unwrap().clone();
+    assert_eq!(
+        events,
+        vec![
+            json!({"kind": "model_error", "caller": "middleware:summarize", "model": "cheap"}),
+            json!({"kind": "model", "caller": "middleware:summarize", "model": "run-model", "n": 1}),
+            json!({"kind": "middleware", "name": "DeerFlowSummarizationMiddleware", "action": "summarize",
+                   "payload": {"removed_count": 2, "removed_ids": ["h1", "a1"],
+                               "summary_id": summary_id, "kept_count": 2}}),
+        ]
+    );
+}
