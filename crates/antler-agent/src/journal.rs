@@ -285,7 +285,7 @@ impl RunJournal {
         for m in messages {
             let keep = match m {
                 Message::Human(h) => {
-                    h.name.as_deref() != Some("summary")
+                    h.name.as_deref() != Some(antler_protocol::markers::SUMMARY)
                         && (!m.is_hidden()
                             || antler_middleware::memory::preprocess::is_human_input_response(
                                 &h.additional_kwargs,

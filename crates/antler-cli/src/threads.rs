@@ -158,7 +158,7 @@ fn print_transcript(state: &ThreadState, full: bool) {
         }
         match m {
             Message::Human(h) => {
-                let who = if h.name.as_deref() == Some("summary") {
+                let who = if h.name.as_deref() == Some(antler_protocol::markers::SUMMARY) {
                     "summary"
                 } else {
                     "user"

@@ -26,6 +26,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use antler_protocol::markers;
 use antler_protocol::{
     Content, Delegation, HumanMessage, Message, Object, SkillEntry, StateUpdate, SystemMessage,
     ThreadState, ToolStatus,
@@ -683,7 +684,7 @@ impl Middleware for DurableContextMiddleware {
                 .take_while(|m| matches!(***m, Message::System(_)))
                 .count();
             let mut kwargs = Object::new();
-            kwargs.insert("hide_from_ui".into(), Value::Bool(true));
+            markers::mark_hidden(&mut kwargs);
             kwargs.insert(DATA_FLAG.into(), Value::Bool(true));
             let authority = Message::System(SystemMessage {
                 content: Content::Text(AUTHORITY_CONTRACT.to_owned()),

@@ -26,6 +26,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use antler_protocol::markers;
 use antler_protocol::{Content, HumanMessage, Message, Object, StateUpdate, ThreadState};
 use antler_runtime::{
     HookOutput, HookSet, Middleware, MiddlewareError, ModelCallError, ModelNext, ModelRequest,
@@ -46,10 +47,9 @@ pub trait MemorySource: Send + Sync {
 
 const NAME: &str = "DynamicContextMiddleware";
 /// `additional_kwargs` flag of every dynamic-context reminder.
-pub const REMINDER_FLAG: &str = "dynamic_context_reminder";
+pub const REMINDER_FLAG: &str = markers::DYNAMIC_CONTEXT_REMINDER;
 /// `additional_kwargs` key holding the date a date reminder announced.
-pub const REMINDER_DATE: &str = "reminder_date";
-const HIDE_FROM_UI: &str = "hide_from_ui";
+pub const REMINDER_DATE: &str = markers::REMINDER_DATE;
 const USER_SUFFIX: &str = "__user";
 const MEMORY_SUFFIX: &str = "__memory";
 /// Run-context key holding the ids to drop from this run's model requests.
@@ -159,7 +159,7 @@ pub fn is_dynamic_context_reminder(m: &Message) -> bool {
 pub fn is_injection_target(m: &Message) -> bool {
     matches!(m, Message::Human(_))
         && !is_dynamic_context_reminder(m)
-        && m.name().as_deref() != Some("summary")
+        && !markers::is_summary(m)
         && !m.id().is_some_and(|id| id.ends_with(USER_SUFFIX))
 }
 
@@ -196,7 +196,7 @@ fn reminder_date(m: &Message) -> Option<String> {
 
 fn hidden_kwargs(date: Option<&str>) -> Object {
     let mut k = Object::new();
-    k.insert(HIDE_FROM_UI.into(), Value::Bool(true));
+    markers::mark_hidden(&mut k);
     k.insert(REMINDER_FLAG.into(), Value::Bool(true));
     if let Some(d) = date {
         k.insert(REMINDER_DATE.into(), Value::from(d));
@@ -467,7 +467,7 @@ mod tests {
         assert!(!is_injection_target(&m));
         m.set_id("a__user_b");
         assert!(is_injection_target(&m));
-        *m.name_mut() = Some("summary".into());
+        *m.name_mut() = Some(markers::SUMMARY.into());
         assert!(!is_injection_target(&m));
         let r = date_reminder("r", "2026-05-08, Friday");
         assert!(!is_injection_target(&r));

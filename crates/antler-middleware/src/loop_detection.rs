@@ -20,6 +20,7 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::hash::Hash;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use antler_protocol::markers;
 use antler_protocol::{
     AiMessage, Content, HumanMessage, Message, Object, StateUpdate, ThreadState, ToolCall,
 };
@@ -45,7 +46,7 @@ const SALIENT_FIELDS: [&str; 7] = ["path", "url", "query", "command", "pattern",
 /// The run-context value a hard stop leaves behind.
 pub const STOP_REASON: &str = "loop_capped";
 /// Name of the request-only warning message.
-pub const WARNING_NAME: &str = "loop_warning";
+pub const WARNING_NAME: &str = markers::LOOP_WARNING;
 
 /// Queued when one call set repeats `warn_threshold` times.
 pub const WARNING_MSG: &str = "[LOOP DETECTED] The same tool calls keep coming back. Do not call more tools: give your final answer now, or summarize what you have done so far if the task cannot be finished.";
@@ -769,7 +770,7 @@ impl Middleware for LoopDetectionMiddleware {
             Verdict::Warn(warning) => {
                 Self::observe(
                     run,
-                    "loop_warning",
+                    markers::LOOP_WARNING,
                     json!({"hash": hash, "warning": warning}),
                 );
                 self.queue_warning(run, warning);

@@ -28,6 +28,7 @@ use std::time::Instant;
 
 use antler_models::tokens::{CachedTokenCounter, TokenCounter};
 use antler_models::{ChatModel, ChatRequest};
+use antler_protocol::markers;
 use antler_protocol::{
     AiMessage, Content, HumanMessage, Message, Object, StateUpdate, ThreadState,
 };
@@ -65,7 +66,7 @@ pub const NAME: &str = "DeerFlowSummarizationMiddleware";
 /// `caller` of the summary model call in [`RunEvent`]s.
 pub const CALLER: &str = "middleware:summarize";
 /// `name` of the summary message.
-pub const SUMMARY_NAME: &str = "summary";
+pub const SUMMARY_NAME: &str = markers::SUMMARY;
 /// Text before the summary in the summary message.
 pub const SUMMARY_PREFIX: &str = "Summary of the conversation so far:\n\n";
 /// Summary used when nothing is left to summarize (no model call).
@@ -191,11 +192,7 @@ pub fn is_summary_message(m: &Message) -> bool {
 
 /// A hidden DynamicContext reminder (date or memory), on a human or system message.
 pub fn is_dynamic_context_reminder(m: &Message) -> bool {
-    matches!(m, Message::Human(_) | Message::System(_))
-        && m.additional_kwargs()
-            .get("dynamic_context_reminder")
-            .and_then(Value::as_bool)
-            .unwrap_or(false)
+    matches!(m, Message::Human(_) | Message::System(_)) && markers::is_dynamic_context_reminder(m)
 }
 
 /// Compresses old history into a summary message near the token trigger.
@@ -368,7 +365,7 @@ impl DeerFlowSummarizationMiddleware {
         self.fire_hooks(run, &summarized, &preserved).await;
 
         let mut kwargs = Object::new();
-        kwargs.insert("hide_from_ui".into(), Value::Bool(true));
+        markers::mark_hidden(&mut kwargs);
         let summary_message = Message::Human(HumanMessage {
             content: Content::Text(format!("{SUMMARY_PREFIX}{summary}")),
             additional_kwargs: kwargs,

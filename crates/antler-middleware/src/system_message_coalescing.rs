@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 
+use antler_protocol::markers;
 use antler_protocol::{Content, Message};
 use antler_runtime::{HookSet, Middleware, ModelCallError, ModelNext, ModelRequest, ModelResponse};
 use async_trait::async_trait;
@@ -44,7 +45,7 @@ pub fn flatten(content: &Content) -> String {
 
 fn is_reminder(m: &Message) -> bool {
     m.additional_kwargs()
-        .get("dynamic_context_reminder")
+        .get(markers::DYNAMIC_CONTEXT_REMINDER)
         .is_some_and(|v| !v.is_null() && v != &Value::Bool(false))
 }
 
@@ -122,7 +123,7 @@ mod tests {
         };
         if reminder {
             m.additional_kwargs
-                .insert("dynamic_context_reminder".into(), json!(true));
+                .insert(markers::DYNAMIC_CONTEXT_REMINDER.into(), json!(true));
         }
         Message::System(m)
     }

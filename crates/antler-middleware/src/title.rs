@@ -15,6 +15,7 @@ use std::sync::LazyLock;
 use std::time::Instant;
 
 use antler_models::{ChatModel, ChatRequest};
+use antler_protocol::markers;
 use antler_protocol::{Content, Message, Object, StateUpdate, ThreadState};
 use antler_runtime::{HookOutput, HookSet, Middleware, MiddlewareError, RunContext, RunEvent};
 use async_trait::async_trait;
@@ -156,7 +157,7 @@ fn take_chars(s: &str, n: usize) -> &str {
 fn is_reminder(m: &Message) -> bool {
     matches!(m, Message::Human(_) | Message::System(_))
         && m.additional_kwargs()
-            .get("dynamic_context_reminder")
+            .get(markers::DYNAMIC_CONTEXT_REMINDER)
             .is_some_and(|v| match v {
                 Value::Bool(b) => *b,
                 Value::Null => false,

@@ -19,6 +19,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use antler_protocol::markers;
 use antler_protocol::{
     AiMessage, Content, HumanMessage, Message, Object, StateUpdate, ThreadState, Todo, TodoStatus,
     ToolMessage,
@@ -34,7 +35,7 @@ const NAME: &str = "TodoMiddleware";
 /// The planning tool's name.
 pub const WRITE_TODOS: &str = "write_todos";
 /// Name of the persisted context-loss reminder.
-pub const TODO_REMINDER: &str = "todo_reminder";
+pub const TODO_REMINDER: &str = markers::TODO_REMINDER;
 /// Name of the request-only completion reminder.
 pub const COMPLETION_REMINDER: &str = "todo_completion_reminder";
 /// Bookkeeping keys kept at once (oldest dropped).
@@ -231,7 +232,7 @@ pub fn has_tool_call_intent(ai: &AiMessage) -> bool {
 
 fn hidden_human(name: &str, text: String, id: Option<String>) -> Message {
     let mut kwargs = Object::new();
-    kwargs.insert("hide_from_ui".into(), Value::Bool(true));
+    markers::mark_hidden(&mut kwargs);
     Message::Human(HumanMessage {
         content: Content::Text(text),
         additional_kwargs: kwargs,

@@ -19,6 +19,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 
+use antler_protocol::markers;
 use antler_protocol::{AiMessage, Content, HumanMessage, Message, StateUpdate, ThreadState};
 use antler_runtime::{
     HookOutput, HookSet, Middleware, MiddlewareError, ModelCallError, ModelNext, ModelRequest,
@@ -330,10 +331,10 @@ impl Middleware for TokenBudgetMiddleware {
             };
             if !pending.is_empty() {
                 let mut kwargs = antler_protocol::Object::new();
-                kwargs.insert("hide_from_ui".into(), Value::Bool(true));
+                markers::mark_hidden(&mut kwargs);
                 let msg = Message::Human(HumanMessage {
                     content: Content::Text(pending.join("\n\n")),
-                    name: Some("budget_warning".into()),
+                    name: Some(markers::BUDGET_WARNING.into()),
                     additional_kwargs: kwargs,
                     ..Default::default()
                 });

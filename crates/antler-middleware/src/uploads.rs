@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use antler_protocol::markers;
 use antler_protocol::{Content, Message, StateUpdate, ThreadState};
 use antler_runtime::{HookOutput, HookSet, Middleware, MiddlewareError, RunContext};
 use antler_sandbox::paths::VIRTUAL_UPLOADS;
@@ -552,14 +553,17 @@ impl Middleware for UploadsMiddleware {
         let original = msg.content.text();
         if !msg
             .additional_kwargs
-            .get("original_user_content")
+            .get(markers::ORIGINAL_USER_CONTENT)
             .is_some_and(Value::is_string)
         {
-            if msg.additional_kwargs.contains_key("original_user_content") {
+            if msg
+                .additional_kwargs
+                .contains_key(markers::ORIGINAL_USER_CONTENT)
+            {
                 tracing::warn!("replacing a non-string original_user_content");
             }
             msg.additional_kwargs
-                .insert("original_user_content".into(), Value::from(original));
+                .insert(markers::ORIGINAL_USER_CONTENT.into(), Value::from(original));
         }
         msg.content = match msg.content {
             Content::Text(s) => Content::Text(format!("{text}\n\n{s}")),

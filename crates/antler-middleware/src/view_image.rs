@@ -23,6 +23,7 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
+use antler_protocol::markers;
 use antler_protocol::{
     AiMessage, Content, HumanMessage, Message, Object, StateUpdate, ThreadState,
 };
@@ -38,7 +39,7 @@ pub const MAX_IMAGE_BYTES: u64 = 20 * 1024 * 1024;
 /// Id prefix of the injected message.
 pub const CONTEXT_ID_PREFIX: &str = "view-image-context:";
 /// `additional_kwargs` marker of the injected message (must be `true`).
-pub const CONTEXT_MARKER_KEY: &str = "deerflow_view_image_context";
+pub const CONTEXT_MARKER_KEY: &str = markers::VIEW_IMAGE_CONTEXT;
 /// First text block of the injected message.
 pub const HEADER_TEXT: &str = "Here are the images you've viewed:";
 /// The only block when nothing was viewed.
@@ -227,7 +228,7 @@ pub fn image_blocks(viewed: &Map<String, Value>, root: &Path) -> Vec<Value> {
 /// The hidden human message carrying `blocks`.
 pub fn image_context_message(blocks: Vec<Value>) -> Message {
     let mut kwargs = Object::new();
-    kwargs.insert("hide_from_ui".into(), Value::Bool(true));
+    markers::mark_hidden(&mut kwargs);
     kwargs.insert(CONTEXT_MARKER_KEY.into(), Value::Bool(true));
     Message::Human(HumanMessage {
         content: Content::Blocks(blocks),

@@ -457,17 +457,12 @@ impl Message {
 
     /// `additional_kwargs.hide_from_ui == true`.
     pub fn is_hidden(&self) -> bool {
-        self.additional_kwargs()
-            .get("hide_from_ui")
-            .and_then(Value::as_bool)
-            .unwrap_or(false)
+        crate::markers::is_hidden(self)
     }
 
     /// DeerFlow's "real user message": human, not the summary, not hidden.
     pub fn is_real_user_message(&self) -> bool {
-        matches!(self, Message::Human(_))
-            && self.name().as_deref() != Some("summary")
-            && !self.is_hidden()
+        matches!(self, Message::Human(_)) && !crate::markers::is_summary(self) && !self.is_hidden()
     }
 
     /// Serialize to JSON (infallible for these types: all keys are strings).

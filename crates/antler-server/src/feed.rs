@@ -62,7 +62,7 @@ pub fn run_durations(runs: &[RunRecord]) -> HashMap<String, i64> {
 fn journaled(m: &Message) -> bool {
     match m {
         Message::Human(h) => {
-            h.name.as_deref() != Some("summary")
+            h.name.as_deref() != Some(antler_protocol::markers::SUMMARY)
                 && (!m.is_hidden() || h.additional_kwargs.contains_key("human_input_response"))
         }
         Message::Ai(_) | Message::Tool(_) => true,
@@ -124,7 +124,10 @@ impl MessageFeed for CheckpointFeed {
                         .and_then(Value::as_str)
                         .map(str::to_owned);
                     // The user's own words, without server-injected context.
-                    if let Some(orig) = h.additional_kwargs.get("original_user_content") {
+                    if let Some(orig) = h
+                        .additional_kwargs
+                        .get(antler_protocol::markers::ORIGINAL_USER_CONTENT)
+                    {
                         if orig.is_string() || orig.is_array() {
                             content["content"] = orig.clone();
                         }

@@ -47,12 +47,7 @@ pub const STATE_CHANNELS: [&str; 14] = [
 pub const SERVER_CHANNELS: [&str; 2] = ["sandbox", "thread_data"];
 
 /// `additional_kwargs` keys only the server may set on incoming messages (spec 10 §1.4 rule 5).
-const SERVER_OWNED_KWARGS: [&str; 4] = [
-    "original_user_content",
-    "dynamic_context_reminder",
-    "reminder_date",
-    "deerflow_view_image_context",
-];
+const SERVER_OWNED_KWARGS: [&str; 4] = antler_protocol::markers::SERVER_OWNED_KWARGS;
 
 /// Context keys forwarded into run options (spec 70 §6); everything else is dropped.
 const CONTEXT_KEYS: [&str; 12] = [
