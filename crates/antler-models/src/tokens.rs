@@ -144,13 +144,14 @@ fn encoding_for(model: &str) -> Option<Encoding> {
     use tiktoken_rs::tokenizer::Tokenizer;
     if let Some(t) = tiktoken_rs::tokenizer::get_tokenizer(id) {
         return Some(match t {
-            Tokenizer::O200kBase => Encoding::O200kBase,
+            // Harmony adds special tokens only; ordinary text encodes as o200k_base.
+            Tokenizer::O200kBase | Tokenizer::O200kHarmony => Encoding::O200kBase,
             Tokenizer::Cl100kBase => Encoding::Cl100kBase,
             Tokenizer::P50kBase | Tokenizer::P50kEdit => Encoding::P50kBase,
             Tokenizer::R50kBase | Tokenizer::Gpt2 => Encoding::R50kBase,
         });
     }
-    // Newer OpenAI families than tiktoken-rs 0.7 knows.
+    // Newer OpenAI families than tiktoken-rs knows.
     const O200K: [&str; 8] = [
         "gpt-5", "gpt-4.5", "gpt-4.1", "gpt-4o", "chatgpt-", "o1", "o3", "o4",
     ];
