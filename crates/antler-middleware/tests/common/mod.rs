@@ -1,1 +1,131 @@
-//! Helpers shared by every suite module.
+//! Helpers shared by every suite module: messages and states, run contexts, a model request,
+//! a middleware-event recorder and a tracing log capture. Group modules re-export what they use
+//! and add their own (shadowing a name here when their shape differs).
+#![allow(dead_code)]
+
+use std::sync::{Arc, Mutex};
+
+use antler_models::ChatModel;
+use antler_protocol::{HumanMessage, Message, Messages, Object, ThreadState};
+use antler_runtime::{ModelRequest, NullSink, RunContext, RunEvent, RunObserver};
+use serde_json::Value;
+
+pub fn run_ctx(thread: &str, run: &str) -> Arc<RunContext> {
+    Arc::new(RunContext::new(thread, run, Arc::new(NullSink)))
+}
+
+pub fn human(id: &str, text: &str) -> Message {
+    Message::Human(HumanMessage {
+        content: text.into(),
+        id: Some(id.to_owned()),
+        ..Default::default()
+    })
+}
+
+pub fn state_of(msgs: Vec<Message>) -> ThreadState {
+    ThreadState {
+        messages: Messages::from_messages(msgs),
+        ..Default::default()
+    }
+}
+
+/// Tool-call arguments from a JSON value (anything but an object means none).
+pub fn args_object(args: &Value) -> Object {
+    match args {
+        Value::Object(o) => o.clone(),
+        _ => Object::new(),
+    }
+}
+
+/// A non-streaming request of `msgs` to `model`, with no tools and an empty state.
+pub fn model_request(
+    model: Arc<dyn ChatModel>,
+    run: Arc<RunContext>,
+    msgs: Vec<Message>,
+) -> ModelRequest {
+    ModelRequest {
+        model,
+        system_prompt: None,
+        messages: Arc::new(msgs.into_iter().map(Arc::new).collect()),
+        tools: Vec::new(),
+        tool_choice: None,
+        settings: Object::new(),
+        stream: false,
+        message_id: "msg-1".into(),
+        state: Arc::new(ThreadState::default()),
+        run,
+    }
+}
+
+/// Every `Middleware` run event, as `(action, payload)`.
+#[derive(Default)]
+pub struct Recorder(pub Mutex<Vec<(String, Value)>>);
+
+impl RunObserver for Recorder {
+    fn on_event(&self, _run: &RunContext, event: &RunEvent<'_>) {
+        if let RunEvent::Middleware {
+            action, payload, ..
+        } = event
+        {
+            self.0
+                .lock()
+                .unwrap()
+                .push(((*action).to_owned(), (*payload).clone()));
+        }
+    }
+}
+
+/// Captures the formatted `message` of every tracing event on this thread while alive.
+pub struct LogCapture {
+    lines: Arc<Mutex<Vec<String>>>,
+    _guard: tracing::subscriber::DefaultGuard,
+}
+
+impl LogCapture {
+    pub fn start() -> LogCapture {
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let guard = tracing::subscriber::set_default(Capture(lines.clone()));
+        LogCapture {
+            lines,
+            _guard: guard,
+        }
+    }
+
+    pub fn lines(&self) -> Vec<String> {
+        self.lines.lock().unwrap().clone()
+    }
+
+    pub fn text(&self) -> String {
+        self.lines.lock().unwrap().join("\n")
+    }
+}
+
+struct Capture(Arc<Mutex<Vec<String>>>);
+
+struct MessageVisitor(String);
+
+impl tracing::field::Visit for MessageVisitor {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "message" {
+            self.0 = format!("{value:?}");
+        }
+    }
+}
+
+impl tracing::Subscriber for Capture {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        let mut v = MessageVisitor(String::new());
+        event.record(&mut v);
+        self.0.lock().unwrap().push(v.0);
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}

@@ -13,13 +13,14 @@ use antler_middleware::loop_detection::{
 };
 use antler_models::{ModelError, ScriptedModel, ScriptedReply};
 use antler_protocol::{
-    AiMessage, Content, Message, Messages, Object, StateUpdate, ThreadState, ToolCall, ToolMessage,
-    ToolSpec,
+    AiMessage, Content, Message, Object, StateUpdate, ThreadState, ToolCall, ToolMessage, ToolSpec,
 };
 use antler_runtime::*;
 use async_trait::async_trait;
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
+
+use crate::common::{model_request, state_of};
 
 // ---------------------------------------------------------------------------------------------
 // helpers
@@ -42,6 +43,22 @@ fn mw(f: impl FnOnce(&mut LoopDetectionConfig)) -> LoopDetectionMiddleware {
     LoopDetectionMiddleware::new(settings(f)).unwrap()
 }
 
+/// A detector warning and stopping on repeated identical call sets at `warn` / `hard`.
+fn sets(warn: usize, hard: usize) -> LoopDetectionMiddleware {
+    mw(|s| {
+        s.warn_threshold = warn;
+        s.hard_limit = hard;
+    })
+}
+
+/// A detector warning and stopping on calls of one tool at `warn` / `hard`.
+fn freq(warn: usize, hard: usize) -> LoopDetectionMiddleware {
+    mw(|s| {
+        s.tool_freq_warn = warn;
+        s.tool_freq_hard_limit = hard;
+    })
+}
+
 fn call(name: &str, id: &str, args: Value) -> ToolCall {
     ToolCall::new(id, name, args.as_object().cloned().unwrap_or_default())
 }
@@ -62,13 +79,6 @@ fn ai_with(calls: Vec<ToolCall>, content: Content) -> AiMessage {
     AiMessage {
         content,
         tool_calls: calls,
-        ..Default::default()
-    }
-}
-
-fn state_of(msgs: Vec<Message>) -> ThreadState {
-    ThreadState {
-        messages: Messages::from_messages(msgs),
         ..Default::default()
     }
 }
@@ -111,18 +121,7 @@ async fn through(
 ) -> Vec<Message> {
     let model = Arc::new(ScriptedModel::new([ScriptedReply::text("ok")]));
     let chain = Chain::new(vec![m]).unwrap();
-    let req = ModelRequest {
-        model: model.clone(),
-        system_prompt: None,
-        messages: Arc::new(msgs.into_iter().map(Arc::new).collect()),
-        tools: Vec::new(),
-        tool_choice: None,
-        settings: Object::new(),
-        stream: false,
-        message_id: "m".into(),
-        state: Arc::new(ThreadState::default()),
-        run: r,
-    };
+    let req = model_request(model.clone(), r, msgs);
     chain.call_model(req).await.unwrap();
     model.requests().remove(0).messages
 }
@@ -616,10 +615,7 @@ async fn warned_hashes_stay_inside_the_window() {
 
 #[tokio::test]
 async fn hard_stop_strips_tool_calls_and_stamps_loop_capped_once() {
-    let m = mw(|s| {
-        s.warn_threshold = 2;
-        s.hard_limit = 4;
-    });
+    let m = sets(2, 4);
     let r = rt();
     for _ in 0..3 {
         apply(&m, vec![bash("ls")], &r).await;
@@ -637,10 +633,7 @@ async fn hard_stop_strips_tool_calls_and_stamps_loop_capped_once() {
 
 #[tokio::test]
 async fn warnings_alone_never_stamp_a_stop_reason() {
-    let m = mw(|s| {
-        s.warn_threshold = 2;
-        s.hard_limit = 10;
-    });
+    let m = sets(2, 10);
     let r = rt();
     apply(&m, vec![bash("ls")], &r).await;
     apply(&m, vec![bash("ls")], &r).await;
@@ -650,10 +643,7 @@ async fn warnings_alone_never_stamp_a_stop_reason() {
 
 #[tokio::test]
 async fn the_frequency_hard_stop_stamps_loop_capped_too() {
-    let m = mw(|s| {
-        s.tool_freq_warn = 2;
-        s.tool_freq_hard_limit = 3;
-    });
+    let m = freq(2, 3);
     let r = rt();
     for i in 0..3 {
         let out = apply(&m, vec![bash(&format!("cmd_{i}"))], &r).await;
@@ -671,10 +661,7 @@ async fn the_frequency_hard_stop_stamps_loop_capped_too() {
 
 #[tokio::test]
 async fn a_run_without_an_id_still_records_its_stop_reason_in_the_run_context() {
-    let m = mw(|s| {
-        s.warn_threshold = 2;
-        s.hard_limit = 4;
-    });
+    let m = sets(2, 4);
     let r = run("t", "");
     for _ in 0..4 {
         apply(&m, vec![bash("ls")], &r).await;
@@ -711,10 +698,7 @@ fn append_text_shapes() {
 
 #[tokio::test]
 async fn hard_stop_keeps_the_content_shape() {
-    let m = mw(|s| {
-        s.warn_threshold = 2;
-        s.hard_limit = 4;
-    });
+    let m = sets(2, 4);
     let r = rt();
     let blocks = Content::Blocks(vec![
         json!({"type": "thinking", "text": "Let me think..."}),
@@ -750,10 +734,7 @@ async fn hard_stop_keeps_the_content_shape() {
 
 #[tokio::test]
 async fn hard_stop_clears_raw_provider_tool_calls() {
-    let m = mw(|s| {
-        s.warn_threshold = 2;
-        s.hard_limit = 4;
-    });
+    let m = sets(2, 4);
     let r = rt();
     let provider = || {
         let mut ai = ai_with(vec![bash("ls")], Content::Text("thinking...".into()));
@@ -795,10 +776,7 @@ async fn hard_stop_clears_raw_provider_tool_calls() {
 
 #[tokio::test]
 async fn frequency_warns_once_at_its_threshold() {
-    let m = mw(|s| {
-        s.tool_freq_warn = 5;
-        s.tool_freq_hard_limit = 10;
-    });
+    let m = freq(5, 10);
     let r = rt();
     for i in 0..4 {
         assert_eq!(
@@ -818,10 +796,7 @@ async fn frequency_warns_once_at_its_threshold() {
 
 #[tokio::test]
 async fn frequency_hard_stop_names_the_tool() {
-    let m = mw(|s| {
-        s.tool_freq_warn = 3;
-        s.tool_freq_hard_limit = 6;
-    });
+    let m = freq(3, 6);
     let r = rt();
     for i in 0..5 {
         apply(&m, vec![read(&format!("/file_{i}.py"))], &r).await;
@@ -871,10 +846,7 @@ async fn spread_out_calls_decay_but_a_tight_burst_still_stops() {
 
 #[tokio::test]
 async fn tools_and_threads_are_counted_independently() {
-    let m = mw(|s| {
-        s.tool_freq_warn = 3;
-        s.tool_freq_hard_limit = 10;
-    });
+    let m = freq(3, 10);
     let r = rt();
     for i in 0..2 {
         apply(&m, vec![read(&format!("/file_{i}.py"))], &r).await;
@@ -886,10 +858,7 @@ async fn tools_and_threads_are_counted_independently() {
     apply(&m, vec![read("/file_2.py")], &r).await;
     assert!(m.pending_for(&r)[0].contains("read_file"));
 
-    let m = mw(|s| {
-        s.tool_freq_warn = 3;
-        s.tool_freq_hard_limit = 10;
-    });
+    let m = freq(3, 10);
     let a = run("thread-A", "r");
     let b = run("thread-B", "r");
     for i in 0..2 {
@@ -903,10 +872,7 @@ async fn tools_and_threads_are_counted_independently() {
 
 #[tokio::test]
 async fn reset_and_eviction_restart_frequency_counts() {
-    let m = mw(|s| {
-        s.tool_freq_warn = 3;
-        s.tool_freq_hard_limit = 10;
-    });
+    let m = freq(3, 10);
     let a = run("thread-A", "r");
     let b = run("thread-B", "r");
     for i in 0..2 {
@@ -934,10 +900,7 @@ async fn reset_and_eviction_restart_frequency_counts() {
     assert_eq!(m.tool_count("thread-evicted", "read_file"), 0);
     assert_eq!(apply(&m, vec![read("/fresh.py")], &evicted).await, None);
 
-    let m = mw(|s| {
-        s.tool_freq_warn = 2;
-        s.tool_freq_hard_limit = 3;
-    });
+    let m = freq(2, 3);
     for i in 0..2 {
         apply(&m, vec![read(&format!("/f_{i}.py"))], &b).await;
     }
@@ -948,10 +911,7 @@ async fn reset_and_eviction_restart_frequency_counts() {
 
 #[tokio::test]
 async fn every_call_of_one_response_counts() {
-    let m = mw(|s| {
-        s.tool_freq_warn = 5;
-        s.tool_freq_hard_limit = 10;
-    });
+    let m = freq(5, 10);
     let r = rt();
     assert_eq!(
         apply(&m, vec![read("/a.py"), read("/b.py")], &r).await,
@@ -1189,10 +1149,7 @@ async fn an_endless_loop_is_warned_then_stopped_on_the_fifth_call() {
 #[tokio::test]
 async fn a_tight_threshold_caps_the_run_as_the_worker_reads_it() {
     // test_loop_detection_stop_reason.py: warn 1, hard 3 ⇒ loop_capped, status success.
-    let m = Arc::new(mw(|s| {
-        s.warn_threshold = 1;
-        s.hard_limit = 3;
-    }));
+    let m = Arc::new(sets(1, 3));
     let model = Arc::new(ScriptedModel::new([]).with_fallback(|req| {
         ScriptedReply::tool_call(
             &format!("c{}", req.messages.len()),

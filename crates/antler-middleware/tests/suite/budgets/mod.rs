@@ -4,28 +4,15 @@
 mod token;
 mod tool_output;
 
+pub use crate::common::{human, run_ctx, state_of, Recorder};
+
 use std::sync::{Arc, Mutex};
 
 use antler_models::{ScriptedModel, ScriptedReply};
-use antler_protocol::{
-    AiMessage, HumanMessage, Message, Messages, Object, ThreadState, ToolCall, ToolSpec,
-    UsageMetadata,
-};
+use antler_protocol::{AiMessage, Message, Object, ToolCall, ToolSpec, UsageMetadata};
 use antler_runtime::*;
 use async_trait::async_trait;
-use serde_json::{json, Value};
-
-pub fn run_ctx(thread: &str, run: &str) -> Arc<RunContext> {
-    Arc::new(RunContext::new(thread, run, Arc::new(NullSink)))
-}
-
-pub fn human(id: &str, text: &str) -> Message {
-    Message::Human(HumanMessage {
-        content: text.into(),
-        id: Some(id.to_owned()),
-        ..Default::default()
-    })
-}
+use serde_json::json;
 
 /// An AI message with usage and optional tool calls `(id, name)`.
 pub fn ai(id: &str, input: u64, output: u64, calls: &[(&str, &str)]) -> AiMessage {
@@ -44,13 +31,6 @@ pub fn ai(id: &str, input: u64, output: u64, calls: &[(&str, &str)]) -> AiMessag
             .insert("finish_reason".into(), json!("tool_calls"));
     }
     m
-}
-
-pub fn state_of(msgs: Vec<Message>) -> ThreadState {
-    ThreadState {
-        messages: Messages::from_messages(msgs),
-        ..Default::default()
-    }
 }
 
 pub fn spec(name: &str) -> Arc<ToolSpec> {
@@ -107,22 +87,4 @@ pub fn scripted(replies: Vec<AiMessage>) -> Arc<ScriptedModel> {
     Arc::new(ScriptedModel::new(
         replies.into_iter().map(ScriptedReply::Message),
     ))
-}
-
-/// Every `Middleware` run event, as `(action, payload)`.
-#[derive(Default)]
-pub struct Recorder(pub Mutex<Vec<(String, Value)>>);
-
-impl RunObserver for Recorder {
-    fn on_event(&self, _run: &RunContext, event: &RunEvent<'_>) {
-        if let RunEvent::Middleware {
-            action, payload, ..
-        } = event
-        {
-            self.0
-                .lock()
-                .unwrap()
-                .push(((*action).to_owned(), (*payload).clone()));
-        }
-    }
 }

@@ -5,36 +5,19 @@
 mod durable;
 mod dynamic;
 
-use std::sync::{Arc, Mutex};
+pub use crate::common::{human, run_ctx, state_of, Recorder};
+
+use std::sync::Arc;
 
 use antler_models::{RecordedRequest, ScriptedModel, ScriptedReply};
-use antler_protocol::{HumanMessage, Message, Messages, ThreadState};
+use antler_protocol::{Message, ThreadState};
 use antler_runtime::*;
 use serde_json::Value;
-
-pub fn run_ctx(thread: &str, run: &str) -> Arc<RunContext> {
-    Arc::new(RunContext::new(thread, run, Arc::new(NullSink)))
-}
-
-pub fn human(id: &str, text: &str) -> Message {
-    Message::Human(HumanMessage {
-        content: text.into(),
-        id: Some(id.to_owned()),
-        ..Default::default()
-    })
-}
 
 pub fn ai(id: &str, text: &str) -> Message {
     let mut m = Message::ai(text);
     m.set_id(id);
     m
-}
-
-pub fn state_of(msgs: Vec<Message>) -> ThreadState {
-    ThreadState {
-        messages: Messages::from_messages(msgs),
-        ..Default::default()
-    }
 }
 
 /// Fold a hook's update into the state, as the loop does.
@@ -70,22 +53,4 @@ pub fn echo_model() -> Arc<ScriptedModel> {
 
 pub fn last_request(model: &ScriptedModel) -> RecordedRequest {
     model.requests().pop().unwrap()
-}
-
-/// Every `Middleware` run event, as `(action, payload)`.
-#[derive(Default)]
-pub struct Recorder(pub Mutex<Vec<(String, Value)>>);
-
-impl RunObserver for Recorder {
-    fn on_event(&self, _run: &RunContext, event: &RunEvent<'_>) {
-        if let RunEvent::Middleware {
-            action, payload, ..
-        } = event
-        {
-            self.0
-                .lock()
-                .unwrap()
-                .push(((*action).to_owned(), (*payload).clone()));
-        }
-    }
 }

@@ -18,24 +18,7 @@ pub fn run_ctx() -> (Arc<RunContext>, Arc<CollectingSink>) {
     (run, sink)
 }
 
-pub fn model_request(
-    model: Arc<dyn ChatModel>,
-    run: Arc<RunContext>,
-    msgs: Vec<Message>,
-) -> ModelRequest {
-    ModelRequest {
-        model,
-        system_prompt: None,
-        messages: Arc::new(msgs.into_iter().map(Arc::new).collect()),
-        tools: Vec::new(),
-        tool_choice: None,
-        settings: Object::new(),
-        stream: false,
-        message_id: "msg-1".into(),
-        state: Arc::new(ThreadState::default()),
-        run,
-    }
-}
+pub use crate::common::model_request;
 
 pub fn tool_request(
     call: ToolCall,

@@ -108,6 +108,23 @@ fn ai_of(m: &Message) -> &AiMessage {
     m.as_ai().expect("an AI message")
 }
 
+/// The tool-call ids of the AI message `m`, in order.
+fn call_ids(m: &Message) -> Vec<String> {
+    ai_of(m)
+        .tool_calls
+        .iter()
+        .map(|c| c.id_str().to_owned())
+        .collect()
+}
+
+/// `result` is the tool message answering call `index` of `ai`.
+fn assert_answers(result: &Message, ai: &Message, index: usize) {
+    assert_eq!(
+        Some(tm(result).tool_call_id.clone()),
+        ai_of(ai).tool_calls[index].id
+    );
+}
+
 fn tm(m: &Message) -> &ToolMessage {
     m.as_tool().expect("a tool message")
 }
@@ -780,10 +797,7 @@ fn an_empty_id_keeps_its_paired_result() {
     .unwrap();
     assert_eq!(p.len(), 2);
     assert_eq!(text(&p[1]), "REAL RESULT");
-    assert_eq!(
-        Some(tm(&p[1]).tool_call_id.clone()),
-        ai_of(&p[0]).tool_calls[0].id
-    );
+    assert_answers(&p[1], &p[0], 0);
     assert_eq!(tm(&p[1]).status, ToolStatus::Success);
 }
 
@@ -795,11 +809,7 @@ fn several_empty_ids_get_distinct_ids_and_pair_in_order() {
         tool_text("", Some("ls"), "second"),
     ])
     .unwrap();
-    let ids: Vec<String> = ai_of(&p[0])
-        .tool_calls
-        .iter()
-        .map(|c| c.id_str().to_owned())
-        .collect();
+    let ids: Vec<String> = call_ids(&p[0]);
     assert_ne!(ids[0], ids[1]);
     assert_eq!([text(&p[1]), text(&p[2])], ["first", "second"]);
     assert_eq!(
@@ -895,10 +905,7 @@ fn a_null_id_call_reclaims_its_own_null_id_result() {
     let p = patch(&[ai(vec![tc("bash", None)]), null_result]).unwrap();
     assert_eq!(p.len(), 2);
     assert_eq!(text(&p[1]), "REAL RESULT");
-    assert_eq!(
-        Some(tm(&p[1]).tool_call_id.clone()),
-        ai_of(&p[0]).tool_calls[0].id
-    );
+    assert_answers(&p[1], &p[0], 0);
 }
 
 #[test]
@@ -910,15 +917,9 @@ fn a_dangling_call_never_consumes_a_later_turns_result() {
     ])
     .unwrap();
     assert_eq!(p.len(), 4);
-    assert_eq!(
-        Some(tm(&p[1]).tool_call_id.clone()),
-        ai_of(&p[0]).tool_calls[0].id
-    );
+    assert_answers(&p[1], &p[0], 0);
     assert_eq!(tm(&p[1]).status, ToolStatus::Error);
-    assert_eq!(
-        Some(tm(&p[3]).tool_call_id.clone()),
-        ai_of(&p[2]).tool_calls[0].id
-    );
+    assert_answers(&p[3], &p[2], 0);
     assert_eq!(text(&p[3]), "REAL RESULT");
 }
 
@@ -932,10 +933,7 @@ fn an_orphan_is_not_adopted_by_a_later_malformed_call() {
     .unwrap();
     assert!(p.iter().all(|m| text(m) != "STALE ORPHAN"));
     assert_eq!(p.len(), 3);
-    assert_eq!(
-        Some(tm(&p[2]).tool_call_id.clone()),
-        ai_of(&p[1]).tool_calls[0].id
-    );
+    assert_answers(&p[2], &p[1], 0);
     assert_eq!(tm(&p[2]).status, ToolStatus::Error);
 }
 
@@ -946,11 +944,7 @@ fn names_keep_siblings_from_taking_each_others_results() {
         tool_text("", Some("write_file"), "REAL RESULT"),
     ])
     .unwrap();
-    let ids: Vec<String> = ai_of(&p[0])
-        .tool_calls
-        .iter()
-        .map(|c| c.id_str().to_owned())
-        .collect();
+    let ids: Vec<String> = call_ids(&p[0]);
     assert_eq!(
         result_for(&p, &ids[1]).unwrap().content,
         Content::Text("REAL RESULT".into())
@@ -991,11 +985,7 @@ fn identical_parallel_calls_pair_in_order_when_all_answered() {
         tool_text("", Some("bash"), "RESULT B"),
     ])
     .unwrap();
-    let ids: Vec<String> = ai_of(&p[0])
-        .tool_calls
-        .iter()
-        .map(|c| c.id_str().to_owned())
-        .collect();
+    let ids: Vec<String> = call_ids(&p[0]);
     assert_eq!(
         [
             tm(&p[1]).tool_call_id.clone(),
@@ -1013,11 +1003,7 @@ fn valid_ids_are_left_byte_for_byte_unchanged() {
         tool_text(" call_1 ", Some("bash"), "result"),
     ])
     .unwrap();
-    let ids: Vec<String> = ai_of(&p[0])
-        .tool_calls
-        .iter()
-        .map(|c| c.id_str().to_owned())
-        .collect();
+    let ids: Vec<String> = call_ids(&p[0]);
     assert_eq!(ids[0], " call_1 ");
     assert!(!ids[1].is_empty() && ids[1] != " call_1 ");
     assert_eq!(

@@ -2,9 +2,9 @@
 
 use std::sync::{Arc, Mutex};
 
+use crate::common::args_object;
 use antler_protocol::{
-    AiMessage, Content, Message, Messages, Object, StateUpdate, ThreadState, ToolCall, ToolSpec,
-    UsageMetadata,
+    AiMessage, Content, Message, Object, StateUpdate, ToolCall, ToolSpec, UsageMetadata,
 };
 use antler_runtime::{
     Command, NullSink, RunContext, RunEvent, RunObserver, Tool, ToolContext, ToolError, ToolOutput,
@@ -12,15 +12,10 @@ use antler_runtime::{
 use async_trait::async_trait;
 use serde_json::{json, Value};
 
+pub use crate::common::{state_of as state, LogCapture};
+
 pub fn run_ctx(thread: &str, run: &str) -> RunContext {
     RunContext::new(thread, run, Arc::new(NullSink))
-}
-
-pub fn state(msgs: Vec<Message>) -> ThreadState {
-    ThreadState {
-        messages: Messages::from_messages(msgs),
-        ..Default::default()
-    }
 }
 
 pub fn ai_text(text: &str) -> Message {
@@ -32,13 +27,7 @@ pub fn ai_calls(calls: &[(&str, &str, Value)]) -> AiMessage {
     AiMessage {
         tool_calls: calls
             .iter()
-            .map(|(id, name, args)| {
-                let args = match args {
-                    Value::Object(o) => o.clone(),
-                    _ => Object::new(),
-                };
-                ToolCall::new(*id, *name, args)
-            })
+            .map(|(id, name, args)| ToolCall::new(*id, *name, args_object(args)))
             .collect(),
         ..Default::default()
     }
@@ -195,55 +184,4 @@ impl RunObserver for Recorder {
         };
         self.events.lock().unwrap().push(v);
     }
-}
-
-/// Captures the formatted `message` of every tracing event on this thread while alive.
-pub struct LogCapture {
-    lines: Arc<Mutex<Vec<String>>>,
-    _guard: tracing::subscriber::DefaultGuard,
-}
-
-impl LogCapture {
-    pub fn start() -> LogCapture {
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let guard = tracing::subscriber::set_default(Capture(lines.clone()));
-        LogCapture {
-            lines,
-            _guard: guard,
-        }
-    }
-
-    pub fn text(&self) -> String {
-        self.lines.lock().unwrap().join("\n")
-    }
-}
-
-struct Capture(Arc<Mutex<Vec<String>>>);
-
-struct MessageVisitor(String);
-
-impl tracing::field::Visit for MessageVisitor {
-    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-        if field.name() == "message" {
-            self.0 = format!("{value:?}");
-        }
-    }
-}
-
-impl tracing::Subscriber for Capture {
-    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
-        true
-    }
-    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        tracing::span::Id::from_u64(1)
-    }
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, event: &tracing::Event<'_>) {
-        let mut v = MessageVisitor(String::new());
-        event.record(&mut v);
-        self.0.lock().unwrap().push(v.0);
-    }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
 }

@@ -10,6 +10,7 @@ use pretty_assertions::assert_eq;
 use serde_json::json;
 
 use super::support::*;
+use crate::common::LogCapture;
 
 fn four() -> Vec<Message> {
     vec![
@@ -113,7 +114,7 @@ async fn a_failing_or_panicking_hook_never_blocks_the_others_or_the_compaction()
         None,
         hooks,
     );
-    let logs = capture_logs();
+    let logs = LogCapture::start();
     let out = mw
         .before_model(&state(four()), &run_ctx("t"))
         .await
@@ -154,51 +155,4 @@ async fn hooks_are_not_fired_when_the_summary_fails() {
     // History unchanged, no hook: the next model call tries again.
     assert!(update_is_empty(&out));
     assert!(log.lock().unwrap().is_empty());
-}
-
-/// Log lines (the `message` field) emitted on this thread while the guard lives.
-struct Logs {
-    lines: Arc<Mutex<Vec<String>>>,
-    _guard: tracing::subscriber::DefaultGuard,
-}
-
-impl Logs {
-    fn lines(&self) -> Vec<String> {
-        self.lines.lock().unwrap().clone()
-    }
-}
-
-fn capture_logs() -> Logs {
-    struct Capture(Arc<Mutex<Vec<String>>>);
-    struct Msg(String);
-    impl tracing::field::Visit for Msg {
-        fn record_debug(&mut self, f: &tracing::field::Field, v: &dyn std::fmt::Debug) {
-            if f.name() == "message" {
-                self.0 = format!("{v:?}");
-            }
-        }
-    }
-    impl tracing::Subscriber for Capture {
-        fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
-            true
-        }
-        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-            tracing::span::Id::from_u64(1)
-        }
-        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-        fn event(&self, e: &tracing::Event<'_>) {
-            let mut m = Msg(String::new());
-            e.record(&mut m);
-            self.0.lock().unwrap().push(m.0);
-        }
-        fn enter(&self, _: &tracing::span::Id) {}
-        fn exit(&self, _: &tracing::span::Id) {}
-    }
-    let lines = Arc::new(Mutex::new(Vec::new()));
-    let guard = tracing::subscriber::set_default(Capture(lines.clone()));
-    Logs {
-        lines,
-        _guard: guard,
-    }
 }

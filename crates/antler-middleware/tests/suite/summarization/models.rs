@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use antler_middleware::summarization::*;
-use antler_models::{ModelError, ScriptedReply};
+use antler_models::{ModelError, ScriptedModel, ScriptedReply};
 use antler_protocol::{AiMessage, Message};
 use antler_runtime::{Middleware, NullSink, RunContext};
 use pretty_assertions::assert_eq;
@@ -29,6 +29,17 @@ fn failure() -> ScriptedReply {
     ScriptedReply::Error(ModelError::Timeout(Duration::from_secs(5)))
 }
 
+/// One `before_model` over [`msgs`] with the run model `run` and the summary model `summary`.
+async fn summarize(
+    run: Arc<ScriptedModel>,
+    summary: Option<Arc<ScriptedModel>>,
+) -> antler_runtime::HookOutput {
+    middleware(cfg(), run, summary, vec![])
+        .before_model(&state(msgs()), &run_ctx("t"))
+        .await
+        .unwrap()
+}
+
 fn summary_of(out: &antler_runtime::HookOutput) -> Option<String> {
     let w = written(out);
     w.get(1).map(|m| m.text())
@@ -37,11 +48,7 @@ fn summary_of(out: &antler_runtime::HookOutput) -> Option<String> {
 #[tokio::test]
 async fn without_a_summary_model_the_run_model_summarizes() {
     let run = model("run-model", vec![ScriptedReply::text("from run")]);
-    let mw = middleware(cfg(), run.clone(), None, vec![]);
-    let out = mw
-        .before_model(&state(msgs()), &run_ctx("t"))
-        .await
-        .unwrap();
+    let out = summarize(run.clone(), None).await;
     assert_eq!(
         summary_of(&out).unwrap(),
         format!("{SUMMARY_PREFIX}from run")
@@ -58,11 +65,7 @@ async fn without_a_summary_model_the_run_model_summarizes() {
 async fn the_summary_model_goes_first_and_the_run_model_is_the_fallback() {
     let primary = model("cheap", vec![ScriptedReply::text("from cheap")]);
     let run = model("run-model", vec![]);
-    let mw = middleware(cfg(), run.clone(), Some(primary.clone()), vec![]);
-    let out = mw
-        .before_model(&state(msgs()), &run_ctx("t"))
-        .await
-        .unwrap();
+    let out = summarize(run.clone(), Some(primary.clone())).await;
     assert_eq!(
         summary_of(&out).unwrap(),
         format!("{SUMMARY_PREFIX}from cheap")
@@ -72,11 +75,7 @@ async fn the_summary_model_goes_first_and_the_run_model_is_the_fallback() {
     // The summary model fails: the run model answers.
     let primary = model("cheap", vec![failure()]);
     let run = model("run-model", vec![ScriptedReply::text("from run")]);
-    let mw = middleware(cfg(), run.clone(), Some(primary.clone()), vec![]);
-    let out = mw
-        .before_model(&state(msgs()), &run_ctx("t"))
-        .await
-        .unwrap();
+    let out = summarize(run.clone(), Some(primary.clone())).await;
     assert_eq!(
         summary_of(&out).unwrap(),
         format!("{SUMMARY_PREFIX}from run")
@@ -93,11 +92,7 @@ async fn the_summary_model_goes_first_and_the_run_model_is_the_fallback() {
 async fn when_every_candidate_fails_the_history_is_kept() {
     let primary = model("cheap", vec![failure()]);
     let run = model("run-model", vec![failure()]);
-    let mw = middleware(cfg(), run.clone(), Some(primary.clone()), vec![]);
-    let out = mw
-        .before_model(&state(msgs()), &run_ctx("t"))
-        .await
-        .unwrap();
+    let out = summarize(run.clone(), Some(primary.clone())).await;
     assert!(update_is_empty(&out));
     // Each tried exactly once (no in-process retry).
     assert_eq!(primary.requests().len(), 1);
@@ -107,11 +102,7 @@ async fn when_every_candidate_fails_the_history_is_kept() {
 #[tokio::test]
 async fn the_same_model_configured_twice_is_tried_once() {
     let run = model("run-model", vec![failure(), ScriptedReply::text("late")]);
-    let mw = middleware(cfg(), run.clone(), Some(run.clone()), vec![]);
-    let out = mw
-        .before_model(&state(msgs()), &run_ctx("t"))
-        .await
-        .unwrap();
+    let out = summarize(run.clone(), Some(run.clone())).await;
     assert!(update_is_empty(&out));
     assert_eq!(run.requests().len(), 1);
     // Same name, different object: still one candidate.
@@ -142,11 +133,7 @@ async fn a_blank_answer_is_a_failure() {
     // A blank summary model falls back to the run model.
     let blank = model("cheap", vec![ScriptedReply::text("   ")]);
     let run = model("run", vec![ScriptedReply::text("  real summary \n")]);
-    let mw = middleware(cfg(), run.clone(), Some(blank), vec![]);
-    let out = mw
-        .before_model(&state(msgs()), &run_ctx("t"))
-        .await
-        .unwrap();
+    let out = summarize(run.clone(), Some(blank)).await;
     assert_eq!(
         summary_of(&out).unwrap(),
         format!("{SUMMARY_PREFIX}real summary")
@@ -161,11 +148,7 @@ async fn a_blank_answer_is_a_failure() {
         )],
         ..Default::default()
     });
-    let mw = middleware(cfg(), model("run", vec![calls]), None, vec![]);
-    let out = mw
-        .before_model(&state(msgs()), &run_ctx("t"))
-        .await
-        .unwrap();
+    let out = summarize(model("run", vec![calls]), None).await;
     assert!(update_is_empty(&out));
 }
 

@@ -2,6 +2,7 @@
 
 use std::sync::{Arc, Mutex};
 
+use crate::common::args_object;
 use antler_middleware::summarization::{
     BeforeSummarizationHook, ContextSize, DeerFlowSummarizationMiddleware, SummarizationConfig,
     SummarizationEvent,
@@ -9,20 +10,14 @@ use antler_middleware::summarization::{
 use antler_models::tokens::TokenCounter;
 use antler_models::{ChatModel, ModelInfo, ScriptedModel, ScriptedReply};
 use antler_protocol::{
-    AiMessage, HumanMessage, Message, Messages, Object, StateUpdate, SystemMessage, ThreadState,
-    ToolCall, ToolMessage,
+    AiMessage, HumanMessage, Message, Object, StateUpdate, SystemMessage, ThreadState, ToolCall,
+    ToolMessage,
 };
 use antler_runtime::{HookOutput, NullSink, RunContext, RunEvent, RunObserver};
 use async_trait::async_trait;
 use serde_json::{json, Value};
 
-pub fn human(id: &str, text: &str) -> Message {
-    Message::Human(HumanMessage {
-        content: text.into(),
-        id: Some(id.into()),
-        ..Default::default()
-    })
-}
+pub use crate::common::{human, state_of as state};
 
 pub fn ai(id: &str, text: &str) -> Message {
     Message::Ai(AiMessage {
@@ -36,13 +31,7 @@ pub fn ai(id: &str, text: &str) -> Message {
 pub fn ai_calls(id: &str, calls: &[(&str, &str, Value)]) -> Message {
     let tool_calls = calls
         .iter()
-        .map(|(cid, name, args)| {
-            let args = match args {
-                Value::Object(o) => o.clone(),
-                _ => Object::new(),
-            };
-            ToolCall::new(*cid, *name, args)
-        })
+        .map(|(cid, name, args)| ToolCall::new(*cid, *name, args_object(args)))
         .collect();
     let mut m = AiMessage {
         tool_calls,
@@ -89,13 +78,6 @@ pub fn memory_reminder(id: &str) -> Message {
     })
 }
 
-pub fn state(msgs: Vec<Message>) -> ThreadState {
-    ThreadState {
-        messages: Messages::from_messages(msgs),
-        ..Default::default()
-    }
-}
-
 pub fn ids(msgs: &[Message]) -> Vec<String> {
     msgs.iter()
         .map(|m| m.id().unwrap_or_default().to_owned())
@@ -130,7 +112,31 @@ pub fn middleware(
     let summary_model = summary_model.map(|m| m as Arc<dyn ChatModel>);
     DeerFlowSummarizationMiddleware::new(settings, run_model, summary_model, None, hooks)
         .unwrap()
-        .with_token_counter(TokenCounter::custom(|t| t.chars().count()))
+        .with_token_counter(chars_as_tokens())
+}
+
+/// Counts characters as tokens.
+pub fn chars_as_tokens() -> TokenCounter {
+    TokenCounter::custom(|t| t.chars().count())
+}
+
+/// [`middleware`] for a run model with a `context_window`, without hooks.
+pub fn windowed(
+    settings: SummarizationConfig,
+    run_model: Arc<ScriptedModel>,
+    context_window: u64,
+) -> DeerFlowSummarizationMiddleware {
+    DeerFlowSummarizationMiddleware::new(settings, run_model, None, Some(context_window), vec![])
+        .unwrap()
+        .with_token_counter(chars_as_tokens())
+}
+
+/// A middleware summarizing with `model` itself, counting with the model's real encoding.
+pub fn with_real_tokens(
+    settings: SummarizationConfig,
+    model: Arc<ScriptedModel>,
+) -> DeerFlowSummarizationMiddleware {
+    DeerFlowSummarizationMiddleware::new(settings, model, None, None, vec![]).unwrap()
 }
 
 pub fn run_ctx(thread: &str) -> RunContext {

@@ -96,14 +96,10 @@ fn agent(
 #[tokio::test]
 async fn a_sixty_turn_conversation_stays_short_and_well_formed() {
     let model = conversational_model();
-    let mw = DeerFlowSummarizationMiddleware::new(
+    let mw = with_real_tokens(
         settings(vec![ContextSize::Messages(10)], ContextSize::Messages(4)),
         model.clone(),
-        None,
-        None,
-        vec![],
-    )
-    .unwrap();
+    );
     let cp = Arc::new(MemoryCheckpointer::new());
     let agent = agent(model.clone(), mw, cp.clone());
     let mut last = None;
@@ -191,14 +187,10 @@ async fn a_sixty_turn_conversation_stays_short_and_well_formed() {
 #[tokio::test]
 async fn the_stream_shows_the_compaction_on_the_before_model_node() {
     let model = conversational_model();
-    let mw = DeerFlowSummarizationMiddleware::new(
+    let mw = with_real_tokens(
         settings(vec![ContextSize::Messages(4)], ContextSize::Messages(2)),
         model.clone(),
-        None,
-        None,
-        vec![],
-    )
-    .unwrap();
+    );
     let sink = Arc::new(CollectingSink::with_modes(StreamModes::ALL));
     let run = Arc::new(RunContext::new("t", "r", sink.clone()));
     let agent = Agent::new(model.clone())
@@ -261,17 +253,13 @@ async fn measuring_tokens_each_step_only_counts_new_messages() {
         t.fetch_add(1, Ordering::SeqCst);
         s.len()
     });
-    let mw = DeerFlowSummarizationMiddleware::new(
+    let mw = with_real_tokens(
         settings(
             vec![ContextSize::Tokens(u64::MAX)],
             ContextSize::Messages(4),
         ),
         model.clone(),
-        None,
-        None,
-        vec![],
     )
-    .unwrap()
     .with_token_counter(counter);
     let cp = Arc::new(MemoryCheckpointer::new());
     let agent = agent(model.clone(), mw, cp);
@@ -296,14 +284,10 @@ async fn measuring_tokens_each_step_only_counts_new_messages() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_runs_share_one_middleware_without_mixing_threads() {
     let model = conversational_model();
-    let mw = DeerFlowSummarizationMiddleware::new(
+    let mw = with_real_tokens(
         settings(vec![ContextSize::Tokens(400)], ContextSize::Messages(4)),
         model.clone(),
-        None,
-        None,
-        vec![],
-    )
-    .unwrap();
+    );
     let cp = Arc::new(MemoryCheckpointer::new());
     let agent = Arc::new(agent(model.clone(), mw, cp.clone()));
     let conversation = |thread: &'static str| {

@@ -260,17 +260,11 @@ async fn tokens_trigger_counts_the_history() {
 
 #[tokio::test]
 async fn fraction_trigger_uses_the_context_window() {
-    let mw = DeerFlowSummarizationMiddleware::new(
+    let mw = windowed(
         settings(vec![ContextSize::Fraction(0.05)], ContextSize::Messages(2)),
         always_summarizes(),
-        None,
-        Some(1000),
-        vec![],
-    )
-    .unwrap()
-    .with_token_counter(antler_models::tokens::TokenCounter::custom(|t| {
-        t.chars().count()
-    }));
+        1000,
+    );
     assert!(!fires(&mw, tens(4)).await);
     assert!(fires(&mw, tens(5)).await);
 }
@@ -500,17 +494,11 @@ async fn keep_by_tokens_keeps_the_longest_tail_within_the_budget() {
 
 #[tokio::test]
 async fn keep_by_fraction_uses_the_context_window() {
-    let mw = DeerFlowSummarizationMiddleware::new(
+    let mw = windowed(
         settings(vec![ContextSize::Messages(5)], ContextSize::Fraction(0.25)),
         always_summarizes(),
-        None,
-        Some(100),
-        vec![],
-    )
-    .unwrap()
-    .with_token_counter(antler_models::tokens::TokenCounter::custom(|t| {
-        t.chars().count()
-    }));
+        100,
+    );
     let out = mw
         .before_model(&state(tens(5)), &run_ctx("t"))
         .await
