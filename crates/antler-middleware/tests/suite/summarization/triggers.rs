@@ -40,6 +40,17 @@ fn always_summarizes() -> std::sync::Arc<antler_models::ScriptedModel> {
     }))
 }
 
+/// A middleware with `trigger` that keeps the last two messages, summarizing with
+/// [`always_summarizes`].
+fn keeping_two(trigger: Vec<ContextSize>) -> DeerFlowSummarizationMiddleware {
+    middleware(
+        settings(trigger, ContextSize::Messages(2)),
+        always_summarizes(),
+        None,
+        vec![],
+    )
+}
+
 #[test]
 fn defaults_are_deerflows() {
     let s = SummarizationConfig::default();
@@ -136,38 +147,17 @@ fn settings_are_validated() {
 
 #[tokio::test]
 async fn a_trigger_list_fires_when_any_clause_is_met() {
-    let mw = middleware(
-        settings(
-            vec![ContextSize::Tokens(10_000), ContextSize::Messages(5)],
-            ContextSize::Messages(2),
-        ),
-        always_summarizes(),
-        None,
-        vec![],
-    );
+    let mw = keeping_two(vec![ContextSize::Tokens(10_000), ContextSize::Messages(5)]);
     assert!(!fires(&mw, tens(4)).await);
     assert!(fires(&mw, tens(5)).await);
-    let mw = middleware(
-        settings(
-            vec![ContextSize::Messages(100), ContextSize::Tokens(50)],
-            ContextSize::Messages(2),
-        ),
-        always_summarizes(),
-        None,
-        vec![],
-    );
+    let mw = keeping_two(vec![ContextSize::Messages(100), ContextSize::Tokens(50)]);
     assert!(!fires(&mw, tens(4)).await);
     assert!(fires(&mw, tens(5)).await);
 }
 
 #[tokio::test]
 async fn no_trigger_means_never_automatically_but_force_still_compacts() {
-    let mw = middleware(
-        settings(vec![], ContextSize::Messages(2)),
-        always_summarizes(),
-        None,
-        vec![],
-    );
+    let mw = keeping_two(vec![]);
     assert!(!fires(&mw, tens(200)).await);
     let c = mw
         .compact(
@@ -187,12 +177,7 @@ async fn no_trigger_means_never_automatically_but_force_still_compacts() {
 
 #[tokio::test]
 async fn force_ignores_the_trigger_and_keeps_exactly_keep() {
-    let mw = middleware(
-        settings(vec![ContextSize::Messages(100)], ContextSize::Messages(2)),
-        always_summarizes(),
-        None,
-        vec![],
-    );
+    let mw = keeping_two(vec![ContextSize::Messages(100)]);
     let force = CompactOptions {
         force: true,
         keep: None,
@@ -248,12 +233,7 @@ async fn force_ignores_the_trigger_and_keeps_exactly_keep() {
 
 #[tokio::test]
 async fn tokens_trigger_counts_the_history() {
-    let mw = middleware(
-        settings(vec![ContextSize::Tokens(50)], ContextSize::Messages(2)),
-        always_summarizes(),
-        None,
-        vec![],
-    );
+    let mw = keeping_two(vec![ContextSize::Tokens(50)]);
     assert!(!fires(&mw, tens(4)).await);
     assert!(fires(&mw, tens(5)).await);
 }
