@@ -248,13 +248,13 @@ fn collapse_aliases(
     let present: Vec<&str> = names
         .iter()
         .copied()
-        .filter(|n| entry.contains_key(*n))
+        .filter(|n| entry.contains_key(n))
         .collect();
     let Some((&kept, dropped)) = present.split_first() else {
         return;
     };
     for name in dropped {
-        entry.remove(*name);
+        entry.remove(name);
         warnings.push(format!(
             "{file}: {prefix}.{name}: ignored because {prefix}.{kept} is also set"
         ));
