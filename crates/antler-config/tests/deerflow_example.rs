@@ -36,12 +36,8 @@ fn deerflow_example_loads_with_a_model() {
         "the example turns summarization on"
     );
     assert!(!config.tools.is_empty());
-    for warning in &loaded.warnings {
-        assert!(
-            warning.starts_with("unknown key '") && warning.ends_with("' in config.yaml (ignored)"),
-            "only unknown keys may warn, got: {warning}"
-        );
-    }
+    // antler models every key the example ships, so nothing is even reported as unknown.
+    assert_eq!(loaded.warnings, Vec::<String>::new());
 }
 
 #[test]
