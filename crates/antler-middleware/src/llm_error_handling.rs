@@ -32,6 +32,13 @@ use async_trait::async_trait;
 use serde_json::{json, Value};
 use tokio::sync::{Semaphore, SemaphorePermit};
 
+mod circuit_breaker;
+
+use circuit_breaker::ProbeGuard;
+pub use circuit_breaker::{
+    Admission, CircuitBreaker, CircuitState, Clock, ManualClock, SystemClock,
+};
+
 /// The middleware's name in chain listings and `updates` node names.
 pub const NAME: &str = "LLMErrorHandlingMiddleware";
 
@@ -105,13 +112,6 @@ pub use antler_config::{CircuitBreakerConfig, LlmCallConfig};
 /// Default of `llm_call.max_retry_after`.
 pub const DEFAULT_MAX_RETRY_AFTER: Duration =
     Duration::from_secs(antler_config::DEFAULT_MAX_RETRY_AFTER_SECS as u64);
-
-mod circuit_breaker;
-
-use circuit_breaker::ProbeGuard;
-pub use circuit_breaker::{
-    Admission, CircuitBreaker, CircuitState, Clock, ManualClock, SystemClock,
-};
 
 // -------------------------------------------------------------------------------- limiter
 
