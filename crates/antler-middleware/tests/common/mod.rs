@@ -57,6 +57,19 @@ pub fn model_request(
     }
 }
 
+/// A non-streaming request of `state`'s messages (sharing its list), with no tools.
+pub fn state_request(
+    model: Arc<dyn ChatModel>,
+    run: Arc<RunContext>,
+    state: ThreadState,
+) -> ModelRequest {
+    ModelRequest {
+        messages: state.messages.shared(),
+        state: Arc::new(state),
+        ..model_request(model, run, Vec::new())
+    }
+}
+
 /// Every `Middleware` run event, as `(action, payload)`.
 #[derive(Default)]
 pub struct Recorder(pub Mutex<Vec<(String, Value)>>);

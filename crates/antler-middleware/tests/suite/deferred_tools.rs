@@ -127,18 +127,20 @@ async fn no_deferred_names_is_a_pass_through() {
     assert_eq!(out.status, RunStatus::Success);
 }
 
+/// One turn calling the deferred `mcp_a` and the plain `ls`, then a final answer.
+fn call_mcp_a_and_ls() -> Vec<ScriptedReply> {
+    vec![
+        ScriptedReply::tool_calls([
+            ("c1".to_owned(), "mcp_a".to_owned(), json!({})),
+            ("c2".to_owned(), "ls".to_owned(), json!({})),
+        ]),
+        ScriptedReply::text("done"),
+    ]
+}
+
 #[tokio::test]
 async fn calling_an_unpromoted_deferred_tool_is_refused() {
-    let s = setup(
-        vec![
-            ScriptedReply::tool_calls([
-                ("c1".to_owned(), "mcp_a".to_owned(), json!({})),
-                ("c2".to_owned(), "ls".to_owned(), json!({})),
-            ]),
-            ScriptedReply::text("done"),
-        ],
-        &["mcp_a", "mcp_b"],
-    );
+    let s = setup(call_mcp_a_and_ls(), &["mcp_a", "mcp_b"]);
     let out = run(&s.agent, None).await;
     assert_eq!(out.status, RunStatus::Success);
     assert_eq!(s.calls.load(Ordering::SeqCst), 1, "only ls ran");
@@ -161,16 +163,7 @@ async fn calling_an_unpromoted_deferred_tool_is_refused() {
 
 #[tokio::test]
 async fn promoted_and_non_deferred_calls_run() {
-    let s = setup(
-        vec![
-            ScriptedReply::tool_calls([
-                ("c1".to_owned(), "mcp_a".to_owned(), json!({})),
-                ("c2".to_owned(), "ls".to_owned(), json!({})),
-            ]),
-            ScriptedReply::text("done"),
-        ],
-        &["mcp_a", "mcp_b"],
-    );
+    let s = setup(call_mcp_a_and_ls(), &["mcp_a", "mcp_b"]);
     let out = run(&s.agent, Some(promoted("h1", &["mcp_a"]))).await;
     assert_eq!(s.calls.load(Ordering::SeqCst), 2);
     assert!(out

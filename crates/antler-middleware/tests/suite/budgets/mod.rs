@@ -4,7 +4,7 @@
 mod token;
 mod tool_output;
 
-pub use crate::common::{human, run_ctx, state_of, Recorder};
+pub use crate::common::{human, run_ctx, state_of, state_request, Recorder};
 
 use std::sync::{Arc, Mutex};
 

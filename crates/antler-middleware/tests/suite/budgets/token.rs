@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use antler_middleware::token_budget::*;
-use antler_protocol::{Content, Message, Object, ThreadState, ToolMessage};
+use antler_protocol::{Content, Message, ThreadState, ToolMessage};
 use antler_runtime::*;
 use pretty_assertions::assert_eq;
 
@@ -32,18 +32,7 @@ async fn next_request(
             .with_fallback(|_| antler_models::ScriptedReply::text("ok")),
     );
     let chain = Chain::new(vec![m as Arc<dyn Middleware>]).unwrap();
-    let req = ModelRequest {
-        model: model.clone(),
-        system_prompt: None,
-        messages: state.messages.shared(),
-        tools: vec![],
-        tool_choice: None,
-        settings: Object::new(),
-        stream: false,
-        message_id: "m".into(),
-        state: Arc::new(state),
-        run,
-    };
+    let req = state_request(model.clone(), run, state);
     chain.call_model(req).await.unwrap();
     model.requests().pop().unwrap().messages
 }

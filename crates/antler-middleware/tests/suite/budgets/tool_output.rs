@@ -298,18 +298,7 @@ async fn oversized_history_is_cut_in_requests_only() {
     ]);
     let run = run_ctx("t", "r");
     for round in 0..3 {
-        let req = ModelRequest {
-            model: model.clone(),
-            system_prompt: None,
-            messages: state.messages.shared(),
-            tools: vec![],
-            tool_choice: None,
-            settings: Object::new(),
-            stream: false,
-            message_id: "m".into(),
-            state: Arc::new(state.clone()),
-            run: run.clone(),
-        };
+        let req = state_request(model.clone(), run.clone(), state.clone());
         chain.call_model(req).await.unwrap();
         let sent = model.requests().pop().unwrap().messages;
         let t = sent[2].text();
