@@ -7,7 +7,7 @@ use std::path::Path;
 use antler_config::Config;
 use pretty_assertions::assert_eq;
 
-const EXAMPLE: &str = include_str!("fixtures/deerflow-config.example.yaml");
+const EXAMPLE: &str = include_str!("fixtures/deerflow-config.example.keys.yaml");
 
 /// The example with one model entry under its (otherwise comment-only) `models:` key.
 fn example_with_a_model() -> String {
@@ -68,4 +68,27 @@ fn the_example_as_written_has_no_models_and_still_loads() {
         "{:?}",
         loaded.warnings
     );
+}
+
+/// DeerFlow's file itself, comments and all, where a snapshot of DeerFlow's repository is at
+/// hand (`$ANTLER_DEERFLOW_REPO`, a git directory; default: this workplace's mirror). The
+/// committed fixture keeps DeerFlow's keys and values but not its prose.
+#[test]
+#[allow(clippy::print_stderr)]
+fn deerflow_original_example_loads_when_available() {
+    let repo = std::env::var("ANTLER_DEERFLOW_REPO")
+        .unwrap_or_else(|_| "/work/.mirror/bytedance+deer-flow/repo".to_owned());
+    let out = std::process::Command::new("git")
+        .args(["--git-dir", &repo, "show", "HEAD:config.example.yaml"])
+        .output();
+    let text = match out {
+        Ok(o) if o.status.success() => String::from_utf8(o.stdout).unwrap(),
+        _ => {
+            eprintln!("skipping: no DeerFlow repository snapshot at {repo}");
+            return;
+        }
+    };
+    let loaded = Config::load_str(&text, Path::new("config.yaml"), &env).unwrap();
+    assert!(loaded.config.config_version >= 34);
+    assert!(!loaded.config.tools.is_empty());
 }
