@@ -19,4 +19,5 @@ pub use state::{
     ThreadState, Todo, TodoStatus, ViewedImage,
 };
 pub mod tools;
+pub mod untrusted;
 pub use tools::ToolSpec;
