@@ -61,7 +61,7 @@ impl ToolResultSanitizationMiddleware {
         req.tool
             .as_ref()
             .is_some_and(|t| t.returns_remote_content())
-            || self.settings.tool_names.iter().any(|n| *n == req.call.name)
+            || self.settings.tool_names.contains(&req.call.name)
     }
 }
 

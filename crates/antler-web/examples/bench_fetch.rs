@@ -44,11 +44,45 @@ fn median(mut v: Vec<Duration>) -> Duration {
     v[v.len() / 2]
 }
 
+/// Building DeerFlow's three default web tools, as every run does.
+fn construction(samples: usize) -> Duration {
+    let entries = [
+        (
+            "web_search",
+            "deerflow.community.ddg_search.tools:web_search_tool",
+        ),
+        (
+            "web_fetch",
+            "deerflow.community.jina_ai.tools:web_fetch_tool",
+        ),
+        (
+            "image_search",
+            "deerflow.community.image_search.tools:image_search_tool",
+        ),
+    ];
+    let extra = serde_json::Map::new();
+    median(
+        (0..samples.max(20))
+            .map(|_| {
+                let t = Instant::now();
+                for (name, use_) in entries {
+                    antler_web::build_tool(name, use_, &extra).unwrap().unwrap();
+                }
+                t.elapsed()
+            })
+            .collect(),
+    )
+}
+
 fn main() {
     let samples: usize = std::env::args()
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(9);
+    println!(
+        "building the three default web tools: {:.2} ms (median)\n",
+        construction(samples).as_secs_f64() * 1000.0
+    );
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -50,9 +50,11 @@ pub enum Refusal {
     NoHost,
     #[error("URL host could not be resolved")]
     Unresolvable,
-    #[error("Refusing to {action} a private or loopback address ({host})")]
+    // The texts name neither the host nor its address: a prompt-injected model must not learn
+    // the internal DNS map from refusals (both are logged instead).
+    #[error("Refusing to {action} a private or loopback address")]
     LocalName { action: &'static str, host: String },
-    #[error("Refusing to {action} a private, loopback, or metadata address ({host} is {addr})")]
+    #[error("Refusing to {action} a private, loopback, or metadata address")]
     Blocked {
         action: &'static str,
         host: String,
@@ -178,18 +180,24 @@ impl UrlGuard {
             Host::Domain(name) => {
                 let name = normalize(name);
                 if is_local_name(&name) {
-                    return Err(Refusal::LocalName {
-                        action: self.action,
-                        host: name,
-                    });
+                    return Err(self.local_name(name));
                 }
                 Ok(())
             }
         }
     }
 
+    fn local_name(&self, host: String) -> Refusal {
+        tracing::info!(%host, "SSRF guard refused a local host name");
+        Refusal::LocalName {
+            action: self.action,
+            host,
+        }
+    }
+
     fn check_addr(&self, host: &str, addr: IpAddr) -> Result<(), Refusal> {
         if (self.blocked)(addr) {
+            tracing::info!(%host, %addr, "SSRF guard refused a non-public address");
             return Err(Refusal::Blocked {
                 action: self.action,
                 host: host.to_owned(),
@@ -203,10 +211,7 @@ impl UrlGuard {
     pub async fn resolve(&self, host: &str) -> Result<Vec<IpAddr>, Refusal> {
         let name = normalize(host);
         if !self.allow_private && is_local_name(&name) {
-            return Err(Refusal::LocalName {
-                action: self.action,
-                host: name,
-            });
+            return Err(self.local_name(name));
         }
         let addrs = self
             .resolver
