@@ -42,7 +42,7 @@ use crate::http::{Api, ClientOptions};
 use crate::options::{EntryOptions, KeyNeed, KeySource, ProviderId, ToolKind, KNOWN_USES};
 use crate::providers::{brave, ddg, exa, firecrawl, jina, searxng, serper, tavily};
 use crate::tools::{
-    FetchBackend, ImageBackend, ImageSearchTool, SearchBackend, WebFetchTool, WebSearchTool,
+    FetchBackend, ImageBackend, ImageSearchTool, Reader, SearchBackend, WebFetchTool, WebSearchTool,
 };
 
 pub use options::{is_web_entry, parse_use, DIRECT_FETCH_USE};
@@ -273,23 +273,27 @@ impl WebToolBuilder {
             }
             ToolKind::Fetch => {
                 let backend = match provider {
-                    ProviderId::Jina => FetchBackend::Jina(jina::Jina {
+                    ProviderId::Jina => FetchBackend::Reader(Reader::Jina(jina::Jina {
                         api: api()?,
                         base,
                         key,
                         timeout_secs: timeout.as_secs().max(1),
-                    }),
-                    ProviderId::Firecrawl => FetchBackend::Firecrawl(firecrawl::Firecrawl {
+                    })),
+                    ProviderId::Firecrawl => {
+                        FetchBackend::Reader(Reader::Firecrawl(firecrawl::Firecrawl {
+                            api: api()?,
+                            base,
+                            key,
+                        }))
+                    }
+                    ProviderId::Exa => {
+                        FetchBackend::Reader(Reader::Exa(self.exa(&o, api()?, base, key)?))
+                    }
+                    ProviderId::Tavily => FetchBackend::Reader(Reader::Tavily(tavily::Tavily {
                         api: api()?,
                         base,
                         key,
-                    }),
-                    ProviderId::Exa => FetchBackend::Exa(self.exa(&o, api()?, base, key)?),
-                    ProviderId::Tavily => FetchBackend::Tavily(tavily::Tavily {
-                        api: api()?,
-                        base,
-                        key,
-                    }),
+                    })),
                     ProviderId::Direct => {
                         let limits = FetchLimits {
                             timeout,

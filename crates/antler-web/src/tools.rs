@@ -62,11 +62,19 @@ impl SearchBackend {
 /// The backend of a `web_fetch` tool.
 #[derive(Debug, Clone)]
 pub enum FetchBackend {
+    /// A reader service fetches the page from its own network.
+    Reader(Reader),
+    /// antler fetches the page itself.
+    Direct(DirectFetcher),
+}
+
+/// A reader service.
+#[derive(Debug, Clone)]
+pub enum Reader {
     Jina(Jina),
     Firecrawl(Firecrawl),
     Exa(Exa),
     Tavily(Tavily),
-    Direct(DirectFetcher),
 }
 
 /// The backend of an `image_search` tool.
@@ -220,21 +228,21 @@ https://example.com is valid, example.com is not."
     }
 
     async fn fetch(&self, url: &str) -> Reply {
-        if let FetchBackend::Direct(d) = &self.backend {
-            return d.web_fetch(url).await;
-        }
-        // A reader service fetches from its own network — possibly the operator's (a
-        // self-hosted instance) — so the model's URL is checked before it is sent.
+        let reader = match &self.backend {
+            FetchBackend::Direct(d) => return d.web_fetch(url).await,
+            FetchBackend::Reader(r) => r,
+        };
+        // A reader fetches from its own network — possibly the operator's (a self-hosted
+        // instance) — so the model's URL is checked before it is sent.
         let url = match self.guard.check(url).await {
             Ok(u) => u.to_string(),
             Err(r) => return Reply::error_text(r.to_string()),
         };
-        match &self.backend {
-            FetchBackend::Jina(p) => p.web_fetch(&url).await,
-            FetchBackend::Firecrawl(p) => p.web_fetch(&url).await,
-            FetchBackend::Exa(p) => p.web_fetch(&url).await,
-            FetchBackend::Tavily(p) => p.web_fetch(&url).await,
-            FetchBackend::Direct(d) => d.web_fetch(&url).await,
+        match reader {
+            Reader::Jina(p) => p.web_fetch(&url).await,
+            Reader::Firecrawl(p) => p.web_fetch(&url).await,
+            Reader::Exa(p) => p.web_fetch(&url).await,
+            Reader::Tavily(p) => p.web_fetch(&url).await,
         }
     }
 }
