@@ -5,8 +5,8 @@
 //! - the lead-only segment (L…), ending with Clarification, which is always last;
 //! - the subagent segment (U…).
 //!
-//! Entries DeerFlow marks EXTRA that antler does not implement yet are skipped (InputSanitization
-//! S1, ToolResultSanitization S3, the authorization guardrail S9, ReadBeforeWrite S12,
+//! Entries DeerFlow marks EXTRA that antler does not implement yet are skipped (the
+//! authorization guardrail S9, ReadBeforeWrite S12,
 //! ToolProgress S13, SkillActivation/SkillToolPolicy L2/L3, McpRouting L11, configured extension
 //! middlewares L18, TerminalResponse L19, ModelLengthFinishReason L20, SafetyFinishReason L21);
 //! the relative order of everything present is DeerFlow's.
@@ -19,6 +19,7 @@ use antler_middleware::dangling_tool_call::DanglingToolCallMiddleware;
 use antler_middleware::durable_context::{DurableContextMiddleware, DurableContextSettings};
 use antler_middleware::dynamic_context::{DynamicContextMiddleware, DynamicContextSettings};
 use antler_middleware::guardrail::{provider_from_config, GuardrailMiddleware};
+use antler_middleware::input_sanitization::InputSanitizationMiddleware;
 use antler_middleware::llm_error_handling::{CircuitBreaker, LlmErrorHandlingMiddleware};
 use antler_middleware::loop_detection::LoopDetectionMiddleware;
 use antler_middleware::sandbox::SandboxMiddleware;
@@ -33,6 +34,7 @@ use antler_middleware::token_budget::TokenBudgetMiddleware;
 use antler_middleware::token_usage::TokenUsageMiddleware;
 use antler_middleware::tool_error_handling::ToolErrorHandlingMiddleware;
 use antler_middleware::tool_output_budget::ToolOutputBudgetMiddleware;
+use antler_middleware::tool_result_sanitization::ToolResultSanitizationMiddleware;
 use antler_middleware::uploads::UploadsMiddleware;
 use antler_middleware::view_image::ViewImageMiddleware;
 use antler_models::ModelInfo;
@@ -105,12 +107,16 @@ fn entry(slot: &'static str, mw: impl Middleware + 'static) -> ChainEntry {
 pub fn runtime_segment(app: &ChainParts, include_uploads: bool) -> Vec<ChainEntry> {
     let provider: Arc<dyn SandboxProvider> = app.sandbox.clone();
     let mut out = vec![
+        // S1: outermost model wrapper, so retries and inner wrappers see the framed user text.
+        entry("S1", InputSanitizationMiddleware::default()),
         // S2: always present; inert when `tool_output.enabled` is false.
         entry(
             "S2",
             ToolOutputBudgetMiddleware::new(app.config.tool_output.clone())
                 .with_home(app.home.clone()),
         ),
+        // S3: inner of S2, so remote text is neutralized before it is truncated or saved.
+        entry("S3", ToolResultSanitizationMiddleware::default()),
         entry("S4", ThreadDataMiddleware::new(app.home.clone())),
     ];
     if include_uploads {

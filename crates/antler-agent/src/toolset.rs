@@ -1,5 +1,5 @@
 //! The lead agent's tools (spec 50 §4.0): config `tools:` entries in file order (bash entries
-//! dropped when bash is not available), then the built-ins.
+//! dropped when bash is not available; web entries built by antler-web), then the built-ins.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -80,6 +80,20 @@ pub fn secret_files(config_file: Option<&Path>, project_root: &Path) -> Vec<Path
     out
 }
 
+/// One line per web tool entry for `antler config check`: provider, key status, SSRF opt-out.
+/// An entry naming a provider antler lacks is an error.
+pub fn web_tools_report(config: &Config) -> Result<Vec<String>, AgentError> {
+    let mut out = Vec::new();
+    for t in &config.tools {
+        if let Some(s) = antler_web::describe(&t.name, &t.use_, &t.extra)
+            .map_err(|e| AgentError::Config(e.to_string()))?
+        {
+            out.push(s.to_string());
+        }
+    }
+    Ok(out)
+}
+
 /// Upload limits from `uploads:`.
 pub fn upload_settings(config: &Config) -> UploadSettings {
     let u = &config.uploads;
@@ -114,6 +128,16 @@ pub fn lead_tools(
         let is_bash = t.group == "bash" || antler_tools::is_bash_tool(&t.use_);
         if is_bash && !bash_ok {
             tracing::debug!(tool = %t.name, "bash is not available (host bash off and no confinement); tool dropped");
+            continue;
+        }
+        // web_search / web_fetch / image_search: a provider antler lacks is a config error.
+        if let Some(tool) = antler_web::build_tool(&t.name, &t.use_, &t.extra)
+            .map_err(|e| AgentError::Config(e.to_string()))?
+        {
+            if tool.name() != t.name {
+                tracing::warn!(configured = %t.name, actual = %tool.name(), "tool name differs from its implementation; the model sees the implementation's name");
+            }
+            reg.register(tool);
             continue;
         }
         let built = antler_tools::builtin_tool(&t.use_, &t.extra, &env)

@@ -562,6 +562,8 @@ fn config_check(cli: Option<&Path>) -> Result<u8, Failure> {
         m.provider_kind()
             .map_err(|e| Failure::usage(format!("{}: {e}", path.display())))?;
     }
+    let web = antler_agent::toolset::web_tools_report(config)
+        .map_err(|e| Failure::usage(format!("{}: {e}", path.display())))?;
     println!("{}: ok", path.display());
     println!(
         "  models: {}",
@@ -581,6 +583,9 @@ fn config_check(cli: Option<&Path>) -> Result<u8, Failure> {
             .collect::<Vec<_>>()
             .join(", ")
     );
+    for line in web {
+        println!("  {line}");
+    }
     println!(
         "  sandbox: {} (allow_host_bash: {}, confine: {:?})",
         config.sandbox.use_, config.sandbox.allow_host_bash, config.sandbox.confine

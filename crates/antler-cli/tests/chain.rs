@@ -40,7 +40,9 @@ fn the_default_lead_chain_is_pinned() {
     assert_eq!(
         chain(&p, &[]),
         [
+            "S1 InputSanitizationMiddleware",
             "S2 ToolOutputBudgetMiddleware",
+            "S3 ToolResultSanitizationMiddleware",
             "S4 ThreadDataMiddleware",
             "S5 UploadsMiddleware",
             "S6 SandboxMiddleware",
@@ -70,7 +72,9 @@ fn the_everything_on_lead_chain_is_pinned() {
     assert_eq!(
         chain(&p, &["--plan-mode", "--subagents"]),
         [
+            "S1 InputSanitizationMiddleware",
             "S2 ToolOutputBudgetMiddleware",
+            "S3 ToolResultSanitizationMiddleware",
             "S4 ThreadDataMiddleware",
             "S5 UploadsMiddleware",
             "S6 SandboxMiddleware",
@@ -106,7 +110,9 @@ fn the_subagent_chain_is_pinned() {
     assert_eq!(
         chain(&p, &["--subagent"]),
         [
+            "S1 InputSanitizationMiddleware",
             "S2 ToolOutputBudgetMiddleware",
+            "S3 ToolResultSanitizationMiddleware",
             "S4 ThreadDataMiddleware",
             "S6 SandboxMiddleware",
             "S7 DanglingToolCallMiddleware",
@@ -130,7 +136,7 @@ fn text_output_lists_slots_names_and_hooks() {
     let text = String::from_utf8_lossy(&out.stdout);
     let first = text.lines().next().unwrap();
     assert!(
-        first.starts_with(" 1. S2   ToolOutputBudgetMiddleware"),
+        first.starts_with(" 1. S1   InputSanitizationMiddleware"),
         "{text}"
     );
     assert!(text.contains("L15  LoopDetectionMiddleware"), "{text}");

@@ -3,7 +3,9 @@
 //!
 //! | #   | module | hooks |
 //! |-----|--------|-------|
+//! | S1  | [`input_sanitization`] | wrap_model |
 //! | S2  | [`tool_output_budget`] | wrap_model, wrap_tool |
+//! | S3  | [`tool_result_sanitization`] | wrap_tool |
 //! | S4  | [`thread_data`] | before_agent |
 //! | S5  | [`uploads`] | before_agent |
 //! | S6  | [`sandbox`] | before_agent, after_agent, wrap_tool |
@@ -35,6 +37,7 @@ pub mod deferred_tool_filter;
 pub mod durable_context;
 pub mod dynamic_context;
 pub mod guardrail;
+pub mod input_sanitization;
 pub mod llm_error_handling;
 pub mod loop_detection;
 pub mod memory;
@@ -50,5 +53,6 @@ pub mod token_budget;
 pub mod token_usage;
 pub mod tool_error_handling;
 pub mod tool_output_budget;
+pub mod tool_result_sanitization;
 pub mod uploads;
 pub mod view_image;

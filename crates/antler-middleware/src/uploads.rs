@@ -65,77 +65,8 @@ impl UploadsMiddleware {
     }
 }
 
-/// Framework and injection tags that must not appear verbatim in user-derived text.
-const TAGS: &[&str] = &[
-    "system-reminder",
-    "system_reminder",
-    "memory",
-    "current_date",
-    "think",
-    "analysis",
-    "role",
-    "soul",
-    "self_update",
-    "thinking_style",
-    "clarification_system",
-    "critical_reminders",
-    "response_style",
-    "citations",
-    "uploaded_files",
-    "current_uploads",
-    "subagent_system",
-    "skill_system",
-    "skill_index",
-    "available_skills",
-    "disabled_skills",
-    "memory_tool_system",
-    "todo_list_system",
-    "durable_context_data",
-    "slash_skill_activation",
-    "mcp_routing_hints",
-    "available-deferred-tools",
-    "goal_continuation",
-    "background_task_event",
-    "file_editing_workflow",
-    "guidelines",
-    "output_format",
-    "working_directory",
-    "tool_restrictions",
-    "system",
-    "instruction",
-    "important",
-    "override",
-    "ignore",
-    "prompt",
-];
-
-fn tag_re() -> Option<&'static Regex> {
-    static R: OnceLock<Option<Regex>> = OnceLock::new();
-    R.get_or_init(|| {
-        let names: Vec<String> = TAGS.iter().map(|t| regex::escape(t)).collect();
-        Regex::new(&format!(
-            r"(?i)<\s*/?\s*(?:{})(?:[\s/][^<>]*>?|>|$)",
-            names.join("|")
-        ))
-        .ok()
-    })
-    .as_ref()
-}
-
-/// Escape framework tags (opening, closing, with attributes, self-closing, unterminated) and
-/// replace the user-input boundary markers with their bracketed forms.
-pub fn neutralize(text: &str) -> String {
-    let out = match tag_re() {
-        Some(re) => re
-            .replace_all(text, |c: &regex::Captures<'_>| {
-                c[0].replace('<', "&lt;").replace('>', "&gt;")
-            })
-            .into_owned(),
-        None => text.replace('<', "&lt;").replace('>', "&gt;"),
-    };
-    out.replace("--- BEGIN USER INPUT ---", "[BEGIN USER INPUT]")
-        .replace("--- END USER INPUT ---", "[END USER INPUT]")
-}
+/// Escape framework tags and disarm the user-input markers: the shared neutralizer.
+pub use antler_protocol::untrusted::neutralize;
 
 /// A heading of a converted document.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -20,4 +20,5 @@ pub use state::{
     ThreadState, Todo, TodoStatus, ViewedImage,
 };
 pub mod tools;
+pub mod untrusted;
 pub use tools::ToolSpec;

@@ -131,6 +131,13 @@ pub trait Tool: Send + Sync {
         false
     }
 
+    /// Whether results carry attacker-controllable remote content (web pages, search snippets,
+    /// an MCP server's answers). ToolResultSanitization neutralizes framework tags in the
+    /// results of such tools before the model sees them.
+    fn returns_remote_content(&self) -> bool {
+        false
+    }
+
     async fn call(&self, args: Object, ctx: ToolContext<'_>) -> Result<ToolOutput, ToolError>;
 }
 

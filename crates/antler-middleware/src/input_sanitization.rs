@@ -1,0 +1,228 @@
+//! InputSanitization (chain S1, wrap_model): the user's latest message reaches the model with
+//! framework tags escaped and framed between `--- BEGIN USER INPUT ---` / `--- END USER INPUT ---`
+//! (the system prompt tells the model what the frame means). Request-only: state keeps the
+//! user's own words.
+//!
+//! First in the chain, so it is the outermost model wrapper: every inner wrapper — LLM retries
+//! included — sees the sanitized text, and inner wrappers may still add trusted hidden context
+//! that must not be escaped. Only the last *genuine* user message is processed (not the summary,
+//! not hidden injected reminders — but a hidden clarification answer is the user's own words).
+//! When Uploads prepended its `<current_uploads>` block, only the user's part
+//! (`additional_kwargs.original_user_content`) is framed, so the trusted block stays intact.
+
+use std::sync::Arc;
+
+use antler_protocol::untrusted::{frame, neutralize};
+use antler_protocol::{Content, HumanMessage, Message};
+use antler_runtime::{HookSet, Middleware, ModelCallError, ModelNext, ModelRequest, ModelResponse};
+use async_trait::async_trait;
+use serde_json::{json, Value};
+
+use crate::memory::preprocess::is_human_input_response;
+
+/// The middleware's name in `updates` events and `antler chain`.
+pub const NAME: &str = "InputSanitizationMiddleware";
+
+/// The kwarg Uploads (and IM channels) set to the user's text before any framing.
+pub const ORIGINAL_USER_CONTENT: &str = "original_user_content";
+
+/// Options of the input sanitizer (DeerFlow has none; on unless switched off here).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InputSanitizationSettings {
+    /// Frame and neutralize the user's message.
+    pub enabled: bool,
+}
+
+impl Default for InputSanitizationSettings {
+    fn default() -> Self {
+        Self { enabled: true }
+    }
+}
+
+/// See the module documentation.
+#[derive(Debug, Default)]
+pub struct InputSanitizationMiddleware {
+    settings: InputSanitizationSettings,
+}
+
+impl InputSanitizationMiddleware {
+    pub fn new(settings: InputSanitizationSettings) -> Self {
+        Self { settings }
+    }
+}
+
+fn is_genuine_user_message(m: &HumanMessage) -> bool {
+    if m.name.as_deref() == Some("summary") {
+        return false;
+    }
+    let hidden = m
+        .additional_kwargs
+        .get("hide_from_ui")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    !hidden || is_human_input_response(&m.additional_kwargs)
+}
+
+/// The message's text (bare strings and `text` blocks joined by newlines) and, for block
+/// content, the indices of the blocks it came from.
+fn extract_text(content: &Content) -> (String, Option<Vec<usize>>) {
+    match content {
+        Content::Text(s) => (s.clone(), None),
+        Content::Blocks(blocks) => {
+            let mut parts = Vec::new();
+            let mut idx = Vec::new();
+            for (i, b) in blocks.iter().enumerate() {
+                let text = match b {
+                    Value::String(s) => Some(s.as_str()),
+                    Value::Object(o) if o.get("type").and_then(Value::as_str) == Some("text") => {
+                        o.get("text").and_then(Value::as_str)
+                    }
+                    _ => None,
+                };
+                if let Some(t) = text.filter(|t| !t.is_empty()) {
+                    parts.push(t);
+                    idx.push(i);
+                }
+            }
+            (parts.join("\n"), Some(idx))
+        }
+    }
+}
+
+/// Collapse the text blocks into one at the first one's position; non-text blocks that sat
+/// between text blocks follow it in order, everything else stays where it was.
+fn rebuild_blocks(blocks: &[Value], processed: &str, text_idx: &[usize]) -> Vec<Value> {
+    let (Some(&first), Some(&last)) = (text_idx.first(), text_idx.last()) else {
+        return blocks.to_vec();
+    };
+    let mut out: Vec<Value> = blocks[..first].to_vec();
+    out.push(json!({"type": "text", "text": processed}));
+    out.extend(
+        (first + 1..=last)
+            .filter(|i| !text_idx.contains(i))
+            .map(|i| blocks[i].clone()),
+    );
+    out.extend_from_slice(&blocks[last + 1..]);
+    out
+}
+
+/// Neutralize every user block after the server-injected first one.
+fn neutralize_later_blocks(blocks: &[Value]) -> Vec<Value> {
+    let mut out = vec![blocks[0].clone()];
+    for b in &blocks[1..] {
+        out.push(match b {
+            Value::String(s) => Value::String(neutralize(s)),
+            Value::Object(o) if o.get("type").and_then(Value::as_str) == Some("text") => {
+                match o.get("text") {
+                    Some(Value::String(s)) => {
+                        let mut o = o.clone();
+                        o.insert("text".into(), Value::String(neutralize(s)));
+                        Value::Object(o)
+                    }
+                    _ => b.clone(),
+                }
+            }
+            other => other.clone(),
+        });
+    }
+    out
+}
+
+/// The sanitized form of one genuine user message, or `None` when it needs no change.
+pub fn sanitize_user_message(msg: &HumanMessage) -> Option<HumanMessage> {
+    let (text, text_idx) = extract_text(&msg.content);
+    if text.is_empty() && !matches!(msg.content, Content::Text(_)) {
+        // Image-only content: nothing to frame.
+        return None;
+    }
+    let original = msg.additional_kwargs.get(ORIGINAL_USER_CONTENT);
+    let processed = match original {
+        Some(Value::String(orig)) if !orig.is_empty() => {
+            let framed = frame(orig);
+            if framed == *orig {
+                text.clone()
+            } else if let Some(i) = text.rfind(orig.as_str()) {
+                // Only the user's suffix is framed; the server's uploads block stays as it is.
+                format!("{}{framed}", &text[..i])
+            } else if let Content::Blocks(blocks) = &msg.content {
+                if blocks.len() >= 2 {
+                    // Cannot locate the user's text: keep the first (server) block, neutralize
+                    // the rest without framing.
+                    let mut out = msg.clone();
+                    out.content = Content::Blocks(neutralize_later_blocks(blocks));
+                    return (out.content != msg.content).then_some(out);
+                }
+                frame(&text)
+            } else {
+                frame(&text)
+            }
+        }
+        // Present but empty (an upload without text): nothing of the user's to sanitize.
+        Some(Value::String(_)) => text.clone(),
+        _ => frame(&text),
+    };
+    if processed == text {
+        return None;
+    }
+    let mut out = msg.clone();
+    out.content = match (&msg.content, &text_idx) {
+        (Content::Blocks(blocks), Some(idx)) => {
+            Content::Blocks(rebuild_blocks(blocks, &processed, idx))
+        }
+        _ => Content::Text(processed),
+    };
+    if !matches!(original, Some(Value::String(_))) {
+        if original.is_some() {
+            tracing::warn!("replacing a non-string {ORIGINAL_USER_CONTENT} before framing");
+        }
+        // Downstream consumers that need the genuine input (slash skills, regenerate) read it
+        // from here rather than from the framed text.
+        out.additional_kwargs.insert(
+            ORIGINAL_USER_CONTENT.into(),
+            Value::String(msg.content.text()),
+        );
+    }
+    Some(out)
+}
+
+/// Index and sanitized replacement of the last genuine user message of a request, if it needs
+/// one.
+pub fn sanitize_messages(messages: &[Arc<Message>]) -> Option<(usize, Message)> {
+    let (i, human) = messages
+        .iter()
+        .enumerate()
+        .rev()
+        .find_map(|(i, m)| match &**m {
+            Message::Human(h) if is_genuine_user_message(h) => Some((i, h)),
+            _ => None,
+        })?;
+    sanitize_user_message(human).map(|h| (i, Message::Human(h)))
+}
+
+#[async_trait]
+impl Middleware for InputSanitizationMiddleware {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    fn hooks(&self) -> HookSet {
+        HookSet::WRAP_MODEL
+    }
+
+    async fn wrap_model_call(
+        &self,
+        mut req: ModelRequest,
+        next: ModelNext<'_>,
+    ) -> Result<ModelResponse, ModelCallError> {
+        if self.settings.enabled {
+            if let Some((i, msg)) = sanitize_messages(&req.messages) {
+                req.messages_mut()[i] = Arc::new(msg);
+            }
+        }
+        next.run(req).await
+    }
+}
+
+#[cfg(test)]
+#[path = "input_sanitization_tests.rs"]
+mod tests;
