@@ -65,9 +65,9 @@ pub fn build_model(cfg: &ModelConfig, thinking: bool) -> Result<Arc<dyn ChatMode
                 oc.base_url = url.clone();
             }
             oc.api_key = cfg.api_key.clone().filter(|k| !k.is_empty());
-            oc.temperature = cfg.temperature;
-            oc.max_tokens = cfg.max_tokens;
-            oc.replay_reasoning_content = replay_reasoning_content;
+            oc.wire.temperature = cfg.temperature;
+            oc.wire.max_tokens = cfg.max_tokens;
+            oc.wire.replay_reasoning_content = replay_reasoning_content;
             if let Some(t) = cfg.request_timeout.filter(|t| *t > 0.0) {
                 oc.request_timeout = Some(secs(t));
             }
@@ -75,12 +75,12 @@ pub fn build_model(cfg: &ModelConfig, thinking: bool) -> Result<Arc<dyn ChatMode
                 oc.stream_chunk_timeout = secs(t);
             }
             oc.call_timeout = secs(cfg.effective_call_timeout());
-            oc.stream_usage = cfg.effective_stream_usage();
+            oc.wire.stream_usage = cfg.effective_stream_usage();
             if let Some(Value::Object(body)) = options.remove("extra_body") {
-                oc.extra_body = body;
+                oc.wire.extra_body = body;
             }
             if let Some(Value::String(effort)) = options.remove("reasoning_effort") {
-                oc.reasoning_effort = Some(effort);
+                oc.wire.reasoning_effort = Some(effort);
             }
             // Anything else the thinking toggles produced goes into the body as-is.
             let mut extra: Map<String, Value> = options;
@@ -89,7 +89,7 @@ pub fn build_model(cfg: &ModelConfig, thinking: bool) -> Result<Arc<dyn ChatMode
                     extra.entry(k.clone()).or_insert_with(|| v.clone());
                 }
             }
-            oc.extra = extra;
+            oc.wire.extra = extra;
             let model = OpenAiCompatModel::new(oc)
                 .map_err(|e| AgentError::Model(format!("models entry '{}': {e}", cfg.name)))?;
             Ok(Arc::new(model))
@@ -105,8 +105,8 @@ pub fn build_model(cfg: &ModelConfig, thinking: bool) -> Result<Arc<dyn ChatMode
                     .ok()
                     .filter(|k| !k.is_empty())
             });
-            ac.temperature = cfg.temperature;
-            ac.max_tokens = cfg.max_tokens;
+            ac.wire.temperature = cfg.temperature;
+            ac.wire.max_tokens = cfg.max_tokens;
             if let Some(t) = cfg.request_timeout.filter(|t| *t > 0.0) {
                 ac.request_timeout = Some(secs(t));
             }
@@ -117,13 +117,13 @@ pub fn build_model(cfg: &ModelConfig, thinking: bool) -> Result<Arc<dyn ChatMode
             // Thinking toggles (spec 60 §3.3) land in typed fields: the budget is checked
             // against max_tokens. OpenAI-only keys are dropped.
             if let Some(t) = options.remove("thinking") {
-                ac.thinking = Some(t);
+                ac.wire.thinking = Some(t);
             }
             if let Some(m) = options.remove("max_tokens").and_then(|v| v.as_u64()) {
-                ac.max_tokens = Some(m);
+                ac.wire.max_tokens = Some(m);
             }
             if let Some(t) = options.remove("temperature").and_then(|v| v.as_f64()) {
-                ac.temperature = Some(t);
+                ac.wire.temperature = Some(t);
             }
             options.remove("extra_body");
             options.remove("reasoning_effort");
@@ -137,7 +137,7 @@ pub fn build_model(cfg: &ModelConfig, thinking: bool) -> Result<Arc<dyn ChatMode
                     extra.entry(k.clone()).or_insert_with(|| v.clone());
                 }
             }
-            ac.extra = extra;
+            ac.wire.extra = extra;
             let model = AnthropicModel::new(ac)
                 .map_err(|e| AgentError::Model(format!("models entry '{}': {e}", cfg.name)))?;
             Ok(Arc::new(model))

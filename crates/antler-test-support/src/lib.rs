@@ -1,5 +1,7 @@
-//! Dev-only helpers shared by antler's tests: a mock OpenAI-compatible server on `127.0.0.1`
-//! with scripted replies, request recording and a tool-call pairing check on every request.
+//! Dev-only helpers shared by antler's tests: mock model servers on `127.0.0.1` with scripted
+//! replies, request recording and the vendor's request checks (tool-call pairing, …) on every
+//! request — one server core ([`mock::MockServer`]) with a wire module per vendor
+//! ([`openai`]: [`MockOpenAi`], [`anthropic`]: [`MockAnthropic`]).
 //!
 //! ```no_run
 //! # async fn demo() {
@@ -14,13 +16,15 @@
 //! ```
 
 pub mod anthropic;
+pub mod mock;
 pub mod openai;
 pub mod sse;
 
 pub use anthropic::{
     anthropic_error, anthropic_sse_frame, tool_use_violations, AnthropicBlock, AnthropicReply,
-    MockAnthropic,
+    AnthropicWire, MockAnthropic,
 };
+pub use mock::{MockRequest, MockServer, MockWire, Reply};
 pub use openai::{
-    openai_error, tool_call_violations, MockOpenAi, MockReply, MockRequest, MockToolCall,
+    openai_error, tool_call_violations, MockOpenAi, MockReply, MockToolCall, OpenAiWire,
 };

@@ -1,9 +1,15 @@
-//! Provider adapters. Each keeps its wire types private.
+//! Provider adapters: one HTTP driver ([`driver`]) and one wire module per API
+//! ([`openai_compat`], [`anthropic`]). Each wire module keeps its wire types private; how to add
+//! one is in the [`driver`] docs.
 
 pub mod anthropic;
+pub mod driver;
 pub(crate) mod http;
+pub(crate) mod mapping;
 pub mod openai_compat;
 pub(crate) mod read;
 pub(crate) mod sse;
 
-pub use read::DEFAULT_CALL_TIMEOUT;
+pub use driver::{
+    Framing, HttpChatModel, HttpModelConfig, SseEvent, StreamFold, WireFormat, DEFAULT_CALL_TIMEOUT,
+};

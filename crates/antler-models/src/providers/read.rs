@@ -1,5 +1,6 @@
-//! The time limits of one model call, shared by the providers: the overall call deadline
-//! (`call_timeout`) and the stall detector of a streamed body (`stream_chunk_timeout`).
+//! The time limits of one model call, enforced by the driver for every wire format: the overall
+//! call deadline (`call_timeout`) and the stall detector of a streamed body
+//! (`stream_chunk_timeout`).
 //!
 //! Only decoded events the provider's fold counts as progress reset the stall timer: SSE
 //! comments (`: ping`), partial lines and keep-alive events (Anthropic's `ping`) do not, so a
@@ -12,12 +13,9 @@ use std::time::Duration;
 use antler_protocol::AiMessageChunk;
 use tokio::time::Instant;
 
-use super::sse::{SseDecoder, SseEvent};
+use super::driver::{Framing, StreamFold};
+use super::sse::SseDecoder;
 use crate::ModelError;
-
-/// Default overall limit of one call (`call_timeout`): long enough for a long reasoning answer,
-/// finite so keep-alives alone cannot hold a run.
-pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(1800);
 
 /// The end of a call's time budget, fixed when the call starts.
 #[derive(Clone, Copy, Debug)]
@@ -56,22 +54,6 @@ impl CallDeadline {
     }
 }
 
-/// A provider's fold of stream events into the final message.
-pub(crate) trait SseFold {
-    /// The provider said the answer is complete; a stall or break-off after this keeps it.
-    fn finished(&self) -> bool;
-    /// Fold one event, forwarding deltas to `emit`; `Ok(true)` ends the stream.
-    fn on_event(
-        &mut self,
-        event: &SseEvent,
-        emit: &mut (dyn FnMut(AiMessageChunk) + Send),
-    ) -> Result<bool, ModelError>;
-    /// An event that only keeps the connection warm; it does not count as progress.
-    fn is_keepalive(&self, _event: &SseEvent) -> bool {
-        false
-    }
-}
-
 /// Which limit a wait runs into first.
 #[derive(Clone, Copy)]
 enum Limit {
@@ -79,18 +61,19 @@ enum Limit {
     Call,
 }
 
-/// Read an SSE body into `fold` until it ends, `fold` says done, or a limit runs out: no
+/// Read a streamed body into `fold` until it ends, `fold` says done, or a limit runs out: no
 /// progress for `gap` → `Timeout(gap)`, the call deadline → `Timeout(call_timeout)`. Either
 /// limit hit after the answer completed keeps the answer.
-pub(crate) async fn read_sse<F: SseFold>(
+pub(crate) async fn read_stream<F: StreamFold>(
     resp: &mut reqwest::Response,
+    framing: Framing,
     fold: &mut F,
     emit: &mut (dyn FnMut(AiMessageChunk) + Send),
     gap: Duration,
     deadline: &CallDeadline,
     model: &str,
 ) -> Result<(), ModelError> {
-    let mut decoder = SseDecoder::new();
+    let mut decoder = SseDecoder::for_framing(framing);
     let mut events = Vec::new();
     let mut last_progress = Instant::now();
     loop {

@@ -1,15 +1,19 @@
-//! Incremental decoder for `text/event-stream` bodies, shared by the providers (OpenAI-compatible
-//! chat completions and Anthropic messages both stream SSE).
+//! Incremental decoder for streamed bodies, shared by every wire format: `text/event-stream`
+//! (OpenAI-compatible chat completions and Anthropic messages) and, for APIs that stream one JSON
+//! document per line, NDJSON.
 //!
 //! Bytes arrive in arbitrary network chunks: a line may be split anywhere, one chunk may hold many
 //! events. Lines end in `\n`, `\r\n` or a lone `\r` (even when the `\r` and `\n` of one line ending
 //! land in different chunks). `data:` lines accumulate until a blank line dispatches the event;
 //! `:` comments, `id:` and `retry:` are ignored. [`SseDecoder::finish`] flushes an event the
-//! server did not terminate with a blank line.
+//! server did not terminate with a blank line. In [`Framing::JsonLines`] every non-blank line is
+//! an event of its own.
+
+use super::driver::Framing;
 
 /// One dispatched event.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct SseEvent {
+pub struct SseEvent {
     /// The `event:` field, when the server sent one.
     pub event: Option<String>,
     /// The `data:` lines joined with `\n`.
@@ -23,8 +27,9 @@ const MAX_LINE_BYTES: usize = 32 * 1024 * 1024;
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct LineTooLong;
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct SseDecoder {
+    framing: Framing,
     /// Bytes of the current, unterminated line.
     line: Vec<u8>,
     /// The previous chunk ended in `\r`: a leading `\n` belongs to that line ending.
@@ -35,8 +40,20 @@ pub(crate) struct SseDecoder {
 }
 
 impl SseDecoder {
+    #[cfg(test)]
     pub(crate) fn new() -> Self {
-        Self::default()
+        Self::for_framing(Framing::Sse)
+    }
+
+    pub(crate) fn for_framing(framing: Framing) -> Self {
+        SseDecoder {
+            framing,
+            line: Vec::new(),
+            skip_lf: false,
+            data: String::new(),
+            has_data: false,
+            event: None,
+        }
     }
 
     /// Feed the next network chunk; complete events are appended to `out`.
@@ -87,6 +104,16 @@ impl SseDecoder {
     }
 
     fn take_line(&mut self, line: &[u8], out: &mut Vec<SseEvent>) {
+        if self.framing == Framing::JsonLines {
+            let text = String::from_utf8_lossy(line);
+            if !text.trim().is_empty() {
+                out.push(SseEvent {
+                    event: None,
+                    data: text.into_owned(),
+                });
+            }
+            return;
+        }
         if line.is_empty() {
             self.dispatch(out);
             return;

@@ -139,3 +139,22 @@ fn an_unterminated_event_is_flushed_at_the_end() {
     d.finish(&mut out);
     assert_eq!(out, vec![ev("error", "{\"a\":1}")]);
 }
+
+#[test]
+fn json_lines_are_one_event_each_however_they_are_cut() {
+    let body = "{\"a\":1}\n\r\n{\"b\":\"x: y\"}\r\n  \n{\"c\":[]}";
+    let expected = vec![
+        data("{\"a\":1}"),
+        data("{\"b\":\"x: y\"}"),
+        data("{\"c\":[]}"),
+    ];
+    for size in 1..body.len() {
+        let mut d = SseDecoder::for_framing(crate::providers::driver::Framing::JsonLines);
+        let mut out = Vec::new();
+        for piece in body.as_bytes().chunks(size) {
+            d.push(piece, &mut out).unwrap();
+        }
+        d.finish(&mut out);
+        assert_eq!(out, expected, "chunk size {size}");
+    }
+}

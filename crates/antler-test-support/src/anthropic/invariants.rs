@@ -7,17 +7,15 @@ use std::collections::HashSet;
 
 use serde_json::Value;
 
+use crate::mock::{request_messages, CallIds};
+
 /// Every problem in a Messages request body (empty when well-formed).
 pub fn tool_use_violations(body: &Value) -> Vec<String> {
     let mut out = Vec::new();
-    let Some(messages) = body.get("messages").and_then(Value::as_array) else {
-        out.push("request body has no `messages` array".to_owned());
+    let Some(messages) = request_messages(body, &mut out) else {
         return out;
     };
-    if messages.is_empty() {
-        out.push("`messages` is empty".to_owned());
-    }
-    let mut seen: HashSet<String> = HashSet::new();
+    let mut ids = CallIds::default();
     // Ids of the previous assistant message's tool_use blocks, awaiting results.
     let mut pending: Vec<String> = Vec::new();
     let mut pending_from = 0usize;
@@ -79,22 +77,15 @@ pub fn tool_use_violations(body: &Value) -> Vec<String> {
                                     "messages.{i}.content.{k}: tool_use input must be an object"
                                 ));
                             }
-                            let Some(id) = block
-                                .get("id")
-                                .and_then(Value::as_str)
-                                .filter(|s| !s.is_empty())
-                            else {
-                                out.push(format!("messages.{i}.content.{k}: tool_use has no id"));
-                                continue;
-                            };
-                            if !seen.insert(id.to_owned()) {
-                                out.push(format!(
-                                    "messages.{i}.content.{k}: tool_use ids must be unique, `{id}` repeats"
-                                ));
-                                continue;
+                            match ids.register(block, "tool_use has no id", |id| {
+                                format!("tool_use ids must be unique, `{id}` repeats")
+                            }) {
+                                Ok(id) => {
+                                    pending.push(id.to_owned());
+                                    pending_from = i;
+                                }
+                                Err(why) => out.push(format!("messages.{i}.content.{k}: {why}")),
                             }
-                            pending.push(id.to_owned());
-                            pending_from = i;
                         }
                         Some("thinking")
                             if !block.get("signature").is_some_and(Value::is_string) =>

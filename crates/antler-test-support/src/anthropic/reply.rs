@@ -1,11 +1,12 @@
-//! Scripted answers of [`crate::MockAnthropic`] and their rendering in Anthropic's Messages wire
-//! format: one `message` object, or the SSE event sequence `message_start`, `ping`,
-//! `content_block_start` / `content_block_delta`… / `content_block_stop` per block,
-//! `message_delta`, `message_stop`.
-
-use std::time::Duration;
+//! Scripted answers of [`crate::MockAnthropic`] ([`AnthropicReply`] constructors in Anthropic's
+//! terms) and their rendering in the Messages wire format: one `message` object, or the SSE event
+//! sequence `message_start`, `ping`, `content_block_start` / `content_block_delta`… /
+//! `content_block_stop` per block, `message_delta`, `message_stop`.
 
 use serde_json::{json, Value};
+
+use super::AnthropicReply;
+use crate::mock::{estimated_tokens, split_even, split_text};
 
 /// One content block of a scripted answer.
 #[derive(Clone, Debug, PartialEq)]
@@ -86,14 +87,6 @@ impl AnthropicBlock {
     }
 }
 
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) enum ReplyBody {
-    Message(Vec<AnthropicBlock>),
-    Error { status: u16, body: Value },
-    Raw { status: u16, body: String },
-    Hang,
-}
-
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub(crate) struct MockUsage {
     pub input: u64,
@@ -102,205 +95,33 @@ pub(crate) struct MockUsage {
     pub cache_creation: u64,
 }
 
-/// One scripted answer of [`crate::MockAnthropic`]; answered as JSON or SSE depending on the
-/// request's `stream` flag.
+/// A scripted assistant message in Anthropic's terms.
 #[derive(Clone, Debug, PartialEq)]
-pub struct AnthropicReply {
-    pub(crate) body: ReplyBody,
-    pub(crate) usage: Option<MockUsage>,
-    pub(crate) stop_reason: Option<String>,
-    pub(crate) headers: Vec<(String, String)>,
-    pub(crate) delay: Duration,
-    pub(crate) chunk_delay: Duration,
-    pub(crate) stall_after: Option<usize>,
-    pub(crate) keepalive: Option<Duration>,
-    pub(crate) drop_after: Option<usize>,
-    pub(crate) error_after: Option<(usize, Value)>,
-    pub(crate) fragment_size: Option<usize>,
+pub struct AnthropicAnswer {
+    blocks: Vec<AnthropicBlock>,
+    usage: Option<MockUsage>,
+    stop_reason: Option<String>,
 }
 
-impl AnthropicReply {
-    fn new(body: ReplyBody) -> Self {
-        AnthropicReply {
-            body,
+impl AnthropicAnswer {
+    pub(crate) fn new(blocks: Vec<AnthropicBlock>) -> Self {
+        AnthropicAnswer {
+            blocks,
             usage: None,
             stop_reason: None,
-            headers: Vec::new(),
-            delay: Duration::ZERO,
-            chunk_delay: Duration::ZERO,
-            stall_after: None,
-            keepalive: None,
-            drop_after: None,
-            error_after: None,
-            fragment_size: None,
         }
     }
 
-    /// An answer made of `blocks`, in order.
-    pub fn blocks(blocks: impl IntoIterator<Item = AnthropicBlock>) -> Self {
-        Self::new(ReplyBody::Message(blocks.into_iter().collect()))
-    }
-
-    /// A plain text answer.
-    pub fn text(text: impl Into<String>) -> Self {
-        Self::blocks([AnthropicBlock::text(text)])
-    }
-
-    /// One tool call (`input`: see [`AnthropicBlock::tool_use`]).
-    pub fn tool_use(id: impl Into<String>, name: impl Into<String>, input: Value) -> Self {
-        Self::blocks([AnthropicBlock::tool_use(id, name, input)])
-    }
-
-    /// A thinking block (with signature) followed by a text answer.
-    pub fn thinking(
-        thinking: impl Into<String>,
-        signature: impl Into<String>,
-        text: impl Into<String>,
-    ) -> Self {
-        Self::blocks([
-            AnthropicBlock::thinking(thinking, signature),
-            AnthropicBlock::text(text),
-        ])
-    }
-
-    /// An HTTP error with a JSON body (see [`anthropic_error`]).
-    pub fn error(status: u16, body: Value) -> Self {
-        Self::new(ReplyBody::Error { status, body })
-    }
-
-    /// `429 rate_limit_error` with `retry-after: secs`.
-    pub fn rate_limited(secs: u64) -> Self {
-        Self::error(
-            429,
-            anthropic_error(
-                "rate_limit_error",
-                "Number of request tokens has exceeded your per-minute rate limit",
-            ),
-        )
-        .retry_after(secs)
-    }
-
-    /// `529 overloaded_error` (Anthropic's "try again later").
-    pub fn overloaded() -> Self {
-        Self::error(529, anthropic_error("overloaded_error", "Overloaded"))
-    }
-
-    /// `body` sent verbatim with `status` (as `application/json`, or `text/event-stream` when the
-    /// request streams): invalid JSON, odd shapes, hand-written SSE.
-    pub fn raw_body(status: u16, body: &str) -> Self {
-        Self::new(ReplyBody::Raw {
-            status,
-            body: body.to_owned(),
-        })
-    }
-
-    /// Never answers (until the server is dropped).
-    pub fn hang() -> Self {
-        Self::new(ReplyBody::Hang)
-    }
-
-    /// Token usage to report (otherwise estimated as bytes / 4 of request and answer).
-    pub fn usage(mut self, input: u64, output: u64) -> Self {
-        let u = self.usage.get_or_insert_with(MockUsage::default);
-        u.input = input;
-        u.output = output;
-        self
-    }
-
-    /// `cache_read_input_tokens` and `cache_creation_input_tokens`.
-    pub fn cache_tokens(mut self, read: u64, creation: u64) -> Self {
-        let u = self.usage.get_or_insert_with(MockUsage::default);
-        u.cache_read = read;
-        u.cache_creation = creation;
-        self
-    }
-
-    /// Override the stop reason (default `end_turn`, or `tool_use` when calling tools).
-    pub fn stop_reason(mut self, reason: impl Into<String>) -> Self {
-        self.stop_reason = Some(reason.into());
-        self
-    }
-
-    /// An extra response header.
-    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
-        self.headers.push((name.into(), value.into()));
-        self
-    }
-
-    /// `retry-after: <secs>`.
-    pub fn retry_after(self, secs: u64) -> Self {
-        self.header("retry-after", secs.to_string())
-    }
-
-    /// Wait this long before answering at all.
-    pub fn delay(mut self, delay: Duration) -> Self {
-        self.delay = delay;
-        self
-    }
-
-    /// Streams: wait this long before every event after the first.
-    pub fn chunk_delay(mut self, delay: Duration) -> Self {
-        self.chunk_delay = delay;
-        self
-    }
-
-    /// Streams: send `n` events, then go silent (connection kept open).
-    pub fn stall_after_events(mut self, n: usize) -> Self {
-        self.stall_after = Some(n);
-        self
-    }
-
-    /// Streams: while stalled (see [`AnthropicReply::stall_after_events`]), send a `ping` event
-    /// every `every` instead of silence — the API's keep-alive, without an answer.
-    pub fn keepalive_while_stalled(mut self, every: Duration) -> Self {
-        self.keepalive = Some(every.max(Duration::from_millis(1)));
-        self
-    }
-
-    /// Streams: send `n` events, then end the body (no `message_stop`).
-    pub fn drop_after_events(mut self, n: usize) -> Self {
-        self.drop_after = Some(n);
-        self
-    }
-
-    /// Streams: send `n` events, then an `error` event carrying `error` (`{type, message}`) and
-    /// end the body.
-    pub fn error_after_events(mut self, n: usize, error: Value) -> Self {
-        self.error_after = Some((n, error));
-        self
-    }
-
-    /// Streams: re-cut the SSE bytes into pieces of `n` bytes, so lines split across writes.
-    pub fn sse_fragment_size(mut self, n: usize) -> Self {
-        self.fragment_size = Some(n.max(1));
-        self
-    }
-
-    /// The answer as a complete `message` object (`None` for errors, raw bodies and hangs).
-    pub fn message(&self, model: &str) -> Option<Value> {
-        self.message_json(&Render::standalone(model))
-    }
-
-    /// The answer as stream events, `ping` included (`None` for errors, raw bodies and hangs).
-    pub fn events(&self, model: &str) -> Option<Vec<Value>> {
-        self.events_json(&Render::standalone(model))
-    }
-
-    fn blocks_ref(&self) -> Option<&[AnthropicBlock]> {
-        match &self.body {
-            ReplyBody::Message(blocks) => Some(blocks),
-            _ => None,
-        }
+    pub(crate) fn usage_mut(&mut self) -> &mut MockUsage {
+        self.usage.get_or_insert_with(MockUsage::default)
     }
 
     fn mock_usage(&self, r: &Render) -> MockUsage {
         self.usage.unwrap_or_else(|| {
-            let answer: usize = self
-                .blocks_ref()
-                .map_or(0, |b| b.iter().map(AnthropicBlock::len).sum());
+            let answer: usize = self.blocks.iter().map(AnthropicBlock::len).sum();
             MockUsage {
-                input: (r.prompt_bytes as u64 / 4).max(1),
-                output: (answer as u64 / 4).max(1),
+                input: estimated_tokens(r.prompt_bytes),
+                output: estimated_tokens(answer),
                 ..MockUsage::default()
             }
         })
@@ -310,24 +131,23 @@ impl AnthropicReply {
         match &self.stop_reason {
             Some(r) => r.clone(),
             None => {
-                let calls = self.blocks_ref().is_some_and(|b| {
-                    b.iter()
-                        .any(|b| matches!(b, AnthropicBlock::ToolUse { .. }))
-                });
+                let calls = self
+                    .blocks
+                    .iter()
+                    .any(|b| matches!(b, AnthropicBlock::ToolUse { .. }));
                 if calls { "tool_use" } else { "end_turn" }.to_owned()
             }
         }
     }
 
-    pub(crate) fn message_json(&self, r: &Render) -> Option<Value> {
-        let blocks = self.blocks_ref()?;
+    pub(crate) fn message_json(&self, r: &Render) -> Value {
         let u = self.mock_usage(r);
-        Some(json!({
+        json!({
             "id": r.id,
             "type": "message",
             "role": "assistant",
             "model": r.model,
-            "content": blocks.iter().map(AnthropicBlock::complete_json).collect::<Vec<_>>(),
+            "content": self.blocks.iter().map(AnthropicBlock::complete_json).collect::<Vec<_>>(),
             "stop_reason": self.stop(),
             "stop_sequence": null,
             "usage": {
@@ -336,11 +156,10 @@ impl AnthropicReply {
                 "cache_read_input_tokens": u.cache_read,
                 "output_tokens": u.output,
             },
-        }))
+        })
     }
 
-    pub(crate) fn events_json(&self, r: &Render) -> Option<Vec<Value>> {
-        let blocks = self.blocks_ref()?;
+    pub(crate) fn events_json(&self, r: &Render) -> Vec<Value> {
         let u = self.mock_usage(r);
         let mut out = vec![
             json!({"type": "message_start", "message": {
@@ -360,7 +179,7 @@ impl AnthropicReply {
             }}),
             json!({"type": "ping"}),
         ];
-        for (index, block) in blocks.iter().enumerate() {
+        for (index, block) in self.blocks.iter().enumerate() {
             let start = |b: Value| json!({"type": "content_block_start", "index": index, "content_block": b});
             let delta =
                 |d: Value| json!({"type": "content_block_delta", "index": index, "delta": d});
@@ -409,16 +228,97 @@ impl AnthropicReply {
             "usage": {"output_tokens": u.output},
         }));
         out.push(json!({"type": "message_stop"}));
-        Some(out)
+        out
+    }
+}
+
+/// Constructors and builders in Anthropic's terms (the vendor-neutral ones are
+/// [`crate::Reply`]'s).
+impl AnthropicReply {
+    /// An answer made of `blocks`, in order.
+    pub fn blocks(blocks: impl IntoIterator<Item = AnthropicBlock>) -> Self {
+        Self::answer(AnthropicAnswer::new(blocks.into_iter().collect()))
+    }
+
+    /// A plain text answer.
+    pub fn text(text: impl Into<String>) -> Self {
+        Self::blocks([AnthropicBlock::text(text)])
+    }
+
+    /// One tool call (`input`: see [`AnthropicBlock::tool_use`]).
+    pub fn tool_use(id: impl Into<String>, name: impl Into<String>, input: Value) -> Self {
+        Self::blocks([AnthropicBlock::tool_use(id, name, input)])
+    }
+
+    /// A thinking block (with signature) followed by a text answer.
+    pub fn thinking(
+        thinking: impl Into<String>,
+        signature: impl Into<String>,
+        text: impl Into<String>,
+    ) -> Self {
+        Self::blocks([
+            AnthropicBlock::thinking(thinking, signature),
+            AnthropicBlock::text(text),
+        ])
+    }
+
+    /// `429 rate_limit_error` with `retry-after: secs`.
+    pub fn rate_limited(secs: u64) -> Self {
+        Self::error(
+            429,
+            anthropic_error(
+                "rate_limit_error",
+                "Number of request tokens has exceeded your per-minute rate limit",
+            ),
+        )
+        .retry_after(secs)
+    }
+
+    /// `529 overloaded_error` (Anthropic's "try again later").
+    pub fn overloaded() -> Self {
+        Self::error(529, anthropic_error("overloaded_error", "Overloaded"))
+    }
+
+    fn usage_mut(&mut self) -> Option<&mut MockUsage> {
+        self.answer_mut().map(|a| a.usage_mut())
+    }
+
+    /// `cache_read_input_tokens` and `cache_creation_input_tokens`.
+    pub fn cache_tokens(mut self, read: u64, creation: u64) -> Self {
+        if let Some(u) = self.usage_mut() {
+            u.cache_read = read;
+            u.cache_creation = creation;
+        }
+        self
+    }
+
+    /// Override the stop reason (default `end_turn`, or `tool_use` when calling tools).
+    pub fn stop_reason(mut self, reason: impl Into<String>) -> Self {
+        if let Some(a) = self.answer_mut() {
+            a.stop_reason = Some(reason.into());
+        }
+        self
+    }
+
+    /// The answer as a complete `message` object (`None` for errors, raw bodies and hangs).
+    pub fn message(&self, model: &str) -> Option<Value> {
+        self.answer_ref()
+            .map(|a| a.message_json(&Render::standalone(model)))
+    }
+
+    /// The answer as stream events, `ping` included (`None` for errors, raw bodies and hangs).
+    pub fn events(&self, model: &str) -> Option<Vec<Value>> {
+        self.answer_ref()
+            .map(|a| a.events_json(&Render::standalone(model)))
     }
 }
 
 /// Per-answer values of the wire objects.
-pub(crate) struct Render {
-    pub id: String,
-    pub model: String,
-    /// Size of the request's `messages`, for the usage estimate.
-    pub prompt_bytes: usize,
+pub struct Render {
+    pub(crate) id: String,
+    pub(crate) model: String,
+    /// Size of the request's `system` and `messages`, for the usage estimate.
+    pub(crate) prompt_bytes: usize,
 }
 
 impl Render {
@@ -443,26 +343,6 @@ pub fn anthropic_sse_frame(event: &Value) -> String {
 /// Anthropic's error body: `{"type": "error", "error": {"type", "message"}}`.
 pub fn anthropic_error(kind: &str, message: &str) -> Value {
     json!({"type": "error", "error": {"type": kind, "message": message}})
-}
-
-/// Text as streamed deltas: word by word, or in three pieces for a single word.
-fn split_text(text: &str) -> Vec<String> {
-    let words: Vec<&str> = text.split_inclusive(' ').collect();
-    if words.len() > 1 {
-        words.into_iter().map(str::to_owned).collect()
-    } else {
-        split_even(text, 3)
-    }
-}
-
-/// `text` in up to `n` non-empty pieces of about equal length (on char boundaries).
-fn split_even(text: &str, n: usize) -> Vec<String> {
-    let chars: Vec<char> = text.chars().collect();
-    if chars.is_empty() {
-        return Vec::new();
-    }
-    let size = chars.len().div_ceil(n).max(1);
-    chars.chunks(size).map(|c| c.iter().collect()).collect()
 }
 
 #[cfg(test)]

@@ -1,12 +1,14 @@
-//! `mock_openai`: the [`antler_test_support::MockOpenAi`] server as a standalone process, with a
-//! scripted conversation chosen by what the user last said — for end-to-end tests that run the
-//! real `antler` binary (the langgraph-sdk client test, the `antler serve` load test).
+//! `mock_openai`: the mock model server ([`antler_test_support::MockServer`]) as a standalone
+//! process, with a scripted conversation chosen by what the user last said — for end-to-end tests
+//! that run the real `antler` binary (the langgraph-sdk client test, the `antler serve` load
+//! test).
 //!
 //! ```text
-//! mock_openai [--latency-ms N] [--chunk-delay-ms N] [--port-file PATH]
+//! mock_openai [--wire openai|anthropic] [--latency-ms N] [--chunk-delay-ms N] [--port-file PATH]
 //! ```
-//! Binds a free port on 127.0.0.1, prints `http://127.0.0.1:PORT/v1` on stdout (and the port
-//! into `--port-file`), then serves until killed. Replies, by the last user message (date reminders skipped):
+//! Binds a free port on 127.0.0.1, prints the `base_url` to configure on stdout
+//! (`http://127.0.0.1:PORT/v1` for OpenAI, the default; `http://127.0.0.1:PORT` for Anthropic)
+//! and the port into `--port-file`, then serves until killed. Replies, by the last user message (date reminders skipped):
 //! - after a tool result: a text answer mentioning the tool's output;
 //! - "list …": an `ls` call on `/mnt/user-data/workspace` (arguments streamed in pieces);
 //! - "book …" / "clarify …": an `ask_clarification` call with two options;
@@ -19,10 +21,19 @@
 use std::io::Write;
 use std::time::Duration;
 
-use antler_test_support::{MockOpenAi, MockReply};
+use antler_test_support::{
+    AnthropicReply, AnthropicWire, MockReply, MockServer, MockWire, OpenAiWire, Reply,
+};
 use serde_json::{json, Value};
 
+#[derive(Clone, Copy)]
+enum Wire {
+    OpenAi,
+    Anthropic,
+}
+
 struct Args {
+    wire: Wire,
     latency: Duration,
     chunk_delay: Duration,
     port_file: Option<String>,
@@ -30,6 +41,7 @@ struct Args {
 
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
+        wire: Wire::OpenAi,
         latency: Duration::ZERO,
         chunk_delay: Duration::ZERO,
         port_file: None,
@@ -51,13 +63,29 @@ fn parse_args() -> Result<Args, String> {
                 )
             }
             "--port-file" => args.port_file = Some(value()?),
+            "--wire" => {
+                args.wire = match value()?.as_str() {
+                    "openai" => Wire::OpenAi,
+                    "anthropic" => Wire::Anthropic,
+                    other => return Err(format!("--wire: unknown wire {other}")),
+                }
+            }
             other => return Err(format!("unknown argument {other}")),
         }
     }
     Ok(args)
 }
 
-/// The text of an OpenAI message's content (string or parts).
+/// What the script reads from a request and how it calls a tool, in one vendor's shapes.
+trait Conversation: MockWire {
+    /// The output of the tool result that ends the history, when one does.
+    fn tool_output(last: &Value) -> Option<String>;
+    /// The text of a user message, when `msg` is one (tool results excluded).
+    fn user_text(msg: &Value) -> Option<String>;
+    fn tool_call(id: &str, name: &str, args: Value) -> Reply<Self>;
+}
+
+/// The text of a message's content: a string, or the `text` of its parts / blocks.
 fn text_of(content: &Value) -> String {
     match content {
         Value::String(s) => s.clone(),
@@ -70,8 +98,56 @@ fn text_of(content: &Value) -> String {
     }
 }
 
+fn role(msg: &Value) -> Option<&str> {
+    msg.get("role").and_then(Value::as_str)
+}
+
+fn content(msg: &Value) -> &Value {
+    msg.get("content").unwrap_or(&Value::Null)
+}
+
+impl Conversation for OpenAiWire {
+    fn tool_output(last: &Value) -> Option<String> {
+        (role(last) == Some("tool")).then(|| text_of(content(last)))
+    }
+
+    fn user_text(msg: &Value) -> Option<String> {
+        (role(msg) == Some("user")).then(|| text_of(content(msg)))
+    }
+
+    fn tool_call(id: &str, name: &str, args: Value) -> MockReply {
+        MockReply::tool_call(id, name, args)
+    }
+}
+
+/// A user turn's `tool_result` blocks.
+fn tool_results(msg: &Value) -> Vec<&Value> {
+    match content(msg) {
+        Value::Array(blocks) if role(msg) == Some("user") => blocks
+            .iter()
+            .filter(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+impl Conversation for AnthropicWire {
+    fn tool_output(last: &Value) -> Option<String> {
+        tool_results(last).last().map(|r| text_of(content(r)))
+    }
+
+    fn user_text(msg: &Value) -> Option<String> {
+        (role(msg) == Some("user") && tool_results(msg).is_empty()).then(|| text_of(content(msg)))
+    }
+
+    fn tool_call(id: &str, name: &str, args: Value) -> AnthropicReply {
+        AnthropicReply::tool_use(id, name, args)
+    }
+}
+
 /// Pick the answer for one chat request.
-fn reply_for(body: &Value, chunk_delay: Duration) -> MockReply {
+fn reply_for<W: Conversation>(body: &Value, chunk_delay: Duration) -> Reply<W> {
+    let text = |t: &str| Reply::<W>::answer(W::text(t));
     let messages = body
         .get("messages")
         .and_then(Value::as_array)
@@ -82,32 +158,29 @@ fn reply_for(body: &Value, chunk_delay: Duration) -> MockReply {
         .and_then(Value::as_array)
         .is_some_and(|t| !t.is_empty());
     if !has_tools {
-        return MockReply::text("Mock conversation").usage(20, 3);
+        return text("Mock conversation").usage(20, 3);
     }
-    if let Some(last) = messages.last() {
-        if last.get("role").and_then(Value::as_str) == Some("tool") {
-            let out = text_of(last.get("content").unwrap_or(&Value::Null));
-            let first_line = out.lines().next().unwrap_or("").to_owned();
-            return MockReply::text(format!("The tool answered: {first_line}")).usage(120, 9);
-        }
+    if let Some(out) = messages.last().and_then(W::tool_output) {
+        let first_line = out.lines().next().unwrap_or("").to_owned();
+        return text(&format!("The tool answered: {first_line}")).usage(120, 9);
     }
     let said = messages
         .iter()
         .rev()
-        .filter(|m| m.get("role").and_then(Value::as_str) == Some("user"))
-        .map(|m| text_of(m.get("content").unwrap_or(&Value::Null)))
+        .filter_map(W::user_text)
         .find(|t| !t.trim_start().starts_with("<system-reminder>"))
+        .map(|t| unframe(&t).to_owned())
         .unwrap_or_default();
     let lower = said.to_lowercase();
     if lower.contains("list") {
-        MockReply::tool_call(
+        W::tool_call(
             "call_ls_1",
             "ls",
             json!({"description": "List the workspace", "path": "/mnt/user-data/workspace"}),
         )
         .usage(100, 12)
     } else if lower.contains("book") || lower.contains("clarify") {
-        MockReply::tool_call(
+        W::tool_call(
             "call_q9",
             "ask_clarification",
             json!({
@@ -119,14 +192,41 @@ fn reply_for(body: &Value, chunk_delay: Duration) -> MockReply {
         .usage(100, 20)
     } else if lower.contains("slow") {
         let words: Vec<String> = (0..400).map(|i| format!("word{i}")).collect();
-        MockReply::text(words.join(" "))
+        text(&words.join(" "))
             .chunk_delay(chunk_delay.max(Duration::from_millis(25)))
             .usage(50, 400)
     } else {
-        MockReply::text(format!("Hello from the mock model. You said: {said}"))
+        text(&format!("Hello from the mock model. You said: {said}"))
             .chunk_delay(chunk_delay)
             .usage(40, 12)
     }
+}
+
+/// The user's text without the `--- BEGIN/END USER INPUT ---` frame InputSanitization puts
+/// around it, read through as a real model would.
+fn unframe(text: &str) -> &str {
+    let t = text.trim();
+    t.strip_prefix("--- BEGIN USER INPUT ---")
+        .and_then(|rest| rest.strip_suffix("--- END USER INPUT ---"))
+        .map_or(t, str::trim)
+}
+
+/// Serve `W` until killed: every answer comes from the script (nothing is queued).
+async fn serve<W: Conversation>(args: &Args) {
+    let mock = MockServer::<W>::start().await;
+    let latency = args.latency;
+    let chunk_delay = args.chunk_delay;
+    mock.set_fallback(move |body| reply_for::<W>(body, chunk_delay).delay(latency));
+    let url = mock.base_url();
+    let _ = writeln!(std::io::stdout(), "{url}");
+    let _ = std::io::stdout().flush();
+    if let Some(path) = &args.port_file {
+        if let Err(e) = std::fs::write(path, format!("{}\n", mock.addr().port())) {
+            let _ = writeln!(std::io::stderr(), "mock_openai: cannot write {path}: {e}");
+            std::process::exit(1);
+        }
+    }
+    std::future::pending::<()>().await;
 }
 
 fn main() {
@@ -148,20 +248,9 @@ fn main() {
         }
     };
     rt.block_on(async move {
-        let mock = MockOpenAi::start().await;
-        let latency = args.latency;
-        let chunk_delay = args.chunk_delay;
-        mock.set_fallback(move |body| reply_for(body, chunk_delay).delay(latency));
-        // Nothing is queued: every answer comes from the fallback.
-        let url = mock.base_url();
-        let _ = writeln!(std::io::stdout(), "{url}");
-        let _ = std::io::stdout().flush();
-        if let Some(path) = &args.port_file {
-            if let Err(e) = std::fs::write(path, format!("{}\n", mock.addr().port())) {
-                let _ = writeln!(std::io::stderr(), "mock_openai: cannot write {path}: {e}");
-                std::process::exit(1);
-            }
+        match args.wire {
+            Wire::OpenAi => serve::<OpenAiWire>(&args).await,
+            Wire::Anthropic => serve::<AnthropicWire>(&args).await,
         }
-        std::future::pending::<()>().await;
     });
 }

@@ -6,22 +6,20 @@ use std::collections::HashSet;
 
 use serde_json::Value;
 
+use crate::mock::{request_messages, CallIds};
+
 /// Every pairing problem in a Chat Completions request body (empty when well-formed).
 ///
 /// With `strict_order`, tool results must also directly follow their assistant message (no user
 /// or system message in between), as OpenAI itself requires.
 pub fn tool_call_violations(body: &Value, strict_order: bool) -> Vec<String> {
     let mut out = Vec::new();
-    let Some(messages) = body.get("messages").and_then(Value::as_array) else {
-        out.push("request body has no `messages` array".to_owned());
+    let Some(messages) = request_messages(body, &mut out) else {
         return out;
     };
-    if messages.is_empty() {
-        out.push("`messages` is empty".to_owned());
-    }
     // (message index, call id, function name) awaiting a result.
     let mut pending: Vec<(usize, String, String)> = Vec::new();
-    let mut seen: HashSet<String> = HashSet::new();
+    let mut ids = CallIds::default();
     let mut answered: HashSet<String> = HashSet::new();
 
     let unanswered =
@@ -67,21 +65,11 @@ pub fn tool_call_violations(body: &Value, strict_order: bool) -> Vec<String> {
                             "messages[{i}].tool_calls[{k}]: function.arguments must be a string"
                         ));
                     }
-                    let Some(id) = call
-                        .get("id")
-                        .and_then(Value::as_str)
-                        .filter(|s| !s.is_empty())
-                    else {
-                        out.push(format!("messages[{i}].tool_calls[{k}]: no id"));
-                        continue;
-                    };
-                    if !seen.insert(id.to_owned()) {
-                        out.push(format!(
-                            "messages[{i}].tool_calls[{k}]: duplicate tool call id `{id}`"
-                        ));
-                        continue;
+                    match ids.register(call, "no id", |id| format!("duplicate tool call id `{id}`"))
+                    {
+                        Ok(id) => pending.push((i, id.to_owned(), name)),
+                        Err(why) => out.push(format!("messages[{i}].tool_calls[{k}]: {why}")),
                     }
-                    pending.push((i, id.to_owned(), name));
                 }
             }
             "tool" => {

@@ -17,11 +17,14 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use antler_protocol::{AiMessage, Content, Message, Object, ToolSpec, ToolStatus};
-use serde::ser::{SerializeMap, SerializeSeq};
+use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
 use serde_json::Value;
 
-use super::{AnthropicConfig, DEFAULT_MAX_TOKENS};
+use super::{AnthropicOptions, DEFAULT_MAX_TOKENS};
+use crate::providers::mapping::{
+    answered_invalid_calls, drop_keys, end_body, merge_settings, Each, ToolSchema,
+};
 use crate::{ChatRequest, ModelError};
 
 /// Body keys owned by the adapter; configured extras and per-call settings cannot replace them.
@@ -38,26 +41,25 @@ const THINKING_KEYS: &[&str] = &["type", "thinking", "signature"];
 const REDACTED_THINKING_KEYS: &[&str] = &["type", "data"];
 const IMAGE_KEYS: &[&str] = &["type", "source", "cache_control"];
 
-/// Serialize the request body for one call.
-pub(crate) fn encode(
-    cfg: &AnthropicConfig,
-    req: &ChatRequest<'_>,
-    streaming: bool,
-) -> Result<Vec<u8>, ModelError> {
-    let params = params(cfg, req)?;
-    let system = system_prompt(req);
-    let body = WireBody {
-        model: &cfg.info.model,
+/// The request body of one call.
+pub(crate) fn body<'a>(
+    options: &'a AnthropicOptions,
+    model: &'a str,
+    req: ChatRequest<'a>,
+    stream: bool,
+) -> Result<WireBody<'a>, ModelError> {
+    let params = params(options, model, &req)?;
+    Ok(WireBody {
+        model,
         max_tokens: params.max_tokens,
-        system: system.as_deref(),
+        system: system_prompt(&req),
         turns: turns(req.messages),
         tools: req.tools,
         tool_choice: params.tool_choice,
         thinking: params.thinking,
-        streaming,
+        stream,
         rest: params.rest,
-    };
-    serde_json::to_vec(&body).map_err(|e| ModelError::InvalidRequest(e.to_string()))
+    })
 }
 
 /// Whether `thinking` turns thinking on, checking an `enabled` budget against `max_tokens`
@@ -107,41 +109,30 @@ struct Params {
 
 /// Configured fields, `extra`, then the call's `settings`, key by key (later wins; `null`
 /// settings are ignored; a `settings.extra_body` object is merged like its keys).
-fn params(cfg: &AnthropicConfig, req: &ChatRequest<'_>) -> Result<Params, ModelError> {
+fn params(
+    options: &AnthropicOptions,
+    model: &str,
+    req: &ChatRequest<'_>,
+) -> Result<Params, ModelError> {
     let mut p = Object::new();
-    if let Some(t) = cfg.temperature {
+    if let Some(t) = options.temperature {
         p.insert("temperature".into(), Value::from(t));
     }
-    if let Some(m) = cfg.max_tokens {
+    if let Some(m) = options.max_tokens {
         p.insert("max_tokens".into(), Value::from(m));
     }
-    if let Some(t) = cfg.thinking.as_ref().filter(|t| !t.is_null()) {
+    if let Some(t) = options.thinking.as_ref().filter(|t| !t.is_null()) {
         p.insert("thinking".into(), t.clone());
     }
-    for (k, v) in &cfg.extra {
+    for (k, v) in &options.extra {
         p.insert(k.clone(), v.clone());
     }
-    for (k, v) in req.settings {
-        match (k.as_str(), v) {
-            (_, Value::Null) => {}
-            ("extra_body", Value::Object(extra)) => {
-                for (k, v) in extra {
-                    p.insert(k.clone(), v.clone());
-                }
-            }
-            _ => {
-                p.insert(k.clone(), v.clone());
-            }
-        }
-    }
-    for key in RESERVED_KEYS.iter().chain(FOREIGN_KEYS.iter()) {
-        if p.remove(*key).is_some() {
-            tracing::debug!(
-                key,
-                "dropping a body field the Anthropic adapter owns or the API rejects"
-            );
-        }
-    }
+    merge_settings(&mut p, req.settings);
+    drop_keys(
+        &mut p,
+        RESERVED_KEYS.into_iter().chain(FOREIGN_KEYS),
+        "dropping a body field the Anthropic adapter owns or the API rejects",
+    );
 
     let max_tokens = match p.remove("max_tokens") {
         None | Some(Value::Null) => DEFAULT_MAX_TOKENS,
@@ -179,7 +170,7 @@ fn params(cfg: &AnthropicConfig, req: &ChatRequest<'_>) -> Result<Params, ModelE
             .is_some_and(|t| t == "any" || t == "tool");
         if thinking_on && forced {
             tracing::warn!(
-                model = %cfg.info.model,
+                model,
                 "a forced tool_choice is not allowed with extended thinking; letting the model choose"
             );
             tool_choice = None;
@@ -213,7 +204,7 @@ fn positive_int(v: &Value) -> Option<u64> {
 
 /// Provider-neutral tool choice → Anthropic's `{type: auto|any|tool|none}`: `required`/`any`
 /// mean `any`, `{"name": n}`, OpenAI's `{"type": "function", …}` or any other string name a tool.
-pub(crate) fn map_tool_choice(choice: &Value) -> Value {
+fn map_tool_choice(choice: &Value) -> Value {
     use serde_json::json;
     let tool = |name: &str| json!({"type": "tool", "name": name});
     match choice {
@@ -266,55 +257,39 @@ fn system_prompt(req: &ChatRequest<'_>) -> Option<String> {
     (!out.is_empty()).then_some(out)
 }
 
-struct WireBody<'a> {
+/// The body of one `POST /v1/messages`, borrowed from the request (only the system prompt,
+/// joined from several messages, is owned).
+pub struct WireBody<'a> {
     model: &'a str,
     max_tokens: u64,
-    system: Option<&'a str>,
+    system: Option<String>,
     turns: Vec<Turn<'a>>,
     tools: &'a [Arc<ToolSpec>],
     tool_choice: Option<Value>,
     thinking: Option<Value>,
-    streaming: bool,
+    stream: bool,
     rest: Object,
 }
 
-impl Serialize for WireBody<'_> {
+impl<'a> Serialize for WireBody<'a> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut m = s.serialize_map(None)?;
         m.serialize_entry("model", self.model)?;
         m.serialize_entry("max_tokens", &self.max_tokens)?;
-        if let Some(system) = self.system {
+        if let Some(system) = &self.system {
             m.serialize_entry("system", system)?;
-        }
-        m.serialize_entry("messages", &self.turns)?;
-        if !self.tools.is_empty() {
-            m.serialize_entry("tools", &WireTools(self.tools))?;
-        }
-        if let Some(choice) = &self.tool_choice {
-            m.serialize_entry("tool_choice", choice)?;
         }
         if let Some(thinking) = &self.thinking {
             m.serialize_entry("thinking", thinking)?;
         }
-        if self.streaming {
-            m.serialize_entry("stream", &true)?;
+        m.serialize_entry("messages", &self.turns)?;
+        if !self.tools.is_empty() {
+            m.serialize_entry(
+                "tools",
+                &Each(self.tools, |t: &'a Arc<ToolSpec>| WireTool(t)),
+            )?;
         }
-        for (k, v) in &self.rest {
-            m.serialize_entry(k, v)?;
-        }
-        m.end()
-    }
-}
-
-struct WireTools<'a>(&'a [Arc<ToolSpec>]);
-
-impl Serialize for WireTools<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut seq = s.serialize_seq(Some(self.0.len()))?;
-        for tool in self.0 {
-            seq.serialize_element(&WireTool(tool))?;
-        }
-        seq.end()
+        end_body(m, self.tool_choice.as_ref(), self.stream, &self.rest)
     }
 }
 
@@ -328,14 +303,7 @@ impl Serialize for WireTool<'_> {
         if !tool.description.is_empty() {
             m.serialize_entry("description", &tool.description)?;
         }
-        if tool.parameters.is_null() {
-            m.serialize_entry(
-                "input_schema",
-                &serde_json::json!({"type": "object", "properties": {}}),
-            )?;
-        } else {
-            m.serialize_entry("input_schema", &tool.parameters)?;
-        }
+        m.serialize_entry("input_schema", &ToolSchema(tool))?;
         m.end()
     }
 }
@@ -397,17 +365,7 @@ impl<'a> Turn<'a> {
 /// Group the history into alternating turns (system and remove messages skipped, messages that
 /// contribute no block skipped, same-role neighbours merged).
 fn turns(messages: &[Arc<Message>]) -> Vec<Turn<'_>> {
-    let has_invalid = messages.iter().any(|m| {
-        m.as_ai()
-            .is_some_and(|ai| !ai.invalid_tool_calls.is_empty())
-    });
-    let answered: Option<HashSet<&str>> = has_invalid.then(|| {
-        messages
-            .iter()
-            .filter_map(|m| m.as_tool())
-            .map(|t| t.tool_call_id.as_str())
-            .collect()
-    });
+    let answered = answered_invalid_calls(messages);
     let mut out: Vec<Turn<'_>> = Vec::new();
     for msg in messages {
         let mut blocks = Vec::new();

@@ -14,6 +14,7 @@ use antler_protocol::{AiMessage, Content, InvalidToolCall, Object, ToolCall, Usa
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::providers::mapping::{decode_json, ensure_call_id, response_metadata};
 use crate::ModelError;
 
 /// Anthropic's `usage` object. Every field is optional: stream events carry partial copies.
@@ -94,7 +95,7 @@ pub(crate) struct Parts {
 
 /// Anthropic's `stop_reason` in the OpenAI vocabulary the runtime and middlewares read.
 /// `refusal` stays `refusal` (the safety middleware looks for it); unknown values pass through.
-pub(crate) fn finish_reason(stop_reason: &str) -> &str {
+fn finish_reason(stop_reason: &str) -> &str {
     match stop_reason {
         "end_turn" | "stop_sequence" => "stop",
         "tool_use" => "tool_calls",
@@ -125,15 +126,7 @@ impl Parts {
                 Some("tool_use") => {
                     plain_text = false;
                     let Value::Object(obj) = block else { continue };
-                    let has_id = obj
-                        .get("id")
-                        .and_then(Value::as_str)
-                        .is_some_and(|id| !id.is_empty());
-                    if !has_id {
-                        let id = format!("toolu_{}", uuid::Uuid::new_v4().simple());
-                        tracing::debug!(%id, "provider sent a tool_use without an id; generated one");
-                        obj.insert("id".into(), Value::String(id));
-                    }
+                    ensure_call_id(obj, "toolu_");
                     let id = obj.get("id").and_then(Value::as_str).map(str::to_owned);
                     let name = obj
                         .get("name")
@@ -202,20 +195,12 @@ impl Parts {
             additional_kwargs.insert("reasoning_content".into(), Value::String(reasoning));
         }
 
-        let mut response_metadata = Object::new();
-        response_metadata.insert(
-            "finish_reason".into(),
-            self.stop_reason
-                .as_deref()
-                .map_or(Value::Null, |r| Value::from(finish_reason(r))),
+        let mut response_metadata = response_metadata(
+            self.stop_reason.as_deref().map(finish_reason),
+            self.model,
+            default_model,
+            self.provider_id,
         );
-        response_metadata.insert(
-            "model_name".into(),
-            Value::String(self.model.unwrap_or_else(|| default_model.to_owned())),
-        );
-        if let Some(id) = self.provider_id {
-            response_metadata.insert("id".into(), Value::String(id));
-        }
         response_metadata.insert(
             "stop_reason".into(),
             self.stop_reason.map_or(Value::Null, Value::String),
@@ -278,12 +263,7 @@ pub(crate) fn parse_message(
     message_id: &str,
     default_model: &str,
 ) -> Result<AiMessage, ModelError> {
-    let wire: WireMessage = serde_json::from_slice(body).map_err(|e| {
-        ModelError::Decode(format!(
-            "response is not a Messages API message ({e}): {}",
-            crate::providers::http::truncate(&String::from_utf8_lossy(body), 500)
-        ))
-    })?;
+    let wire: WireMessage = decode_json(body, "response is not a Messages API message")?;
     if let Some(err) = wire.error.as_ref().filter(|e| !e.is_null()) {
         return Err(ModelError::Decode(format!(
             "provider answered 2xx with an error: {}",

@@ -8,12 +8,12 @@
 
 use std::collections::BTreeMap;
 
-use antler_protocol::{AiMessageChunk, Content, Object, ToolCallChunk};
+use antler_protocol::{AiMessage, AiMessageChunk, Content, Object, ToolCallChunk};
 use serde_json::Value;
 
 use super::response::{error_text, BadInput, Parts, WireUsage};
-use crate::providers::read::SseFold;
-use crate::providers::sse::SseEvent;
+use crate::providers::driver::{SseEvent, StreamFold};
+use crate::providers::mapping::{append_str, decode_json, delta_chunk, has_payload};
 use crate::ModelError;
 
 /// One content block being rebuilt.
@@ -29,7 +29,7 @@ struct Block {
 
 /// Accumulates a streamed answer.
 #[derive(Debug)]
-pub(crate) struct StreamFold<'a> {
+pub struct Fold<'a> {
     message_id: &'a str,
     blocks: BTreeMap<u64, Block>,
     tool_calls: i64,
@@ -40,9 +40,9 @@ pub(crate) struct StreamFold<'a> {
     usage: Option<WireUsage>,
 }
 
-impl<'a> StreamFold<'a> {
+impl<'a> Fold<'a> {
     pub(crate) fn new(message_id: &'a str) -> Self {
-        StreamFold {
+        Fold {
             message_id,
             blocks: BTreeMap::new(),
             tool_calls: 0,
@@ -54,20 +54,159 @@ impl<'a> StreamFold<'a> {
         }
     }
 
-    /// Whether the provider said why it stopped (the answer is complete).
-    pub(crate) fn finished(&self) -> bool {
-        self.stop_reason.is_some()
-    }
-
-    fn chunk(&self) -> AiMessageChunk {
-        AiMessageChunk {
-            id: Some(self.message_id.to_owned()),
-            ..Default::default()
+    fn on_usage(&mut self, usage: Value) {
+        match serde_json::from_value::<WireUsage>(usage) {
+            Ok(u) => match &mut self.usage {
+                Some(prev) => prev.update(u),
+                None => self.usage = Some(u),
+            },
+            Err(e) => tracing::debug!(error = %e, "ignoring an unreadable usage object"),
         }
     }
 
-    /// Fold one event, forwarding a delta worth showing to `emit`. `Ok(true)` on `message_stop`.
-    pub(crate) fn on_event(
+    fn on_block_start(
+        &mut self,
+        index: u64,
+        value: Object,
+        emit: &mut (dyn FnMut(AiMessageChunk) + Send),
+    ) {
+        let kind = value.get("type").and_then(Value::as_str).unwrap_or("");
+        let mut out = delta_chunk(self.message_id);
+        let mut tool_index = None;
+        match kind {
+            "text" => {
+                if let Some(t) = value.get("text").and_then(Value::as_str) {
+                    out.content = Content::Text(t.to_owned());
+                }
+            }
+            "thinking" => {
+                if let Some(t) = value.get("thinking").and_then(Value::as_str) {
+                    if !t.is_empty() {
+                        out.additional_kwargs
+                            .insert("reasoning_content".into(), Value::from(t));
+                    }
+                }
+            }
+            "tool_use" => {
+                let i = self.tool_calls;
+                self.tool_calls += 1;
+                tool_index = Some(i);
+                out.tool_call_chunks.push(ToolCallChunk {
+                    name: value.get("name").and_then(Value::as_str).map(str::to_owned),
+                    args: Some(String::new()),
+                    id: value.get("id").and_then(Value::as_str).map(str::to_owned),
+                    index: Some(i),
+                    kind: "tool_call_chunk".into(),
+                });
+            }
+            _ => {}
+        }
+        // The start block's `input` is a placeholder (`{}`) that the JSON deltas replace.
+        let json = value.contains_key("input").then(String::new);
+        if self
+            .blocks
+            .insert(
+                index,
+                Block {
+                    value,
+                    json,
+                    tool_index,
+                },
+            )
+            .is_some()
+        {
+            tracing::debug!(index, "content block index reused; the later block wins");
+        }
+        if has_payload(&out) {
+            emit(out);
+        }
+    }
+
+    fn on_delta(
+        &mut self,
+        index: u64,
+        delta: Value,
+        emit: &mut (dyn FnMut(AiMessageChunk) + Send),
+    ) {
+        let mut out = delta_chunk(self.message_id);
+        let Some(block) = self.blocks.get_mut(&index) else {
+            tracing::debug!(
+                index,
+                "delta for a content block that never started; ignored"
+            );
+            return;
+        };
+        let text = |k: &str| delta.get(k).and_then(Value::as_str).unwrap_or("");
+        match delta.get("type").and_then(Value::as_str).unwrap_or("") {
+            "text_delta" => {
+                let t = text("text");
+                append_str(&mut block.value, "text", t);
+                out.content = Content::Text(t.to_owned());
+            }
+            "thinking_delta" => {
+                let t = text("thinking");
+                append_str(&mut block.value, "thinking", t);
+                if !t.is_empty() {
+                    out.additional_kwargs
+                        .insert("reasoning_content".into(), Value::from(t));
+                }
+            }
+            "signature_delta" => append_str(&mut block.value, "signature", text("signature")),
+            "input_json_delta" => {
+                let t = text("partial_json");
+                block.json.get_or_insert_with(String::new).push_str(t);
+                if let (Some(i), false) = (block.tool_index, t.is_empty()) {
+                    out.tool_call_chunks.push(ToolCallChunk {
+                        name: None,
+                        args: Some(t.to_owned()),
+                        id: None,
+                        index: Some(i),
+                        kind: "tool_call_chunk".into(),
+                    });
+                }
+            }
+            "citations_delta" => {
+                if let Some(c) = delta.get("citation") {
+                    match block.value.get_mut("citations") {
+                        Some(Value::Array(list)) => list.push(c.clone()),
+                        _ => {
+                            block
+                                .value
+                                .insert("citations".into(), Value::Array(vec![c.clone()]));
+                        }
+                    }
+                }
+            }
+            other => tracing::debug!(delta = other, "ignoring an unknown delta type"),
+        }
+        if has_payload(&out) {
+            emit(out);
+        }
+    }
+}
+
+fn index_of(v: &Value) -> Result<u64, ModelError> {
+    v.get("index")
+        .and_then(Value::as_u64)
+        .ok_or_else(|| ModelError::Decode(format!("stream event without an index: {v}")))
+}
+
+/// The accumulated tool input: `None` when no fragment arrived, an error text when it is not a
+/// JSON object.
+fn parse_input(json: &str) -> Result<Option<Object>, String> {
+    if json.trim().is_empty() {
+        return Ok(None);
+    }
+    match serde_json::from_str::<Value>(json) {
+        Ok(Value::Object(o)) => Ok(Some(o)),
+        Ok(_) => Err("tool_use input is not a JSON object".into()),
+        Err(e) => Err(format!("tool_use input is not valid JSON: {e}")),
+    }
+}
+
+impl StreamFold for Fold<'_> {
+    /// `Ok(true)` on `message_stop`.
+    fn on_event(
         &mut self,
         event: &SseEvent,
         emit: &mut (dyn FnMut(AiMessageChunk) + Send),
@@ -76,12 +215,7 @@ impl<'a> StreamFold<'a> {
         if data.is_empty() {
             return Ok(false);
         }
-        let mut v: Value = serde_json::from_str(data).map_err(|e| {
-            ModelError::Decode(format!(
-                "stream event is not JSON ({e}): {}",
-                crate::providers::http::truncate(data, 500)
-            ))
-        })?;
+        let mut v: Value = decode_json(data.as_bytes(), "stream event is not JSON")?;
         let kind = v
             .get("type")
             .and_then(Value::as_str)
@@ -143,141 +277,25 @@ impl<'a> StreamFold<'a> {
         Ok(false)
     }
 
-    fn on_usage(&mut self, usage: Value) {
-        match serde_json::from_value::<WireUsage>(usage) {
-            Ok(u) => match &mut self.usage {
-                Some(prev) => prev.update(u),
-                None => self.usage = Some(u),
-            },
-            Err(e) => tracing::debug!(error = %e, "ignoring an unreadable usage object"),
+    /// A stop reason means the answer is complete.
+    fn finished(&self) -> bool {
+        self.stop_reason.is_some()
+    }
+
+    /// The API's `ping` events keep an idle stream open; they say nothing about the answer.
+    fn is_keepalive(&self, event: &SseEvent) -> bool {
+        match event.event.as_deref() {
+            Some(name) => name == "ping",
+            // Pings are tiny; never parse a real event twice just to ask.
+            None => {
+                event.data.len() < 64
+                    && serde_json::from_str::<Value>(&event.data)
+                        .is_ok_and(|v| v.get("type").and_then(Value::as_str) == Some("ping"))
+            }
         }
     }
 
-    fn on_block_start(
-        &mut self,
-        index: u64,
-        value: Object,
-        emit: &mut (dyn FnMut(AiMessageChunk) + Send),
-    ) {
-        let kind = value.get("type").and_then(Value::as_str).unwrap_or("");
-        let mut out = self.chunk();
-        let mut tool_index = None;
-        match kind {
-            "text" => {
-                if let Some(t) = value.get("text").and_then(Value::as_str) {
-                    out.content = Content::Text(t.to_owned());
-                }
-            }
-            "thinking" => {
-                if let Some(t) = value.get("thinking").and_then(Value::as_str) {
-                    if !t.is_empty() {
-                        out.additional_kwargs
-                            .insert("reasoning_content".into(), Value::from(t));
-                    }
-                }
-            }
-            "tool_use" => {
-                let i = self.tool_calls;
-                self.tool_calls += 1;
-                tool_index = Some(i);
-                out.tool_call_chunks.push(ToolCallChunk {
-                    name: value.get("name").and_then(Value::as_str).map(str::to_owned),
-                    args: Some(String::new()),
-                    id: value.get("id").and_then(Value::as_str).map(str::to_owned),
-                    index: Some(i),
-                    kind: "tool_call_chunk".into(),
-                });
-            }
-            _ => {}
-        }
-        // The start block's `input` is a placeholder (`{}`) that the JSON deltas replace.
-        let json = value.contains_key("input").then(String::new);
-        if self
-            .blocks
-            .insert(
-                index,
-                Block {
-                    value,
-                    json,
-                    tool_index,
-                },
-            )
-            .is_some()
-        {
-            tracing::debug!(index, "content block index reused; the later block wins");
-        }
-        if has_payload(&out) {
-            emit(out);
-        }
-    }
-
-    fn on_delta(
-        &mut self,
-        index: u64,
-        delta: Value,
-        emit: &mut (dyn FnMut(AiMessageChunk) + Send),
-    ) {
-        let mut out = self.chunk();
-        let Some(block) = self.blocks.get_mut(&index) else {
-            tracing::debug!(
-                index,
-                "delta for a content block that never started; ignored"
-            );
-            return;
-        };
-        let text = |k: &str| delta.get(k).and_then(Value::as_str).unwrap_or("");
-        match delta.get("type").and_then(Value::as_str).unwrap_or("") {
-            "text_delta" => {
-                let t = text("text");
-                append(&mut block.value, "text", t);
-                out.content = Content::Text(t.to_owned());
-            }
-            "thinking_delta" => {
-                let t = text("thinking");
-                append(&mut block.value, "thinking", t);
-                if !t.is_empty() {
-                    out.additional_kwargs
-                        .insert("reasoning_content".into(), Value::from(t));
-                }
-            }
-            "signature_delta" => append(&mut block.value, "signature", text("signature")),
-            "input_json_delta" => {
-                let t = text("partial_json");
-                block.json.get_or_insert_with(String::new).push_str(t);
-                if let (Some(i), false) = (block.tool_index, t.is_empty()) {
-                    out.tool_call_chunks.push(ToolCallChunk {
-                        name: None,
-                        args: Some(t.to_owned()),
-                        id: None,
-                        index: Some(i),
-                        kind: "tool_call_chunk".into(),
-                    });
-                }
-            }
-            "citations_delta" => {
-                if let Some(c) = delta.get("citation") {
-                    match block.value.get_mut("citations") {
-                        Some(Value::Array(list)) => list.push(c.clone()),
-                        _ => {
-                            block
-                                .value
-                                .insert("citations".into(), Value::Array(vec![c.clone()]));
-                        }
-                    }
-                }
-            }
-            other => tracing::debug!(delta = other, "ignoring an unknown delta type"),
-        }
-        if has_payload(&out) {
-            emit(out);
-        }
-    }
-
-    /// The final chunk (usage, metadata, `chunk_position: "last"`) and the folded message.
-    pub(crate) fn finish(
-        self,
-        default_model: &str,
-    ) -> (AiMessageChunk, antler_protocol::AiMessage) {
+    fn finish(self, default_model: &str) -> AiMessage {
         let mut blocks = Vec::with_capacity(self.blocks.len());
         let mut bad_inputs = Vec::new();
         for (pos, (_, block)) in self.blocks.into_iter().enumerate() {
@@ -310,76 +328,6 @@ impl<'a> StreamFold<'a> {
             provider_id: self.provider_id,
             usage: self.usage,
         };
-        let msg = parts.into_message(self.message_id, default_model);
-        let last = AiMessageChunk {
-            content: Content::Text(String::new()),
-            additional_kwargs: Object::new(),
-            response_metadata: msg.response_metadata.clone(),
-            name: None,
-            id: msg.id.clone(),
-            tool_call_chunks: Vec::new(),
-            usage_metadata: msg.usage_metadata.clone(),
-            chunk_position: Some("last".into()),
-        };
-        (last, msg)
-    }
-}
-
-fn index_of(v: &Value) -> Result<u64, ModelError> {
-    v.get("index")
-        .and_then(Value::as_u64)
-        .ok_or_else(|| ModelError::Decode(format!("stream event without an index: {v}")))
-}
-
-fn has_payload(c: &AiMessageChunk) -> bool {
-    !(c.content.is_empty() && c.additional_kwargs.is_empty() && c.tool_call_chunks.is_empty())
-}
-
-fn append(obj: &mut Object, key: &str, delta: &str) {
-    match obj.get_mut(key) {
-        Some(Value::String(s)) => s.push_str(delta),
-        _ => {
-            obj.insert(key.to_owned(), Value::from(delta));
-        }
-    }
-}
-
-/// The accumulated tool input: `None` when no fragment arrived, an error text when it is not a
-/// JSON object.
-fn parse_input(json: &str) -> Result<Option<Object>, String> {
-    if json.trim().is_empty() {
-        return Ok(None);
-    }
-    match serde_json::from_str::<Value>(json) {
-        Ok(Value::Object(o)) => Ok(Some(o)),
-        Ok(_) => Err("tool_use input is not a JSON object".into()),
-        Err(e) => Err(format!("tool_use input is not valid JSON: {e}")),
-    }
-}
-
-impl SseFold for StreamFold<'_> {
-    fn finished(&self) -> bool {
-        StreamFold::finished(self)
-    }
-
-    fn on_event(
-        &mut self,
-        event: &SseEvent,
-        emit: &mut (dyn FnMut(AiMessageChunk) + Send),
-    ) -> Result<bool, ModelError> {
-        StreamFold::on_event(self, event, emit)
-    }
-
-    /// The API's `ping` events keep an idle stream open; they say nothing about the answer.
-    fn is_keepalive(&self, event: &SseEvent) -> bool {
-        match event.event.as_deref() {
-            Some(name) => name == "ping",
-            // Pings are tiny; never parse a real event twice just to ask.
-            None => {
-                event.data.len() < 64
-                    && serde_json::from_str::<Value>(&event.data)
-                        .is_ok_and(|v| v.get("type").and_then(Value::as_str) == Some("ping"))
-            }
-        }
+        parts.into_message(self.message_id, default_model)
     }
 }

@@ -12,8 +12,11 @@ use serde::ser::{SerializeMap, SerializeSeq};
 use serde::{Serialize, Serializer};
 use serde_json::Value;
 
-use super::OpenAiCompatConfig;
-use crate::{ChatRequest, ModelError};
+use super::OpenAiCompatOptions;
+use crate::providers::mapping::{
+    answered_invalid_calls, drop_keys, end_body, merge_settings, Each, ToolSchema,
+};
+use crate::ChatRequest;
 
 /// Body keys owned by the adapter; configured extras and per-call settings cannot replace them.
 const RESERVED_KEYS: [&str; 4] = ["model", "messages", "tools", "stream"];
@@ -29,61 +32,49 @@ const DROPPED_BLOCK_TYPES: [&str; 6] = [
     "tool_call",
 ];
 
-/// Serialize the request body for one call.
-pub(crate) fn encode(
-    cfg: &OpenAiCompatConfig,
-    req: &ChatRequest<'_>,
-    streaming: bool,
-) -> Result<Vec<u8>, ModelError> {
-    let body = WireBody {
-        model: &cfg.info.model,
-        messages: WireMessages::new(req, cfg.replay_reasoning_content),
+/// The request body of one call.
+pub(crate) fn body<'a>(
+    options: &'a OpenAiCompatOptions,
+    model: &'a str,
+    req: ChatRequest<'a>,
+    stream: bool,
+) -> WireBody<'a> {
+    WireBody {
+        model,
+        messages: WireMessages::new(&req, options.replay_reasoning_content),
         tools: req.tools,
         tool_choice: if req.tools.is_empty() {
             None
         } else {
             req.tool_choice.map(map_tool_choice)
         },
-        streaming,
-        params: params(cfg, req, streaming),
-    };
-    serde_json::to_vec(&body).map_err(|e| ModelError::InvalidRequest(e.to_string()))
+        stream,
+        params: params(options, &req, stream),
+    }
 }
 
 /// Configured sampling fields, `extra`, `extra_body`, then the call's `settings`, key by key (later
 /// wins; `null` settings are ignored; a `settings.extra_body` object is merged like `extra_body`).
-pub(crate) fn params(cfg: &OpenAiCompatConfig, req: &ChatRequest<'_>, streaming: bool) -> Object {
+fn params(options: &OpenAiCompatOptions, req: &ChatRequest<'_>, stream: bool) -> Object {
     let mut p = Object::new();
-    if let Some(t) = cfg.temperature {
+    if let Some(t) = options.temperature {
         p.insert("temperature".into(), Value::from(t));
     }
-    if let Some(m) = cfg.max_tokens {
+    if let Some(m) = options.max_tokens {
         p.insert("max_tokens".into(), Value::from(m));
     }
-    if let Some(r) = &cfg.reasoning_effort {
+    if let Some(r) = &options.reasoning_effort {
         p.insert("reasoning_effort".into(), Value::from(r.as_str()));
     }
-    for (k, v) in cfg.extra.iter().chain(cfg.extra_body.iter()) {
+    for (k, v) in options.extra.iter().chain(options.extra_body.iter()) {
         p.insert(k.clone(), v.clone());
     }
-    for (k, v) in req.settings {
-        match (k.as_str(), v) {
-            (_, Value::Null) => {}
-            ("extra_body", Value::Object(extra)) => {
-                for (k, v) in extra {
-                    p.insert(k.clone(), v.clone());
-                }
-            }
-            _ => {
-                p.insert(k.clone(), v.clone());
-            }
-        }
-    }
-    for key in RESERVED_KEYS {
-        if p.remove(key).is_some() {
-            tracing::debug!(key, "ignoring a configured body field the adapter owns");
-        }
-    }
+    merge_settings(&mut p, req.settings);
+    drop_keys(
+        &mut p,
+        RESERVED_KEYS,
+        "ignoring a configured body field the adapter owns",
+    );
     if req.tools.is_empty() {
         // OpenAI rejects these without `tools`.
         p.remove("tool_choice");
@@ -93,14 +84,14 @@ pub(crate) fn params(cfg: &OpenAiCompatConfig, req: &ChatRequest<'_>, streaming:
     } else if let Some(choice) = p.get_mut("tool_choice") {
         *choice = map_tool_choice(choice);
     }
-    if streaming && cfg.stream_usage {
+    if stream && options.stream_usage {
         let mut opts = match p.remove("stream_options") {
             Some(Value::Object(o)) => o,
             _ => Object::new(),
         };
         opts.insert("include_usage".into(), Value::Bool(true));
         p.insert("stream_options".into(), Value::Object(opts));
-    } else if !streaming {
+    } else if !stream {
         p.remove("stream_options");
     }
     p
@@ -108,7 +99,7 @@ pub(crate) fn params(cfg: &OpenAiCompatConfig, req: &ChatRequest<'_>, streaming:
 
 /// Provider-neutral tool choice → OpenAI's: `auto`/`none`/`required` stay, `any` means
 /// `required`, `{"name": n}` or any other string names a function.
-pub(crate) fn map_tool_choice(choice: &Value) -> Value {
+fn map_tool_choice(choice: &Value) -> Value {
     let function = |name: &str| serde_json::json!({"type": "function", "function": {"name": name}});
     match choice {
         Value::String(s) => match s.as_str() {
@@ -128,45 +119,28 @@ pub(crate) fn map_tool_choice(choice: &Value) -> Value {
     }
 }
 
-struct WireBody<'a> {
+/// The body of one `POST /chat/completions`, borrowed from the request.
+pub struct WireBody<'a> {
     model: &'a str,
     messages: WireMessages<'a>,
     tools: &'a [Arc<ToolSpec>],
     tool_choice: Option<Value>,
-    streaming: bool,
+    stream: bool,
     params: Object,
 }
 
-impl Serialize for WireBody<'_> {
+impl<'a> Serialize for WireBody<'a> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut m = s.serialize_map(None)?;
         m.serialize_entry("model", self.model)?;
         m.serialize_entry("messages", &self.messages)?;
         if !self.tools.is_empty() {
-            m.serialize_entry("tools", &WireTools(self.tools))?;
+            m.serialize_entry(
+                "tools",
+                &Each(self.tools, |t: &'a Arc<ToolSpec>| WireTool(t)),
+            )?;
         }
-        if let Some(choice) = &self.tool_choice {
-            m.serialize_entry("tool_choice", choice)?;
-        }
-        if self.streaming {
-            m.serialize_entry("stream", &true)?;
-        }
-        for (k, v) in &self.params {
-            m.serialize_entry(k, v)?;
-        }
-        m.end()
-    }
-}
-
-struct WireTools<'a>(&'a [Arc<ToolSpec>]);
-
-impl Serialize for WireTools<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut seq = s.serialize_seq(Some(self.0.len()))?;
-        for tool in self.0 {
-            seq.serialize_element(&WireTool(tool))?;
-        }
-        seq.end()
+        end_body(m, self.tool_choice.as_ref(), self.stream, &self.params)
     }
 }
 
@@ -189,14 +163,7 @@ impl Serialize for WireFunction<'_> {
         let mut m = s.serialize_map(Some(3))?;
         m.serialize_entry("name", &tool.name)?;
         m.serialize_entry("description", &tool.description)?;
-        if tool.parameters.is_null() {
-            m.serialize_entry(
-                "parameters",
-                &serde_json::json!({"type": "object", "properties": {}}),
-            )?;
-        } else {
-            m.serialize_entry("parameters", &tool.parameters)?;
-        }
+        m.serialize_entry("parameters", &ToolSchema(tool))?;
         m.end()
     }
 }
@@ -214,22 +181,11 @@ struct WireMessages<'a> {
 
 impl<'a> WireMessages<'a> {
     fn new(req: &ChatRequest<'a>, replay_reasoning: bool) -> Self {
-        let has_invalid = req.messages.iter().any(|m| {
-            m.as_ai()
-                .is_some_and(|ai| !ai.invalid_tool_calls.is_empty())
-        });
-        let answered = has_invalid.then(|| {
-            req.messages
-                .iter()
-                .filter_map(|m| m.as_tool())
-                .map(|t| t.tool_call_id.as_str())
-                .collect()
-        });
         WireMessages {
             system: req.system.filter(|s| !s.is_empty()),
             messages: req.messages,
             replay_reasoning,
-            answered,
+            answered: answered_invalid_calls(req.messages),
         }
     }
 }

@@ -9,6 +9,7 @@ use antler_protocol::{AiMessage, Content, InvalidToolCall, Object, ToolCall, Usa
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::providers::mapping::{decode_json, ensure_call_id, response_metadata};
 use crate::ModelError;
 
 /// Everything the final message is built from.
@@ -44,18 +45,12 @@ impl Parts {
             additional_kwargs.insert("tool_calls".into(), Value::Array(self.raw_tool_calls));
         }
 
-        let mut response_metadata = Object::new();
-        response_metadata.insert(
-            "finish_reason".into(),
-            self.finish_reason.map_or(Value::Null, Value::String),
+        let mut response_metadata = response_metadata(
+            self.finish_reason.as_deref(),
+            self.model,
+            default_model,
+            self.provider_id,
         );
-        response_metadata.insert(
-            "model_name".into(),
-            Value::String(self.model.unwrap_or_else(|| default_model.to_owned())),
-        );
-        if let Some(id) = self.provider_id {
-            response_metadata.insert("id".into(), Value::String(id));
-        }
         if let Some(fp) = self.system_fingerprint {
             response_metadata.insert("system_fingerprint".into(), Value::String(fp));
         }
@@ -74,24 +69,17 @@ impl Parts {
 }
 
 /// Give every raw call without a usable id a generated `call_<uuid>` so its result can be paired.
-pub(crate) fn ensure_tool_call_ids(raw: &mut [Value]) {
+fn ensure_tool_call_ids(raw: &mut [Value]) {
     for entry in raw {
-        let Value::Object(obj) = entry else { continue };
-        let has_id = obj
-            .get("id")
-            .and_then(Value::as_str)
-            .is_some_and(|id| !id.is_empty());
-        if !has_id {
-            let id = format!("call_{}", uuid::Uuid::new_v4().simple());
-            tracing::debug!(%id, "provider sent a tool call without an id; generated one");
-            obj.insert("id".into(), Value::String(id));
+        if let Value::Object(call) = entry {
+            ensure_call_id(call, "call_");
         }
     }
 }
 
 /// Parse raw OpenAI tool calls: arguments that are empty mean `{}`; arguments that are not a JSON
 /// object become an [`InvalidToolCall`] carrying the raw text and the error.
-pub(crate) fn parse_tool_calls(raw: &[Value]) -> (Vec<ToolCall>, Vec<InvalidToolCall>) {
+fn parse_tool_calls(raw: &[Value]) -> (Vec<ToolCall>, Vec<InvalidToolCall>) {
     let mut valid = Vec::new();
     let mut invalid = Vec::new();
     for entry in raw {
@@ -292,12 +280,7 @@ pub(crate) fn parse_completion(
     message_id: &str,
     default_model: &str,
 ) -> Result<AiMessage, ModelError> {
-    let wire: WireCompletion = serde_json::from_slice(body).map_err(|e| {
-        ModelError::Decode(format!(
-            "response is not a chat completion ({e}): {}",
-            crate::providers::http::truncate(&String::from_utf8_lossy(body), 500)
-        ))
-    })?;
+    let wire: WireCompletion = decode_json(body, "response is not a chat completion")?;
     if let Some(err) = &wire.error {
         return Err(ModelError::Decode(format!(
             "provider answered 2xx with an error: {}",

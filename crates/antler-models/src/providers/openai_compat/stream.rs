@@ -7,8 +7,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::response::{error_text, reasoning_text, Parts, WireUsage};
-use crate::providers::read::SseFold;
-use crate::providers::sse::SseEvent;
+use crate::providers::driver::{SseEvent, StreamFold};
+use crate::providers::mapping::{append_str, decode_json, delta_chunk, has_payload};
 use crate::ModelError;
 
 #[derive(Debug, Deserialize)]
@@ -79,7 +79,7 @@ struct PartialCall {
 
 /// Accumulates a streamed answer.
 #[derive(Debug)]
-pub(crate) struct StreamFold<'a> {
+pub struct Fold<'a> {
     message_id: &'a str,
     text: String,
     reasoning: String,
@@ -94,9 +94,9 @@ pub(crate) struct StreamFold<'a> {
     usage: Option<WireUsage>,
 }
 
-impl<'a> StreamFold<'a> {
+impl<'a> Fold<'a> {
     pub(crate) fn new(message_id: &'a str) -> Self {
-        StreamFold {
+        Fold {
             message_id,
             text: String::new(),
             reasoning: String::new(),
@@ -109,104 +109,6 @@ impl<'a> StreamFold<'a> {
             system_fingerprint: None,
             usage: None,
         }
-    }
-
-    /// Whether the provider said the answer is complete.
-    pub(crate) fn finished(&self) -> bool {
-        self.finish_reason.is_some()
-    }
-
-    /// Fold one event; a delta worth forwarding (content, reasoning or tool-call fragments) goes
-    /// to `emit`. `Ok(true)` on `data: [DONE]`.
-    pub(crate) fn on_event(
-        &mut self,
-        event: &SseEvent,
-        emit: &mut (dyn FnMut(AiMessageChunk) + Send),
-    ) -> Result<bool, ModelError> {
-        let data = event.data.trim();
-        if data == "[DONE]" {
-            return Ok(true);
-        }
-        if event.event.as_deref() == Some("error") {
-            let msg = serde_json::from_str::<Value>(data)
-                .ok()
-                .map(|v| error_text(v.get("error").unwrap_or(&v)))
-                .unwrap_or_else(|| data.to_owned());
-            return Err(ModelError::Stream(format!(
-                "provider sent an error event: {msg}"
-            )));
-        }
-        if data.is_empty() {
-            return Ok(false);
-        }
-        let chunk: WireChunk = serde_json::from_str(data).map_err(|e| {
-            ModelError::Decode(format!(
-                "stream event is not a chat completion chunk ({e}): {}",
-                crate::providers::http::truncate(data, 500)
-            ))
-        })?;
-        if let Some(err) = chunk.error.as_ref().filter(|e| !e.is_null()) {
-            return Err(ModelError::Stream(format!(
-                "provider sent an error mid-stream: {}",
-                error_text(err)
-            )));
-        }
-        keep_first(&mut self.provider_id, chunk.id);
-        keep_first(&mut self.model, chunk.model);
-        keep_first(&mut self.system_fingerprint, chunk.system_fingerprint);
-        if let Some(usage) = chunk.usage {
-            self.usage = Some(usage);
-        }
-        let mut out = AiMessageChunk {
-            id: Some(self.message_id.to_owned()),
-            ..Default::default()
-        };
-        let mut text_delta = String::new();
-        for choice in chunk.choices.unwrap_or_default() {
-            // `n > 1` is not supported: only the first choice is read.
-            if choice.index.unwrap_or(0) != 0 {
-                continue;
-            }
-            if let Some(reason) = choice.finish_reason {
-                self.finish_reason = Some(reason);
-            }
-            let Some(delta) = choice.delta else { continue };
-            match delta.content {
-                Some(Value::String(s)) => text_delta.push_str(&s),
-                // Content parts in a delta (rare): their text is the delta.
-                Some(Value::Array(parts)) => {
-                    for part in &parts {
-                        if let Some(t) = part.get("text").and_then(Value::as_str) {
-                            text_delta.push_str(t);
-                        }
-                    }
-                }
-                None | Some(_) => {}
-            }
-            if let Some(r) = reasoning_text(delta.reasoning_content, delta.reasoning) {
-                if !r.is_empty() {
-                    self.reasoning.push_str(&r);
-                    append_str(&mut out.additional_kwargs, "reasoning_content", &r);
-                }
-            }
-            if let Some(r) = delta.refusal {
-                self.refusal.get_or_insert_with(String::new).push_str(&r);
-            }
-            for call in delta.tool_calls.unwrap_or_default() {
-                out.tool_call_chunks.push(self.on_tool_call(call));
-            }
-        }
-        if !text_delta.is_empty() {
-            self.text.push_str(&text_delta);
-            out.content = Content::Text(text_delta);
-        }
-        if !(out.content.is_empty()
-            && out.additional_kwargs.is_empty()
-            && out.tool_call_chunks.is_empty())
-        {
-            emit(out);
-        }
-        Ok(false)
     }
 
     fn on_tool_call(&mut self, call: WireToolCallDelta) -> ToolCallChunk {
@@ -246,9 +148,108 @@ impl<'a> StreamFold<'a> {
             kind: "tool_call_chunk".into(),
         }
     }
+}
 
-    /// The final chunk (usage, metadata, `chunk_position: "last"`) and the folded message.
-    pub(crate) fn finish(self, default_model: &str) -> (AiMessageChunk, AiMessage) {
+fn keep_first(slot: &mut Option<String>, value: Option<String>) {
+    if slot.is_none() {
+        if let Some(v) = value.filter(|v| !v.is_empty()) {
+            *slot = Some(v);
+        }
+    }
+}
+
+impl StreamFold for Fold<'_> {
+    /// Fold one event; a delta worth forwarding (content, reasoning or tool-call fragments) goes
+    /// to `emit`. `Ok(true)` on `data: [DONE]`.
+    fn on_event(
+        &mut self,
+        event: &SseEvent,
+        emit: &mut (dyn FnMut(AiMessageChunk) + Send),
+    ) -> Result<bool, ModelError> {
+        let data = event.data.trim();
+        if data == "[DONE]" {
+            return Ok(true);
+        }
+        if event.event.as_deref() == Some("error") {
+            let msg = serde_json::from_str::<Value>(data)
+                .ok()
+                .map(|v| error_text(v.get("error").unwrap_or(&v)))
+                .unwrap_or_else(|| data.to_owned());
+            return Err(ModelError::Stream(format!(
+                "provider sent an error event: {msg}"
+            )));
+        }
+        if data.is_empty() {
+            return Ok(false);
+        }
+        let chunk: WireChunk = decode_json(
+            data.as_bytes(),
+            "stream event is not a chat completion chunk",
+        )?;
+        if let Some(err) = chunk.error.as_ref().filter(|e| !e.is_null()) {
+            return Err(ModelError::Stream(format!(
+                "provider sent an error mid-stream: {}",
+                error_text(err)
+            )));
+        }
+        keep_first(&mut self.provider_id, chunk.id);
+        keep_first(&mut self.model, chunk.model);
+        keep_first(&mut self.system_fingerprint, chunk.system_fingerprint);
+        if let Some(usage) = chunk.usage {
+            self.usage = Some(usage);
+        }
+        let mut out = delta_chunk(self.message_id);
+        let mut text_delta = String::new();
+        for choice in chunk.choices.unwrap_or_default() {
+            // `n > 1` is not supported: only the first choice is read.
+            if choice.index.unwrap_or(0) != 0 {
+                continue;
+            }
+            if let Some(reason) = choice.finish_reason {
+                self.finish_reason = Some(reason);
+            }
+            let Some(delta) = choice.delta else { continue };
+            match delta.content {
+                Some(Value::String(s)) => text_delta.push_str(&s),
+                // Content parts in a delta (rare): their text is the delta.
+                Some(Value::Array(parts)) => {
+                    for part in &parts {
+                        if let Some(t) = part.get("text").and_then(Value::as_str) {
+                            text_delta.push_str(t);
+                        }
+                    }
+                }
+                None | Some(_) => {}
+            }
+            if let Some(r) = reasoning_text(delta.reasoning_content, delta.reasoning) {
+                if !r.is_empty() {
+                    self.reasoning.push_str(&r);
+                    append_str(&mut out.additional_kwargs, "reasoning_content", &r);
+                }
+            }
+            if let Some(r) = delta.refusal {
+                self.refusal.get_or_insert_with(String::new).push_str(&r);
+            }
+            for call in delta.tool_calls.unwrap_or_default() {
+                out.tool_call_chunks.push(self.on_tool_call(call));
+            }
+        }
+        if !text_delta.is_empty() {
+            self.text.push_str(&text_delta);
+            out.content = Content::Text(text_delta);
+        }
+        if has_payload(&out) {
+            emit(out);
+        }
+        Ok(false)
+    }
+
+    /// A finish reason means the answer is complete.
+    fn finished(&self) -> bool {
+        self.finish_reason.is_some()
+    }
+
+    fn finish(self, default_model: &str) -> AiMessage {
         let raw_tool_calls = self
             .calls
             .into_values()
@@ -278,48 +279,6 @@ impl<'a> StreamFold<'a> {
             system_fingerprint: self.system_fingerprint,
             usage: self.usage.map(WireUsage::into_usage),
         };
-        let msg = parts.into_message(self.message_id, default_model);
-        let last = AiMessageChunk {
-            content: Content::Text(String::new()),
-            additional_kwargs: Object::new(),
-            response_metadata: msg.response_metadata.clone(),
-            name: None,
-            id: msg.id.clone(),
-            tool_call_chunks: Vec::new(),
-            usage_metadata: msg.usage_metadata.clone(),
-            chunk_position: Some("last".into()),
-        };
-        (last, msg)
-    }
-}
-
-fn keep_first(slot: &mut Option<String>, value: Option<String>) {
-    if slot.is_none() {
-        if let Some(v) = value.filter(|v| !v.is_empty()) {
-            *slot = Some(v);
-        }
-    }
-}
-
-fn append_str(obj: &mut Object, key: &str, delta: &str) {
-    match obj.get_mut(key) {
-        Some(Value::String(s)) => s.push_str(delta),
-        _ => {
-            obj.insert(key.to_owned(), Value::from(delta));
-        }
-    }
-}
-
-impl SseFold for StreamFold<'_> {
-    fn finished(&self) -> bool {
-        StreamFold::finished(self)
-    }
-
-    fn on_event(
-        &mut self,
-        event: &SseEvent,
-        emit: &mut (dyn FnMut(AiMessageChunk) + Send),
-    ) -> Result<bool, ModelError> {
-        StreamFold::on_event(self, event, emit)
+        parts.into_message(self.message_id, default_model)
     }
 }

@@ -1,0 +1,380 @@
+//! Helpers every provider test uses, and [`Vendor`]: what the shared driver tests of
+//! `driver.rs` need to know about one provider and its mock server.
+
+use std::sync::Arc;
+
+use antler_models::providers::anthropic::Messages;
+use antler_models::providers::openai_compat::ChatCompletions;
+use antler_models::providers::{HttpChatModel, HttpModelConfig, WireFormat};
+use antler_models::{ChatModel, ChatRequest, ModelError};
+use antler_protocol::{
+    AiMessage, AiMessageChunk, Message, Object, ToolCall, ToolMessage, ToolSpec, UsageMetadata,
+};
+use antler_test_support::{
+    anthropic_error, openai_error, AnthropicReply, AnthropicWire, MockReply, MockServer, MockWire,
+    OpenAiWire, Reply,
+};
+use serde_json::{json, Value};
+
+pub const MESSAGE_ID: &str = "lc_run--test-1";
+
+pub fn obj(v: Value) -> Object {
+    match v {
+        Value::Object(o) => o,
+        other => panic!("not an object: {other}"),
+    }
+}
+
+/// Owned pieces of a [`ChatRequest`].
+#[derive(Default)]
+pub struct Call {
+    pub system: Option<String>,
+    pub messages: Vec<Arc<Message>>,
+    pub tools: Vec<Arc<ToolSpec>>,
+    pub tool_choice: Option<Value>,
+    pub settings: Object,
+}
+
+impl Call {
+    pub fn user(text: &str) -> Self {
+        Call {
+            system: Some("You are a test.".into()),
+            messages: vec![Arc::new(Message::human(text))],
+            ..Default::default()
+        }
+    }
+
+    pub fn then(mut self, msg: impl Into<Message>) -> Self {
+        self.messages.push(Arc::new(msg.into()));
+        self
+    }
+
+    pub fn req(&self) -> ChatRequest<'_> {
+        ChatRequest {
+            system: self.system.as_deref(),
+            messages: &self.messages,
+            tools: &self.tools,
+            tool_choice: self.tool_choice.as_ref(),
+            settings: &self.settings,
+            message_id: MESSAGE_ID,
+        }
+    }
+}
+
+/// Stream `call`; the result and every chunk the sink received.
+pub async fn stream<W: WireFormat>(
+    model: &HttpChatModel<W>,
+    call: &Call,
+) -> (Result<AiMessage, ModelError>, Vec<AiMessageChunk>) {
+    let mut chunks = Vec::new();
+    let mut sink = |c: AiMessageChunk| chunks.push(c);
+    let res = model.stream(call.req(), &mut sink).await;
+    (res, chunks)
+}
+
+/// Invoke and stream the same call (the mock needs two replies queued); both results.
+pub async fn both<W: WireFormat>(model: &HttpChatModel<W>, call: &Call) -> [AiMessage; 2] {
+    let invoked = model.invoke(call.req()).await.unwrap();
+    let (streamed, _) = stream(model, call).await;
+    [invoked, streamed.unwrap()]
+}
+
+pub fn text_of(chunks: &[AiMessageChunk]) -> String {
+    chunks.iter().map(|c| c.content.text()).collect()
+}
+
+pub fn reasoning_of(chunks: &[AiMessageChunk]) -> Vec<&str> {
+    chunks
+        .iter()
+        .filter_map(|c| {
+            c.additional_kwargs
+                .get("reasoning_content")
+                .and_then(Value::as_str)
+        })
+        .collect()
+}
+
+/// The tool-call chunks of a stream rebuild `expected` (each call's arguments, by call index):
+/// the first fragment of each call names it, later ones carry only arguments.
+pub fn assert_fragments_rebuild(chunks: &[AiMessageChunk], expected: &[Value]) {
+    let fragments: Vec<_> = chunks
+        .iter()
+        .flat_map(|c| c.tool_call_chunks.iter())
+        .collect();
+    for (index, expected) in expected.iter().enumerate() {
+        let of_call: Vec<_> = fragments
+            .iter()
+            .filter(|f| f.index == Some(index as i64))
+            .collect();
+        assert!(of_call.len() >= 3, "arguments split into several fragments");
+        assert!(of_call[0].id.is_some() && of_call[0].name.is_some());
+        assert!(of_call[1..]
+            .iter()
+            .all(|f| f.id.is_none() && f.name.is_none()));
+        let args: String = of_call.iter().filter_map(|f| f.args.as_deref()).collect();
+        let parsed: Value = serde_json::from_str(&args).unwrap();
+        assert_eq!(&parsed, expected);
+    }
+}
+
+pub fn without_provider_id(mut m: AiMessage) -> AiMessage {
+    m.response_metadata.remove("id");
+    m
+}
+
+/// An HTTP error reply and what the model must make of it.
+pub struct HttpCase<M: MockWire> {
+    pub reply: Reply<M>,
+    pub status: u16,
+    pub retry_after_secs: u64,
+    pub code: &'static str,
+    pub message: &'static str,
+}
+
+/// One provider as the shared driver tests see it: its wire format, its mock server, and the
+/// vendor-specific facts those tests check.
+pub trait Vendor {
+    type Mock: MockWire;
+    type Wire: WireFormat;
+
+    const MODEL: &'static str;
+    const API_KEY: &'static str;
+    /// Where a default config posts.
+    const DEFAULT_ENDPOINT: &'static str;
+    /// A host name without a scheme, which is not a valid `base_url`.
+    const BARE_HOST: &'static str;
+    /// Events a streamed text answer sends before its first text delta.
+    const LEADING_EVENTS: usize;
+    /// The message and code of the mock's `401`.
+    const UNAUTHORIZED: (&'static str, &'static str);
+
+    fn config(mock: &MockServer<Self::Mock>) -> HttpModelConfig<Self::Wire> {
+        HttpModelConfig::new(Self::MODEL)
+            .with_base_url(mock.base_url())
+            .with_api_key(Some(Self::API_KEY.into()))
+    }
+
+    fn model(mock: &MockServer<Self::Mock>) -> HttpChatModel<Self::Wire> {
+        HttpChatModel::new(Self::config(mock)).unwrap()
+    }
+
+    fn text(text: &str) -> Reply<Self::Mock> {
+        Reply::answer(Self::Mock::text(text))
+    }
+
+    /// The usage metadata of an answer scripted with `.usage(input, output)`.
+    fn usage(input: u64, output: u64) -> UsageMetadata;
+
+    /// Rate-limit and overload answers.
+    fn retry_cases() -> Vec<HttpCase<Self::Mock>>;
+
+    /// 2xx bodies that are not an answer, and a piece of the error each gives.
+    fn undecodable() -> Vec<(Reply<Self::Mock>, &'static str)>;
+
+    /// An error the provider sends mid-stream, and a piece of the error it gives.
+    fn stream_error() -> (Value, &'static str);
+
+    /// How many of `reply`'s stream events it takes to say the answer is complete.
+    fn events_through_finish(reply: &Reply<Self::Mock>) -> usize;
+
+    /// A history with an unanswered call and a result for an unknown call, and the two call
+    /// ids in the order the mock reports them.
+    fn broken_history() -> (Call, [&'static str; 2]);
+}
+
+pub struct OpenAi;
+
+impl Vendor for OpenAi {
+    type Mock = OpenAiWire;
+    type Wire = ChatCompletions;
+
+    const MODEL: &'static str = "gpt-test";
+    const API_KEY: &'static str = "sk-test";
+    const DEFAULT_ENDPOINT: &'static str = "https://api.openai.com/v1/chat/completions";
+    const BARE_HOST: &'static str = "api.openai.com";
+    // The role chunk.
+    const LEADING_EVENTS: usize = 1;
+    const UNAUTHORIZED: (&'static str, &'static str) = (
+        "Incorrect API key provided. You can find your API key at https://platform.openai.com/account/api-keys.",
+        "invalid_api_key",
+    );
+
+    fn usage(input: u64, output: u64) -> UsageMetadata {
+        openai_usage(input, output, 0, 0)
+    }
+
+    fn retry_cases() -> Vec<HttpCase<OpenAiWire>> {
+        vec![HttpCase {
+            reply: MockReply::error(
+                429,
+                openai_error(
+                    "Rate limit reached for gpt-test",
+                    "requests",
+                    Some("rate_limit_exceeded"),
+                ),
+            )
+            .retry_after(7),
+            status: 429,
+            retry_after_secs: 7,
+            code: "rate_limit_exceeded",
+            message: "Rate limit reached for gpt-test",
+        }]
+    }
+
+    fn undecodable() -> Vec<(MockReply, &'static str)> {
+        vec![
+            (
+                MockReply::raw_body(200, "{not json"),
+                "not a chat completion",
+            ),
+            (
+                MockReply::raw_body(200, r#"{"id":"x","object":"chat.completion"}"#),
+                "no choices",
+            ),
+            (MockReply::raw_body(200, r#"{"choices":[]}"#), "no choices"),
+            (
+                MockReply::raw_body(200, r#"{"error":{"message":"upstream overloaded"}}"#),
+                "upstream overloaded",
+            ),
+        ]
+    }
+
+    fn stream_error() -> (Value, &'static str) {
+        (
+            json!({"message": "upstream died", "type": "server_error"}),
+            "upstream died",
+        )
+    }
+
+    fn events_through_finish(reply: &MockReply) -> usize {
+        // Up to the finish chunk: no usage chunk, no `[DONE]`.
+        reply.chunks(Self::MODEL, false).unwrap().len()
+    }
+
+    fn broken_history() -> (Call, [&'static str; 2]) {
+        let dangling = AiMessage {
+            tool_calls: vec![ToolCall::new("call_lost", "bash", Object::new())],
+            ..Default::default()
+        };
+        let call = Call::user("run it")
+            .then(dangling)
+            .then(Message::human("well?"))
+            .then(ToolMessage::new("call_unknown", "?"));
+        (call, ["call_unknown", "call_lost"])
+    }
+}
+
+/// OpenAI's usage metadata, with its audio, cache-read and reasoning details.
+pub fn openai_usage(input: u64, output: u64, cached: u64, reasoning: u64) -> UsageMetadata {
+    UsageMetadata {
+        input_token_details: Some(obj(json!({"audio": 0, "cache_read": cached}))),
+        output_token_details: Some(obj(json!({"audio": 0, "reasoning": reasoning}))),
+        ..UsageMetadata::new(input, output)
+    }
+}
+
+pub struct Anthropic;
+
+impl Vendor for Anthropic {
+    type Mock = AnthropicWire;
+    type Wire = Messages;
+
+    const MODEL: &'static str = "claude-test";
+    const API_KEY: &'static str = "sk-ant-test";
+    const DEFAULT_ENDPOINT: &'static str = "https://api.anthropic.com/v1/messages";
+    const BARE_HOST: &'static str = "api.anthropic.com";
+    // message_start, ping, content_block_start.
+    const LEADING_EVENTS: usize = 3;
+    const UNAUTHORIZED: (&'static str, &'static str) =
+        ("invalid x-api-key", "authentication_error");
+
+    fn usage(input: u64, output: u64) -> UsageMetadata {
+        anthropic_usage(input, output, 0, 0)
+    }
+
+    fn retry_cases() -> Vec<HttpCase<AnthropicWire>> {
+        vec![
+            HttpCase {
+                reply: AnthropicReply::rate_limited(7),
+                status: 429,
+                retry_after_secs: 7,
+                code: "rate_limit_error",
+                message: "Number of request tokens has exceeded your per-minute rate limit",
+            },
+            HttpCase {
+                reply: AnthropicReply::overloaded().retry_after(2),
+                status: 529,
+                retry_after_secs: 2,
+                code: "overloaded_error",
+                message: "Overloaded",
+            },
+        ]
+    }
+
+    fn undecodable() -> Vec<(AnthropicReply, &'static str)> {
+        vec![
+            (
+                AnthropicReply::raw_body(200, "{not json"),
+                "not a Messages API message",
+            ),
+            (
+                AnthropicReply::raw_body(
+                    200,
+                    r#"{"id":"msg_1","type":"message","role":"assistant"}"#,
+                ),
+                "no content",
+            ),
+            (
+                AnthropicReply::raw_body(
+                    200,
+                    &anthropic_error("api_error", "upstream overloaded").to_string(),
+                ),
+                "api_error: upstream overloaded",
+            ),
+            (
+                AnthropicReply::raw_body(200, r#"{"type":"completion","completion":"hi"}"#),
+                "type 'completion'",
+            ),
+        ]
+    }
+
+    fn stream_error() -> (Value, &'static str) {
+        (
+            json!({"type": "overloaded_error", "message": "Overloaded"}),
+            "overloaded_error: Overloaded",
+        )
+    }
+
+    fn events_through_finish(reply: &AnthropicReply) -> usize {
+        // Everything but `message_stop`.
+        reply.events(Self::MODEL).unwrap().len() - 1
+    }
+
+    fn broken_history() -> (Call, [&'static str; 2]) {
+        let dangling = AiMessage {
+            tool_calls: vec![ToolCall::new("toolu_lost", "bash", Object::new())],
+            ..Default::default()
+        };
+        let call = Call::user("run it")
+            .then(dangling)
+            .then(Message::human("well?"))
+            .then(Message::ai("hm"))
+            .then(ToolMessage::new("toolu_unknown", "?"));
+        (call, ["toolu_lost", "toolu_unknown"])
+    }
+}
+
+/// LangChain's reading of Anthropic usage: cache reads and writes count as input.
+pub fn anthropic_usage(
+    input: u64,
+    output: u64,
+    cache_read: u64,
+    cache_creation: u64,
+) -> UsageMetadata {
+    UsageMetadata {
+        input_token_details: Some(obj(
+            json!({"cache_read": cache_read, "cache_creation": cache_creation}),
+        )),
+        ..UsageMetadata::new(input + cache_read + cache_creation, output)
+    }
+}
