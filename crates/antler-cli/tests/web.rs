@@ -208,14 +208,14 @@ fn a_guarded_fetch_of_a_private_address_is_an_error_result() {
     assert!(site.paths.lock().unwrap().is_empty());
 }
 
-/// DeerFlow's own `config.example.yaml` with a model filled in: all three web tools are offered
-/// (the run does not call them).
+/// DeerFlow's `config.example.yaml` (every key and value, as the antler-config fixture keeps
+/// them) with a model filled in: all three web tools are offered (the run does not call them).
 #[test]
 fn deerflow_example_config_offers_the_web_tools() {
     let mock = MockOpenAi::start_on_thread().with_replies([MockReply::text("hello")]);
     let example = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../antler-web/tests/fixtures/deerflow-config.example.yaml"
+        "/../antler-config/tests/fixtures/deerflow-config.example.keys.yaml"
     ))
     .unwrap();
     let model = format!(
