@@ -397,6 +397,7 @@ impl DeerFlowSummarizationMiddleware {
         // one more message.
         let count = msgs.len() + usize::from(summary_text.is_some());
         let mut measured: Option<usize> = None;
+        let mut bounded: Option<usize> = None;
         for clause in &self.settings.trigger {
             let threshold = match *clause {
                 ContextSize::Messages(n) => {
@@ -411,13 +412,29 @@ impl DeerFlowSummarizationMiddleware {
                     None => continue,
                 },
             };
+            if self.usage_reaches(msgs, threshold) {
+                return true;
+            }
+            // A bound below the threshold settles the clause without tokenizing: short threads
+            // never build the BPE tables (most of a cold start's CPU and memory).
+            let bound = *bounded.get_or_insert_with(|| {
+                self.tokens.bound(key, msgs)
+                    + summary_text.map_or(0, |s| {
+                        self.tokens
+                            .counter()
+                            .upper_bound_message(&summary_text_message(s))
+                    })
+            });
+            if (bound as u64) < threshold {
+                continue;
+            }
             let total = *measured.get_or_insert_with(|| {
                 let m = self.tokens.measure(key, msgs);
                 m.scaled
                     + summary_text
                         .map_or(0, |s| self.tokens.count_message(&summary_text_message(s)))
             });
-            if total as u64 >= threshold || self.usage_reaches(msgs, threshold) {
+            if total as u64 >= threshold {
                 return true;
             }
         }

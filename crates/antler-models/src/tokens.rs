@@ -43,20 +43,29 @@ impl Encoding {
         }
     }
 
-    /// The process-wide BPE tables, built on first use. `None` if they could not be built (the
-    /// tables are embedded, so this means a broken build); callers fall back to an estimate.
-    fn bpe(self) -> Option<&'static CoreBPE> {
+    /// Whether this process has built the encoding's tables yet (diagnostics and tests: the
+    /// first build is most of a cold start).
+    pub fn is_built(self) -> bool {
+        self.cell().get().is_some()
+    }
+
+    fn cell(self) -> &'static OnceLock<Option<CoreBPE>> {
         static O200K: OnceLock<Option<CoreBPE>> = OnceLock::new();
         static CL100K: OnceLock<Option<CoreBPE>> = OnceLock::new();
         static P50K: OnceLock<Option<CoreBPE>> = OnceLock::new();
         static R50K: OnceLock<Option<CoreBPE>> = OnceLock::new();
-        let cell = match self {
+        match self {
             Encoding::O200kBase => &O200K,
             Encoding::Cl100kBase => &CL100K,
             Encoding::P50kBase => &P50K,
             Encoding::R50kBase => &R50K,
-        };
-        cell.get_or_init(|| {
+        }
+    }
+
+    /// The process-wide BPE tables, built on first use. `None` if they could not be built (the
+    /// tables are embedded, so this means a broken build); callers fall back to an estimate.
+    fn bpe(self) -> Option<&'static CoreBPE> {
+        self.cell().get_or_init(|| {
             let built = match self {
                 Encoding::O200kBase => tiktoken_rs::o200k_base(),
                 Encoding::Cl100kBase => tiktoken_rs::cl100k_base(),
@@ -385,6 +394,26 @@ impl TokenCounter {
         }
     }
 
+    /// An upper bound of [`TokenCounter::count_message`] that never builds a BPE table: a BPE
+    /// token covers at least one byte, so a text costs at most its UTF-8 length (the estimates
+    /// for long runs and long texts stay below it too). For the other counters, which are cheap,
+    /// it is the count itself.
+    pub fn upper_bound_message(&self, m: &Message) -> usize {
+        if !matches!(self.kind, Kind::Bpe(_)) {
+            return self.count_message(m);
+        }
+        let p = pieces(m);
+        let text: usize = p.texts.iter().map(|t| t.len()).sum();
+        let name = m.name().as_deref().map_or(0, |n| n.len() + PER_NAME);
+        PER_MESSAGE + 1 + text + name + p.images * PER_IMAGE
+    }
+
+    /// Whether counting needs a BPE table (built once per process, the costly part of a cold
+    /// start): only then is [`TokenCounter::upper_bound_message`] cheaper than the count.
+    fn is_bpe(&self) -> bool {
+        matches!(self.kind, Kind::Bpe(_))
+    }
+
     /// Tokens of several messages.
     pub fn count_messages<'a>(&self, msgs: impl IntoIterator<Item = &'a Message>) -> usize {
         msgs.into_iter().map(|m| self.count_message(m)).sum()
@@ -474,7 +503,10 @@ struct Slot {
     /// Identity of the message counted here. A `Weak` keeps the allocation (not the message)
     /// alive, so the address cannot be reused by another message while we compare against it.
     ptr: Weak<Message>,
-    tokens: usize,
+    /// The exact count; `None` until someone needs it (see [`CachedTokenCounter::bound`]).
+    tokens: Option<usize>,
+    /// [`TokenCounter::upper_bound_message`].
+    bound: usize,
     ai: Option<AiMark>,
 }
 
@@ -485,7 +517,12 @@ struct Tally {
     /// id → (fingerprint, tokens): lets a rebuilt list (remove-all, reload from the store) reuse
     /// counts without tokenizing again.
     by_id: HashMap<String, (u64, usize)>,
+    /// Sum of the known exact counts.
     total: usize,
+    /// Sum of the bounds of every slot.
+    bound_total: usize,
+    /// Slots whose exact count is not known yet.
+    uncounted: usize,
     /// AI messages per `model_provider` (`None` = not stated).
     providers: HashMap<Option<String>, usize>,
     /// AI messages carrying a usage total.
@@ -507,10 +544,16 @@ fn ai_mark(m: &Message) -> Option<AiMark> {
 
 impl Tally {
     fn account(&mut self, slot: &Slot, sign: bool) {
+        let tokens = slot.tokens.unwrap_or(0);
+        let uncounted = usize::from(slot.tokens.is_none());
         if sign {
-            self.total += slot.tokens;
+            self.total += tokens;
+            self.bound_total += slot.bound;
+            self.uncounted += uncounted;
         } else {
-            self.total -= slot.tokens;
+            self.total -= tokens;
+            self.bound_total -= slot.bound;
+            self.uncounted -= uncounted;
         }
         if let Some(ai) = &slot.ai {
             let n = self.providers.entry(ai.provider.clone()).or_insert(0);
@@ -532,28 +575,55 @@ impl Tally {
         }
     }
 
-    fn slot_for(&mut self, counter: &TokenCounter, m: &Arc<Message>) -> Slot {
+    /// The slot of a message newly at its position: the remembered count when the id and
+    /// fingerprint match, else a fresh count — or, with `exact` off and a BPE counter, only the
+    /// bound (the count follows in [`Tally::count_all`] when it is needed).
+    fn slot_for(&mut self, counter: &TokenCounter, m: &Arc<Message>, exact: bool) -> Slot {
         let fp = message_fingerprint(m);
-        let tokens = match m.id().and_then(|id| self.by_id.get(id)) {
-            Some(&(f, t)) if f == fp => t,
-            _ => {
+        let (tokens, bound) = match m.id().and_then(|id| self.by_id.get(id)) {
+            Some(&(f, t)) if f == fp => (Some(t), t),
+            _ if exact || !counter.is_bpe() => {
                 let t = counter.count_message(m);
                 if let Some(id) = m.id() {
                     self.by_id.insert(id.to_owned(), (fp, t));
                 }
-                t
+                (Some(t), t)
             }
+            _ => (None, counter.upper_bound_message(m)),
         };
         Slot {
             ptr: Arc::downgrade(m),
             tokens,
+            bound,
             ai: ai_mark(m),
         }
     }
 
+    /// Count every slot that has only a bound (O(len) scan, only while some are uncounted).
+    fn count_all(&mut self, counter: &TokenCounter, msgs: &[Arc<Message>]) {
+        if self.uncounted == 0 {
+            return;
+        }
+        for (slot, m) in self.slots.iter_mut().zip(msgs) {
+            if slot.tokens.is_none() {
+                let t = counter.count_message(m);
+                if let Some(id) = m.id() {
+                    self.by_id
+                        .insert(id.to_owned(), (message_fingerprint(m), t));
+                }
+                slot.tokens = Some(t);
+                self.total += t;
+                // The bound becomes the count, so both totals stay sums over the slots.
+                self.bound_total = self.bound_total - slot.bound + t;
+                slot.bound = t;
+            }
+        }
+        self.uncounted = 0;
+    }
+
     /// Bring the tally in line with `msgs`: O(len) pointer comparisons, counting only messages
-    /// not seen at that position before.
-    fn sync(&mut self, counter: &TokenCounter, msgs: &[Arc<Message>]) {
+    /// not seen at that position before (with `exact` off, bounding them instead).
+    fn sync(&mut self, counter: &TokenCounter, msgs: &[Arc<Message>], exact: bool) {
         while self.slots.len() > msgs.len() {
             if let Some(old) = self.slots.pop() {
                 self.account(&old, false);
@@ -565,7 +635,7 @@ impl Tally {
                     continue;
                 }
             }
-            let slot = self.slot_for(counter, m);
+            let slot = self.slot_for(counter, m, exact);
             self.account(&slot, true);
             if i < self.slots.len() {
                 let old = std::mem::replace(&mut self.slots[i], slot);
@@ -579,6 +649,9 @@ impl Tally {
             let live: std::collections::HashSet<&str> =
                 msgs.iter().filter_map(|m| m.id()).collect();
             self.by_id.retain(|id, _| live.contains(id.as_str()));
+        }
+        if exact {
+            self.count_all(counter, msgs);
         }
     }
 
@@ -596,7 +669,7 @@ impl Tally {
                     }
                     break;
                 }
-                after += s.tokens;
+                after += s.tokens.unwrap_or(s.bound);
             }
         }
         Measure { total, scaled }
@@ -696,8 +769,20 @@ impl CachedTokenCounter {
     pub fn measure(&self, key: &str, msgs: &[Arc<Message>]) -> Measure {
         let tally = self.tally(key);
         let mut t = lock(&tally);
-        t.sync(&self.counter, msgs);
+        t.sync(&self.counter, msgs, true);
         t.measure()
+    }
+
+    /// An upper bound of [`Measure::scaled`] for a thread's message list that tokenizes nothing
+    /// (see [`TokenCounter::upper_bound_message`]): a trigger below it needs the exact
+    /// [`CachedTokenCounter::measure`], one above it is not reached. Same O(new messages) cost as
+    /// `measure`, and messages bounded here are counted later only if `measure` is called.
+    pub fn bound(&self, key: &str, msgs: &[Arc<Message>]) -> usize {
+        let tally = self.tally(key);
+        let mut t = lock(&tally);
+        t.sync(&self.counter, msgs, false);
+        // The provider calibration scales by at most 1.25 (see `Measure::scaled`).
+        t.bound_total.saturating_add(t.bound_total / 4 + 1)
     }
 
     /// [`Measure::total`] of a thread's message list.
@@ -709,8 +794,11 @@ impl CachedTokenCounter {
     pub fn counts(&self, key: &str, msgs: &[Arc<Message>]) -> Vec<usize> {
         let tally = self.tally(key);
         let mut t = lock(&tally);
-        t.sync(&self.counter, msgs);
-        t.slots.iter().map(|s| s.tokens).collect()
+        t.sync(&self.counter, msgs, true);
+        t.slots
+            .iter()
+            .map(|s| s.tokens.unwrap_or(s.bound))
+            .collect()
     }
 
     /// Drop a thread's tally (e.g. when the thread is deleted).

@@ -367,3 +367,86 @@ fn the_cache_is_shared_across_threads() {
         assert_eq!(totals, (1..=50).map(|n| n * 6).collect::<Vec<_>>());
     }
 }
+
+/// Messages of every shape the bound has to cover: prose, CJK, a long unbroken run, a long
+/// whitespace run, tool calls, a tool result, a name and an image block.
+fn assorted() -> Vec<Message> {
+    let mut v = vec![
+        human("a", "Hello there, how are you today? Fine, thanks."),
+        human("b", "你好，世界。这是一个测试。日本語のテキストも。"),
+        human("c", &"x".repeat(5000)),
+        human("d", &format!("start{}end", " ".repeat(3000))),
+        human("e", &"lorem ipsum dolor sit amet ".repeat(4000)),
+    ];
+    let call: Message = serde_json::from_value(json!({
+        "type": "ai", "id": "f", "content": "",
+        "tool_calls": [{"id": "call_1", "name": "bash", "args": {"command": "ls -la /mnt/user-data"}}],
+    }))
+    .unwrap();
+    let result: Message = serde_json::from_value(json!({
+        "type": "tool", "id": "g", "tool_call_id": "call_1", "name": "bash",
+        "content": [{"type": "text", "text": "total 0"}, {"type": "image_url", "image_url": {"url": "data:x"}}],
+    }))
+    .unwrap();
+    v.push(call);
+    v.push(result);
+    v
+}
+
+#[test]
+fn the_bound_is_never_below_the_count() {
+    for enc in [Encoding::Cl100kBase, Encoding::O200kBase] {
+        let counter = TokenCounter::with_encoding(enc);
+        for m in assorted() {
+            let (count, bound) = (counter.count_message(&m), counter.upper_bound_message(&m));
+            assert!(count <= bound, "{enc:?} {:?}: {count} > {bound}", m.id());
+        }
+        let msgs = arcs(&assorted());
+        let cache = CachedTokenCounter::new(counter);
+        let bound = cache.bound("t", &msgs);
+        let measured = cache.measure("t", &msgs);
+        assert!(measured.scaled <= bound, "{measured:?} > {bound}");
+    }
+    // Cheap counters bound with the count itself.
+    let approx = TokenCounter::approximate();
+    for m in assorted() {
+        assert_eq!(approx.upper_bound_message(&m), approx.count_message(&m));
+    }
+}
+
+#[test]
+fn bounding_counts_nothing_and_a_later_measure_counts_each_message_once() {
+    let counter = TokenCounter::with_encoding(Encoding::Cl100kBase);
+    let list = assorted();
+    let exact: usize = list.iter().map(|m| counter.count_message(m)).sum();
+    let mut msgs = arcs(&list);
+    let cache = CachedTokenCounter::new(counter.clone());
+    let first = cache.bound("t", &msgs);
+    assert!(first >= exact);
+    assert_eq!(cache.total("t", &msgs), exact);
+    // Once counted, the bound tightens to the exact total (plus the calibration margin).
+    assert_eq!(cache.bound("t", &msgs), exact + exact / 4 + 1);
+    // New messages are bounded again; measuring picks them up exactly.
+    msgs.push(Arc::new(human("h", "one more message")));
+    let grown = exact + counter.count_message(&msgs[msgs.len() - 1]);
+    assert!(cache.bound("t", &msgs) >= grown);
+    assert_eq!(cache.total("t", &msgs), grown);
+    // Dropping a bounded-only message keeps the totals consistent.
+    msgs.push(Arc::new(human("i", "bounded only")));
+    let _ = cache.bound("t", &msgs);
+    msgs.pop();
+    assert_eq!(cache.total("t", &msgs), grown);
+    assert_eq!(cache.counts("t", &msgs).iter().sum::<usize>(), grown);
+}
+
+/// The point of the bound: a short thread never builds a BPE table. `p50k_base` is used by no
+/// other test in this binary, so its table is built only by this test's `measure`.
+#[test]
+fn a_bound_builds_no_bpe_table() {
+    let cache = CachedTokenCounter::new(TokenCounter::with_encoding(Encoding::P50kBase));
+    let msgs = arcs(&assorted());
+    assert!(cache.bound("t", &msgs) > 0);
+    assert!(!Encoding::P50kBase.is_built());
+    let _ = cache.measure("t", &msgs);
+    assert!(Encoding::P50kBase.is_built());
+}
