@@ -392,6 +392,76 @@ async fn the_summarization_flush_extracts_at_once_past_the_watermark() {
     assert_eq!(doc.facts[0].content, json!("Works at ACME"));
 }
 
+/// Seed 000: the memory flush happens before the summary is produced, so a summary model
+/// answering HTTP 500 still leaves what was about to be compressed in the memory queue.
+#[tokio::test]
+async fn a_failing_summary_still_flushes_the_old_messages_to_memory() {
+    use antler_middleware::summarization::{
+        ContextSize, DeerFlowSummarizationMiddleware, SummarizationConfig,
+    };
+    let (_d, store) = temp_store();
+    let s = setup(
+        &store,
+        settings(Duration::from_secs(3600)),
+        vec![update_reply(vec![fact("Works at ACME", "context", 0.9)])],
+    );
+    let summarizer: Arc<dyn ChatModel> = Arc::new(ScriptedModel::new([ScriptedReply::Error(
+        ModelError::Http {
+            status: 500,
+            retry_after: None,
+            message: "internal error".into(),
+            code: None,
+            body: String::new(),
+        },
+    )]));
+    let config = SummarizationConfig {
+        enabled: true,
+        trigger: vec![ContextSize::Messages(4)],
+        keep: ContextSize::Messages(2),
+        ..Default::default()
+    };
+    let mw = DeerFlowSummarizationMiddleware::new(
+        config,
+        summarizer,
+        None,
+        None,
+        vec![s.memory.clone()],
+    )
+    .unwrap();
+    let mut history = vec![
+        Message::human("I work at ACME"),
+        Message::ai("Noted."),
+        Message::human("What next?"),
+        Message::ai("Lunch."),
+    ];
+    for (i, m) in history.iter_mut().enumerate() {
+        m.set_id(format!("m{i}"));
+    }
+    let state = ThreadState {
+        messages: antler_protocol::Messages::from_messages(history),
+        ..Default::default()
+    };
+    let run = RunContext::new("t", "r1", Arc::new(NullSink)).with_user(Some("u".into()));
+    let out = mw.before_model(&state, &run).await.unwrap();
+    assert!(
+        out.update.is_none(),
+        "the history is kept when the summary fails"
+    );
+
+    let mut rx = s.memory.queue().subscribe();
+    tokio::time::timeout(
+        Duration::from_secs(20),
+        rx.wait_for(|q| q.processed == 1 && !q.processing),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let asked = s.memory_model.requests()[0].messages[0].text();
+    assert!(asked.contains("I work at ACME"), "{asked}");
+    let doc = s.memory.document(Some("u"), None).await.unwrap();
+    assert_eq!(doc.facts[0].content, json!("Works at ACME"));
+}
+
 // ---------- the write gate ----------
 
 #[tokio::test]

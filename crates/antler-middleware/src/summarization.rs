@@ -10,9 +10,12 @@
 //!    results;
 //! 2. rescues from the older part the dynamic-context reminders, the current user request and
 //!    the most recently loaded skill files (seed rescue, `preserve_recent_skill_*`);
-//! 3. asks the summary model (`model_name`, then the run's model) for a summary of the rest —
-//!    no tools, not streamed, reported to observers as `middleware:summarize`;
-//! 4. runs the before-summarization hooks (memory flush), then writes
+//! 3. runs the before-summarization hooks (memory flush) with the messages about to be removed —
+//!    before the summary exists, as the seed orders it, so a summary that then fails has still
+//!    flushed them (DeerFlow today flushes after the summary; a retry here hands the hooks only
+//!    the messages they have not been given yet, so nothing is flushed twice);
+//! 4. asks the summary model (`model_name`, then the run's model) for a summary of the rest —
+//!    no tools, not streamed, reported to observers as `middleware:summarize` — then writes
 //!    `[remove-all, summary, rescued…, tail…]`.
 //!
 //! The summary is a human message named `summary`, hidden from UIs (`hide_from_ui`), seen by the
@@ -206,7 +209,14 @@ pub struct DeerFlowSummarizationMiddleware {
     prompt: String,
     skill_tools: HashSet<String>,
     skills_root: String,
+    /// Per message list, the ids already handed to the hooks by an attempt whose summary then
+    /// failed; cleared when a summary succeeds (those messages are gone then).
+    flushed: std::sync::Mutex<std::collections::HashMap<String, HashSet<String>>>,
 }
+
+/// Most message lists whose flushed ids are remembered (a failing summary model on many threads
+/// at once); beyond it the memory is dropped and a retry may flush again.
+const MAX_FLUSHED_LISTS: usize = 1024;
 
 fn check_size(
     key: String,
@@ -270,6 +280,7 @@ impl DeerFlowSummarizationMiddleware {
             tokens: Arc::new(CachedTokenCounter::new(counter)),
             prompt,
             skills_root: DEFAULT_SKILLS_CONTAINER_PATH.to_owned(),
+            flushed: Default::default(),
         })
     }
 
@@ -357,12 +368,12 @@ impl DeerFlowSummarizationMiddleware {
             return Ok(None);
         }
 
+        self.flush(key, run, &summarized, &preserved).await;
         let summary = match self.summary_prompt(&summarized, &previous) {
             Prompt::Canned(text) => text.to_owned(),
             Prompt::Ask(prompt) => self.generate(&prompt, run).await?,
         };
-
-        self.fire_hooks(run, &summarized, &preserved).await;
+        self.flushed_ids().remove(key);
 
         let mut kwargs = Object::new();
         markers::mark_hidden(&mut kwargs);
@@ -886,6 +897,43 @@ impl DeerFlowSummarizationMiddleware {
 
     /// Run every hook in registration order; a failing (or panicking) hook is logged and the
     /// others still run.
+    fn flushed_ids(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, HashSet<String>>> {
+        self.flushed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Hand the hooks the messages about to be summarized that an earlier, failed attempt on
+    /// this list has not handed them yet (messages without an id always go).
+    async fn flush(
+        &self,
+        key: &str,
+        run: &RunContext,
+        summarized: &[Message],
+        preserved: &[Message],
+    ) {
+        if self.hooks.is_empty() {
+            return;
+        }
+        let fresh: Vec<Message> = {
+            let mut all = self.flushed_ids();
+            if all.len() >= MAX_FLUSHED_LISTS && !all.contains_key(key) {
+                all.clear();
+            }
+            let seen = all.entry(key.to_owned()).or_default();
+            summarized
+                .iter()
+                .filter(|m| m.id().is_none_or(|id| seen.insert(id.to_owned())))
+                .cloned()
+                .collect()
+        };
+        if !fresh.is_empty() {
+            self.fire_hooks(run, &fresh, preserved).await;
+        }
+    }
+
     async fn fire_hooks(&self, run: &RunContext, summarized: &[Message], preserved: &[Message]) {
         if self.hooks.is_empty() {
             return;

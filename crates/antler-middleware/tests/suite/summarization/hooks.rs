@@ -136,23 +136,54 @@ async fn a_failing_or_panicking_hook_never_blocks_the_others_or_the_compaction()
     assert!(is_remove_all(&written(&out)[0]));
 }
 
+/// Seed order: the hooks see what is about to be summarized before the summary is asked for,
+/// so a failing summary (HTTP 500) has still flushed it; the history stays and a retry hands
+/// the hooks only messages they have not had.
 #[tokio::test]
-async fn hooks_are_not_fired_when_the_summary_fails() {
+async fn hooks_flush_before_the_summary_and_a_retry_flushes_only_new_messages() {
     let log = Arc::new(Mutex::new(Vec::new()));
+    let http500 = || {
+        ScriptedReply::Error(antler_models::ModelError::Http {
+            status: 500,
+            retry_after: None,
+            message: "upstream failed".into(),
+            code: None,
+            body: String::new(),
+        })
+    };
     let mw = middleware(
         settings(vec![ContextSize::Messages(4)], ContextSize::Messages(2)),
         model(
             "run",
-            vec![ScriptedReply::Error(antler_models::ModelError::Timeout(
-                std::time::Duration::from_secs(1),
-            ))],
+            vec![http500(), http500(), ScriptedReply::text("at last")],
         ),
         None,
         vec![Recorder::new("memory", &log)],
     );
     let s = state(four());
     let out = mw.before_model(&s, &run_ctx("t")).await.unwrap();
-    // History unchanged, no hook: the next model call tries again.
+    // History unchanged: the next model call tries again.
     assert!(update_is_empty(&out));
-    assert!(log.lock().unwrap().is_empty());
+    {
+        let log = log.lock().unwrap();
+        assert_eq!(log.len(), 1, "flushed although the summary failed");
+        assert_eq!(ids(&log[0].1.messages), ["user-1", "assistant-1"]);
+        assert_eq!(ids(&log[0].1.preserved), ["user-2", "assistant-2"]);
+    }
+
+    // The same list fails again: nothing new to flush, so the hooks are not called again.
+    let out = mw.before_model(&s, &run_ctx("t")).await.unwrap();
+    assert!(update_is_empty(&out));
+    assert_eq!(log.lock().unwrap().len(), 1);
+
+    // Two more messages move the cutoff: only the messages not flushed yet go to the hooks,
+    // and this time the summary succeeds.
+    let mut six = four();
+    six.push(human("user-3", "third question"));
+    six.push(ai("assistant-3", "third answer"));
+    let out = mw.before_model(&state(six), &run_ctx("t")).await.unwrap();
+    assert!(is_remove_all(&written(&out)[0]));
+    let log = log.lock().unwrap();
+    assert_eq!(log.len(), 2);
+    assert_eq!(ids(&log[1].1.messages), ["user-2", "assistant-2"]);
 }
