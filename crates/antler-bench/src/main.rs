@@ -5,6 +5,8 @@
 //!   SQLite checkpoints. Measured as process CPU time (all threads: the runtime and the SQLite writer), so the
 //!   figure is the harness's own work, not waiting.
 //! - **bytes**: SQLite checkpoint payload bytes written per step at each history length.
+//! - **cold** (`--cold [--antler PATH] [--trigger-tokens N]`): a fresh `antler run` process per sample — start to first
+//!   model request, the whole 0-step run, peak RSS (see `cold.rs`).
 //!
 //! Per-step figures are marginal: the CPU of a run with N tool rounds minus that of a run with
 //! none, divided by N, so one-time run setup (loading the thread) is reported apart as
@@ -25,6 +27,8 @@ use antler_runtime::{
 };
 use async_trait::async_trait;
 use serde_json::json;
+
+mod cold;
 
 struct Noop(Arc<ToolSpec>);
 
@@ -267,6 +271,9 @@ fn chain_sample(hist: usize, steps: usize, dir: &std::path::Path) -> anyhow::Res
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
+    if args.get(1).is_some_and(|a| a == "--reap") {
+        std::process::exit(cold::reap(&args[2..])?);
+    }
     let flag = |name: &str, default: usize| -> usize {
         args.iter()
             .position(|a| a == name)
@@ -276,6 +283,18 @@ fn main() -> anyhow::Result<()> {
     };
     let samples = flag("--samples", 15);
     let steps = flag("--steps", 20);
+    if args.iter().any(|a| a == "--cold") {
+        let antler = args
+            .iter()
+            .position(|a| a == "--antler")
+            .and_then(|i| args.get(i + 1))
+            .map(std::path::PathBuf::from);
+        return cold::run(
+            antler,
+            flag("--samples", 21),
+            flag("--trigger-tokens", 32000),
+        );
+    }
     let dir = tempfile::tempdir()?;
     if args.iter().any(|a| a == "--chain") {
         let dir = tempfile::tempdir()?;

@@ -1,0 +1,186 @@
+//! Workload D (PERFORMANCE.md): cold start. A fresh `antler run` process per sample, against a
+//! one-file model server on 127.0.0.1 that answers every request at once; reports the time from
+//! spawning the process to the first model request arriving, the whole run's wall time, and the
+//! process's peak RSS (0 tool steps: one model call, one answer).
+//!
+//! Peak RSS comes from `getrusage(RUSAGE_CHILDREN)` in a reaper: the bench re-executes itself as
+//! `antler-bench --reap <antler> <args…>`, which waits for its one child and prints the child's
+//! maximum resident set, so every sample is measured on its own.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+
+const ANSWER: &str = r#"{"id":"chatcmpl-cold","object":"chat.completion","created":0,"model":"mock-model","choices":[{"index":0,"message":{"role":"assistant","content":"Hello."},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":2,"total_tokens":12}}"#;
+
+/// Read one HTTP request (headers and a `Content-Length` body) and answer with [`ANSWER`].
+fn answer(stream: TcpStream) -> anyhow::Result<()> {
+    let mut reader = BufReader::new(stream.try_clone()?);
+    let mut length = 0usize;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line)? == 0 {
+            return Ok(());
+        }
+        let line = line.trim_end();
+        if line.is_empty() {
+            break;
+        }
+        if let Some((name, value)) = line.split_once(':') {
+            if name.eq_ignore_ascii_case("content-length") {
+                length = value.trim().parse().unwrap_or(0);
+            }
+        }
+    }
+    let mut body = vec![0u8; length];
+    reader.read_exact(&mut body)?;
+    let mut stream = stream;
+    write!(
+        stream,
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{ANSWER}",
+        ANSWER.len()
+    )?;
+    stream.flush()?;
+    Ok(())
+}
+
+/// The model server: reports the arrival of every connection on `arrivals`.
+fn serve(listener: TcpListener, arrivals: mpsc::Sender<Instant>) {
+    for stream in listener.incoming() {
+        let Ok(stream) = stream else { continue };
+        if arrivals.send(Instant::now()).is_err() {
+            return;
+        }
+        std::thread::spawn(move || {
+            let _ = answer(stream);
+        });
+    }
+}
+
+fn config(base_url: &str, trigger_tokens: usize) -> String {
+    // DeerFlow's defaults where they matter for a cold start: summarization on with its example
+    // trigger (tokens 32,000; a tiny one forces an exact token count on the first step), the
+    // file tools. Title and memory off: they call the model again
+    // after the answer, which is not part of reaching the first request.
+    format!(
+        "models:\n  - name: main\n    use: langchain_openai:ChatOpenAI\n    model: gpt-4o-mini\n    base_url: {base_url}\n    api_key: cold-start\n    streaming: false\n\
+         tools:\n  - {{name: ls, group: file:read, use: deerflow.sandbox.tools:ls_tool}}\n  - {{name: read_file, group: file:read, use: deerflow.sandbox.tools:read_file_tool}}\n  - {{name: write_file, group: file:write, use: deerflow.sandbox.tools:write_file_tool}}\n  - {{name: bash, group: bash, use: deerflow.sandbox.tools:bash_tool}}\n\
+         summarization:\n  enabled: true\n  trigger:\n    - {{type: tokens, value: {trigger_tokens}}}\n  keep: {{type: messages, value: 10}}\n\
+         title:\n  enabled: false\n\
+         memory:\n  enabled: false\n"
+    )
+}
+
+struct Sample {
+    first_request: Duration,
+    wall: Duration,
+    peak_rss_kib: u64,
+}
+
+fn sample(antler: &Path, dir: &Path, arrivals: &mpsc::Receiver<Instant>) -> anyhow::Result<Sample> {
+    let me = std::env::current_exe()?;
+    while arrivals.try_recv().is_ok() {}
+    let home = tempfile::tempdir_in(dir)?;
+    let start = Instant::now();
+    let out = Command::new(me)
+        .arg("--reap")
+        .arg(antler)
+        .args(["run", "--config"])
+        .arg(dir.join("config.yaml"))
+        .args(["--output", "json", "hello"])
+        .current_dir(home.path())
+        .env("ANTLER_HOME", home.path().join(".antler"))
+        .stdin(Stdio::null())
+        .output()?;
+    let wall = start.elapsed();
+    if !out.status.success() {
+        bail!(
+            "antler run failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    let first = arrivals
+        .recv_timeout(Duration::from_secs(5))
+        .context("the run never reached the model")?;
+    let rss = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("reaped-maxrss-kib ")?.trim().parse().ok())
+        .context("the reaper did not report a peak RSS")?;
+    Ok(Sample {
+        first_request: first.duration_since(start),
+        wall,
+        peak_rss_kib: rss,
+    })
+}
+
+/// `--reap <program> <args…>`: run the program, wait for it, print its peak RSS (KiB) last on
+/// stdout, exit with its status. Its own output is passed through.
+pub fn reap(args: &[String]) -> anyhow::Result<i32> {
+    let Some((program, rest)) = args.split_first() else {
+        bail!("--reap needs a program");
+    };
+    let status = Command::new(program).args(rest).status()?;
+    let usage = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN)?;
+    println!("\nreaped-maxrss-kib {}", usage.max_rss());
+    Ok(status.code().unwrap_or(1))
+}
+
+fn summary(values: &mut [f64]) -> (f64, f64, f64) {
+    values.sort_by(f64::total_cmp);
+    let lo = values.first().copied().unwrap_or(0.0);
+    let hi = values.last().copied().unwrap_or(0.0);
+    (crate::median(values), lo, hi)
+}
+
+/// `--cold [--antler PATH] [--samples N] [--trigger-tokens N]`.
+pub fn run(antler: Option<PathBuf>, samples: usize, trigger_tokens: usize) -> anyhow::Result<()> {
+    let antler = match antler {
+        Some(p) => p,
+        None => std::env::current_exe()?
+            .parent()
+            .context("no folder beside the bench")?
+            .join("antler"),
+    };
+    if !antler.exists() {
+        bail!(
+            "{} not found: build it (cargo build --release -p antler-cli) or pass --antler PATH",
+            antler.display()
+        );
+    }
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let base_url = format!("http://{}/v1", listener.local_addr()?);
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || serve(listener, tx));
+    let dir = tempfile::tempdir()?;
+    std::fs::write(
+        dir.path().join("config.yaml"),
+        config(&base_url, trigger_tokens),
+    )?;
+    // One unmeasured run warms the page cache (binary, shared libraries).
+    sample(&antler, dir.path(), &rx)?;
+    let (mut first, mut wall, mut rss) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..samples {
+        let s = sample(&antler, dir.path(), &rx)?;
+        first.push(s.first_request.as_secs_f64() * 1e3);
+        wall.push(s.wall.as_secs_f64() * 1e3);
+        rss.push(s.peak_rss_kib as f64 / 1024.0);
+    }
+    println!(
+        "antler-bench --cold: {} ({samples} samples; summarization trigger {trigger_tokens} tokens, 4 tools, SQLite)",
+        antler.display()
+    );
+    for (name, unit, values) in [
+        ("start → first model request", "ms", &mut first),
+        ("whole 0-step run", "ms", &mut wall),
+        ("peak RSS", "MiB", &mut rss),
+    ] {
+        let (med, lo, hi) = summary(values);
+        println!("{name:<30} {med:>8.2} {unit:<3} ({lo:.2}–{hi:.2})");
+    }
+    Ok(())
+}
