@@ -23,5 +23,6 @@ pub use middleware::{
 pub use observe::{RunEvent, RunObserver};
 pub use tokio_util::sync::CancellationToken;
 pub use tool::{
-    parse_args, Command, Goto, Tool, ToolContext, ToolError, ToolOutcome, ToolOutput, ToolRegistry,
+    parameters_schema, parse_args, Command, Goto, Tool, ToolContext, ToolError, ToolOutcome, ToolOutput,
+    ToolRegistry, TypedSpec, TypedTool,
 };
