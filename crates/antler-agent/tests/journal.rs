@@ -10,7 +10,7 @@ use antler_models::{ModelError, ScriptedModel, ScriptedReply};
 use antler_protocol::{
     AiMessage, Message, Object, StateUpdate, ThreadState, ToolSpec, UsageMetadata,
 };
-use antler_runtime::{
+use antler_runtime::{BeforeAgentOutput, 
     parse_args, Agent, CancellationToken, Chain, Checkpointer, HookOutput, HookSet, Middleware,
     MiddlewareError, NullSink, RunContext, RunEvent, RunInput, RunObserver, RunStatus, Tool,
     ToolContext, ToolError, ToolOutput, ToolRegistry,
@@ -418,7 +418,7 @@ impl Middleware for Note {
         &self,
         _: &ThreadState,
         _: &RunContext,
-    ) -> Result<HookOutput, MiddlewareError> {
+    ) -> Result<BeforeAgentOutput, MiddlewareError> {
         let mut m = Message::human("CORRUPT-TARGET note");
         m.additional_kwargs_mut()
             .insert("hide_from_ui".into(), json!(true));

@@ -16,7 +16,7 @@ use antler_middleware::memory::preprocess::Signal;
 use antler_middleware::summarization::{BeforeSummarizationHook, SummarizationEvent};
 use antler_models::{ChatModel, ChatRequest, ModelError, ModelInfo, ScriptedModel, ScriptedReply};
 use antler_protocol::{AiMessage, Message, StateUpdate, ThreadState};
-use antler_runtime::{
+use antler_runtime::{BeforeAgentOutput, 
     Agent, Chain, HookOutput, HookSet, Middleware, MiddlewareError, NullSink, RunContext, RunInput,
     RunStatus,
 };
@@ -78,7 +78,7 @@ impl Middleware for Inject {
         &self,
         _: &ThreadState,
         run: &RunContext,
-    ) -> Result<HookOutput, MiddlewareError> {
+    ) -> Result<BeforeAgentOutput, MiddlewareError> {
         let Some(text) = self
             .0
             .injection(run.user_id.as_deref(), run.options.agent_name.as_deref())

@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use antler_protocol::markers;
 use antler_protocol::{Content, HumanMessage, Message, Object, StateUpdate, ThreadState};
-use antler_runtime::{
+use antler_runtime::{BeforeAgentOutput, 
     HookOutput, HookSet, Middleware, MiddlewareError, ModelCallError, ModelNext, ModelRequest,
     ModelResponse, RunContext, RunEvent,
 };
@@ -343,7 +343,7 @@ impl Middleware for DynamicContextMiddleware {
         &self,
         state: &ThreadState,
         run: &RunContext,
-    ) -> Result<HookOutput, MiddlewareError> {
+    ) -> Result<BeforeAgentOutput, MiddlewareError> {
         let messages = &state.messages;
         if messages.is_empty() {
             return Ok(HookOutput::none());

@@ -24,7 +24,7 @@ use antler_protocol::markers;
 use antler_protocol::{
     AiMessage, Content, HumanMessage, Message, Object, StateUpdate, ThreadState, ToolCall,
 };
-use antler_runtime::{
+use antler_runtime::{BeforeAgentOutput, AfterAgentOutput, 
     HookOutput, HookSet, Middleware, MiddlewareError, ModelCallError, ModelNext, ModelRequest,
     ModelResponse, RunContext, RunEvent,
 };
@@ -737,7 +737,7 @@ impl Middleware for LoopDetectionMiddleware {
         &self,
         _state: &ThreadState,
         run: &RunContext,
-    ) -> Result<HookOutput, MiddlewareError> {
+    ) -> Result<BeforeAgentOutput, MiddlewareError> {
         let (thread, current) = Self::pending_key(run);
         let mut inner = self.lock();
         let stale: Vec<PendingKey> = inner
@@ -805,7 +805,7 @@ impl Middleware for LoopDetectionMiddleware {
         &self,
         _state: &ThreadState,
         run: &RunContext,
-    ) -> Result<HookOutput, MiddlewareError> {
+    ) -> Result<AfterAgentOutput, MiddlewareError> {
         self.lock().pending.remove(&Self::pending_key(run));
         Ok(HookOutput::none())
     }

@@ -15,7 +15,7 @@
 use std::sync::Arc;
 
 use antler_protocol::{Message, ThreadState};
-use antler_runtime::{HookOutput, HookSet, Middleware, MiddlewareError, RunContext};
+use antler_runtime::{AfterAgentOutput, HookOutput, HookSet, Middleware, MiddlewareError, RunContext};
 use async_trait::async_trait;
 use serde_json::Value;
 
@@ -95,7 +95,7 @@ impl Middleware for MemoryMiddleware {
         &self,
         state: &ThreadState,
         run: &RunContext,
-    ) -> Result<HookOutput, MiddlewareError> {
+    ) -> Result<AfterAgentOutput, MiddlewareError> {
         if !self.enabled {
             return Ok(HookOutput::none());
         }

@@ -16,7 +16,7 @@
 use std::sync::Arc;
 
 use antler_protocol::{SandboxState, StateUpdate, ThreadState};
-use antler_runtime::{
+use antler_runtime::{BeforeAgentOutput, AfterAgentOutput, 
     Command, HookOutput, HookSet, Middleware, MiddlewareError, RunContext, ToolCallRequest,
     ToolError, ToolNext, ToolOutcome,
 };
@@ -86,7 +86,7 @@ impl Middleware for SandboxMiddleware {
         &self,
         state: &ThreadState,
         run: &RunContext,
-    ) -> Result<HookOutput, MiddlewareError> {
+    ) -> Result<BeforeAgentOutput, MiddlewareError> {
         if self.lazy_init || run.thread_id.is_empty() {
             return Ok(HookOutput::none());
         }
@@ -125,7 +125,7 @@ impl Middleware for SandboxMiddleware {
         &self,
         _state: &ThreadState,
         run: &RunContext,
-    ) -> Result<HookOutput, MiddlewareError> {
+    ) -> Result<AfterAgentOutput, MiddlewareError> {
         // Only the id this run derived (set by the tools or before_agent), never the state's.
         let id = run
             .get(run_keys::SANDBOX_ID)

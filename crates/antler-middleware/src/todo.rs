@@ -24,7 +24,7 @@ use antler_protocol::{
     AiMessage, Content, HumanMessage, Message, Object, StateUpdate, ThreadState, Todo, TodoStatus,
     ToolMessage,
 };
-use antler_runtime::{
+use antler_runtime::{BeforeAgentOutput, AfterAgentOutput, 
     HookOutput, HookSet, JumpTo, Middleware, MiddlewareError, ModelCallError, ModelNext,
     ModelRequest, ModelResponse, RunContext,
 };
@@ -260,7 +260,7 @@ impl Middleware for TodoMiddleware {
         &self,
         _state: &ThreadState,
         run: &RunContext,
-    ) -> Result<HookOutput, MiddlewareError> {
+    ) -> Result<BeforeAgentOutput, MiddlewareError> {
         let (thread, current) = Self::key(run);
         if let Ok(mut b) = self.book.lock() {
             let stale: Vec<Key> = b
@@ -370,7 +370,7 @@ impl Middleware for TodoMiddleware {
         &self,
         _state: &ThreadState,
         run: &RunContext,
-    ) -> Result<HookOutput, MiddlewareError> {
+    ) -> Result<AfterAgentOutput, MiddlewareError> {
         if let Ok(mut b) = self.book.lock() {
             b.drop_key(&Self::key(run));
         }

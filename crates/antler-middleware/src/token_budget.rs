@@ -21,7 +21,7 @@ use std::sync::Mutex;
 
 use antler_protocol::markers;
 use antler_protocol::{AiMessage, Content, HumanMessage, Message, StateUpdate, ThreadState};
-use antler_runtime::{
+use antler_runtime::{BeforeAgentOutput, AfterAgentOutput, 
     HookOutput, HookSet, Middleware, MiddlewareError, ModelCallError, ModelNext, ModelRequest,
     ModelResponse, RunContext,
 };
@@ -236,7 +236,7 @@ impl Middleware for TokenBudgetMiddleware {
         &self,
         state: &ThreadState,
         run: &RunContext,
-    ) -> Result<HookOutput, MiddlewareError> {
+    ) -> Result<BeforeAgentOutput, MiddlewareError> {
         if !self.settings.enabled {
             return Ok(HookOutput::none());
         }
@@ -308,7 +308,7 @@ impl Middleware for TokenBudgetMiddleware {
         &self,
         _state: &ThreadState,
         run: &RunContext,
-    ) -> Result<HookOutput, MiddlewareError> {
+    ) -> Result<AfterAgentOutput, MiddlewareError> {
         if self.settings.enabled {
             self.lock()?.drop_run(&run.run_id);
         }

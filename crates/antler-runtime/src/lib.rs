@@ -17,7 +17,8 @@ pub use checkpoint::{
 };
 pub use context::{CollectingSink, Emitter, EventSink, NullSink, RunContext, RunOptions};
 pub use middleware::{
-    Chain, ChainError, HookOutput, HookSet, JumpTo, Middleware, MiddlewareError, ModelCallError,
+    AfterAgentOutput, BeforeAgentOutput, Chain, ChainError, HookOutput, HookSet, JumpTo, JumpToEnd,
+    NoJump, Middleware, MiddlewareError, ModelCallError,
     ModelNext, ModelRequest, ModelResponse, ToolCallRequest, ToolNext,
 };
 pub use observe::{RunEvent, RunObserver};

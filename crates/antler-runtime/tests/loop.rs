@@ -52,7 +52,7 @@ impl Middleware for Tracer {
         &self,
         _: &ThreadState,
         _: &RunContext,
-    ) -> Result<HookOutput, MiddlewareError> {
+    ) -> Result<BeforeAgentOutput, MiddlewareError> {
         self.log(format!("{}.before_agent", self.name));
         Ok(HookOutput::none())
     }
@@ -80,7 +80,7 @@ impl Middleware for Tracer {
         &self,
         _: &ThreadState,
         _: &RunContext,
-    ) -> Result<HookOutput, MiddlewareError> {
+    ) -> Result<AfterAgentOutput, MiddlewareError> {
         self.log(format!("{}.after_agent", self.name));
         Ok(HookOutput::none())
     }
