@@ -31,9 +31,36 @@ fn env() -> (tempfile::TempDir, ToolEnv) {
     (home, ToolEnv::new(provider, Arc::new(settings)))
 }
 
+/// What the model is offered. Keys within each schema are sorted (their order means nothing to
+/// a model); the order of `properties` is kept, since models fill arguments in that order.
 fn offered(tool: &Arc<dyn Tool>) -> Value {
     let spec = tool.spec();
-    json!({"name": spec.name, "description": spec.description, "parameters": spec.parameters})
+    json!({"name": spec.name, "description": spec.description, "parameters": canonical(&spec.parameters)})
+}
+
+fn canonical(schema: &Value) -> Value {
+    match schema {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            let mut out = serde_json::Map::new();
+            for k in keys {
+                let v = match (k.as_str(), &map[k]) {
+                    ("properties", Value::Object(props)) => Value::Object(
+                        props
+                            .iter()
+                            .map(|(name, p)| (name.clone(), canonical(p)))
+                            .collect(),
+                    ),
+                    (_, v) => canonical(v),
+                };
+                out.insert(k.clone(), v);
+            }
+            Value::Object(out)
+        }
+        Value::Array(items) => Value::Array(items.iter().map(canonical).collect()),
+        other => other.clone(),
+    }
 }
 
 #[test]
