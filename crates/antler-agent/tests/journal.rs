@@ -10,10 +10,10 @@ use antler_models::{ModelError, ScriptedModel, ScriptedReply};
 use antler_protocol::{
     AiMessage, Message, Object, StateUpdate, ThreadState, ToolSpec, UsageMetadata,
 };
-use antler_runtime::{BeforeAgentOutput, 
-    parse_args, Agent, CancellationToken, Chain, Checkpointer, HookOutput, HookSet, Middleware,
-    MiddlewareError, NullSink, RunContext, RunEvent, RunInput, RunObserver, RunStatus, Tool,
-    ToolContext, ToolError, ToolOutput, ToolRegistry,
+use antler_runtime::{
+    parse_args, Agent, BeforeAgentOutput, CancellationToken, Chain, Checkpointer, HookOutput,
+    HookSet, Middleware, MiddlewareError, NullSink, RunContext, RunEvent, RunInput, RunObserver,
+    RunStatus, Tool, ToolContext, ToolError, ToolOutput, ToolRegistry,
 };
 use antler_store::{EventQuery, RunEventRecord, SqliteStore};
 use async_trait::async_trait;

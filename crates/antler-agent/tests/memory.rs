@@ -16,9 +16,9 @@ use antler_middleware::memory::preprocess::Signal;
 use antler_middleware::summarization::{BeforeSummarizationHook, SummarizationEvent};
 use antler_models::{ChatModel, ChatRequest, ModelError, ModelInfo, ScriptedModel, ScriptedReply};
 use antler_protocol::{AiMessage, Message, StateUpdate, ThreadState};
-use antler_runtime::{BeforeAgentOutput, 
-    Agent, Chain, HookOutput, HookSet, Middleware, MiddlewareError, NullSink, RunContext, RunInput,
-    RunStatus,
+use antler_runtime::{
+    Agent, BeforeAgentOutput, Chain, HookOutput, HookSet, Middleware, MiddlewareError, NullSink,
+    RunContext, RunInput, RunStatus,
 };
 use antler_store::{EventQuery, MemoryChange, SqliteStore};
 use async_trait::async_trait;

@@ -28,9 +28,9 @@ use std::time::Duration;
 
 use antler_protocol::markers;
 use antler_protocol::{Content, HumanMessage, Message, Object, StateUpdate, ThreadState};
-use antler_runtime::{BeforeAgentOutput, 
-    HookOutput, HookSet, Middleware, MiddlewareError, ModelCallError, ModelNext, ModelRequest,
-    ModelResponse, RunContext, RunEvent,
+use antler_runtime::{
+    BeforeAgentOutput, HookOutput, HookSet, Middleware, MiddlewareError, ModelCallError, ModelNext,
+    ModelRequest, ModelResponse, RunContext, RunEvent,
 };
 use async_trait::async_trait;
 use chrono::NaiveDate;

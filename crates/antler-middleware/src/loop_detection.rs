@@ -24,9 +24,9 @@ use antler_protocol::markers;
 use antler_protocol::{
     AiMessage, Content, HumanMessage, Message, Object, StateUpdate, ThreadState, ToolCall,
 };
-use antler_runtime::{BeforeAgentOutput, AfterAgentOutput, 
-    HookOutput, HookSet, Middleware, MiddlewareError, ModelCallError, ModelNext, ModelRequest,
-    ModelResponse, RunContext, RunEvent,
+use antler_runtime::{
+    AfterAgentOutput, BeforeAgentOutput, HookOutput, HookSet, Middleware, MiddlewareError,
+    ModelCallError, ModelNext, ModelRequest, ModelResponse, RunContext, RunEvent,
 };
 use async_trait::async_trait;
 use serde_json::{json, Value};

@@ -15,7 +15,9 @@
 use std::sync::Arc;
 
 use antler_protocol::{Message, ThreadState};
-use antler_runtime::{AfterAgentOutput, HookOutput, HookSet, Middleware, MiddlewareError, RunContext};
+use antler_runtime::{
+    AfterAgentOutput, HookOutput, HookSet, Middleware, MiddlewareError, RunContext,
+};
 use async_trait::async_trait;
 use serde_json::Value;
 

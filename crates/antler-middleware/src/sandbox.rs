@@ -16,9 +16,9 @@
 use std::sync::Arc;
 
 use antler_protocol::{SandboxState, StateUpdate, ThreadState};
-use antler_runtime::{BeforeAgentOutput, AfterAgentOutput, 
-    Command, HookOutput, HookSet, Middleware, MiddlewareError, RunContext, ToolCallRequest,
-    ToolError, ToolNext, ToolOutcome,
+use antler_runtime::{
+    AfterAgentOutput, BeforeAgentOutput, Command, HookOutput, HookSet, Middleware, MiddlewareError,
+    RunContext, ToolCallRequest, ToolError, ToolNext, ToolOutcome,
 };
 use antler_sandbox::sandbox::run_keys;
 use antler_sandbox::SandboxProvider;

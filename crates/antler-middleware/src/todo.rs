@@ -24,9 +24,9 @@ use antler_protocol::{
     AiMessage, Content, HumanMessage, Message, Object, StateUpdate, ThreadState, Todo, TodoStatus,
     ToolMessage,
 };
-use antler_runtime::{BeforeAgentOutput, AfterAgentOutput, 
-    HookOutput, HookSet, JumpTo, Middleware, MiddlewareError, ModelCallError, ModelNext,
-    ModelRequest, ModelResponse, RunContext,
+use antler_runtime::{
+    AfterAgentOutput, BeforeAgentOutput, HookOutput, HookSet, JumpTo, Middleware, MiddlewareError,
+    ModelCallError, ModelNext, ModelRequest, ModelResponse, RunContext,
 };
 use async_trait::async_trait;
 use serde_json::Value;

@@ -21,9 +21,9 @@ use std::sync::Mutex;
 
 use antler_protocol::markers;
 use antler_protocol::{AiMessage, Content, HumanMessage, Message, StateUpdate, ThreadState};
-use antler_runtime::{BeforeAgentOutput, AfterAgentOutput, 
-    HookOutput, HookSet, Middleware, MiddlewareError, ModelCallError, ModelNext, ModelRequest,
-    ModelResponse, RunContext,
+use antler_runtime::{
+    AfterAgentOutput, BeforeAgentOutput, HookOutput, HookSet, Middleware, MiddlewareError,
+    ModelCallError, ModelNext, ModelRequest, ModelResponse, RunContext,
 };
 use async_trait::async_trait;
 use serde_json::{json, Value};

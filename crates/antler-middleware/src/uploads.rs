@@ -15,7 +15,9 @@ use std::sync::OnceLock;
 
 use antler_protocol::markers;
 use antler_protocol::{Content, Message, StateUpdate, ThreadState};
-use antler_runtime::{BeforeAgentOutput, HookOutput, HookSet, Middleware, MiddlewareError, RunContext};
+use antler_runtime::{
+    BeforeAgentOutput, HookOutput, HookSet, Middleware, MiddlewareError, RunContext,
+};
 use antler_sandbox::paths::VIRTUAL_UPLOADS;
 use antler_sandbox::{Beneath, SandboxError, ThreadPaths, ThreadRoots};
 use async_trait::async_trait;

@@ -18,12 +18,12 @@ pub use checkpoint::{
 pub use context::{CollectingSink, Emitter, EventSink, NullSink, RunContext, RunOptions};
 pub use middleware::{
     AfterAgentOutput, BeforeAgentOutput, Chain, ChainError, HookOutput, HookSet, JumpTo, JumpToEnd,
-    NoJump, Middleware, MiddlewareError, ModelCallError,
-    ModelNext, ModelRequest, ModelResponse, ToolCallRequest, ToolNext,
+    Middleware, MiddlewareError, ModelCallError, ModelNext, ModelRequest, ModelResponse, NoJump,
+    ToolCallRequest, ToolNext,
 };
 pub use observe::{RunEvent, RunObserver};
 pub use tokio_util::sync::CancellationToken;
 pub use tool::{
-    parameters_schema, parse_args, Command, Goto, Tool, ToolContext, ToolError, ToolOutcome, ToolOutput,
-    ToolRegistry, TypedSpec, TypedTool,
+    parameters_schema, parse_args, Command, Goto, Tool, ToolContext, ToolError, ToolOutcome,
+    ToolOutput, ToolRegistry, TypedSpec, TypedTool,
 };

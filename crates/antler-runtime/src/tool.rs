@@ -250,7 +250,10 @@ pub fn parameters_schema<A: schemars::JsonSchema>() -> Value {
     let mut settings = schemars::generate::SchemaSettings::draft2020_12();
     settings.inline_subschemas = true;
     settings.meta_schema = None;
-    let mut schema = settings.into_generator().into_root_schema_for::<A>().to_value();
+    let mut schema = settings
+        .into_generator()
+        .into_root_schema_for::<A>()
+        .to_value();
     if let Some(root) = schema.as_object_mut() {
         root.remove("title");
         root.remove("description");

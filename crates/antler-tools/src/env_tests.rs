@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use antler_protocol::{SandboxState, ThreadState};
+use antler_protocol::{Object, SandboxState, ThreadState};
 use antler_runtime::{NullSink, RunContext, Tool};
 use antler_sandbox::{Confine, ConfinementStatus, LocalSandboxProvider};
 use serde_json::json;
