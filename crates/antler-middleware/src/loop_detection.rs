@@ -25,7 +25,7 @@ use antler_protocol::{
     AiMessage, Content, HumanMessage, Message, Object, StateUpdate, ThreadState, ToolCall,
 };
 use antler_runtime::{
-    AfterAgentOutput, BeforeAgentOutput, HookOutput, HookSet, Middleware, MiddlewareError,
+    keys, AfterAgentOutput, BeforeAgentOutput, HookOutput, HookSet, Middleware, MiddlewareError,
     ModelCallError, ModelNext, ModelRequest, ModelResponse, RunContext, RunEvent,
 };
 use async_trait::async_trait;
@@ -786,7 +786,7 @@ impl Middleware for LoopDetectionMiddleware {
                         inner.stop_reasons.pop_oldest();
                     }
                 }
-                run.set("stop_reason", Value::from(STOP_REASON));
+                run.set(&keys::STOP_REASON, STOP_REASON.to_owned());
                 Self::observe(
                     run,
                     "loop_hard_stop",

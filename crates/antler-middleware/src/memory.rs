@@ -102,7 +102,7 @@ impl Middleware for MemoryMiddleware {
             return Ok(HookOutput::none());
         }
         let thread_id = if run.thread_id.is_empty() {
-            non_empty(run.get("thread_id"))
+            non_empty(run.options.extra.get("thread_id").cloned())
         } else {
             Some(run.thread_id.clone())
         };
@@ -113,8 +113,7 @@ impl Middleware for MemoryMiddleware {
         if state.messages.is_empty() {
             return Ok(HookOutput::none());
         }
-        let trace_id = non_empty(run.get("trace_id"))
-            .or_else(|| non_empty(run.options.extra.get("trace_id").cloned()));
+        let trace_id = non_empty(run.options.extra.get("trace_id").cloned());
         self.writer.add(MemoryCandidate {
             thread_id,
             run_id: run.run_id.clone(),

@@ -206,10 +206,7 @@ impl Agent {
             steps: 0,
         };
         let result = r.drive(input).await;
-        let stop_reason = r
-            .run
-            .get("stop_reason")
-            .and_then(|v| v.as_str().map(str::to_owned));
+        let stop_reason = r.run.get(&crate::context::keys::STOP_REASON);
         let (status, error) = match result {
             Ok(()) => (RunStatus::Success, None),
             Err(Stop::Cancelled) => (RunStatus::Interrupted, None),

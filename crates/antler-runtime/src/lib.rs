@@ -15,7 +15,9 @@ pub use agent::{now_rfc3339, tool_message_for, Agent, RunError, RunInput, RunOut
 pub use checkpoint::{
     Checkpoint, CheckpointError, CheckpointMeta, CheckpointWrite, Checkpointer, MemoryCheckpointer,
 };
-pub use context::{CollectingSink, Emitter, EventSink, NullSink, RunContext, RunOptions};
+pub use context::{
+    keys, CollectingSink, Emitter, EventSink, NullSink, RunContext, RunKey, RunOptions,
+};
 pub use middleware::{
     AfterAgentOutput, BeforeAgentOutput, Chain, ChainError, HookOutput, HookSet, JumpTo, JumpToEnd,
     Middleware, MiddlewareError, ModelCallError, ModelNext, ModelRequest, ModelResponse, NoJump,

@@ -8,13 +8,11 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
-use antler_runtime::{ToolContext, ToolOutput};
-use antler_sandbox::sandbox::run_keys;
+use antler_runtime::{keys, ToolContext, ToolOutput};
 use antler_sandbox::{
     is_local_sandbox_id, LocalPolicy, Sandbox, SandboxError, SandboxProvider, SandboxSettings,
     ThreadDirs, ThreadPaths,
 };
-use serde_json::Value;
 
 /// Everything a built-in tool needs from the rest of antler.
 #[derive(Clone)]
@@ -117,8 +115,7 @@ pub(crate) fn ensure_sandbox(env: &ToolEnv, ctx: &ToolContext<'_>) -> Step<Arc<d
     // so it is a safe per-run cache in front of `acquire`.
     let cached = ctx
         .run
-        .get(run_keys::SANDBOX_ID)
-        .and_then(|v| v.as_str().map(str::to_owned))
+        .get(&keys::SANDBOX_ID)
         .and_then(|id| env.provider.get(&id).map(|sb| (id, sb)));
     let (id, sb) = match cached {
         Some(found) => found,
@@ -155,11 +152,12 @@ pub(crate) fn ensure_sandbox(env: &ToolEnv, ctx: &ToolContext<'_>) -> Step<Arc<d
             "state names a sandbox other than the run's own; ignored"
         );
     }
-    ctx.run.set(run_keys::SANDBOX_ID, Value::from(id.as_str()));
+    ctx.run.set(&keys::SANDBOX_ID, id.clone());
     if recorded != Some(id.as_str()) {
         // Ask the SandboxMiddleware to record the id (it will not overwrite a differing one).
-        ctx.run
-            .set(&run_keys::acquired_by(ctx.call_id), Value::Bool(true));
+        ctx.run.update(&keys::SANDBOX_ACQUIRED_BY, |calls| {
+            calls.insert(ctx.call_id.to_owned())
+        });
     }
     Ok(sb)
 }
@@ -197,13 +195,11 @@ pub(crate) fn thread_paths(env: &ToolEnv, ctx: &ToolContext<'_>) -> Step<ThreadP
 /// Create the sandbox's thread folders once per run (they may have been removed since the
 /// sandbox was cached).
 pub(crate) fn ensure_thread_dirs(ctx: &ToolContext<'_>, paths: &ThreadPaths) {
-    if ctx.run.get(run_keys::THREAD_DIRS_CREATED).is_some() {
+    if ctx.run.get(&keys::THREAD_DIRS_CREATED).is_some() {
         return;
     }
     match paths.ensure_dirs() {
-        Ok(()) => ctx
-            .run
-            .set(run_keys::THREAD_DIRS_CREATED, Value::Bool(true)),
+        Ok(()) => ctx.run.set(&keys::THREAD_DIRS_CREATED, true),
         Err(e) => tracing::warn!(error = %e, "could not create the thread folders"),
     }
 }
