@@ -539,7 +539,7 @@ async fn the_frames_of_one_run_snapshot() {
         .filter(|e| e.event != ":comment")
         .map(|e| {
             // An event id is `<ms>-<seq>`: keep the sequence number only.
-            let seq = e.id.as_deref().map(|id| seq_of(id));
+            let seq = e.id.as_deref().map(seq_of);
             json!({"event": e.event, "seq": seq, "data": redact(&e.data)})
         })
         .collect();
