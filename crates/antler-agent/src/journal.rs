@@ -555,7 +555,7 @@ impl RunObserver for RunJournal {
             }
             RunEvent::RunEnd { status, error } => {
                 let usage = lock(&self.state).usage.clone();
-                let stop_reason = run.get("stop_reason");
+                let stop_reason = run.get(&antler_runtime::keys::STOP_REASON).map(Value::from);
                 let mut events = Vec::new();
                 if let Some(err) = error {
                     let mut meta = Map::new();

@@ -11,9 +11,9 @@ use antler_protocol::{
     AiMessage, Message, Object, StateUpdate, ThreadState, ToolSpec, UsageMetadata,
 };
 use antler_runtime::{
-    parse_args, Agent, CancellationToken, Chain, Checkpointer, HookOutput, HookSet, Middleware,
-    MiddlewareError, NullSink, RunContext, RunEvent, RunInput, RunObserver, RunStatus, Tool,
-    ToolContext, ToolError, ToolOutput, ToolRegistry,
+    parse_args, Agent, BeforeAgentOutput, CancellationToken, Chain, Checkpointer, HookOutput,
+    HookSet, Middleware, MiddlewareError, NullSink, RunContext, RunEvent, RunInput, RunObserver,
+    RunStatus, Tool, ToolContext, ToolError, ToolOutput, ToolRegistry,
 };
 use antler_store::{EventQuery, RunEventRecord, SqliteStore};
 use async_trait::async_trait;
@@ -418,7 +418,7 @@ impl Middleware for Note {
         &self,
         _: &ThreadState,
         _: &RunContext,
-    ) -> Result<HookOutput, MiddlewareError> {
+    ) -> Result<BeforeAgentOutput, MiddlewareError> {
         let mut m = Message::human("CORRUPT-TARGET note");
         m.additional_kwargs_mut()
             .insert("hide_from_ui".into(), json!(true));

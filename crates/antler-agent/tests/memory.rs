@@ -17,8 +17,8 @@ use antler_middleware::summarization::{BeforeSummarizationHook, SummarizationEve
 use antler_models::{ChatModel, ChatRequest, ModelError, ModelInfo, ScriptedModel, ScriptedReply};
 use antler_protocol::{AiMessage, Message, StateUpdate, ThreadState};
 use antler_runtime::{
-    Agent, Chain, HookOutput, HookSet, Middleware, MiddlewareError, NullSink, RunContext, RunInput,
-    RunStatus,
+    Agent, BeforeAgentOutput, Chain, HookOutput, HookSet, Middleware, MiddlewareError, NullSink,
+    RunContext, RunInput, RunStatus,
 };
 use antler_store::{EventQuery, MemoryChange, SqliteStore};
 use async_trait::async_trait;
@@ -78,7 +78,7 @@ impl Middleware for Inject {
         &self,
         _: &ThreadState,
         run: &RunContext,
-    ) -> Result<HookOutput, MiddlewareError> {
+    ) -> Result<BeforeAgentOutput, MiddlewareError> {
         let Some(text) = self
             .0
             .injection(run.user_id.as_deref(), run.options.agent_name.as_deref())

@@ -396,7 +396,7 @@ impl Tool for Probe {
             "thread_data": ctx.state.thread_data,
             "sandbox": ctx.state.sandbox,
             "is_subagent": ctx.run.options.extra.get("is_subagent"),
-            "caller": ctx.run.get("caller"),
+            "caller": ctx.run.get(&keys::CALLER),
             "user": ctx.run.user_id,
             "thread": ctx.run.thread_id,
             "recursion_limit": ctx.run.options.recursion_limit,
@@ -1150,7 +1150,7 @@ impl Middleware for Guard {
         _: &ThreadState,
         run: &RunContext,
     ) -> Result<HookOutput, MiddlewareError> {
-        run.set("stop_reason", json!(self.0));
+        run.set(&keys::STOP_REASON, self.0.to_owned());
         Ok(HookOutput::none())
     }
 }
@@ -1517,4 +1517,22 @@ async fn steps_are_captured_once_and_the_child_never_checkpoints() {
         "the final state is the answer"
     );
     assert!(cp.latest("thread-1").await.unwrap().is_none());
+}
+
+/// The `task` tool's schema as the model is offered it (a snapshot: a change here changes what
+/// every lead model sees).
+#[test]
+fn task_tool_schema() {
+    let child = Arc::new(ScriptedModel::new([ScriptedReply::text("ran")]));
+    let factory = default_factory(child, vec![], ToolRegistry::new()).unwrap();
+    let exec = Arc::new(SubagentExecutor::new(
+        SubagentRegistry::new(),
+        Arc::new(factory),
+    ));
+    let tool = task_tool(exec);
+    let spec = tool.spec();
+    insta::assert_json_snapshot!(
+        "task",
+        json!({"name": spec.name, "description": spec.description, "parameters": spec.parameters})
+    );
 }

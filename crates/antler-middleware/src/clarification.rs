@@ -18,7 +18,7 @@ use std::sync::LazyLock;
 
 use antler_protocol::{Content, Object, StateUpdate, ToolMessage};
 use antler_runtime::{
-    Command, Goto, HookSet, Middleware, RunContext, ToolCallRequest, ToolError, ToolNext,
+    Command, Goto, HookSet, Middleware, RunContext, RunKey, ToolCallRequest, ToolError, ToolNext,
     ToolOutcome,
 };
 use async_trait::async_trait;
@@ -34,6 +34,8 @@ pub const TOOL_NAME: &str = "ask_clarification";
 
 /// Run option (context key) that turns clarifications into "proceed" answers.
 pub const DISABLE_KEY: &str = "disable_clarification";
+/// The same flag as a run-scoped value; when set it wins over the run option.
+pub const DISABLED: RunKey<bool> = RunKey::new(DISABLE_KEY);
 
 /// Caps that keep a model-made form renderable; exceeding any rejects the whole form.
 pub const MAX_FORM_FIELDS: usize = 16;
@@ -503,9 +505,10 @@ pub fn proceed_message(tool_call_id: &str) -> ToolMessage {
 /// Whether the run asked for clarifications to be answered with "proceed" (a run-scoped value
 /// or the run option `disable_clarification`).
 pub fn clarification_disabled(run: &RunContext) -> bool {
-    run.get(DISABLE_KEY)
-        .or_else(|| run.options.extra.get(DISABLE_KEY).cloned())
-        .is_some_and(|v| truthy(&v))
+    match run.get(&DISABLED) {
+        Some(disabled) => disabled,
+        None => run.options.extra.get(DISABLE_KEY).is_some_and(truthy),
+    }
 }
 
 #[async_trait]

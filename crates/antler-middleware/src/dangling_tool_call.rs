@@ -24,7 +24,9 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use antler_protocol::{AiMessage, Content, InvalidToolCall, Message, ToolMessage};
-use antler_runtime::{HookSet, Middleware, ModelCallError, ModelNext, ModelRequest, ModelResponse};
+use antler_runtime::{
+    HookSet, Middleware, ModelCallError, ModelNext, ModelRequest, ModelResponse, RunKey,
+};
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 
@@ -41,7 +43,15 @@ pub const SYNTHETIC_ID_PREFIX: &str = "deerflow_synthetic_tool_call_";
 const MAX_DETAIL_CHARS: usize = 500;
 
 /// Run-context key: how much of the request's message list is known to be well-formed.
-const CHECKED_KEY: &str = "DanglingToolCallMiddleware.checked";
+const CHECKED_KEY: RunKey<Checked> = RunKey::new("DanglingToolCallMiddleware.checked");
+
+/// The first `n` messages are well-formed; `id` is the id of the `n`-th (to tell whether the
+/// list still starts the same).
+#[derive(Clone)]
+struct Checked {
+    n: usize,
+    id: Option<String>,
+}
 
 const INTERRUPTED_TEXT: &str = "[Tool call was interrupted and did not return a result.]";
 const MISSING_NAME_TEXT: &str = "[Tool call could not be executed because its name was missing or empty. Use one of the available tool names when retrying.]";
@@ -77,18 +87,19 @@ impl Middleware for DanglingToolCallMiddleware {
         let msgs = &req.messages;
         let start = req
             .run
-            .get(CHECKED_KEY)
-            .and_then(|v| {
-                let n = v.get("n")?.as_u64()? as usize;
-                let id = v.get("id").and_then(Value::as_str);
-                (n <= msgs.len() && (n == 0 || msgs[n - 1].id() == id)).then_some(n)
+            .get(&CHECKED_KEY)
+            .and_then(|Checked { n, id }| {
+                (n <= msgs.len() && (n == 0 || msgs[n - 1].id() == id.as_deref())).then_some(n)
             })
             .unwrap_or(0);
         if is_well_formed(&msgs[start..]) {
             let last = msgs.last().and_then(|m| m.id()).map(str::to_owned);
             req.run.set(
-                CHECKED_KEY,
-                serde_json::json!({"n": msgs.len(), "id": last}),
+                &CHECKED_KEY,
+                Checked {
+                    n: msgs.len(),
+                    id: last,
+                },
             );
         } else if let Some(patched) = build_patched(msgs) {
             req.messages = Arc::new(patched);

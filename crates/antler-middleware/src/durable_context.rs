@@ -33,7 +33,7 @@ use antler_protocol::{
 };
 use antler_runtime::{
     HookOutput, HookSet, Middleware, MiddlewareError, ModelCallError, ModelNext, ModelRequest,
-    ModelResponse, RunContext,
+    ModelResponse, RunContext, RunKey,
 };
 use async_trait::async_trait;
 use serde_json::Value;
@@ -44,7 +44,7 @@ const NAME: &str = "DurableContextMiddleware";
 pub const DATA_FLAG: &str = "durable_context_data";
 /// Result stamp of a skill-file read (`{path, description}`).
 pub const SKILL_ENTRY_KEY: &str = "skill_context_entry";
-const CURSOR_KEY: &str = "DurableContextMiddleware.cursor";
+const CURSOR_KEY: RunKey<String> = RunKey::new("DurableContextMiddleware.cursor");
 const SUMMARY_BUDGET: usize = 6000;
 const LEDGER_BUDGET: usize = 6000;
 const ENTRY_RESULT_CAP: usize = 120;
@@ -447,7 +447,7 @@ impl DurableContextMiddleware {
     /// Index of the first message this hook has not read yet.
     fn window_start(state: &ThreadState, run: &RunContext) -> usize {
         let msgs = &state.messages;
-        if let Some(Value::String(id)) = run.get(CURSOR_KEY) {
+        if let Some(id) = run.get(&CURSOR_KEY) {
             if let Some(p) = msgs.position(&id) {
                 return p + 1;
             }
@@ -473,7 +473,7 @@ impl DurableContextMiddleware {
         let msgs = &state.messages;
         let start = Self::window_start(state, run);
         if let Some(id) = msgs.last().and_then(|m| m.id()) {
-            run.set(CURSOR_KEY, Value::from(id));
+            run.set(&CURSOR_KEY, id.to_owned());
         }
         let mut update = StateUpdate::default();
         if start >= msgs.len() {

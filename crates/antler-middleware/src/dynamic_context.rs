@@ -29,8 +29,8 @@ use std::time::Duration;
 use antler_protocol::markers;
 use antler_protocol::{Content, HumanMessage, Message, Object, StateUpdate, ThreadState};
 use antler_runtime::{
-    HookOutput, HookSet, Middleware, MiddlewareError, ModelCallError, ModelNext, ModelRequest,
-    ModelResponse, RunContext, RunEvent,
+    BeforeAgentOutput, HookOutput, HookSet, Middleware, MiddlewareError, ModelCallError, ModelNext,
+    ModelRequest, ModelResponse, RunContext, RunEvent, RunKey,
 };
 use async_trait::async_trait;
 use chrono::NaiveDate;
@@ -53,7 +53,7 @@ pub const REMINDER_DATE: &str = markers::REMINDER_DATE;
 const USER_SUFFIX: &str = "__user";
 const MEMORY_SUFFIX: &str = "__memory";
 /// Run-context key holding the ids to drop from this run's model requests.
-const DROP_KEY: &str = "DynamicContextMiddleware.drop_ids";
+const DROP_KEY: RunKey<Vec<String>> = RunKey::new("DynamicContextMiddleware.drop_ids");
 
 /// Today's local date. Injectable so a test can cross midnight without waiting.
 pub trait Clock: Send + Sync {
@@ -343,14 +343,14 @@ impl Middleware for DynamicContextMiddleware {
         &self,
         state: &ThreadState,
         run: &RunContext,
-    ) -> Result<HookOutput, MiddlewareError> {
+    ) -> Result<BeforeAgentOutput, MiddlewareError> {
         let messages = &state.messages;
         if messages.is_empty() {
             return Ok(HookOutput::none());
         }
         let found = scan(messages);
         if !found.duplicates.is_empty() {
-            run.set(DROP_KEY, json!(found.duplicates));
+            run.set(&DROP_KEY, found.duplicates);
         }
         let current = format_date(self.clock.today());
         if found.last_date.is_some() {
@@ -403,8 +403,8 @@ impl Middleware for DynamicContextMiddleware {
         mut req: ModelRequest,
         next: ModelNext<'_>,
     ) -> Result<ModelResponse, ModelCallError> {
-        if let Some(Value::Array(ids)) = req.run.get(DROP_KEY) {
-            let drop: HashSet<&str> = ids.iter().filter_map(Value::as_str).collect();
+        if let Some(ids) = req.run.get(&DROP_KEY) {
+            let drop: HashSet<&str> = ids.iter().map(String::as_str).collect();
             if req
                 .messages
                 .iter()

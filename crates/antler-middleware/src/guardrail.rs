@@ -366,7 +366,7 @@ pub fn denied_message(req: &ToolCallRequest, decision: &GuardrailDecision) -> To
 
 /// A run-context value: run-scoped values first, then the run's options.
 fn context_value(run: &RunContext, key: &str) -> Option<Value> {
-    run.get(key).or_else(|| run.options.extra.get(key).cloned())
+    run.options.extra.get(key).cloned()
 }
 
 fn context_str(run: &RunContext, key: &str) -> Option<String> {

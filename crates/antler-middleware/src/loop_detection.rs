@@ -25,8 +25,8 @@ use antler_protocol::{
     AiMessage, Content, HumanMessage, Message, Object, StateUpdate, ThreadState, ToolCall,
 };
 use antler_runtime::{
-    HookOutput, HookSet, Middleware, MiddlewareError, ModelCallError, ModelNext, ModelRequest,
-    ModelResponse, RunContext, RunEvent,
+    keys, AfterAgentOutput, BeforeAgentOutput, HookOutput, HookSet, Middleware, MiddlewareError,
+    ModelCallError, ModelNext, ModelRequest, ModelResponse, RunContext, RunEvent,
 };
 use async_trait::async_trait;
 use serde_json::{json, Value};
@@ -737,7 +737,7 @@ impl Middleware for LoopDetectionMiddleware {
         &self,
         _state: &ThreadState,
         run: &RunContext,
-    ) -> Result<HookOutput, MiddlewareError> {
+    ) -> Result<BeforeAgentOutput, MiddlewareError> {
         let (thread, current) = Self::pending_key(run);
         let mut inner = self.lock();
         let stale: Vec<PendingKey> = inner
@@ -786,7 +786,7 @@ impl Middleware for LoopDetectionMiddleware {
                         inner.stop_reasons.pop_oldest();
                     }
                 }
-                run.set("stop_reason", Value::from(STOP_REASON));
+                run.set(&keys::STOP_REASON, STOP_REASON.to_owned());
                 Self::observe(
                     run,
                     "loop_hard_stop",
@@ -805,7 +805,7 @@ impl Middleware for LoopDetectionMiddleware {
         &self,
         _state: &ThreadState,
         run: &RunContext,
-    ) -> Result<HookOutput, MiddlewareError> {
+    ) -> Result<AfterAgentOutput, MiddlewareError> {
         self.lock().pending.remove(&Self::pending_key(run));
         Ok(HookOutput::none())
     }

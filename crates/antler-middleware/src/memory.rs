@@ -15,7 +15,9 @@
 use std::sync::Arc;
 
 use antler_protocol::{Message, ThreadState};
-use antler_runtime::{HookOutput, HookSet, Middleware, MiddlewareError, RunContext};
+use antler_runtime::{
+    AfterAgentOutput, HookOutput, HookSet, Middleware, MiddlewareError, RunContext,
+};
 use async_trait::async_trait;
 use serde_json::Value;
 
@@ -95,12 +97,12 @@ impl Middleware for MemoryMiddleware {
         &self,
         state: &ThreadState,
         run: &RunContext,
-    ) -> Result<HookOutput, MiddlewareError> {
+    ) -> Result<AfterAgentOutput, MiddlewareError> {
         if !self.enabled {
             return Ok(HookOutput::none());
         }
         let thread_id = if run.thread_id.is_empty() {
-            non_empty(run.get("thread_id"))
+            non_empty(run.options.extra.get("thread_id").cloned())
         } else {
             Some(run.thread_id.clone())
         };
@@ -111,8 +113,7 @@ impl Middleware for MemoryMiddleware {
         if state.messages.is_empty() {
             return Ok(HookOutput::none());
         }
-        let trace_id = non_empty(run.get("trace_id"))
-            .or_else(|| non_empty(run.options.extra.get("trace_id").cloned()));
+        let trace_id = non_empty(run.options.extra.get("trace_id").cloned());
         self.writer.add(MemoryCandidate {
             thread_id,
             run_id: run.run_id.clone(),

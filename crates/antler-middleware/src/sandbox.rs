@@ -17,10 +17,9 @@ use std::sync::Arc;
 
 use antler_protocol::{SandboxState, StateUpdate, ThreadState};
 use antler_runtime::{
-    Command, HookOutput, HookSet, Middleware, MiddlewareError, RunContext, ToolCallRequest,
-    ToolError, ToolNext, ToolOutcome,
+    keys, AfterAgentOutput, BeforeAgentOutput, Command, HookOutput, HookSet, Middleware,
+    MiddlewareError, RunContext, ToolCallRequest, ToolError, ToolNext, ToolOutcome,
 };
-use antler_sandbox::sandbox::run_keys;
 use antler_sandbox::SandboxProvider;
 use async_trait::async_trait;
 
@@ -86,7 +85,7 @@ impl Middleware for SandboxMiddleware {
         &self,
         state: &ThreadState,
         run: &RunContext,
-    ) -> Result<HookOutput, MiddlewareError> {
+    ) -> Result<BeforeAgentOutput, MiddlewareError> {
         if self.lazy_init || run.thread_id.is_empty() {
             return Ok(HookOutput::none());
         }
@@ -99,7 +98,7 @@ impl Middleware for SandboxMiddleware {
                 .await
                 .map_err(|e| MiddlewareError::new(NAME, e.to_string()))?
                 .map_err(|e| MiddlewareError::new(NAME, e.to_string()))?;
-        run.set(run_keys::SANDBOX_ID, id.clone().into());
+        run.set(&keys::SANDBOX_ID, id.clone());
         match state_id(state) {
             None => Ok(HookOutput::update(StateUpdate {
                 sandbox: Some(Some(SandboxState {
@@ -125,12 +124,9 @@ impl Middleware for SandboxMiddleware {
         &self,
         _state: &ThreadState,
         run: &RunContext,
-    ) -> Result<HookOutput, MiddlewareError> {
+    ) -> Result<AfterAgentOutput, MiddlewareError> {
         // Only the id this run derived (set by the tools or before_agent), never the state's.
-        let id = run
-            .get(run_keys::SANDBOX_ID)
-            .and_then(|v| v.as_str().map(str::to_owned));
-        if let Some(id) = id {
+        if let Some(id) = run.get(&keys::SANDBOX_ID) {
             let provider = self.provider.clone();
             let _ = tokio::task::spawn_blocking(move || provider.release(&id)).await;
         }
@@ -146,14 +142,13 @@ impl Middleware for SandboxMiddleware {
         // logged (writing ours would fail the reducer): only an empty record is filled in.
         let unrecorded = state_id(&req.state).is_none();
         let run = req.run.clone();
-        let key = run_keys::acquired_by(req.call.id_str());
+        let call_id = req.call.id_str().to_owned();
         let res = next.run(req).await;
-        let acquired = run.remove(&key).is_some();
+        let acquired = run
+            .update(&keys::SANDBOX_ACQUIRED_BY, |calls| calls.remove(&call_id))
+            .unwrap_or(false);
         let outcome = res?;
-        match run
-            .get(run_keys::SANDBOX_ID)
-            .and_then(|v| v.as_str().map(str::to_owned))
-        {
+        match run.get(&keys::SANDBOX_ID) {
             Some(id) if acquired && unrecorded => Ok(with_sandbox(outcome, &id)),
             _ => Ok(outcome),
         }

@@ -18,7 +18,7 @@
 use std::collections::HashSet;
 
 use antler_protocol::{AiMessage, Content, Message, StateUpdate, ThreadState};
-use antler_runtime::{HookOutput, HookSet, Middleware, MiddlewareError, RunContext};
+use antler_runtime::{keys, HookOutput, HookSet, Middleware, MiddlewareError, RunContext};
 use async_trait::async_trait;
 use serde_json::{json, Value};
 
@@ -152,7 +152,7 @@ impl SubagentLimitMiddleware {
         let mut msg = last.clone();
         msg.set_tool_calls(kept);
         if remaining == 0 {
-            run.set("stop_reason", json!(STOP_REASON));
+            run.set(&keys::STOP_REASON, STOP_REASON.to_owned());
             msg.content = append_notice(std::mem::take(&mut msg.content));
         }
         Some(msg)

@@ -12,7 +12,9 @@
 use std::path::PathBuf;
 
 use antler_protocol::{Message, StateUpdate, ThreadState};
-use antler_runtime::{HookOutput, HookSet, Middleware, MiddlewareError, RunContext};
+use antler_runtime::{
+    BeforeAgentOutput, HookOutput, HookSet, Middleware, MiddlewareError, RunContext,
+};
 use antler_sandbox::ThreadPaths;
 use async_trait::async_trait;
 use serde_json::Value;
@@ -59,7 +61,7 @@ impl Middleware for ThreadDataMiddleware {
         &self,
         state: &ThreadState,
         run: &RunContext,
-    ) -> Result<HookOutput, MiddlewareError> {
+    ) -> Result<BeforeAgentOutput, MiddlewareError> {
         if run.thread_id.is_empty() {
             return Err(MiddlewareError::new(
                 NAME,

@@ -25,8 +25,8 @@ use antler_protocol::{
     ToolMessage,
 };
 use antler_runtime::{
-    HookOutput, HookSet, JumpTo, Middleware, MiddlewareError, ModelCallError, ModelNext,
-    ModelRequest, ModelResponse, RunContext,
+    keys, AfterAgentOutput, BeforeAgentOutput, HookOutput, HookSet, JumpTo, Middleware,
+    MiddlewareError, ModelCallError, ModelNext, ModelRequest, ModelResponse, RunContext, RunKey,
 };
 use async_trait::async_trait;
 use serde_json::Value;
@@ -41,7 +41,7 @@ pub const COMPLETION_REMINDER: &str = "todo_completion_reminder";
 /// Bookkeeping keys kept at once (oldest dropped).
 const MAX_KEYS: usize = 4096;
 /// Run-context key remembering where the visible todo anchor sits.
-const ANCHOR_KEY: &str = "TodoMiddleware.anchor";
+const ANCHOR_KEY: RunKey<String> = RunKey::new("TodoMiddleware.anchor");
 
 /// The system-prompt section for plan mode.
 pub const TODO_SYSTEM_PROMPT: &str = "<todo_list_system>
@@ -260,7 +260,7 @@ impl Middleware for TodoMiddleware {
         &self,
         _state: &ThreadState,
         run: &RunContext,
-    ) -> Result<HookOutput, MiddlewareError> {
+    ) -> Result<BeforeAgentOutput, MiddlewareError> {
         let (thread, current) = Self::key(run);
         if let Ok(mut b) = self.book.lock() {
             let stale: Vec<Key> = b
@@ -288,19 +288,19 @@ impl Middleware for TodoMiddleware {
         };
         let msgs = &state.messages;
         let anchors = |m: &Message| calls_write_todos(m) || is_todo_reminder(m);
-        if let Some(Value::String(id)) = run.get(ANCHOR_KEY) {
+        if let Some(id) = run.get(&ANCHOR_KEY) {
             if msgs.by_id(&id).is_some_and(anchors) {
                 return Ok(HookOutput::none());
             }
         }
         if let Some(m) = msgs.iter().rev().find(|m| anchors(m)) {
             if let Some(id) = m.id() {
-                run.set(ANCHOR_KEY, Value::from(id));
+                run.set(&ANCHOR_KEY, id.to_owned());
             }
             return Ok(HookOutput::none());
         }
         let id = uuid::Uuid::new_v4().to_string();
-        run.set(ANCHOR_KEY, Value::from(id.clone()));
+        run.set(&ANCHOR_KEY, id.clone());
         tracing::debug!(thread = %run.thread_id, "todo list left the context; reminding the model");
         let reminder = hidden_human(TODO_REMINDER, context_loss_reminder(todos), Some(id));
         Ok(HookOutput::update(StateUpdate::message(reminder)))
@@ -338,7 +338,7 @@ impl Middleware for TodoMiddleware {
         }
         // A guard that forced the final answer (token budget, loop detection) has the last
         // word: reminding would buy more model calls past its limit.
-        if has_tool_call_intent(last) || run.get("stop_reason").is_some() {
+        if has_tool_call_intent(last) || run.get(&keys::STOP_REASON).is_some() {
             return Ok(HookOutput::none());
         }
         let Some(todos) = state.todos.as_ref() else {
@@ -370,7 +370,7 @@ impl Middleware for TodoMiddleware {
         &self,
         _state: &ThreadState,
         run: &RunContext,
-    ) -> Result<HookOutput, MiddlewareError> {
+    ) -> Result<AfterAgentOutput, MiddlewareError> {
         if let Ok(mut b) = self.book.lock() {
             b.drop_key(&Self::key(run));
         }

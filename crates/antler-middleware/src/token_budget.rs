@@ -22,11 +22,11 @@ use std::sync::Mutex;
 use antler_protocol::markers;
 use antler_protocol::{AiMessage, Content, HumanMessage, Message, StateUpdate, ThreadState};
 use antler_runtime::{
-    HookOutput, HookSet, Middleware, MiddlewareError, ModelCallError, ModelNext, ModelRequest,
-    ModelResponse, RunContext,
+    keys, AfterAgentOutput, BeforeAgentOutput, HookOutput, HookSet, Middleware, MiddlewareError,
+    ModelCallError, ModelNext, ModelRequest, ModelResponse, RunContext,
 };
 use async_trait::async_trait;
-use serde_json::{json, Value};
+use serde_json::json;
 
 /// `token_budget:` (spec 60 §5), also the subagent budget's schema.
 pub use antler_config::TokenBudgetConfig;
@@ -236,7 +236,7 @@ impl Middleware for TokenBudgetMiddleware {
         &self,
         state: &ThreadState,
         run: &RunContext,
-    ) -> Result<HookOutput, MiddlewareError> {
+    ) -> Result<BeforeAgentOutput, MiddlewareError> {
         if !self.settings.enabled {
             return Ok(HookOutput::none());
         }
@@ -292,7 +292,7 @@ impl Middleware for TokenBudgetMiddleware {
             tracing::warn!(run = %run.run_id, dimension = kind, used, limit, "token budget exhausted; forcing the final answer");
             runs.set_stop(&run.run_id);
             drop(runs);
-            run.set("stop_reason", Value::from(STOP_REASON));
+            run.set(&keys::STOP_REASON, STOP_REASON.to_owned());
             let stopped = force_final_answer(last, &exceeded_text(kind, used, limit));
             return Ok(HookOutput::update(StateUpdate::message(stopped)));
         }
@@ -308,7 +308,7 @@ impl Middleware for TokenBudgetMiddleware {
         &self,
         _state: &ThreadState,
         run: &RunContext,
-    ) -> Result<HookOutput, MiddlewareError> {
+    ) -> Result<AfterAgentOutput, MiddlewareError> {
         if self.settings.enabled {
             self.lock()?.drop_run(&run.run_id);
         }

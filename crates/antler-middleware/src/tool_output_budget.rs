@@ -25,7 +25,7 @@ use std::sync::Arc;
 use antler_protocol::{Content, Message, ToolMessage};
 use antler_runtime::{
     HookSet, Middleware, ModelCallError, ModelNext, ModelRequest, ModelResponse, RunContext,
-    RunEvent, ToolCallRequest, ToolError, ToolNext, ToolOutcome,
+    RunEvent, RunKey, ToolCallRequest, ToolError, ToolNext, ToolOutcome,
 };
 use antler_sandbox::paths::VIRTUAL_USER_DATA;
 use antler_sandbox::RootDir;
@@ -41,7 +41,16 @@ const VIRTUAL_OUTPUTS: &str = "/mnt/user-data/outputs";
 /// `additional_kwargs` key of the receipt on a budgeted tool message.
 pub const RECEIPT_KEY: &str = "tool_output_budget";
 /// Run-context key: how far the history has been checked (see `wrap_model_call`).
-const CHECKED_KEY: &str = "ToolOutputBudgetMiddleware.checked";
+const CHECKED_KEY: RunKey<Checked> = RunKey::new("ToolOutputBudgetMiddleware.checked");
+
+/// The first `n` messages were checked (`id`: the id of the `n`-th); `over` are the indices of
+/// tool messages among them that were over budget.
+#[derive(Clone)]
+struct Checked {
+    n: usize,
+    id: Option<String>,
+    over: Vec<usize>,
+}
 
 /// `tool_output:` (spec 60 §9).
 pub use antler_config::ToolOutputConfig;
@@ -516,20 +525,14 @@ impl Middleware for ToolOutputBudgetMiddleware {
         // holds the same message there; otherwise check everything once.
         let msgs = req.messages.clone();
         let (mut start, mut over) = (0usize, Vec::<usize>::new());
-        if let Some(prev) = req.run.get(CHECKED_KEY) {
-            let n = prev.get("n").and_then(Value::as_u64).unwrap_or(0) as usize;
-            let id = prev.get("id").and_then(Value::as_str);
-            let same = n <= msgs.len() && (n == 0 || msgs[n - 1].id() == id);
+        if let Some(prev) = req.run.get(&CHECKED_KEY) {
+            let Checked {
+                n,
+                id,
+                over: prev_over,
+            } = prev;
+            let same = n <= msgs.len() && (n == 0 || msgs[n - 1].id() == id.as_deref());
             if same {
-                let prev_over: Vec<usize> = prev
-                    .get("over")
-                    .and_then(Value::as_array)
-                    .map(|a| {
-                        a.iter()
-                            .filter_map(|v| v.as_u64().map(|x| x as usize))
-                            .collect()
-                    })
-                    .unwrap_or_default();
                 start = n;
                 over = prev_over
                     .into_iter()
@@ -545,8 +548,12 @@ impl Middleware for ToolOutputBudgetMiddleware {
             }
         }
         req.run.set(
-            CHECKED_KEY,
-            json!({"n": msgs.len(), "id": msgs.last().and_then(|m| m.id()), "over": over}),
+            &CHECKED_KEY,
+            Checked {
+                n: msgs.len(),
+                id: msgs.last().and_then(|m| m.id()).map(str::to_owned),
+                over: over.clone(),
+            },
         );
         if !over.is_empty() {
             let list = req.messages_mut();

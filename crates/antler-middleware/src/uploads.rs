@@ -15,7 +15,9 @@ use std::sync::OnceLock;
 
 use antler_protocol::markers;
 use antler_protocol::{Content, Message, StateUpdate, ThreadState};
-use antler_runtime::{HookOutput, HookSet, Middleware, MiddlewareError, RunContext};
+use antler_runtime::{
+    BeforeAgentOutput, HookOutput, HookSet, Middleware, MiddlewareError, RunContext,
+};
 use antler_sandbox::paths::VIRTUAL_UPLOADS;
 use antler_sandbox::{Beneath, SandboxError, ThreadPaths, ThreadRoots};
 use async_trait::async_trait;
@@ -418,7 +420,7 @@ fn attach_outlines(dir: &Dir, files: &mut [Upload]) {
     }
 }
 
-fn clear() -> HookOutput {
+fn clear() -> BeforeAgentOutput {
     HookOutput::update(StateUpdate {
         uploaded_files: Some(Some(Vec::new())),
         ..Default::default()
@@ -439,7 +441,7 @@ impl Middleware for UploadsMiddleware {
         &self,
         state: &ThreadState,
         run: &RunContext,
-    ) -> Result<HookOutput, MiddlewareError> {
+    ) -> Result<BeforeAgentOutput, MiddlewareError> {
         let Some(Message::Human(last)) = state.messages.last() else {
             return Ok(clear());
         };

@@ -23,8 +23,8 @@ use serde_json::{json, Value};
 use crate::checkpoint::{CheckpointError, CheckpointMeta, CheckpointWrite, Checkpointer};
 use crate::context::RunContext;
 use crate::middleware::{
-    Chain, HookOutput, JumpTo, Middleware, MiddlewareError, ModelCallError, ModelRequest,
-    ToolCallRequest,
+    Chain, HookOutput, JumpTo, JumpToEnd, Middleware, MiddlewareError, ModelCallError,
+    ModelRequest, ToolCallRequest,
 };
 use crate::observe::RunEvent;
 use crate::tool::{Goto, ToolError, ToolOutcome, ToolRegistry};
@@ -206,10 +206,7 @@ impl Agent {
             steps: 0,
         };
         let result = r.drive(input).await;
-        let stop_reason = r
-            .run
-            .get("stop_reason")
-            .and_then(|v| v.as_str().map(str::to_owned));
+        let stop_reason = r.run.get(&crate::context::keys::STOP_REASON);
         let (status, error) = match result {
             Ok(()) => (RunStatus::Success, None),
             Err(Stop::Cancelled) => (RunStatus::Interrupted, None),
@@ -351,15 +348,29 @@ impl Runner<'_> {
     ) -> Result<Option<JumpTo>, Stop> {
         self.tick()?;
         let state = self.state.clone();
+        // Each hook's own jump type, widened to the loop's one.
         let fut = async {
-            match kind {
-                HookKind::BeforeAgent => mw.before_agent(&state, &self.run).await,
-                HookKind::BeforeModel => mw.before_model(&state, &self.run).await,
-                HookKind::AfterModel => mw.after_model(&state, &self.run).await,
-                HookKind::AfterAgent => mw.after_agent(&state, &self.run).await,
-            }
+            Ok::<_, MiddlewareError>(match kind {
+                HookKind::BeforeAgent => {
+                    let out = mw.before_agent(&state, &self.run).await?;
+                    let jump = out.jump_to.map(|JumpToEnd::End| JumpTo::End);
+                    (out.update, jump)
+                }
+                HookKind::BeforeModel => {
+                    let HookOutput { update, jump_to } = mw.before_model(&state, &self.run).await?;
+                    (update, jump_to)
+                }
+                HookKind::AfterModel => {
+                    let HookOutput { update, jump_to } = mw.after_model(&state, &self.run).await?;
+                    (update, jump_to)
+                }
+                HookKind::AfterAgent => {
+                    let out = mw.after_agent(&state, &self.run).await?;
+                    (out.update, out.jump_to.map(|never| match never {}))
+                }
+            })
         };
-        let HookOutput { update, jump_to } = self.cancellable(fut).await??;
+        let (update, jump_to) = self.cancellable(fut).await??;
         drop(state);
         let node = format!("{}.{}", mw.name(), kind.as_str());
         let mut update = update.unwrap_or_default();
@@ -394,13 +405,10 @@ impl Runner<'_> {
         let chain = self.agent.chain.clone();
         let mut flow = Flow::Next;
         for mw in &chain.before_agent {
-            match self.hook(mw, HookKind::BeforeAgent).await? {
-                Some(JumpTo::End) => {
-                    flow = Flow::Exit;
-                    break;
-                }
-                Some(JumpTo::Model) => break,
-                None => {}
+            if self.hook(mw, HookKind::BeforeAgent).await?.is_some() {
+                // JumpToEnd::End, the only jump a before_agent hook can make.
+                flow = Flow::Exit;
+                break;
             }
         }
 
@@ -436,7 +444,7 @@ impl Runner<'_> {
         }
 
         for mw in &chain.after_agent {
-            // A jump from after_agent has nowhere to go; it is ignored as in LangGraph.
+            // An after_agent hook cannot jump (NoJump); the result is always None.
             self.hook(mw, HookKind::AfterAgent).await?;
         }
         Ok(())

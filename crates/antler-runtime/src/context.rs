@@ -1,6 +1,9 @@
 //! The run-scoped context shared by every hook, wrapper and tool of one run (LangGraph's
 //! `runtime.context`), and the emitter through which a run reports events.
 
+use std::any::Any;
+use std::collections::{HashMap, HashSet};
+use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -69,6 +72,45 @@ impl EventSink for CollectingSink {
             e.push(event);
         }
     }
+}
+
+/// A typed key into a run's scratchpad ([`RunContext::get`], [`RunContext::set`]): a name and
+/// the type of its value. Middlewares keep their private keys as `const`s of their own; the
+/// keys several parts share are in [`keys`].
+pub struct RunKey<T> {
+    name: &'static str,
+    _value: PhantomData<fn() -> T>,
+}
+
+impl<T> RunKey<T> {
+    pub const fn new(name: &'static str) -> Self {
+        RunKey {
+            name,
+            _value: PhantomData,
+        }
+    }
+
+    pub const fn name(&self) -> &'static str {
+        self.name
+    }
+}
+
+/// Scratchpad keys shared across crates.
+pub mod keys {
+    use super::{HashSet, RunKey};
+
+    /// Why a guard ended the run early (`loop_capped`, `token_capped`, …); reported in the
+    /// run's outcome and journal.
+    pub const STOP_REASON: RunKey<String> = RunKey::new("stop_reason");
+    /// Who makes this run's model calls (`lead_agent`, or the subagent's name), for the journal.
+    pub const CALLER: RunKey<String> = RunKey::new("caller");
+    /// The sandbox id used in this run (DeerFlow's `context.sandbox_id`).
+    pub const SANDBOX_ID: RunKey<String> = RunKey::new("sandbox_id");
+    /// Set once the thread folders were created in this run.
+    pub const THREAD_DIRS_CREATED: RunKey<bool> = RunKey::new("thread_directories_created");
+    /// Tool calls that lazily acquired the sandbox; the SandboxMiddleware turns each into a
+    /// `sandbox` state update for that call.
+    pub const SANDBOX_ACQUIRED_BY: RunKey<HashSet<String>> = RunKey::new("sandbox_acquired_by");
 }
 
 /// Per-run options (DeerFlow's run `context`/`configurable`).
@@ -211,8 +253,8 @@ pub struct RunContext {
     /// Cancelled when the run must stop (Ctrl-C, API cancel, parent timeout).
     pub cancel: CancellationToken,
     pub events: Emitter,
-    /// Mutable run-scoped values (`stop_reason`, `sandbox_id`, …).
-    values: Mutex<Map<String, Value>>,
+    /// The run's scratchpad: typed values under [`RunKey`]s (`stop_reason`, `sandbox_id`, …).
+    values: Mutex<HashMap<&'static str, Box<dyn Any + Send + Sync>>>,
     observers: Vec<Arc<dyn crate::observe::RunObserver>>,
 }
 
@@ -233,7 +275,7 @@ impl RunContext {
             user_id: None,
             options: RunOptions::default(),
             cancel: CancellationToken::new(),
-            values: Mutex::new(Map::new()),
+            values: Mutex::new(HashMap::new()),
             observers: Vec::new(),
         }
     }
@@ -277,28 +319,47 @@ impl RunContext {
         self
     }
 
-    pub fn get(&self, key: &str) -> Option<Value> {
-        self.values.lock().ok().and_then(|v| v.get(key).cloned())
+    /// The value under `key`, if set.
+    pub fn get<T: Clone + 'static>(&self, key: &RunKey<T>) -> Option<T> {
+        let values = self.values.lock().ok()?;
+        values.get(key.name)?.downcast_ref::<T>().cloned()
     }
 
-    pub fn set(&self, key: &str, value: Value) {
+    pub fn set<T: Send + Sync + 'static>(&self, key: &RunKey<T>, value: T) {
         if let Ok(mut v) = self.values.lock() {
-            v.insert(key.to_owned(), value);
+            v.insert(key.name, Box::new(value));
         }
     }
 
     /// Set only when unset; returns whether it was set.
-    pub fn set_if_absent(&self, key: &str, value: Value) -> bool {
+    pub fn set_if_absent<T: Send + Sync + 'static>(&self, key: &RunKey<T>, value: T) -> bool {
         match self.values.lock() {
-            Ok(mut v) if !v.contains_key(key) => {
-                v.insert(key.to_owned(), value);
+            Ok(mut v) if !v.contains_key(key.name) => {
+                v.insert(key.name, Box::new(value));
                 true
             }
             _ => false,
         }
     }
 
-    pub fn remove(&self, key: &str) -> Option<Value> {
-        self.values.lock().ok().and_then(|mut v| v.remove(key))
+    pub fn remove<T: 'static>(&self, key: &RunKey<T>) -> Option<T> {
+        let boxed = self.values.lock().ok()?.remove(key.name)?;
+        boxed.downcast::<T>().ok().map(|b| *b)
+    }
+
+    /// Change the value under `key` in place, starting from `T::default()` when unset.
+    pub fn update<T: Default + Send + Sync + 'static, R>(
+        &self,
+        key: &RunKey<T>,
+        f: impl FnOnce(&mut T) -> R,
+    ) -> Option<R> {
+        let mut values = self.values.lock().ok()?;
+        let slot = values
+            .entry(key.name)
+            .or_insert_with(|| Box::new(T::default()));
+        if !slot.is::<T>() {
+            *slot = Box::new(T::default());
+        }
+        slot.downcast_mut::<T>().map(f)
     }
 }

@@ -40,8 +40,7 @@ pub(crate) async fn call_model(req: ModelRequest) -> Result<ModelResponse, Model
     };
     let caller = req
         .run
-        .get("caller")
-        .and_then(|v| v.as_str().map(str::to_owned))
+        .get(&crate::context::keys::CALLER)
         .unwrap_or_else(|| "lead_agent".to_owned());
     match result {
         Ok(mut message) => {

@@ -15,13 +15,17 @@ pub use agent::{now_rfc3339, tool_message_for, Agent, RunError, RunInput, RunOut
 pub use checkpoint::{
     Checkpoint, CheckpointError, CheckpointMeta, CheckpointWrite, Checkpointer, MemoryCheckpointer,
 };
-pub use context::{CollectingSink, Emitter, EventSink, NullSink, RunContext, RunOptions};
+pub use context::{
+    keys, CollectingSink, Emitter, EventSink, NullSink, RunContext, RunKey, RunOptions,
+};
 pub use middleware::{
-    Chain, ChainError, HookOutput, HookSet, JumpTo, Middleware, MiddlewareError, ModelCallError,
-    ModelNext, ModelRequest, ModelResponse, ToolCallRequest, ToolNext,
+    AfterAgentOutput, BeforeAgentOutput, Chain, ChainError, HookOutput, HookSet, JumpTo, JumpToEnd,
+    Middleware, MiddlewareError, ModelCallError, ModelNext, ModelRequest, ModelResponse, NoJump,
+    ToolCallRequest, ToolNext,
 };
 pub use observe::{RunEvent, RunObserver};
 pub use tokio_util::sync::CancellationToken;
 pub use tool::{
-    parse_args, Command, Goto, Tool, ToolContext, ToolError, ToolOutcome, ToolOutput, ToolRegistry,
+    parameters_schema, parse_args, Command, Goto, Tool, ToolContext, ToolError, ToolOutcome,
+    ToolOutput, ToolRegistry, TypedSpec, TypedTool,
 };

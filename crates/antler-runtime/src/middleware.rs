@@ -11,6 +11,10 @@
 //! | wrap_tool_call  | M1 outermost … Mn innermost, per tool call       |
 //! | after_agent     | Mn → M1                                          |
 //!
+//! Each node hook's result type admits only the jumps that hook may make ([`HookOutput`]'s
+//! parameter): `before_agent` may end the run, the model hooks may restart or end it,
+//! `after_agent` cannot jump at all.
+//!
 //! Control flow is data: a hook's `jump_to` and a tool's [`Command`](crate::Command) live on the
 //! `Ok` side of their result types, and the error types ([`MiddlewareError`], [`ModelCallError`],
 //! [`ToolError`]) have no variant that can carry them. A middleware that handles errors therefore
@@ -73,7 +77,7 @@ impl std::ops::BitOr for HookSet {
     }
 }
 
-/// Where a node hook sends the run.
+/// Where a `before_model` or `after_model` hook sends the run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum JumpTo {
     /// Back to the first before_model hook (the loop entry); remaining after_model hooks are
@@ -83,14 +87,37 @@ pub enum JumpTo {
     End,
 }
 
-/// What a node hook returns: an optional state write and an optional jump.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct HookOutput {
-    pub update: Option<StateUpdate>,
-    pub jump_to: Option<JumpTo>,
+/// Where a `before_agent` hook may send the run: past the loop, straight to the after_agent
+/// hooks. (A jump to the model would be where the run goes anyway.)
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JumpToEnd {
+    End,
 }
 
-impl HookOutput {
+/// An `after_agent` hook has nowhere to jump: this type has no values, so
+/// `HookOutput<NoJump>::jump_to` is always `None`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NoJump {}
+
+/// What a node hook returns: an optional state write and an optional jump. `J` is the jumps
+/// the hook may make — [`JumpTo`] for the model hooks, [`JumpToEnd`] for `before_agent`,
+/// [`NoJump`] for `after_agent` — so a jump a hook may not make does not type-check.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HookOutput<J = JumpTo> {
+    pub update: Option<StateUpdate>,
+    pub jump_to: Option<J>,
+}
+
+impl<J> Default for HookOutput<J> {
+    fn default() -> Self {
+        HookOutput {
+            update: None,
+            jump_to: None,
+        }
+    }
+}
+
+impl<J> HookOutput<J> {
     pub fn none() -> Self {
         Self::default()
     }
@@ -102,18 +129,23 @@ impl HookOutput {
         }
     }
 
-    pub fn jump(jump_to: JumpTo) -> Self {
+    pub fn jump(jump_to: J) -> Self {
         HookOutput {
             update: None,
             jump_to: Some(jump_to),
         }
     }
 
-    pub fn with_jump(mut self, jump_to: JumpTo) -> Self {
+    pub fn with_jump(mut self, jump_to: J) -> Self {
         self.jump_to = Some(jump_to);
         self
     }
 }
+
+/// What `before_agent` returns.
+pub type BeforeAgentOutput = HookOutput<JumpToEnd>;
+/// What `after_agent` returns.
+pub type AfterAgentOutput = HookOutput<NoJump>;
 
 /// A middleware failed; the run fails with status `error`.
 #[derive(Debug, thiserror::Error)]
@@ -247,7 +279,7 @@ pub trait Middleware: Send + Sync {
         &self,
         _state: &ThreadState,
         _run: &RunContext,
-    ) -> Result<HookOutput, MiddlewareError> {
+    ) -> Result<BeforeAgentOutput, MiddlewareError> {
         Ok(HookOutput::none())
     }
 
@@ -271,7 +303,7 @@ pub trait Middleware: Send + Sync {
         &self,
         _state: &ThreadState,
         _run: &RunContext,
-    ) -> Result<HookOutput, MiddlewareError> {
+    ) -> Result<AfterAgentOutput, MiddlewareError> {
         Ok(HookOutput::none())
     }
 

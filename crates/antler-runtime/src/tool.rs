@@ -147,6 +147,169 @@ pub fn parse_args<T: serde::de::DeserializeOwned>(args: Object) -> Result<T, Too
         .map_err(|e| ToolError::InvalidArguments(e.to_string()))
 }
 
+/// A tool whose arguments are one typed struct. The blanket impl makes it a [`Tool`]: the
+/// model's arguments are parsed once into [`TypedTool::Args`] (a `null` counts as an absent
+/// value, as pydantic treats `None` for optional arguments), and a mismatch becomes
+/// [`ToolError::InvalidArguments`] — the "Error invoking tool" message the model can fix its
+/// call from. The parameters schema is derived from the same type ([`TypedSpec`]), so what the
+/// model is offered and what the tool accepts cannot drift apart.
+///
+/// The methods have names of their own (`typed_spec`, `invoke`, the two consts) so a type that
+/// is both a `TypedTool` and, through the blanket impl, a `Tool` never has ambiguous calls.
+#[async_trait]
+pub trait TypedTool: Send + Sync {
+    type Args: serde::de::DeserializeOwned + schemars::JsonSchema + Send;
+
+    /// See [`Tool::return_direct`].
+    const RETURN_DIRECT: bool = false;
+    /// See [`Tool::returns_remote_content`].
+    const REMOTE_CONTENT: bool = false;
+
+    fn typed_spec(&self) -> &TypedSpec<Self::Args>;
+
+    async fn invoke(&self, args: Self::Args, ctx: ToolContext<'_>)
+        -> Result<ToolOutput, ToolError>;
+}
+
+#[async_trait]
+impl<T: TypedTool> Tool for T {
+    fn spec(&self) -> &Arc<ToolSpec> {
+        &self.typed_spec().spec
+    }
+
+    fn return_direct(&self) -> bool {
+        T::RETURN_DIRECT
+    }
+
+    fn returns_remote_content(&self) -> bool {
+        T::REMOTE_CONTENT
+    }
+
+    async fn call(&self, mut args: Object, ctx: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
+        args.retain(|_, v| !v.is_null());
+        let args = parse_args::<T::Args>(args)?;
+        self.invoke(args, ctx).await
+    }
+}
+
+/// A tool spec whose parameters are derived from `A` (see [`parameters_schema`]).
+pub struct TypedSpec<A> {
+    spec: Arc<ToolSpec>,
+    _args: std::marker::PhantomData<fn() -> A>,
+}
+
+impl<A: schemars::JsonSchema> TypedSpec<A> {
+    pub fn new(name: impl Into<String>, description: impl Into<String>) -> Self {
+        TypedSpec {
+            spec: Arc::new(ToolSpec {
+                name: name.into(),
+                description: description.into(),
+                parameters: parameters_schema::<A>(),
+            }),
+            _args: std::marker::PhantomData,
+        }
+    }
+
+    /// Replace one property's description with text known only when the tool is built (the
+    /// `task` tool lists the configured subagent types).
+    pub fn describe(mut self, property: &str, description: impl Into<String>) -> Self {
+        let spec = Arc::make_mut(&mut self.spec);
+        if let Some(p) = spec
+            .parameters
+            .get_mut("properties")
+            .and_then(|p| p.get_mut(property))
+            .and_then(Value::as_object_mut)
+        {
+            p.insert("description".into(), Value::String(description.into()));
+        }
+        self
+    }
+
+    /// Drop properties the tool does not offer in this configuration (DeerFlow's signature of
+    /// a provider may lack an argument the type has).
+    pub fn without(mut self, properties: &[&str]) -> Self {
+        let params = &mut Arc::make_mut(&mut self.spec).parameters;
+        if let Some(p) = params.get_mut("properties").and_then(Value::as_object_mut) {
+            p.retain(|k, _| !properties.contains(&k.as_str()));
+        }
+        if let Some(r) = params.get_mut("required").and_then(Value::as_array_mut) {
+            r.retain(|k| !k.as_str().is_some_and(|k| properties.contains(&k)));
+        }
+        self
+    }
+
+    pub fn spec(&self) -> &Arc<ToolSpec> {
+        &self.spec
+    }
+}
+
+/// The parameters schema of `A` in the shape LangChain offers models for a pydantic signature:
+/// inline (no `$defs`), no `$schema`/`title`/root description, optional values as
+/// `anyOf: [{…}, {"type": "null"}]`, integers without a `format`.
+pub fn parameters_schema<A: schemars::JsonSchema>() -> Value {
+    let mut settings = schemars::generate::SchemaSettings::draft2020_12();
+    settings.inline_subschemas = true;
+    settings.meta_schema = None;
+    let mut schema = settings
+        .into_generator()
+        .into_root_schema_for::<A>()
+        .to_value();
+    if let Some(root) = schema.as_object_mut() {
+        root.remove("title");
+        root.remove("description");
+    }
+    langchain_shape(&mut schema);
+    schema
+}
+
+fn langchain_shape(schema: &mut Value) {
+    let Some(obj) = schema.as_object_mut() else {
+        return;
+    };
+    if let Some(Value::Array(types)) = obj.get("type") {
+        let others: Vec<Value> = types.iter().filter(|t| *t != "null").cloned().collect();
+        if others.len() == 1 && others.len() < types.len() {
+            // `Option<T>`: schemars says `type: [T, "null"]`; pydantic says anyOf.
+            let mut inner = Object::new();
+            let mut outer = Object::new();
+            for (k, v) in std::mem::take(obj) {
+                match k.as_str() {
+                    "default" | "description" => {
+                        outer.insert(k, v);
+                    }
+                    "type" => {
+                        inner.insert(k, others[0].clone());
+                    }
+                    _ => {
+                        inner.insert(k, v);
+                    }
+                }
+            }
+            let mut any_of = vec![Value::Object(inner), serde_json::json!({"type": "null"})];
+            any_of.iter_mut().for_each(langchain_shape);
+            obj.insert("anyOf".into(), Value::Array(any_of));
+            obj.extend(outer);
+            return;
+        }
+    }
+    if obj.get("type").and_then(Value::as_str) == Some("integer") {
+        obj.remove("format");
+    }
+    for key in ["items", "additionalProperties"] {
+        if let Some(sub) = obj.get_mut(key) {
+            langchain_shape(sub);
+        }
+    }
+    if let Some(Value::Object(props)) = obj.get_mut("properties") {
+        props.values_mut().for_each(langchain_shape);
+    }
+    for key in ["anyOf", "oneOf", "allOf"] {
+        if let Some(Value::Array(subs)) = obj.get_mut(key) {
+            subs.iter_mut().for_each(langchain_shape);
+        }
+    }
+}
+
 /// The ordered set of tools offered to the model. Duplicate names: the first wins.
 #[derive(Clone, Default)]
 pub struct ToolRegistry {

@@ -52,7 +52,7 @@ impl Middleware for Tracer {
         &self,
         _: &ThreadState,
         _: &RunContext,
-    ) -> Result<HookOutput, MiddlewareError> {
+    ) -> Result<BeforeAgentOutput, MiddlewareError> {
         self.log(format!("{}.before_agent", self.name));
         Ok(HookOutput::none())
     }
@@ -80,7 +80,7 @@ impl Middleware for Tracer {
         &self,
         _: &ThreadState,
         _: &RunContext,
-    ) -> Result<HookOutput, MiddlewareError> {
+    ) -> Result<AfterAgentOutput, MiddlewareError> {
         self.log(format!("{}.after_agent", self.name));
         Ok(HookOutput::none())
     }
@@ -810,4 +810,107 @@ async fn observers_see_model_calls_tool_results_updates_and_the_end() {
         rec.0.lock().unwrap().join(" "),
         "update(__input__) start model(lead_agent,1) update(model) tool(echo,Success) update(tools) model(lead_agent,3) update(model) end(success)"
     );
+}
+
+/// A typed tool: arguments parsed once into `ShoutArgs`, schema derived from it.
+struct Shout {
+    spec: TypedSpec<ShoutArgs>,
+}
+
+/// Arguments of `shout`.
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct ShoutArgs {
+    /// What to shout.
+    text: String,
+    /// How many exclamation marks.
+    #[serde(default)]
+    marks: Option<i64>,
+}
+
+#[async_trait]
+impl TypedTool for Shout {
+    type Args = ShoutArgs;
+    const RETURN_DIRECT: bool = false;
+
+    fn typed_spec(&self) -> &TypedSpec<ShoutArgs> {
+        &self.spec
+    }
+
+    async fn invoke(&self, a: ShoutArgs, _ctx: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
+        let marks = "!".repeat(a.marks.unwrap_or(1).max(0) as usize);
+        Ok(ToolOutput::text(format!(
+            "{}{marks}",
+            a.text.to_uppercase()
+        )))
+    }
+}
+
+#[test]
+fn a_typed_tool_offers_the_schema_of_its_arguments() {
+    let tool: Arc<dyn Tool> = Arc::new(Shout {
+        spec: TypedSpec::new("shout", "Shout a text."),
+    });
+    assert_eq!(tool.name(), "shout");
+    assert_eq!(
+        tool.spec().parameters,
+        json!({
+            "type": "object",
+            "properties": {
+                "text": {"type": "string", "description": "What to shout."},
+                "marks": {
+                    "anyOf": [{"type": "integer"}, {"type": "null"}],
+                    "default": null,
+                    "description": "How many exclamation marks.",
+                },
+            },
+            "required": ["text"],
+        })
+    );
+}
+
+#[tokio::test]
+async fn a_typed_tool_parses_once_and_bad_args_read_as_before() {
+    let model = Arc::new(ScriptedModel::new([
+        ScriptedReply::tool_calls([
+            (
+                "c1".into(),
+                "shout".into(),
+                json!({"text": "hi", "marks": null}),
+            ),
+            (
+                "c2".into(),
+                "shout".into(),
+                json!({"text": "hey", "marks": 3}),
+            ),
+            ("c3".into(), "shout".into(), json!({"wrong": 1})),
+            ("c4".into(), "shout".into(), json!({"text": 7})),
+        ]),
+        ScriptedReply::text("ok"),
+    ]));
+    let shout = Arc::new(Shout {
+        spec: TypedSpec::new("shout", "Shout a text."),
+    });
+    let agent = Agent::new(model).with_tools(ToolRegistry::new().with(shout));
+    let run = agent.run(RunInput::message(Message::human("go")), ctx(100));
+    let out = run.await;
+    assert_eq!(out.status, RunStatus::Success);
+    let answers = |i: usize| {
+        let t = out
+            .state
+            .messages
+            .iter()
+            .filter_map(Message::as_tool)
+            .nth(i);
+        t.map(|t| (t.status, t.content.text().to_owned()))
+            .unwrap_or_default()
+    };
+    // A null counts as an absent optional value.
+    assert_eq!(answers(0), (ToolStatus::Success, "HI!".to_owned()));
+    assert_eq!(answers(1), (ToolStatus::Success, "HEY!!!".to_owned()));
+    let (status, t) = answers(2);
+    assert_eq!(status, ToolStatus::Error);
+    assert!(t.starts_with("Error invoking tool 'shout' with kwargs {\"wrong\":1} with error:\n missing field `text`"), "{t}");
+    assert!(t.ends_with("Please fix the error and try again."));
+    let (_, t) = answers(3);
+    assert!(t.starts_with("Error invoking tool 'shout' with kwargs {\"text\":7} with error:\n invalid type: integer `7`, expected a string"), "{t}");
 }

@@ -150,18 +150,3 @@ pub trait SandboxProvider: Send + Sync {
 pub fn is_local_sandbox_id(id: &str) -> bool {
     id == "local" || id.starts_with("local:")
 }
-
-/// Keys of the run context (`RunContext::get/set`) shared by the sandbox tools and the
-/// SandboxMiddleware.
-pub mod run_keys {
-    /// The sandbox id used in this run (DeerFlow's `context.sandbox_id`).
-    pub const SANDBOX_ID: &str = "sandbox_id";
-    /// Set once the thread folders were created in this run.
-    pub const THREAD_DIRS_CREATED: &str = "thread_directories_created";
-
-    /// Set by a tool call that lazily acquired the sandbox; the SandboxMiddleware turns it into
-    /// a `sandbox` state update for that call.
-    pub fn acquired_by(call_id: &str) -> String {
-        format!("sandbox_acquired:{call_id}")
-    }
-}

@@ -37,14 +37,40 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
 }
 
 impl JsonBody {
-    /// Decode into `T` (`null` is read as `{}`); type errors are 422.
+    /// Decode into `T` (`null` is read as `{}`); type errors are 422 naming the field.
     pub fn parse<T: DeserializeOwned>(self) -> Result<T, ApiError> {
+        self.parse_as(StatusCode::UNPROCESSABLE_ENTITY)
+    }
+
+    /// [`JsonBody::parse`] answering `status` on a mismatch (thread search keeps its 400).
+    pub fn parse_as<T: DeserializeOwned>(self, status: StatusCode) -> Result<T, ApiError> {
         let v = match self.0 {
             Value::Null => Value::Object(serde_json::Map::new()),
             v => v,
         };
-        serde_json::from_value(v)
-            .map_err(|e| ApiError::unprocessable(format!("Invalid request body: {e}")))
+        serde_path_to_error::deserialize(v).map_err(|e| {
+            let path = e.path().to_string();
+            let inner = e.into_inner();
+            let detail = if path == "." {
+                format!("Invalid request body: {inner}")
+            } else {
+                format!("Invalid request body: '{path}': {inner}")
+            };
+            ApiError::new(status, detail)
+        })
+    }
+}
+
+/// A JSON body decoded into a typed request (`antler_protocol::api`): an empty body is `{}`,
+/// malformed JSON and a field of the wrong type are 422 with a string `detail` that names the
+/// field (spec 70 §0.3), an oversized body 413.
+pub struct Body<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        JsonBody::from_request(req, state).await?.parse().map(Body)
     }
 }
 

@@ -6,34 +6,9 @@
 
 use antler_config::MemoryConfig;
 use async_trait::async_trait;
-use serde::Deserialize;
 use serde_json::{json, Value};
 
-/// A new fact (`POST /memory/facts`).
-#[derive(Clone, Debug, PartialEq, Deserialize)]
-pub struct NewFact {
-    pub content: String,
-    #[serde(default = "default_category")]
-    pub category: String,
-    #[serde(default = "default_confidence")]
-    pub confidence: f64,
-}
-
-fn default_category() -> String {
-    "context".to_owned()
-}
-
-fn default_confidence() -> f64 {
-    0.5
-}
-
-/// A fact change (`PATCH /memory/facts/{id}`).
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
-pub struct FactPatch {
-    pub content: Option<String>,
-    pub category: Option<String>,
-    pub confidence: Option<f64>,
-}
+pub use antler_protocol::api::{FactPatch, NewFact};
 
 /// Why a memory call failed.
 #[derive(Debug, thiserror::Error)]

@@ -9,10 +9,12 @@
 
 use std::sync::Arc;
 
-use antler_protocol::{Object, ToolSpec};
-use antler_runtime::{Tool, ToolContext, ToolError, ToolOutput};
+use antler_protocol::Object;
+use antler_runtime::{Tool, ToolContext, ToolError, ToolOutput, TypedSpec, TypedTool};
 use async_trait::async_trait;
-use serde_json::{json, Value};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::Value;
 
 /// The tool's name.
 pub const NAME: &str = "ask_clarification";
@@ -49,8 +51,101 @@ prefer one form to a series of questions. Ask one clarification at a time and ma
 The run stops right after this call and the user's answer arrives as their next message.";
 
 /// The `ask_clarification` tool.
+/// `ask_clarification` arguments. The values stay JSON: the question is rendered leniently
+/// (options given as a JSON string, numbers, `null` context), as DeerFlow renders them; the
+/// types below are only what the model is offered.
+#[derive(Deserialize, JsonSchema)]
+pub struct Args {
+    /// The question for the user, specific and clear.
+    #[schemars(with = "String")]
+    question: Option<Value>,
+    /// Why you ask: missing_info, ambiguous_requirement, approach_choice, risk_confirmation or suggestion.
+    #[schemars(with = "ClarificationType")]
+    clarification_type: Option<Value>,
+    /// Optional background: why the answer is needed.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    context: Option<Value>,
+    /// Optional choices for the user to pick one from (approach_choice, suggestion).
+    #[serde(default)]
+    #[schemars(with = "Option<Vec<String>>")]
+    options: Option<Value>,
+    /// Optional form for collecting several values in one answer; wins over `options`. At most 16 fields, 24 options per field and 200 characters per name, label, option or placeholder — beyond that the question falls back to plain text.
+    #[serde(default)]
+    #[schemars(with = "Option<Vec<FormField>>")]
+    fields: Option<Value>,
+}
+
+impl Args {
+    fn into_object(self) -> Object {
+        [
+            ("question", self.question),
+            ("clarification_type", self.clarification_type),
+            ("context", self.context),
+            ("options", self.options),
+            ("fields", self.fields),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| Some((k.to_owned(), v?)))
+        .collect()
+    }
+}
+
+// Schema-only types (see `Args`). Plain comments: a doc comment would become a description.
+// `skip_serializing_if` keeps an optional key free of a `default` in the schema.
+#[allow(dead_code)]
+#[derive(JsonSchema)]
+#[serde(rename_all = "snake_case")]
+enum ClarificationType {
+    MissingInfo,
+    AmbiguousRequirement,
+    ApproachChoice,
+    RiskConfirmation,
+    Suggestion,
+}
+
+#[allow(dead_code)]
+#[derive(JsonSchema)]
+struct FormField {
+    /// Unique identifier of the field (not a JavaScript prototype name such as `constructor` or `toString`).
+    name: String,
+    /// Text shown to the user; defaults to the name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String")]
+    label: Option<String>,
+    /// Input kind; defaults to text. A checkbox is a yes/no value that defaults to no; mark it required only when the user must tick it to go on.
+    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "FieldType")]
+    kind: Option<FieldType>,
+    /// Whether the user must fill it in; defaults to false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "bool")]
+    required: Option<bool>,
+    /// Choices; needed for select and multi_select.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Vec<String>")]
+    options: Option<Vec<String>>,
+    /// Hint shown in the empty input.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String")]
+    placeholder: Option<String>,
+}
+
+#[allow(dead_code)]
+#[derive(JsonSchema)]
+#[serde(rename_all = "snake_case")]
+enum FieldType {
+    Text,
+    Textarea,
+    Number,
+    Select,
+    MultiSelect,
+    Checkbox,
+    Date,
+}
+
 pub struct AskClarificationTool {
-    spec: Arc<ToolSpec>,
+    spec: TypedSpec<Args>,
 }
 
 impl Default for AskClarificationTool {
@@ -61,56 +156,12 @@ impl Default for AskClarificationTool {
 
 impl AskClarificationTool {
     pub fn new() -> Self {
-        let field_item = json!({
-            "type": "object",
-            "properties": {
-                "name": {"type": "string", "description": "Unique identifier of the field (not a JavaScript prototype name such as `constructor` or `toString`)."},
-                "label": {"type": "string", "description": "Text shown to the user; defaults to the name."},
-                "type": {"type": "string", "enum": FIELD_TYPES, "description": "Input kind; defaults to text. A checkbox is a yes/no value that defaults to no; mark it required only when the user must tick it to go on."},
-                "required": {"type": "boolean", "description": "Whether the user must fill it in; defaults to false."},
-                "options": {"type": "array", "items": {"type": "string"}, "description": "Choices; needed for select and multi_select."},
-                "placeholder": {"type": "string", "description": "Hint shown in the empty input."}
-            },
-            "required": ["name"]
-        });
-        let parameters = json!({
-            "type": "object",
-            "properties": {
-                "question": {"type": "string", "description": "The question for the user, specific and clear."},
-                "clarification_type": {
-                    "type": "string",
-                    "enum": CLARIFICATION_TYPES,
-                    "description": "Why you ask: missing_info, ambiguous_requirement, approach_choice, risk_confirmation or suggestion."
-                },
-                "context": {
-                    "anyOf": [{"type": "string"}, {"type": "null"}],
-                    "default": null,
-                    "description": "Optional background: why the answer is needed."
-                },
-                "options": {
-                    "anyOf": [{"type": "array", "items": {"type": "string"}}, {"type": "null"}],
-                    "default": null,
-                    "description": "Optional choices for the user to pick one from (approach_choice, suggestion)."
-                },
-                "fields": {
-                    "anyOf": [{"type": "array", "items": field_item}, {"type": "null"}],
-                    "default": null,
-                    "description": "Optional form for collecting several values in one answer; wins over `options`. At most 16 fields, 24 options per field and 200 characters per name, label, option or placeholder — beyond that the question falls back to plain text."
-                }
-            },
-            "required": ["question", "clarification_type"]
-        });
         AskClarificationTool {
-            spec: Arc::new(ToolSpec {
-                name: NAME.to_owned(),
-                description: DESCRIPTION.to_owned(),
-                parameters,
-            }),
+            spec: TypedSpec::new(NAME, DESCRIPTION),
         }
     }
 }
 
-/// `ask_clarification` as a registry entry.
 pub fn ask_clarification_tool() -> Arc<dyn Tool> {
     Arc::new(AskClarificationTool::new())
 }
@@ -219,16 +270,16 @@ pub fn render_question(args: &Object) -> String {
 }
 
 #[async_trait]
-impl Tool for AskClarificationTool {
-    fn spec(&self) -> &Arc<ToolSpec> {
+impl TypedTool for AskClarificationTool {
+    type Args = Args;
+
+    const RETURN_DIRECT: bool = true;
+
+    fn typed_spec(&self) -> &TypedSpec<Args> {
         &self.spec
     }
 
-    fn return_direct(&self) -> bool {
-        true
-    }
-
-    async fn call(&self, args: Object, _ctx: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
-        Ok(ToolOutput::text(render_question(&args)))
+    async fn invoke(&self, args: Args, _ctx: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
+        Ok(ToolOutput::text(render_question(&args.into_object())))
     }
 }

@@ -1,17 +1,13 @@
 //! `bash` (spec 50 §4.1): run a command in the thread's sandbox.
 
-use std::sync::Arc;
-
-use antler_protocol::{Object, ToolSpec};
-use antler_runtime::{Tool, ToolContext, ToolError, ToolOutput};
+use antler_runtime::{ToolContext, ToolOutput, TypedSpec};
 use antler_sandbox::exec::timeout_notice;
 use antler_sandbox::truncate::middle_truncate;
 use antler_sandbox::{CommandRequest, SandboxError};
-use async_trait::async_trait;
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::json;
 
-use crate::env::{args, description_prop, fail, prepare, prop, spec, Step, ToolEnv};
+use crate::env::{fail, prepare, sandbox_tool, why, Step, ToolEnv};
 
 /// DeerFlow's message when host bash is off.
 pub const HOST_BASH_DISABLED: &str = "Error: Host bash execution is disabled for LocalSandboxProvider because it is not a secure sandbox boundary. Switch to AioSandboxProvider for isolated bash access, or set sandbox.allow_host_bash: true only in a fully trusted local environment.";
@@ -22,31 +18,25 @@ const DESCRIPTION: &str = "Run a bash command in the thread's Linux sandbox and 
 - The working directory is `/mnt/user-data/workspace`; refer to other files by absolute `/mnt/user-data/...` paths.
 - A command that runs in the foreground until the timeout is killed. Start servers and other long-lived processes in the background with their output redirected, e.g. `your-command > /mnt/user-data/workspace/server.log 2>&1 &`, then read the log or poll the port.";
 
-#[derive(Deserialize)]
-struct Args {
+/// `bash` arguments.
+#[derive(Deserialize, JsonSchema)]
+pub struct Args {
     #[allow(dead_code)]
-    #[serde(default)]
+    #[schemars(with = "String", description = why!("running this command"))]
     description: Option<String>,
+    /// The bash command to run. Use absolute paths for files and folders.
     command: String,
 }
 
 pub struct BashTool {
-    spec: Arc<ToolSpec>,
+    spec: TypedSpec<Args>,
     env: ToolEnv,
 }
 
 impl BashTool {
     pub fn new(env: ToolEnv) -> BashTool {
         BashTool {
-            spec: spec(
-                "bash",
-                DESCRIPTION,
-                json!({
-                    "description": description_prop("running this command"),
-                    "command": prop("string", "The bash command to run. Use absolute paths for files and folders."),
-                }),
-                &["description", "command"],
-            ),
+            spec: TypedSpec::new("bash", DESCRIPTION),
             env,
         }
     }
@@ -112,14 +102,4 @@ impl BashTool {
     }
 }
 
-#[async_trait]
-impl Tool for BashTool {
-    fn spec(&self) -> &Arc<ToolSpec> {
-        &self.spec
-    }
-
-    async fn call(&self, a: Object, ctx: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
-        let a: Args = args(a)?;
-        Ok(self.run(a, ctx).await.unwrap_or_else(ToolOutput::from))
-    }
-}
+sandbox_tool!(BashTool, Args);

@@ -8,14 +8,11 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
-use antler_protocol::{Object, ToolSpec};
-use antler_runtime::{ToolContext, ToolOutput};
-use antler_sandbox::sandbox::run_keys;
+use antler_runtime::{keys, ToolContext, ToolOutput};
 use antler_sandbox::{
     is_local_sandbox_id, LocalPolicy, Sandbox, SandboxError, SandboxProvider, SandboxSettings,
     ThreadDirs, ThreadPaths,
 };
-use serde_json::{json, Value};
 
 /// Everything a built-in tool needs from the rest of antler.
 #[derive(Clone)]
@@ -118,8 +115,7 @@ pub(crate) fn ensure_sandbox(env: &ToolEnv, ctx: &ToolContext<'_>) -> Step<Arc<d
     // so it is a safe per-run cache in front of `acquire`.
     let cached = ctx
         .run
-        .get(run_keys::SANDBOX_ID)
-        .and_then(|v| v.as_str().map(str::to_owned))
+        .get(&keys::SANDBOX_ID)
         .and_then(|id| env.provider.get(&id).map(|sb| (id, sb)));
     let (id, sb) = match cached {
         Some(found) => found,
@@ -156,11 +152,12 @@ pub(crate) fn ensure_sandbox(env: &ToolEnv, ctx: &ToolContext<'_>) -> Step<Arc<d
             "state names a sandbox other than the run's own; ignored"
         );
     }
-    ctx.run.set(run_keys::SANDBOX_ID, Value::from(id.as_str()));
+    ctx.run.set(&keys::SANDBOX_ID, id.clone());
     if recorded != Some(id.as_str()) {
         // Ask the SandboxMiddleware to record the id (it will not overwrite a differing one).
-        ctx.run
-            .set(&run_keys::acquired_by(ctx.call_id), Value::Bool(true));
+        ctx.run.update(&keys::SANDBOX_ACQUIRED_BY, |calls| {
+            calls.insert(ctx.call_id.to_owned())
+        });
     }
     Ok(sb)
 }
@@ -198,13 +195,11 @@ pub(crate) fn thread_paths(env: &ToolEnv, ctx: &ToolContext<'_>) -> Step<ThreadP
 /// Create the sandbox's thread folders once per run (they may have been removed since the
 /// sandbox was cached).
 pub(crate) fn ensure_thread_dirs(ctx: &ToolContext<'_>, paths: &ThreadPaths) {
-    if ctx.run.get(run_keys::THREAD_DIRS_CREATED).is_some() {
+    if ctx.run.get(&keys::THREAD_DIRS_CREATED).is_some() {
         return;
     }
     match paths.ensure_dirs() {
-        Ok(()) => ctx
-            .run
-            .set(run_keys::THREAD_DIRS_CREATED, Value::Bool(true)),
+        Ok(()) => ctx.run.set(&keys::THREAD_DIRS_CREATED, true),
         Err(e) => tracing::warn!(error = %e, "could not create the thread folders"),
     }
 }
@@ -256,44 +251,46 @@ pub(crate) fn detail(p: &Prepared, e: &SandboxError) -> String {
     p.mask(&format!("{}: {e}", e.kind_name()))
 }
 
-/// A JSON-schema property.
-pub(crate) fn prop(kind: &str, description: &str) -> Value {
-    json!({"type": kind, "description": description})
+/// The text of the `description` argument every sandbox tool takes first (DeerFlow's "explain
+/// why …, ALWAYS PROVIDE THIS PARAMETER FIRST").
+macro_rules! why {
+    ($what:literal) => {
+        concat!(
+            "Why you are ",
+            $what,
+            ", in a few words. Always give this argument first."
+        )
+    };
 }
+pub(crate) use why;
 
-/// An optional (nullable) property with a default.
-pub(crate) fn opt_prop(kind: &str, description: &str, default: Value) -> Value {
-    json!({"anyOf": [{"type": kind}, {"type": "null"}], "default": default, "description": description})
-}
+/// The [`TypedTool`](antler_runtime::TypedTool) impl of a sandbox tool: a struct with a
+/// `spec: TypedSpec<Args>` field and a `run(&self, Args, ToolContext) -> Step<ToolOutput>`
+/// method whose failures are already worded for the model.
+macro_rules! sandbox_tool {
+    ($tool:ty, $args:ty) => {
+        #[async_trait::async_trait]
+        impl antler_runtime::TypedTool for $tool {
+            type Args = $args;
 
-pub(crate) fn spec(
-    name: &str,
-    description: &str,
-    properties: Value,
-    required: &[&str],
-) -> Arc<ToolSpec> {
-    Arc::new(ToolSpec {
-        name: name.to_owned(),
-        description: description.to_owned(),
-        parameters: json!({"type": "object", "properties": properties, "required": required}),
-    })
-}
+            fn typed_spec(&self) -> &antler_runtime::TypedSpec<$args> {
+                &self.spec
+            }
 
-/// The `description` argument every sandbox tool takes first.
-pub(crate) fn description_prop(what: &str) -> Value {
-    prop(
-        "string",
-        &format!("Why you are {what}, in a few words. Always give this argument first."),
-    )
+            async fn invoke(
+                &self,
+                args: $args,
+                ctx: antler_runtime::ToolContext<'_>,
+            ) -> Result<antler_runtime::ToolOutput, antler_runtime::ToolError> {
+                Ok(self
+                    .run(args, ctx)
+                    .await
+                    .unwrap_or_else(antler_runtime::ToolOutput::from))
+            }
+        }
+    };
 }
-
-/// Parse arguments, treating `null` like an absent optional value.
-pub(crate) fn args<T: serde::de::DeserializeOwned>(
-    mut a: Object,
-) -> Result<T, antler_runtime::ToolError> {
-    a.retain(|_, v| !v.is_null());
-    antler_runtime::parse_args(a)
-}
+pub(crate) use sandbox_tool;
 
 /// Clamp a `max_results`: ≤ 0 → `default`, capped at `upper`.
 pub(crate) fn clamp_results(v: i64, default: usize, upper: usize) -> usize {

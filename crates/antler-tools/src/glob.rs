@@ -1,37 +1,41 @@
 //! `glob` (spec 50 §4.3): paths matching a pattern under a folder.
 
-use std::sync::Arc;
-
-use antler_protocol::{Object, ToolSpec};
-use antler_runtime::{Tool, ToolContext, ToolError, ToolOutput};
+use antler_runtime::{ToolContext, ToolOutput, TypedSpec};
 use antler_sandbox::SandboxError;
-use async_trait::async_trait;
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::json;
 
 use crate::env::{
-    args, blocking, clamp_results, description_prop, detail, fail, opt_prop, prepare, prop, spec,
-    Step, ToolEnv,
+    blocking, clamp_results, detail, fail, prepare, sandbox_tool, why, Step, ToolEnv,
 };
 
 pub const DEFAULT_MAX_RESULTS: usize = 200;
 pub const MAX_MAX_RESULTS: usize = 1_000;
 
-#[derive(Deserialize)]
-struct Args {
+/// `glob` arguments.
+#[derive(Deserialize, JsonSchema)]
+pub struct Args {
     #[allow(dead_code)]
-    #[serde(default)]
+    #[schemars(with = "String", description = why!("searching for these paths"))]
     description: Option<String>,
+    /// Glob pattern relative to `path`, e.g. `**/*.py`. `*` does not cross `/`.
     pattern: String,
+    /// The **absolute** folder to search under.
     path: String,
+    /// Also return matching folders.
     #[serde(default)]
     include_dirs: bool,
-    #[serde(default)]
-    max_results: Option<i64>,
+    /// Most paths to return (default 200).
+    #[serde(default = "default_max_results")]
+    max_results: i64,
+}
+
+fn default_max_results() -> i64 {
+    DEFAULT_MAX_RESULTS as i64
 }
 
 pub struct GlobTool {
-    spec: Arc<ToolSpec>,
+    spec: TypedSpec<Args>,
     env: ToolEnv,
     /// `max_results` from the tool's config entry.
     configured_max: usize,
@@ -40,17 +44,9 @@ pub struct GlobTool {
 impl GlobTool {
     pub fn new(env: ToolEnv, configured_max: Option<i64>) -> GlobTool {
         GlobTool {
-            spec: spec(
+            spec: TypedSpec::new(
                 "glob",
                 "Find files (and optionally folders) under a folder whose paths match a glob pattern.",
-                json!({
-                    "description": description_prop("searching for these paths"),
-                    "pattern": prop("string", "Glob pattern relative to `path`, e.g. `**/*.py`. `*` does not cross `/`."),
-                    "path": prop("string", "The **absolute** folder to search under."),
-                    "include_dirs": {"type": "boolean", "default": false, "description": "Also return matching folders."},
-                    "max_results": opt_prop("integer", "Most paths to return (default 200).", json!(DEFAULT_MAX_RESULTS)),
-                }),
-                &["description", "pattern", "path"],
             ),
             env,
             configured_max: clamp_results(configured_max.unwrap_or(DEFAULT_MAX_RESULTS as i64), DEFAULT_MAX_RESULTS, MAX_MAX_RESULTS),
@@ -59,12 +55,8 @@ impl GlobTool {
 
     async fn run(&self, a: Args, ctx: ToolContext<'_>) -> Step<ToolOutput> {
         let path = a.path;
-        let limit = clamp_results(
-            a.max_results.unwrap_or(DEFAULT_MAX_RESULTS as i64),
-            DEFAULT_MAX_RESULTS,
-            MAX_MAX_RESULTS,
-        )
-        .min(self.configured_max);
+        let limit = clamp_results(a.max_results, DEFAULT_MAX_RESULTS, MAX_MAX_RESULTS)
+            .min(self.configured_max);
         let p = prepare(&self.env, &ctx)?;
         if let Some(policy) = &p.policy {
             policy
@@ -105,14 +97,4 @@ impl GlobTool {
     }
 }
 
-#[async_trait]
-impl Tool for GlobTool {
-    fn spec(&self) -> &Arc<ToolSpec> {
-        &self.spec
-    }
-
-    async fn call(&self, a: Object, ctx: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
-        let a: Args = args(a)?;
-        Ok(self.run(a, ctx).await.unwrap_or_else(ToolOutput::from))
-    }
-}
+sandbox_tool!(GlobTool, Args);

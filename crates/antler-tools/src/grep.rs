@@ -1,41 +1,47 @@
 //! `grep` (spec 50 §4.4): matching lines in a file or under a folder.
 
-use std::sync::Arc;
-
-use antler_protocol::{Object, ToolSpec};
-use antler_runtime::{Tool, ToolContext, ToolError, ToolOutput};
+use antler_runtime::{ToolContext, ToolOutput, TypedSpec};
 use antler_sandbox::{GrepQuery, SandboxError};
-use async_trait::async_trait;
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::json;
 
 use crate::env::{
-    args, blocking, clamp_results, description_prop, detail, fail, opt_prop, prepare, prop, spec,
-    Step, ToolEnv,
+    blocking, clamp_results, detail, fail, prepare, sandbox_tool, why, Step, ToolEnv,
 };
 
 pub const DEFAULT_MAX_RESULTS: usize = 100;
 pub const MAX_MAX_RESULTS: usize = 500;
 
-#[derive(Deserialize)]
-struct Args {
+/// `grep` arguments.
+#[derive(Deserialize, JsonSchema)]
+pub struct Args {
     #[allow(dead_code)]
-    #[serde(default)]
+    #[schemars(with = "String", description = why!("searching these files"))]
     description: Option<String>,
+    /// Regular expression to look for (or plain text with `literal`).
     pattern: String,
+    /// The **absolute** file or folder to search.
     path: String,
+    /// Only search files whose relative path matches this glob, e.g. `**/*.py`.
     #[serde(default)]
     glob: Option<String>,
+    /// Treat `pattern` as plain text.
     #[serde(default)]
     literal: bool,
+    /// Match case exactly.
     #[serde(default)]
     case_sensitive: bool,
-    #[serde(default)]
-    max_results: Option<i64>,
+    /// Most matching lines to return (default 100).
+    #[serde(default = "default_max_results")]
+    max_results: i64,
+}
+
+fn default_max_results() -> i64 {
+    DEFAULT_MAX_RESULTS as i64
 }
 
 pub struct GrepTool {
-    spec: Arc<ToolSpec>,
+    spec: TypedSpec<Args>,
     env: ToolEnv,
     configured_max: usize,
 }
@@ -43,19 +49,9 @@ pub struct GrepTool {
 impl GrepTool {
     pub fn new(env: ToolEnv, configured_max: Option<i64>) -> GrepTool {
         GrepTool {
-            spec: spec(
+            spec: TypedSpec::new(
                 "grep",
                 "Search a text file, or the files under a folder, for lines matching a pattern.",
-                json!({
-                    "description": description_prop("searching these files"),
-                    "pattern": prop("string", "Regular expression to look for (or plain text with `literal`)."),
-                    "path": prop("string", "The **absolute** file or folder to search."),
-                    "glob": opt_prop("string", "Only search files whose relative path matches this glob, e.g. `**/*.py`.", json!(null)),
-                    "literal": {"type": "boolean", "default": false, "description": "Treat `pattern` as plain text."},
-                    "case_sensitive": {"type": "boolean", "default": false, "description": "Match case exactly."},
-                    "max_results": opt_prop("integer", "Most matching lines to return (default 100).", json!(DEFAULT_MAX_RESULTS)),
-                }),
-                &["description", "pattern", "path"],
             ),
             env,
             configured_max: clamp_results(
@@ -68,12 +64,8 @@ impl GrepTool {
 
     async fn run(&self, a: Args, ctx: ToolContext<'_>) -> Step<ToolOutput> {
         let path = a.path;
-        let limit = clamp_results(
-            a.max_results.unwrap_or(DEFAULT_MAX_RESULTS as i64),
-            DEFAULT_MAX_RESULTS,
-            MAX_MAX_RESULTS,
-        )
-        .min(self.configured_max);
+        let limit = clamp_results(a.max_results, DEFAULT_MAX_RESULTS, MAX_MAX_RESULTS)
+            .min(self.configured_max);
         let p = prepare(&self.env, &ctx)?;
         if let Some(policy) = &p.policy {
             policy
@@ -124,14 +116,4 @@ impl GrepTool {
     }
 }
 
-#[async_trait]
-impl Tool for GrepTool {
-    fn spec(&self) -> &Arc<ToolSpec> {
-        &self.spec
-    }
-
-    async fn call(&self, a: Object, ctx: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
-        let a: Args = args(a)?;
-        Ok(self.run(a, ctx).await.unwrap_or_else(ToolOutput::from))
-    }
-}
+sandbox_tool!(GrepTool, Args);

@@ -1,45 +1,36 @@
 //! `ls` (spec 50 §4.2): a flat, sorted listing two levels deep; folders end with `/`.
 
-use std::sync::Arc;
-
-use antler_protocol::{Object, ToolSpec};
-use antler_runtime::{Tool, ToolContext, ToolError, ToolOutput};
+use antler_runtime::{ToolContext, ToolOutput, TypedSpec};
 use antler_sandbox::mapping::is_under;
 use antler_sandbox::paths::VIRTUAL_USER_DATA;
 use antler_sandbox::truncate::{head_truncate, LS_HINT};
 use antler_sandbox::SandboxError;
-use async_trait::async_trait;
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::json;
 
-use crate::env::{
-    args, blocking, description_prop, detail, fail, prepare, prop, spec, Step, ToolEnv,
-};
+use crate::env::{blocking, detail, fail, prepare, sandbox_tool, why, Step, ToolEnv};
 
-#[derive(Deserialize)]
-struct Args {
+/// `ls` arguments.
+#[derive(Deserialize, JsonSchema)]
+pub struct Args {
     #[allow(dead_code)]
-    #[serde(default)]
+    #[schemars(with = "String", description = why!("listing this folder"))]
     description: Option<String>,
+    /// The **absolute** path of the folder to list.
     path: String,
 }
 
 pub struct LsTool {
-    spec: Arc<ToolSpec>,
+    spec: TypedSpec<Args>,
     env: ToolEnv,
 }
 
 impl LsTool {
     pub fn new(env: ToolEnv) -> LsTool {
         LsTool {
-            spec: spec(
+            spec: TypedSpec::new(
                 "ls",
                 "List a folder's files and subfolders, two levels deep, one absolute path per line (folders end with `/`).",
-                json!({
-                    "description": description_prop("listing this folder"),
-                    "path": prop("string", "The **absolute** path of the folder to list."),
-                }),
-                &["description", "path"],
             ),
             env,
         }
@@ -90,14 +81,4 @@ impl LsTool {
     }
 }
 
-#[async_trait]
-impl Tool for LsTool {
-    fn spec(&self) -> &Arc<ToolSpec> {
-        &self.spec
-    }
-
-    async fn call(&self, a: Object, ctx: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
-        let a: Args = args(a)?;
-        Ok(self.run(a, ctx).await.unwrap_or_else(ToolOutput::from))
-    }
-}
+sandbox_tool!(LsTool, Args);

@@ -3,26 +3,27 @@
 //! de-duplication), so parallel calls never lose or duplicate paths.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
-use antler_protocol::{Message, Object, StateUpdate, ToolMessage, ToolSpec};
-use antler_runtime::{Command, Tool, ToolContext, ToolError, ToolOutput};
+use antler_protocol::{Message, StateUpdate, ToolMessage};
+use antler_runtime::{Command, ToolContext, ToolError, ToolOutput, TypedSpec, TypedTool};
 use antler_sandbox::mapping::reject_traversal;
 use antler_sandbox::paths::{ThreadDirs, VIRTUAL_OUTPUTS};
 use antler_sandbox::{SandboxError, ThreadRoots};
 use async_trait::async_trait;
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::json;
 
-use crate::env::{spec, Fail, ToolEnv};
+use crate::env::{Fail, ToolEnv};
 
-#[derive(Deserialize)]
-struct Args {
+/// `present_files` arguments.
+#[derive(Deserialize, JsonSchema)]
+pub struct Args {
+    /// Absolute paths of the files to present. **Only** files under `/mnt/user-data/outputs` can be presented.
     filepaths: Vec<String>,
 }
 
 pub struct PresentFilesTool {
-    spec: Arc<ToolSpec>,
+    spec: TypedSpec<Args>,
     env: ToolEnv,
 }
 
@@ -74,17 +75,9 @@ fn normalize(dirs: &ThreadDirs, filepath: &str) -> Result<String, String> {
 impl PresentFilesTool {
     pub fn new(env: ToolEnv) -> PresentFilesTool {
         PresentFilesTool {
-            spec: spec(
+            spec: TypedSpec::new(
                 "present_files",
                 "Show files to the user so they can open, view or download them in the client.\n\nUse it for deliverables once they are written to `/mnt/user-data/outputs` — not for intermediate files or files you only need to read yourself. Several files can be presented in one call, and it is safe to call in parallel with other tools.",
-                json!({
-                    "filepaths": {
-                        "type": "array",
-                        "items": {"type": "string"},
-                        "description": "Absolute paths of the files to present. **Only** files under `/mnt/user-data/outputs` can be presented.",
-                    }
-                }),
-                &["filepaths"],
             ),
             env,
         }
@@ -115,13 +108,14 @@ fn reply(ctx: &ToolContext<'_>, text: String, ok: bool) -> ToolMessage {
 }
 
 #[async_trait]
-impl Tool for PresentFilesTool {
-    fn spec(&self) -> &Arc<ToolSpec> {
+impl TypedTool for PresentFilesTool {
+    type Args = Args;
+
+    fn typed_spec(&self) -> &TypedSpec<Args> {
         &self.spec
     }
 
-    async fn call(&self, a: Object, ctx: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
-        let a: Args = crate::env::args(a)?;
+    async fn invoke(&self, a: Args, ctx: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
         let update = match self.resolve(&a, &ctx) {
             Ok(paths) => StateUpdate {
                 artifacts: Some(paths),

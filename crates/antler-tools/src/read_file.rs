@@ -1,19 +1,13 @@
 //! `read_file` (spec 50 §4.5): UTF-8 text, whole or a 1-indexed inclusive line range.
 
-use std::sync::Arc;
-
-use antler_protocol::{Object, ToolSpec};
-use antler_runtime::{Tool, ToolContext, ToolError, ToolOutput};
+use antler_runtime::{ToolContext, ToolOutput, TypedSpec};
 use antler_sandbox::truncate::{head_truncate, READ_FILE_HINT};
 use antler_sandbox::SandboxError;
-use async_trait::async_trait;
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::env::{
-    args, blocking, description_prop, detail, fail, opt_prop, prepare, prop, spec, Prepared, Step,
-    ToolEnv,
-};
+use crate::env::{blocking, detail, fail, prepare, sandbox_tool, why, Prepared, Step, ToolEnv};
 
 /// What the model reads for a file that is not UTF-8 text.
 pub fn binary_file_message(path: &str) -> String {
@@ -22,20 +16,24 @@ pub fn binary_file_message(path: &str) -> String {
     )
 }
 
-#[derive(Deserialize)]
-struct Args {
+/// `read_file` arguments.
+#[derive(Deserialize, JsonSchema)]
+pub struct Args {
     #[allow(dead_code)]
-    #[serde(default)]
+    #[schemars(with = "String", description = why!("reading this file"))]
     description: Option<String>,
+    /// The **absolute** path of the file to read.
     path: String,
+    /// First line to read, 1-indexed and inclusive. Omit to start at the top.
     #[serde(default)]
     start_line: Option<i64>,
+    /// Last line to read, 1-indexed and inclusive. Omit to read to the end.
     #[serde(default)]
     end_line: Option<i64>,
 }
 
 pub struct ReadFileTool {
-    spec: Arc<ToolSpec>,
+    spec: TypedSpec<Args>,
     env: ToolEnv,
 }
 
@@ -57,16 +55,9 @@ pub(crate) fn read_error(p: &Prepared, path: &str, e: SandboxError) -> crate::en
 impl ReadFileTool {
     pub fn new(env: ToolEnv) -> ReadFileTool {
         ReadFileTool {
-            spec: spec(
+            spec: TypedSpec::new(
                 "read_file",
                 "Read a text file (source code, configuration, logs, documents converted to Markdown). Large files can be read in parts with a line range.",
-                json!({
-                    "description": description_prop("reading this file"),
-                    "path": prop("string", "The **absolute** path of the file to read."),
-                    "start_line": opt_prop("integer", "First line to read, 1-indexed and inclusive. Omit to start at the top.", json!(null)),
-                    "end_line": opt_prop("integer", "Last line to read, 1-indexed and inclusive. Omit to read to the end.", json!(null)),
-                }),
-                &["description", "path"],
             ),
             env,
         }
@@ -156,14 +147,4 @@ impl ReadFileTool {
     }
 }
 
-#[async_trait]
-impl Tool for ReadFileTool {
-    fn spec(&self) -> &Arc<ToolSpec> {
-        &self.spec
-    }
-
-    async fn call(&self, a: Object, ctx: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
-        let a: Args = args(a)?;
-        Ok(self.run(a, ctx).await.unwrap_or_else(ToolOutput::from))
-    }
-}
+sandbox_tool!(ReadFileTool, Args);

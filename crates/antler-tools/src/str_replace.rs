@@ -1,35 +1,34 @@
 //! `str_replace` (spec 50 §4.7): replace a substring in a file. antler requires the match to be
 //! unique unless `replace_all` is set (DESIGN §7; DeerFlow silently replaces the first).
 
-use std::sync::Arc;
-
-use antler_protocol::{Object, ToolSpec};
-use antler_runtime::{Tool, ToolContext, ToolError, ToolOutput};
+use antler_runtime::{ToolContext, ToolOutput, TypedSpec};
 use antler_sandbox::SandboxError;
-use async_trait::async_trait;
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::json;
 
-use crate::env::{
-    args, blocking, description_prop, detail, fail, prepare, prop, spec, Prepared, Step, ToolEnv,
-};
+use crate::env::{blocking, detail, fail, prepare, sandbox_tool, why, Prepared, Step, ToolEnv};
 use crate::read_file::binary_file_message;
 use crate::write_file::lock_key;
 
-#[derive(Deserialize)]
-struct Args {
+/// `str_replace` arguments.
+#[derive(Deserialize, JsonSchema)]
+pub struct Args {
     #[allow(dead_code)]
-    #[serde(default)]
+    #[schemars(with = "String", description = why!("changing this file"))]
     description: Option<String>,
+    /// The **absolute** path of the file to edit. Give it second.
     path: String,
+    /// The exact text to replace. Give it third.
     old_str: String,
+    /// The replacement text. Give it fourth.
     new_str: String,
+    /// Replace every occurrence instead of requiring exactly one.
     #[serde(default)]
     replace_all: bool,
 }
 
 pub struct StrReplaceTool {
-    spec: Arc<ToolSpec>,
+    spec: TypedSpec<Args>,
     env: ToolEnv,
 }
 
@@ -54,17 +53,9 @@ fn replace_error(p: &Prepared, path: &str, e: SandboxError) -> crate::env::Fail 
 impl StrReplaceTool {
     pub fn new(env: ToolEnv) -> StrReplaceTool {
         StrReplaceTool {
-            spec: spec(
+            spec: TypedSpec::new(
                 "str_replace",
                 "Replace text in a file. Unless `replace_all` is true, `old_str` must occur exactly once: include enough surrounding lines to make it unique.",
-                json!({
-                    "description": description_prop("changing this file"),
-                    "path": prop("string", "The **absolute** path of the file to edit. Give it second."),
-                    "old_str": prop("string", "The exact text to replace. Give it third."),
-                    "new_str": prop("string", "The replacement text. Give it fourth."),
-                    "replace_all": {"type": "boolean", "default": false, "description": "Replace every occurrence instead of requiring exactly one."},
-                }),
-                &["description", "path", "old_str", "new_str"],
             ),
             env,
         }
@@ -114,14 +105,4 @@ impl StrReplaceTool {
     }
 }
 
-#[async_trait]
-impl Tool for StrReplaceTool {
-    fn spec(&self) -> &Arc<ToolSpec> {
-        &self.spec
-    }
-
-    async fn call(&self, a: Object, ctx: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
-        let a: Args = args(a)?;
-        Ok(self.run(a, ctx).await.unwrap_or_else(ToolOutput::from))
-    }
-}
+sandbox_tool!(StrReplaceTool, Args);

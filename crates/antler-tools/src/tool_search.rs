@@ -15,15 +15,14 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use antler_protocol::{Message, Object, Promoted, StateUpdate, ToolMessage, ToolSpec};
-use antler_runtime::{Command, Tool, ToolContext, ToolError, ToolOutput};
+use antler_protocol::{Message, Promoted, StateUpdate, ToolMessage, ToolSpec};
+use antler_runtime::{Command, ToolContext, ToolError, ToolOutput, TypedSpec, TypedTool};
 use async_trait::async_trait;
 use regex::{Regex, RegexBuilder};
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-
-use crate::env::spec;
 
 /// Most tools a ranked search returns.
 pub const MAX_RESULTS: usize = 5;
@@ -210,14 +209,16 @@ fn escape_text(s: &str) -> String {
         .replace('>', "&gt;")
 }
 
-#[derive(Deserialize)]
-struct Args {
+/// `tool_search` arguments.
+#[derive(Deserialize, JsonSchema)]
+pub struct Args {
+    /// What to look for: `select:name1,name2`, `+required rest`, or keywords (a regular expression).
     query: String,
 }
 
 /// The `tool_search` tool over one deferred catalog.
 pub struct ToolSearchTool {
-    spec: Arc<ToolSpec>,
+    spec: TypedSpec<Args>,
     catalog: DeferredCatalog,
 }
 
@@ -225,7 +226,7 @@ impl ToolSearchTool {
     /// A `tool_search` over the deferred tools' specs (the MCP tools whose schemas are hidden).
     pub fn new(deferred: Vec<Arc<ToolSpec>>) -> Self {
         ToolSearchTool {
-            spec: spec(
+            spec: TypedSpec::new(
                 "tool_search",
                 "Fetch the full schemas of deferred tools so you can call them.\n\n\
 Deferred tools are listed by name only in <available-deferred-tools>; until you fetch a tool \
@@ -235,13 +236,6 @@ Query forms:\n\
   - \"select:Read,Edit\" -- these exact tools, by name\n\
   - \"notebook jupyter\" -- keyword search, best matches first (at most 5)\n\
   - \"+slack send\" -- \"slack\" must be in the name, the remaining words rank the results",
-                json!({
-                    "query": {
-                        "type": "string",
-                        "description": "What to look for: `select:name1,name2`, `+required rest`, or keywords (a regular expression).",
-                    }
-                }),
-                &["query"],
             ),
             catalog: DeferredCatalog::new(deferred),
         }
@@ -263,13 +257,14 @@ Query forms:\n\
 }
 
 #[async_trait]
-impl Tool for ToolSearchTool {
-    fn spec(&self) -> &Arc<ToolSpec> {
+impl TypedTool for ToolSearchTool {
+    type Args = Args;
+
+    fn typed_spec(&self) -> &TypedSpec<Args> {
         &self.spec
     }
 
-    async fn call(&self, a: Object, ctx: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
-        let a: Args = crate::env::args(a)?;
+    async fn invoke(&self, a: Args, ctx: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
         let matched = self.catalog.search(&a.query);
         let (content, names) = if matched.is_empty() {
             (format!("No tools found matching: {}", a.query), Vec::new())

@@ -3,29 +3,31 @@
 //! the image to the next model request.
 
 use std::io::Read;
-use std::sync::Arc;
 
-use antler_protocol::{Message, Object, StateUpdate, ToolMessage, ToolSpec};
-use antler_runtime::{Command, Tool, ToolContext, ToolError, ToolOutput};
+use antler_protocol::{Message, Object, StateUpdate, ToolMessage};
+use antler_runtime::{Command, ToolContext, ToolError, ToolOutput, TypedSpec, TypedTool};
 use antler_sandbox::paths::{VIRTUAL_OUTPUTS, VIRTUAL_UPLOADS, VIRTUAL_WORKSPACE};
 use antler_sandbox::{LocalPolicy, SandboxError};
 use async_trait::async_trait;
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::env::{prop, spec, Fail, ToolEnv};
+use crate::env::{Fail, ToolEnv};
 
 /// Largest image accepted (20 MiB).
 pub const MAX_IMAGE_BYTES: u64 = 20 * 1024 * 1024;
 const EXTENSIONS: &[&str] = &[".jpg", ".jpeg", ".png", ".webp", ".gif"];
 
-#[derive(Deserialize)]
-struct Args {
+/// `view_image` arguments.
+#[derive(Deserialize, JsonSchema)]
+pub struct Args {
+    /// Absolute path of the image, under /mnt/user-data/workspace, /mnt/user-data/uploads or /mnt/user-data/outputs.
     image_path: String,
 }
 
 pub struct ViewImageTool {
-    spec: Arc<ToolSpec>,
+    spec: TypedSpec<Args>,
     env: ToolEnv,
 }
 
@@ -56,11 +58,9 @@ fn mime_for_ext(ext: &str) -> &'static str {
 impl ViewImageTool {
     pub fn new(env: ToolEnv) -> ViewImageTool {
         ViewImageTool {
-            spec: spec(
+            spec: TypedSpec::new(
                 "view_image",
                 "Look at an image file (JPEG, PNG, WebP or GIF, up to 20 MB) from the thread's workspace, uploads or outputs. The image is shown to you on your next turn.",
-                json!({"image_path": prop("string", "Absolute path of the image, under /mnt/user-data/workspace, /mnt/user-data/uploads or /mnt/user-data/outputs.")}),
-                &["image_path"],
             ),
             env,
         }
@@ -133,13 +133,14 @@ impl ViewImageTool {
 }
 
 #[async_trait]
-impl Tool for ViewImageTool {
-    fn spec(&self) -> &Arc<ToolSpec> {
+impl TypedTool for ViewImageTool {
+    type Args = Args;
+
+    fn typed_spec(&self) -> &TypedSpec<Args> {
         &self.spec
     }
 
-    async fn call(&self, a: Object, ctx: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
-        let a: Args = crate::env::args(a)?;
+    async fn invoke(&self, a: Args, ctx: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
         let reply = |text: String, ok: bool| {
             let mut m = if ok {
                 ToolMessage::new(ctx.call_id, text)

@@ -1,19 +1,13 @@
 //! `write_file` (spec 50 §4.6): create or overwrite a text file, or append to it.
 
-use std::sync::Arc;
-
-use antler_protocol::{Object, ToolSpec};
-use antler_runtime::{Tool, ToolContext, ToolError, ToolOutput};
+use antler_runtime::{ToolContext, ToolOutput, TypedSpec};
 use antler_sandbox::mapping::is_under;
 use antler_sandbox::paths::VIRTUAL_USER_DATA;
 use antler_sandbox::SandboxError;
-use async_trait::async_trait;
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::json;
 
-use crate::env::{
-    args, blocking, description_prop, detail, fail, prepare, prop, spec, Prepared, Step, ToolEnv,
-};
+use crate::env::{blocking, detail, fail, prepare, sandbox_tool, why, Prepared, Step, ToolEnv};
 
 /// Default cap on one non-append write (80 KiB).
 pub const DEFAULT_MAX_BYTES: i64 = 80 * 1024;
@@ -43,19 +37,23 @@ fn bound(detail: String) -> String {
     format!("{h}{}{t}", marker(n - head - tail))
 }
 
-#[derive(Deserialize)]
-struct Args {
+/// `write_file` arguments.
+#[derive(Deserialize, JsonSchema)]
+pub struct Args {
     #[allow(dead_code)]
-    #[serde(default)]
+    #[schemars(with = "String", description = why!("writing this file"))]
     description: Option<String>,
+    /// The **absolute** path of the file to write. Give it second.
     path: String,
+    /// The text to write. Give it third.
     content: String,
+    /// Append to the end of the file instead of replacing it.
     #[serde(default)]
     append: bool,
 }
 
 pub struct WriteFileTool {
-    spec: Arc<ToolSpec>,
+    spec: TypedSpec<Args>,
     env: ToolEnv,
 }
 
@@ -86,16 +84,9 @@ fn write_error(p: &Prepared, path: &str, e: SandboxError) -> crate::env::Fail {
 impl WriteFileTool {
     pub fn new(env: ToolEnv) -> WriteFileTool {
         WriteFileTool {
-            spec: spec(
+            spec: TypedSpec::new(
                 "write_file",
                 "Write text to a file, creating it and its folders if needed. Overwrites by default; set `append` to add to the end instead.\n\nOne overwriting call may carry at most 80 KB. For longer documents write the first part, then add the rest with `append: true` calls, or edit parts later with `str_replace`.",
-                json!({
-                    "description": description_prop("writing this file"),
-                    "path": prop("string", "The **absolute** path of the file to write. Give it second."),
-                    "content": prop("string", "The text to write. Give it third."),
-                    "append": {"type": "boolean", "default": false, "description": "Append to the end of the file instead of replacing it."},
-                }),
-                &["description", "path", "content"],
             ),
             env,
         }
@@ -131,17 +122,7 @@ impl WriteFileTool {
     }
 }
 
-#[async_trait]
-impl Tool for WriteFileTool {
-    fn spec(&self) -> &Arc<ToolSpec> {
-        &self.spec
-    }
-
-    async fn call(&self, a: Object, ctx: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
-        let a: Args = args(a)?;
-        Ok(self.run(a, ctx).await.unwrap_or_else(ToolOutput::from))
-    }
-}
+sandbox_tool!(WriteFileTool, Args);
 
 #[cfg(test)]
 mod tests {

@@ -5,13 +5,11 @@
 
 use std::sync::Arc;
 
-use antler_protocol::{Message, Object, StateUpdate, Todo, ToolMessage, ToolSpec};
-use antler_runtime::{Command, Tool, ToolContext, ToolError, ToolOutput};
+use antler_protocol::{Message, StateUpdate, Todo, ToolMessage};
+use antler_runtime::{Command, Tool, ToolContext, ToolError, ToolOutput, TypedSpec, TypedTool};
 use async_trait::async_trait;
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::json;
-
-use crate::env::spec;
 
 /// The tool's name.
 pub const NAME: &str = "write_todos";
@@ -32,9 +30,32 @@ How to use it:
 - Remove items that no longer apply, and split vague items into concrete ones.
 - Call this tool at most once per response, never several times in parallel.";
 
-#[derive(Deserialize)]
-struct Args {
+/// `write_todos` arguments.
+#[derive(Deserialize, JsonSchema)]
+pub struct Args {
+    /// The complete, updated todo list.
+    #[schemars(with = "Vec<TodoItem>")]
     todos: Vec<Todo>,
+}
+
+// The schema of one `Todo` as the model is offered it (the list is parsed into `Todo`); a
+// plain comment, since a doc comment would become the schema's description.
+#[allow(dead_code)]
+#[derive(JsonSchema)]
+struct TodoItem {
+    /// What this item is about.
+    content: String,
+    /// The item's current status.
+    status: StatusSchema,
+}
+
+#[allow(dead_code)]
+#[derive(JsonSchema)]
+#[serde(rename_all = "snake_case")]
+enum StatusSchema {
+    Pending,
+    InProgress,
+    Completed,
 }
 
 /// `write_todos` — register it only for plan-mode runs.
@@ -43,7 +64,7 @@ pub fn write_todos_tool() -> Arc<dyn Tool> {
 }
 
 pub struct WriteTodosTool {
-    spec: Arc<ToolSpec>,
+    spec: TypedSpec<Args>,
 }
 
 impl Default for WriteTodosTool {
@@ -55,41 +76,21 @@ impl Default for WriteTodosTool {
 impl WriteTodosTool {
     pub fn new() -> Self {
         WriteTodosTool {
-            spec: spec(
-                NAME,
-                DESCRIPTION,
-                json!({
-                    "todos": {
-                        "type": "array",
-                        "description": "The complete, updated todo list.",
-                        "items": {
-                            "type": "object",
-                            "properties": {
-                                "content": {"type": "string", "description": "What this item is about."},
-                                "status": {
-                                    "type": "string",
-                                    "enum": ["pending", "in_progress", "completed"],
-                                    "description": "The item's current status."
-                                }
-                            },
-                            "required": ["content", "status"]
-                        }
-                    }
-                }),
-                &["todos"],
-            ),
+            spec: TypedSpec::new(NAME, DESCRIPTION),
         }
     }
 }
 
 #[async_trait]
-impl Tool for WriteTodosTool {
-    fn spec(&self) -> &Arc<ToolSpec> {
+impl TypedTool for WriteTodosTool {
+    type Args = Args;
+
+    fn typed_spec(&self) -> &TypedSpec<Args> {
         &self.spec
     }
 
-    async fn call(&self, args: Object, ctx: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
-        let Args { todos } = crate::env::args(args)?;
+    async fn invoke(&self, args: Args, ctx: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
+        let Args { todos } = args;
         let listed = serde_json::to_string(&todos)
             .map_err(|e| ToolError::Failed(format!("could not encode the todo list: {e}")))?;
         let msg =
@@ -109,8 +110,9 @@ impl Tool for WriteTodosTool {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
-    use antler_protocol::{ThreadState, TodoStatus};
+    use antler_protocol::{Object, ThreadState, TodoStatus};
     use antler_runtime::{NullSink, RunContext};
+    use serde_json::json;
 
     async fn call(args: serde_json::Value) -> Result<ToolOutput, ToolError> {
         let state = ThreadState::default();

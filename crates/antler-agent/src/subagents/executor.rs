@@ -357,7 +357,7 @@ fn child_context(
         .with_assistant(assistant)
         .with_cancel(parent.cancel.child_token())
         .with_observer(Arc::new(UsageObserver(capture)));
-    ctx.set("caller", Value::String(caller));
+    ctx.set(&antler_runtime::keys::CALLER, caller);
     Arc::new(ctx)
 }
 

@@ -9,11 +9,14 @@
 
 use std::sync::Arc;
 
-use antler_protocol::{Delegation, Message, Object, StateUpdate, ToolMessage, ToolSpec};
-use antler_runtime::{now_rfc3339, Command, Tool, ToolContext, ToolError, ToolOutput};
+use antler_protocol::{Delegation, Message, StateUpdate, ToolMessage};
+use antler_runtime::{
+    now_rfc3339, Command, Tool, ToolContext, ToolError, ToolOutput, TypedSpec, TypedTool,
+};
 use async_trait::async_trait;
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::executor::{SubagentExecutor, TaskCall};
 use super::types::{
@@ -46,17 +49,21 @@ Count these costs: repeating the same repository discovery in several contexts; 
 
 The call waits for the subagent and returns its final answer; there is nothing to poll.";
 
-#[derive(Deserialize)]
-struct Args {
-    #[serde(default)]
-    description: String,
+/// `task` arguments.
+#[derive(Deserialize, JsonSchema)]
+pub struct Args {
+    /// A short (3-5 word) description of the task, for logs and display. ALWAYS PROVIDE THIS PARAMETER FIRST.
+    #[schemars(with = "String")]
+    description: Option<String>,
+    /// The full task for the subagent: specific and self-contained, since it sees nothing of this conversation. ALWAYS PROVIDE THIS PARAMETER SECOND.
     prompt: String,
+    /// The type of subagent to use (the list is filled in when the tool is built).
     subagent_type: String,
 }
 
 /// The `task` tool.
 pub struct TaskTool {
-    spec: Arc<ToolSpec>,
+    spec: TypedSpec<Args>,
     executor: Arc<SubagentExecutor>,
 }
 
@@ -72,44 +79,29 @@ impl TaskTool {
             .available_description(executor.bash_available());
         let types = executor.available_types();
         let description = format!("{DESCRIPTION}\n\nAvailable subagent types:\n{listing}");
-        let spec = Arc::new(ToolSpec {
-            name: "task".into(),
-            description,
-            parameters: json!({
-                "type": "object",
-                "properties": {
-                    "description": {
-                        "type": "string",
-                        "description": "A short (3-5 word) description of the task, for logs and display. ALWAYS PROVIDE THIS PARAMETER FIRST.",
-                    },
-                    "prompt": {
-                        "type": "string",
-                        "description": "The full task for the subagent: specific and self-contained, since it sees nothing of this conversation. ALWAYS PROVIDE THIS PARAMETER SECOND.",
-                    },
-                    "subagent_type": {
-                        "type": "string",
-                        "description": format!("The type of subagent to use ({}). ALWAYS PROVIDE THIS PARAMETER THIRD.", types.join(", ")),
-                    },
-                },
-                "required": ["description", "prompt", "subagent_type"],
-            }),
-        });
+        let spec = TypedSpec::new("task", description).describe(
+            "subagent_type",
+            format!(
+                "The type of subagent to use ({}). ALWAYS PROVIDE THIS PARAMETER THIRD.",
+                types.join(", ")
+            ),
+        );
         TaskTool { spec, executor }
     }
 }
 
 #[async_trait]
-impl Tool for TaskTool {
-    fn spec(&self) -> &Arc<ToolSpec> {
+impl TypedTool for TaskTool {
+    type Args = Args;
+
+    fn typed_spec(&self) -> &TypedSpec<Args> {
         &self.spec
     }
 
-    async fn call(&self, mut args: Object, ctx: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
-        args.retain(|_, v| !v.is_null());
-        let a: Args = antler_runtime::parse_args(args)?;
+    async fn invoke(&self, a: Args, ctx: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
         let call = TaskCall {
             id: ctx.call_id,
-            description: &a.description,
+            description: a.description.as_deref().unwrap_or_default(),
             prompt: &a.prompt,
             subagent_type: &a.subagent_type,
         };

@@ -623,7 +623,7 @@ async fn hard_stop_strips_tool_calls_and_stamps_loop_capped_once() {
     let msg = stopped(apply(&m, vec![bash("ls")], &r).await);
     assert!(msg.tool_calls.is_empty());
     assert!(msg.content.text().contains(HARD_STOP_MSG));
-    assert_eq!(r.get("stop_reason"), Some(json!("loop_capped")));
+    assert_eq!(r.get(&keys::STOP_REASON), Some("loop_capped".to_owned()));
     assert_eq!(
         m.consume_stop_reason("test-run").as_deref(),
         Some("loop_capped")
@@ -638,7 +638,7 @@ async fn warnings_alone_never_stamp_a_stop_reason() {
     apply(&m, vec![bash("ls")], &r).await;
     apply(&m, vec![bash("ls")], &r).await;
     assert_eq!(m.consume_stop_reason("test-run"), None);
-    assert_eq!(r.get("stop_reason"), None);
+    assert_eq!(r.get(&keys::STOP_REASON), None);
 }
 
 #[tokio::test]
@@ -666,7 +666,7 @@ async fn a_run_without_an_id_still_records_its_stop_reason_in_the_run_context() 
     for _ in 0..4 {
         apply(&m, vec![bash("ls")], &r).await;
     }
-    assert_eq!(r.get("stop_reason"), Some(json!("loop_capped")));
+    assert_eq!(r.get(&keys::STOP_REASON), Some("loop_capped".to_owned()));
 }
 
 #[test]
@@ -1111,7 +1111,7 @@ async fn an_endless_loop_is_warned_then_stopped_on_the_fifth_call() {
 
     assert_eq!(out.status, RunStatus::Success, "{:?}", out.error);
     assert_eq!(out.stop_reason.as_deref(), Some("loop_capped"));
-    assert_eq!(r.get("stop_reason"), Some(json!("loop_capped")));
+    assert_eq!(r.get(&keys::STOP_REASON), Some("loop_capped".to_owned()));
     let reqs = model.requests();
     assert_eq!(reqs.len(), 5, "hard stop on the fifth response");
     let counts: Vec<usize> = reqs

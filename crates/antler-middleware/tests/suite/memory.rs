@@ -124,11 +124,13 @@ async fn trace_id_and_agent_come_from_the_run_when_not_configured() {
     let rec = Arc::new(Recorder::default());
     let mw = MemoryMiddleware::new(rec.clone());
     let state = state_of(vec![human("h1", "q"), ai("a1", "a")]);
+    let mut extra = serde_json::Map::new();
+    extra.insert("trace_id".into(), json!("trace-42"));
     let run = RunContext::new("t", "r", Arc::new(NullSink)).with_options(RunOptions {
         agent_name: Some("coder".into()),
+        extra,
         ..Default::default()
     });
-    run.set("trace_id", json!("trace-42"));
     mw.after_agent(&state, &run).await.unwrap();
     let got = rec.0.lock().unwrap();
     assert_eq!(got[0].trace_id.as_deref(), Some("trace-42"));

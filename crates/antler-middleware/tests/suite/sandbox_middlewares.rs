@@ -15,7 +15,6 @@ use antler_protocol::{
     ToolStatus,
 };
 use antler_runtime::*;
-use antler_sandbox::sandbox::run_keys;
 use antler_sandbox::{
     Confine, ConfinementStatus, LocalSandboxProvider, Sandbox, SandboxError, SandboxProvider,
     SandboxSettings,
@@ -107,9 +106,10 @@ impl Tool for Acquirer {
                 .provider
                 .acquire(Some(&ctx.run.thread_id), None)
                 .map_err(|e| ToolError::Failed(e.to_string()))?;
-            ctx.run.set(run_keys::SANDBOX_ID, id.into());
-            ctx.run
-                .set(&run_keys::acquired_by(ctx.call_id), Value::Bool(true));
+            ctx.run.set(&keys::SANDBOX_ID, id);
+            ctx.run.update(&keys::SANDBOX_ACQUIRED_BY, |calls| {
+                calls.insert(ctx.call_id.to_owned())
+            });
         }
         if self.command {
             let mut m = ToolMessage::new(ctx.call_id, "cmd").with_name(self.name().to_owned());

@@ -185,7 +185,7 @@ fn excess_task_calls_are_truncated_keeping_other_calls_and_mirrors_in_sync() {
         "dispatching",
         "no notice while budget remains"
     );
-    assert_eq!(run.get("stop_reason"), None);
+    assert_eq!(run.get(&keys::STOP_REASON), None);
 }
 
 #[test]
@@ -202,7 +202,7 @@ fn prior_delegations_of_this_run_reduce_the_budget() {
     let out = mw.truncate(&st, &run).unwrap();
     assert_eq!(ids(&out), ["t1"]);
     assert_eq!(out.content.text(), "dispatching");
-    assert_eq!(run.get("stop_reason"), None);
+    assert_eq!(run.get(&keys::STOP_REASON), None);
 }
 
 #[test]
@@ -250,7 +250,10 @@ fn an_exhausted_budget_drops_every_task_call_and_adds_the_notice() {
         format!("dispatching\n\n{LIMIT_REACHED_NOTICE}")
     );
     assert!(LIMIT_REACHED_NOTICE.starts_with("[SUBAGENT LIMIT REACHED]"));
-    assert_eq!(run.get("stop_reason"), Some(json!("subagent_limit_capped")));
+    assert_eq!(
+        run.get(&keys::STOP_REASON),
+        Some("subagent_limit_capped".to_owned())
+    );
 }
 
 #[test]
@@ -269,7 +272,10 @@ fn an_exhausted_budget_keeps_other_calls_and_still_adds_the_notice() {
         LIMIT_REACHED_NOTICE,
         "empty text → just the notice"
     );
-    assert_eq!(run.get("stop_reason"), Some(json!("subagent_limit_capped")));
+    assert_eq!(
+        run.get(&keys::STOP_REASON),
+        Some("subagent_limit_capped".to_owned())
+    );
 }
 
 #[test]

@@ -148,7 +148,7 @@ async fn a_clean_answer_with_open_items_jumps_back_listing_only_open_items() {
 async fn a_forced_final_answer_is_not_sent_back() {
     let m = mw();
     let run = run_ctx("r");
-    run.set("stop_reason", json!("token_capped"));
+    run.set(&keys::STOP_REASON, "token_capped".to_owned());
     let st = state(
         vec![Message::human("go"), Message::ai("out of budget")],
         Some(plan()),

@@ -6,13 +6,14 @@ use std::collections::BTreeMap;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
-use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::access::owned_thread;
 use crate::assistants;
 use crate::error::{ApiError, ApiResult};
-use crate::extract::{JsonBody, QueryPairs};
+use crate::extract::{Body, JsonBody, QueryPairs};
+use antler_protocol::api::SearchAssistants;
+
 use crate::memory::{FactPatch, MemoryError, NewFact};
 use crate::{AppState, User};
 
@@ -207,9 +208,8 @@ pub async fn memory_clear(State(state): State<AppState>, user: User) -> ApiResul
 pub async fn memory_create_fact(
     State(state): State<AppState>,
     user: User,
-    body: JsonBody,
+    Body(fact): Body<NewFact>,
 ) -> ApiResult<Json<Value>> {
-    let fact: NewFact = body.parse()?;
     if fact.content.trim().is_empty() || !(0.0..=1.0).contains(&fact.confidence) {
         return Err(ApiError::unprocessable(
             "A fact needs non-empty content and a confidence from 0 to 1",
@@ -228,9 +228,8 @@ pub async fn memory_update_fact(
     State(state): State<AppState>,
     user: User,
     Path(fact_id): Path<String>,
-    body: JsonBody,
+    Body(patch): Body<FactPatch>,
 ) -> ApiResult<Json<Value>> {
-    let patch: FactPatch = body.parse()?;
     state
         .memory
         .update_fact(&user.id, &fact_id, patch)
@@ -298,22 +297,12 @@ pub async fn memory_status(State(state): State<AppState>, user: User) -> ApiResu
     Ok(Json(json!({"config": state.memory.config(), "data": data})))
 }
 
-#[derive(Deserialize, Default)]
-struct AssistantSearch {
-    graph_id: Option<String>,
-    name: Option<String>,
-    metadata: Option<serde_json::Map<String, Value>>,
-    limit: Option<i64>,
-    offset: Option<i64>,
-}
-
 /// A1 `POST /assistants/search`.
 pub async fn assistants_search(
     State(state): State<AppState>,
     user: User,
-    body: JsonBody,
+    Body(q): Body<SearchAssistants>,
 ) -> ApiResult<Json<Value>> {
-    let q: AssistantSearch = body.parse()?;
     let limit = q.limit.unwrap_or(10).clamp(1, 1000) as usize;
     let offset = q.offset.unwrap_or(0).max(0) as usize;
     let name = q.name.map(|n| n.to_lowercase());

@@ -4,37 +4,28 @@
 
 use std::collections::{HashMap, HashSet};
 
+use antler_protocol::api::{CreateThread, HistoryQuery, PatchThread, SearchThreads, UpdateState};
 use antler_protocol::{Message, Messages, ThreadState};
 use antler_runtime::{Checkpoint, CheckpointMeta, CheckpointWrite, Checkpointer};
 use antler_store::{ThreadQuery, ThreadRecord, ThreadUpdate};
 use axum::extract::{Path, State};
 use axum::Json;
-use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use crate::access::{self, owned_thread};
 use crate::error::{ApiError, ApiResult};
-use crate::extract::JsonBody;
+use crate::extract::{Body, JsonBody};
 use crate::feed::run_durations;
 use crate::runs::body::{parse_channels, parse_messages, reject_server_channels};
 use crate::runs::Busy;
 use crate::{wire, AppState, User};
 
-#[derive(Deserialize, Default)]
-struct CreateBody {
-    thread_id: Option<String>,
-    metadata: Option<Map<String, Value>>,
-    if_exists: Option<String>,
-    supersteps: Option<Vec<Value>>,
-}
-
 /// T1 `POST /threads`.
 pub async fn create(
     State(state): State<AppState>,
     user: User,
-    body: JsonBody,
+    Body(body): Body<CreateThread>,
 ) -> ApiResult<Json<Value>> {
-    let body: CreateBody = body.parse()?;
     if body.supersteps.as_ref().is_some_and(|s| !s.is_empty()) {
         return Err(ApiError::unprocessable("'supersteps' is not supported"));
     }
@@ -70,36 +61,14 @@ pub async fn create(
     )))
 }
 
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct SearchBody {
-    metadata: Option<Map<String, Value>>,
-    ids: Option<Vec<String>>,
-    status: Option<String>,
-    #[allow(dead_code)]
-    values: Option<Value>,
-    limit: Option<i64>,
-    offset: Option<i64>,
-    sort_by: Option<String>,
-    sort_order: Option<String>,
-    #[allow(dead_code)]
-    select: Option<Value>,
-    #[allow(dead_code)]
-    extract: Option<Value>,
-}
-
 /// T2 `POST /threads/search`: the caller's threads, pinned first.
 pub async fn search(
     State(state): State<AppState>,
     user: User,
     body: JsonBody,
 ) -> ApiResult<Json<Value>> {
-    let v = match body.0 {
-        Value::Null => json!({}),
-        v => v,
-    };
-    let body: SearchBody = serde_json::from_value(v)
-        .map_err(|e| ApiError::bad_request(format!("Invalid search request: {e}")))?;
+    // An unknown field is 400 here, as before the bodies were typed.
+    let body: SearchThreads = body.parse_as(axum::http::StatusCode::BAD_REQUEST)?;
     let limit = body.limit.unwrap_or(100);
     if !(1..=1000).contains(&limit) {
         return Err(ApiError::unprocessable("'limit' must be from 1 to 1000"));
@@ -212,19 +181,13 @@ pub async fn get_one(
     Ok(Json(wire::thread_json(&t, &status, values)))
 }
 
-#[derive(Deserialize, Default)]
-struct PatchBody {
-    metadata: Option<Map<String, Value>>,
-}
-
 /// T4 `PATCH /threads/{id}`: shallow-merge metadata.
 pub async fn patch(
     State(state): State<AppState>,
     user: User,
     Path(thread_id): Path<String>,
-    body: JsonBody,
+    Body(body): Body<PatchThread>,
 ) -> ApiResult<Json<Value>> {
-    let body: PatchBody = body.parse()?;
     owned_thread(&state, &user, &thread_id).await?;
     let update = ThreadUpdate {
         metadata: Some(wire::clean_metadata(body.metadata.unwrap_or_default())),
@@ -321,23 +284,14 @@ pub async fn state_at(
     Ok(Json(snapshot_json(&cp)))
 }
 
-#[derive(Deserialize, Default)]
-struct UpdateStateBody {
-    values: Option<Value>,
-    as_node: Option<String>,
-    checkpoint: Option<Value>,
-    checkpoint_id: Option<String>,
-}
-
 /// T7 `POST /threads/{id}/state`: replace the given channels in a new checkpoint. `sandbox` and
 /// `thread_data` are the server's (422).
 pub async fn update_state(
     State(state): State<AppState>,
     user: User,
     Path(thread_id): Path<String>,
-    body: JsonBody,
+    Body(body): Body<UpdateState>,
 ) -> ApiResult<Json<Value>> {
-    let body: UpdateStateBody = body.parse()?;
     owned_thread(&state, &user, &thread_id).await?;
     let values = match body.values {
         None | Some(Value::Null) => Map::new(),
@@ -434,14 +388,6 @@ pub async fn update_state(
         .await?
         .ok_or_else(|| ApiError::internal("the written checkpoint is missing"))?;
     Ok(Json(snapshot_json(&cp)))
-}
-
-#[derive(Deserialize, Default)]
-struct HistoryBody {
-    limit: Option<i64>,
-    before: Option<Value>,
-    metadata: Option<Map<String, Value>>,
-    checkpoint: Option<Value>,
 }
 
 fn checkpoint_id_of(v: &Value) -> Option<String> {
@@ -548,9 +494,8 @@ pub async fn history(
     State(state): State<AppState>,
     user: User,
     Path(thread_id): Path<String>,
-    body: JsonBody,
+    Body(body): Body<HistoryQuery>,
 ) -> ApiResult<Json<Value>> {
-    let body: HistoryBody = body.parse()?;
     access::check_thread_id(&thread_id)?;
     let limit = body.limit.unwrap_or(10);
     if !(1..=100).contains(&limit) {
@@ -610,12 +555,10 @@ pub async fn history_get(
     path: Path<String>,
     q: crate::extract::QueryPairs,
 ) -> ApiResult<Json<Value>> {
-    let mut body = Map::new();
-    if let Some(l) = q.int("limit", 1, 100)? {
-        body.insert("limit".into(), json!(l));
-    }
-    if let Some(b) = q.get("before") {
-        body.insert("before".into(), json!(b));
-    }
-    history(state, user, path, JsonBody(Value::Object(body))).await
+    let query = HistoryQuery {
+        limit: q.int("limit", 1, 100)?,
+        before: q.get("before").map(|b| json!(b)),
+        ..Default::default()
+    };
+    history(state, user, path, Body(query)).await
 }

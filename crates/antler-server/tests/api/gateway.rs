@@ -449,3 +449,29 @@ async fn memory_routes_read_and_change_the_long_term_memory() {
     let (code, _) = s.delete("/api/memory/facts/f1").await;
     assert_eq!(code, 404);
 }
+
+/// A gateway body field of the wrong type is a 422 whose string `detail` names the field.
+#[tokio::test]
+async fn typed_gateway_bodies_name_the_bad_field() {
+    let s = TestServer::start(vec![]).await;
+    let detail = |e: &Value| e["detail"].as_str().unwrap_or_default().to_owned();
+    let (code, e) = s
+        .post("/api/assistants/search", json!({"limit": "all"}))
+        .await;
+    assert_eq!(code, 422, "{e}");
+    assert!(detail(&e).contains("'limit'"), "{e}");
+    let (code, e) = s
+        .post(
+            "/api/memory/facts",
+            json!({"content": "x", "confidence": "high"}),
+        )
+        .await;
+    assert_eq!(code, 422, "{e}");
+    assert!(detail(&e).contains("'confidence'"), "{e}");
+    let (code, e) = s.post("/api/memory/facts", json!({"category": "x"})).await;
+    assert_eq!(code, 422, "{e}");
+    assert!(detail(&e).contains("content"), "{e}");
+    let (code, e) = s.patch("/api/memory/facts/f1", json!({"content": 3})).await;
+    assert_eq!(code, 422, "{e}");
+    assert!(detail(&e).contains("'content'"), "{e}");
+}

@@ -316,3 +316,33 @@ async fn get_returns_full_values() {
     assert!(msgs[0]["additional_kwargs"]["run_id"].is_string());
     assert!(t["values"]["thread_data"].is_object());
 }
+
+/// A body field of the wrong type is a 422 whose string `detail` names the field.
+#[tokio::test]
+async fn typed_thread_bodies_name_the_bad_field() {
+    let s = TestServer::start(vec![]).await;
+    s.thread("t1").await;
+    let detail = |e: &Value| e["detail"].as_str().unwrap_or_default().to_owned();
+    let (code, e) = s.post("/api/threads", json!({"metadata": 5})).await;
+    assert_eq!(code, 422, "{e}");
+    assert!(detail(&e).contains("'metadata'"), "{e}");
+    let (code, e) = s.patch("/api/threads/t1", json!({"metadata": []})).await;
+    assert_eq!(code, 422, "{e}");
+    assert!(detail(&e).contains("'metadata'"), "{e}");
+    let (code, e) = s.post("/api/threads/t1/state", json!({"as_node": 1})).await;
+    assert_eq!(code, 422, "{e}");
+    assert!(detail(&e).contains("'as_node'"), "{e}");
+    let (code, e) = s
+        .post("/api/threads/t1/history", json!({"limit": "ten"}))
+        .await;
+    assert_eq!(code, 422, "{e}");
+    assert!(detail(&e).contains("'limit'"), "{e}");
+    // Thread search keeps its 400 for a bad body, and names the field too.
+    let (code, e) = s.post("/api/threads/search", json!({"ids": "t1"})).await;
+    assert_eq!(code, 400, "{e}");
+    assert!(detail(&e).contains("'ids'"), "{e}");
+    // Malformed JSON stays a 422.
+    let (code, e) = s.post_raw("/api/threads", "{not json").await;
+    assert_eq!(code, 422, "{e}");
+    assert!(detail(&e).starts_with("Malformed JSON body"), "{e}");
+}

@@ -117,7 +117,7 @@ async fn exceeding_the_budget_strips_tool_calls_and_appends_the_notice() {
         stopped.content,
         Content::Text("working\n\n[TOKEN BUDGET EXCEEDED] The total token usage (1,050) has exceeded the safety limit (1,000). Producing final answer with results collected so far.".into())
     );
-    assert_eq!(run.get("stop_reason"), Some("token_capped".into()));
+    assert_eq!(run.get(&keys::STOP_REASON), Some("token_capped".into()));
     assert_eq!(m.consume_stop_reason("r").as_deref(), Some(STOP_REASON));
     assert_eq!(m.consume_stop_reason("r"), None, "consumed once");
     assert_eq!(m.consume_stop_reason("other"), None);
@@ -130,7 +130,7 @@ async fn a_warning_alone_sets_no_stop_reason() {
     let state = state_of(vec![human("u", "hi"), Message::Ai(ai("a1", 800, 50, &[]))]);
     after(&m, &state, &run).await;
     assert_eq!(m.consume_stop_reason("r"), None);
-    assert_eq!(run.get("stop_reason"), None);
+    assert_eq!(run.get(&keys::STOP_REASON), None);
 }
 
 #[tokio::test]

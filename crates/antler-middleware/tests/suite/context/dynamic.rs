@@ -71,7 +71,7 @@ fn is_flagged(m: &Message) -> bool {
     kw(m, "dynamic_context_reminder") == Some(&json!(true))
 }
 
-async fn before_agent(m: &DynamicContextMiddleware, state: &ThreadState) -> HookOutput {
+async fn before_agent(m: &DynamicContextMiddleware, state: &ThreadState) -> BeforeAgentOutput {
     m.before_agent(state, &run_ctx("t", "r")).await.unwrap()
 }
 

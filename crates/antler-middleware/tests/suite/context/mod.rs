@@ -21,13 +21,13 @@ pub fn ai(id: &str, text: &str) -> Message {
 }
 
 /// Fold a hook's update into the state, as the loop does.
-pub fn apply(state: &mut ThreadState, out: HookOutput) {
+pub fn apply<J>(state: &mut ThreadState, out: HookOutput<J>) {
     if let Some(u) = out.update {
         state.apply(u).unwrap();
     }
 }
 
-pub fn update_messages(out: &HookOutput) -> Vec<Message> {
+pub fn update_messages<J>(out: &HookOutput<J>) -> Vec<Message> {
     out.update
         .as_ref()
         .and_then(|u| u.messages.clone())

@@ -581,14 +581,14 @@ async fn disabled_clarification_tells_the_agent_to_proceed() {
 
     // The flag also works as a run-scoped value.
     let run = plain_run();
-    run.set(DISABLE_KEY, json!(true));
+    run.set(&DISABLED, true);
     assert!(matches!(
         intercept(env_call(), run).await,
         ToolOutcome::Message(_)
     ));
     // Without it (or with it false) the run ends.
     let run = plain_run();
-    run.set(DISABLE_KEY, json!(false));
+    run.set(&DISABLED, false);
     assert!(matches!(
         intercept(env_call(), run).await,
         ToolOutcome::Command(Command {

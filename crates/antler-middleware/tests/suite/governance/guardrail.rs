@@ -466,7 +466,7 @@ async fn attribution_fields_come_from_the_run_context() {
     }))
     .unwrap();
     run.options.extra = extra;
-    run.set("is_subagent", json!(true));
+    run.options.extra.insert("is_subagent".into(), json!(true));
     let r = captured(run, None).await.unwrap();
     assert_eq!(r.user_id.as_deref(), Some("u-42"));
     assert_eq!(r.user_role.as_deref(), Some("member"));
