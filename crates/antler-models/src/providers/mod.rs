@@ -9,6 +9,7 @@ pub(crate) mod http;
 pub(crate) mod mapping;
 pub mod ollama;
 pub mod openai_compat;
+pub mod openai_responses;
 pub(crate) mod read;
 pub(crate) mod sse;
 
