@@ -120,7 +120,7 @@ pub fn gemini_violations(body: &Value, strict: bool) -> Vec<String> {
             }
         } else if !responses.is_empty() {
             out.push(format!(
-                "contents[{i}]: function response parts do not answer the previous turn's function calls"
+                "contents[{i}]: function responses {responses:?} do not answer the previous turn's function calls"
             ));
         }
         if !calls.is_empty() {
