@@ -261,11 +261,10 @@ impl Input<'_> {
                 for block in blocks {
                     match block {
                         Value::String(t) => text.push_str(t),
-                        b if block_type(b) == Some("reasoning") => {
-                            if self.replayable(b) {
-                                reasoning.push(b);
-                            }
+                        b if block_type(b) == Some("reasoning") && self.replayable(b) => {
+                            reasoning.push(b);
                         }
+                        b if block_type(b) == Some("reasoning") => {}
                         b if matches!(block_type(b), Some("text" | "output_text")) => {
                             if let Some(t) = b.get("text").and_then(Value::as_str) {
                                 text.push_str(t);
