@@ -123,16 +123,15 @@ fn provider_kind_errors() {
         "{text}"
     );
     assert!(matches!(
-        model_with(Some("deerflow.models.openai_codex_provider:CodexChatModel"), None)
-            .provider_kind(),
+        model_with(
+            Some("deerflow.models.openai_codex_provider:CodexChatModel"),
+            None
+        )
+        .provider_kind(),
         Err(ModelError::UnsupportedProvider { .. })
     ));
     assert!(matches!(
-        model_with(
-            Some("langchain_ollama:ChatOllama"),
-            Some(Provider::Gemini)
-        )
-        .provider_kind(),
+        model_with(Some("langchain_ollama:ChatOllama"), Some(Provider::Gemini)).provider_kind(),
         Err(ModelError::ProviderConflict { .. })
     ));
 }
@@ -170,7 +169,10 @@ fn unknown_use_fails_the_load_naming_the_entry() {
         err.starts_with("config.yaml: models[1].use: unknown provider class 'foo:Bar' (model 'b') — use one of langchain_openai:ChatOpenAI, "),
         "{err}"
     );
-    assert!(err.ends_with(", or provider: openai|anthropic|gemini|ollama"), "{err}");
+    assert!(
+        err.ends_with(", or provider: openai|anthropic|gemini|ollama"),
+        "{err}"
+    );
 
     assert_eq!(
         load_err("models:\n  - {name: a, model: m}\n"),
