@@ -200,11 +200,11 @@ impl ModelError {
     pub fn fix(&self) -> String {
         match self {
             ModelError::MissingProvider { .. } => {
-                "add `use: langchain_openai:ChatOpenAI` (or `provider: openai|anthropic`)"
+                "add `use: langchain_openai:ChatOpenAI` (or `provider: openai|anthropic|gemini|ollama`)"
                     .to_owned()
             }
             ModelError::UnknownProvider { .. } => format!(
-                "use one of {}, or provider: openai|anthropic",
+                "use one of {}, or provider: openai|anthropic|gemini|ollama",
                 crate::model::accepted_use_values()
             ),
             ModelError::UnsupportedProvider { .. } => "point an OpenAI-compatible entry \

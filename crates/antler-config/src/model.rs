@@ -1,7 +1,9 @@
 //! `models:` entries (spec 60 §3): one provider endpoint + model id each; the first is the default.
 //!
 //! antler resolves the DeerFlow `use:` class path to a built-in wire protocol ([`ProviderKind`]);
-//! nothing is imported dynamically. `provider: openai|anthropic` is antler's shorter spelling.
+//! nothing is imported dynamically. `provider: openai|anthropic|gemini|ollama` is antler's
+//! shorter spelling. An OpenAI-compatible entry with `use_responses_api: true` speaks the
+//! Responses API.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -36,13 +38,15 @@ const ANTHROPIC_CLASSES: &[&str] = &[
     "deerflow.models.claude_provider:ClaudeChatModel",
 ];
 
-/// DeerFlow classes antler recognises but does not implement (native Gemini, native Ollama,
-/// Codex OAuth). Loading warns; selecting such a model fails with [`ModelError::UnsupportedProvider`].
-const UNSUPPORTED_CLASSES: &[&str] = &[
-    "deerflow.models.openai_codex_provider:CodexChatModel",
-    "langchain_google_genai:ChatGoogleGenerativeAI",
-    "langchain_ollama:ChatOllama",
-];
+/// The `use:` value of the native Gemini API.
+const GEMINI_CLASS: &str = "langchain_google_genai:ChatGoogleGenerativeAI";
+
+/// The `use:` value of Ollama's native `/api/chat`.
+const OLLAMA_CLASS: &str = "langchain_ollama:ChatOllama";
+
+/// DeerFlow classes antler recognises but does not implement (Codex OAuth). Loading warns;
+/// selecting such a model fails with [`ModelError::UnsupportedProvider`].
+const UNSUPPORTED_CLASSES: &[&str] = &["deerflow.models.openai_codex_provider:CodexChatModel"];
 
 /// Comma-separated list of every accepted `use:` value, for error messages.
 pub(crate) fn accepted_use_values() -> String {
@@ -50,6 +54,7 @@ pub(crate) fn accepted_use_values() -> String {
         .iter()
         .map(|(class, _)| *class)
         .chain(ANTHROPIC_CLASSES.iter().copied())
+        .chain([GEMINI_CLASS, OLLAMA_CLASS])
         .collect::<Vec<_>>()
         .join(", ")
 }
@@ -62,6 +67,10 @@ pub enum Provider {
     Openai,
     /// The Anthropic Messages API.
     Anthropic,
+    /// The Gemini API (`generateContent`).
+    Gemini,
+    /// Ollama's native `/api/chat`.
+    Ollama,
 }
 
 impl Provider {
@@ -69,6 +78,8 @@ impl Provider {
         match self {
             Provider::Openai => "openai",
             Provider::Anthropic => "anthropic",
+            Provider::Gemini => "gemini",
+            Provider::Ollama => "ollama",
         }
     }
 }
@@ -82,8 +93,15 @@ pub enum ProviderKind {
         /// payload (thinking APIs reject history without it).
         replay_reasoning_content: bool,
     },
+    /// OpenAI Responses API (`/v1/responses`): an OpenAI-compatible entry with
+    /// `use_responses_api: true`.
+    OpenAiResponses,
     /// Anthropic Messages API.
     Anthropic,
+    /// The Gemini API (`langchain_google_genai:ChatGoogleGenerativeAI`).
+    Gemini,
+    /// Ollama's native `/api/chat` (`langchain_ollama:ChatOllama`).
+    Ollama,
 }
 
 /// Per-million-token prices for the UI's cost display; never sent to the provider (EXTRA).
@@ -121,7 +139,7 @@ pub struct ModelConfig {
     /// DeerFlow provider class path, e.g. `langchain_openai:ChatOpenAI` (see [`ProviderKind`]).
     #[serde(rename = "use", default, skip_serializing_if = "Option::is_none")]
     pub use_: Option<String>,
-    /// antler extension: `openai` | `anthropic`, an alternative to `use`.
+    /// antler extension: `openai` | `anthropic` | `gemini` | `ollama`, an alternative to `use`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider: Option<Provider>,
     /// The provider's model id (sent as the request's `model`).
@@ -250,7 +268,18 @@ impl ModelConfig {
     /// The wire protocol this entry maps to.
     ///
     /// `use` is authoritative; `provider` alone picks the plain adapter; both set must agree.
+    /// `use_responses_api: true` turns an OpenAI-compatible entry into a Responses API one.
     pub fn provider_kind(&self) -> Result<ProviderKind, ModelError> {
+        let kind = self.wire_kind()?;
+        Ok(match kind {
+            ProviderKind::OpenAiCompat { .. } if self.use_responses_api == Some(true) => {
+                ProviderKind::OpenAiResponses
+            }
+            other => other,
+        })
+    }
+
+    fn wire_kind(&self) -> Result<ProviderKind, ModelError> {
         let from_use = match self.use_.as_deref().map(str::trim) {
             None | Some("") => None,
             Some(value) => Some((value, kind_of_use(value, &self.name)?)),
@@ -262,6 +291,8 @@ impl ModelConfig {
                     (kind, provider),
                     (ProviderKind::OpenAiCompat { .. }, Provider::Openai)
                         | (ProviderKind::Anthropic, Provider::Anthropic)
+                        | (ProviderKind::Gemini, Provider::Gemini)
+                        | (ProviderKind::Ollama, Provider::Ollama)
                 );
                 if agrees {
                     Ok(kind)
@@ -280,13 +311,17 @@ impl ModelConfig {
         }
     }
 
-    /// `stream_chunk_timeout`, or 240 s for OpenAI-compatible entries (None for Anthropic).
+    /// `stream_chunk_timeout`, or 240 s for OpenAI-compatible entries (Chat Completions and
+    /// Responses); `None` for the others, which use the driver's own default.
     pub fn effective_stream_chunk_timeout(&self) -> Option<f64> {
         match self.stream_chunk_timeout {
             Some(t) => Some(t),
             None => match self.provider_kind() {
-                Ok(ProviderKind::OpenAiCompat { .. }) => Some(DEFAULT_STREAM_CHUNK_TIMEOUT_SECS),
-                Ok(ProviderKind::Anthropic) | Err(_) => None,
+                Ok(ProviderKind::OpenAiCompat { .. } | ProviderKind::OpenAiResponses) => {
+                    Some(DEFAULT_STREAM_CHUNK_TIMEOUT_SECS)
+                }
+                Ok(ProviderKind::Anthropic | ProviderKind::Gemini | ProviderKind::Ollama)
+                | Err(_) => None,
             },
         }
     }
@@ -308,6 +343,8 @@ fn provider_default(provider: Provider) -> ProviderKind {
             replay_reasoning_content: false,
         },
         Provider::Anthropic => ProviderKind::Anthropic,
+        Provider::Gemini => ProviderKind::Gemini,
+        Provider::Ollama => ProviderKind::Ollama,
     }
 }
 
@@ -319,6 +356,12 @@ fn kind_of_use(value: &str, model: &str) -> Result<ProviderKind, ModelError> {
     }
     if ANTHROPIC_CLASSES.contains(&value) {
         return Ok(ProviderKind::Anthropic);
+    }
+    if value == GEMINI_CLASS {
+        return Ok(ProviderKind::Gemini);
+    }
+    if value == OLLAMA_CLASS {
+        return Ok(ProviderKind::Ollama);
     }
     if UNSUPPORTED_CLASSES.contains(&value) {
         return Err(ModelError::UnsupportedProvider {

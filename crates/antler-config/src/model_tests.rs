@@ -55,6 +55,11 @@ fn provider_kind_for_every_accepted_use() {
             "deerflow.models.claude_provider:ClaudeChatModel",
             ProviderKind::Anthropic,
         ),
+        (
+            "langchain_google_genai:ChatGoogleGenerativeAI",
+            ProviderKind::Gemini,
+        ),
+        ("langchain_ollama:ChatOllama", ProviderKind::Ollama),
     ] {
         assert_eq!(
             model_with(Some(use_), None).provider_kind(),
@@ -69,6 +74,14 @@ fn provider_kind_for_every_accepted_use() {
     assert_eq!(
         model_with(None, Some(Provider::Anthropic)).provider_kind(),
         Ok(ProviderKind::Anthropic)
+    );
+    assert_eq!(
+        model_with(None, Some(Provider::Gemini)).provider_kind(),
+        Ok(ProviderKind::Gemini)
+    );
+    assert_eq!(
+        model_with(Some("langchain_ollama:ChatOllama"), Some(Provider::Ollama)).provider_kind(),
+        Ok(ProviderKind::Ollama)
     );
     // Both set and agreeing: `use` decides the quirks.
     assert_eq!(
@@ -106,13 +119,45 @@ fn provider_kind_errors() {
         "{text}"
     );
     assert!(
-        text.ends_with("langchain_anthropic:ChatAnthropic, deerflow.models.claude_provider:ClaudeChatModel, or provider: openai|anthropic"),
+        text.ends_with("langchain_anthropic:ChatAnthropic, deerflow.models.claude_provider:ClaudeChatModel, langchain_google_genai:ChatGoogleGenerativeAI, langchain_ollama:ChatOllama, or provider: openai|anthropic|gemini|ollama"),
         "{text}"
     );
     assert!(matches!(
-        model_with(Some("langchain_google_genai:ChatGoogleGenerativeAI"), None).provider_kind(),
+        model_with(
+            Some("deerflow.models.openai_codex_provider:CodexChatModel"),
+            None
+        )
+        .provider_kind(),
         Err(ModelError::UnsupportedProvider { .. })
     ));
+    assert!(matches!(
+        model_with(Some("langchain_ollama:ChatOllama"), Some(Provider::Gemini)).provider_kind(),
+        Err(ModelError::ProviderConflict { .. })
+    ));
+}
+
+#[test]
+fn use_responses_api_selects_the_responses_wire_for_openai_classes_only() {
+    let mut m = model_with(Some("langchain_openai:ChatOpenAI"), None);
+    m.use_responses_api = Some(true);
+    assert_eq!(m.provider_kind(), Ok(ProviderKind::OpenAiResponses));
+    assert_eq!(m.effective_stream_chunk_timeout(), Some(240.0));
+    m.use_responses_api = Some(false);
+    assert!(matches!(
+        m.provider_kind(),
+        Ok(ProviderKind::OpenAiCompat { .. })
+    ));
+    let mut p = model_with(None, Some(Provider::Openai));
+    p.use_responses_api = Some(true);
+    assert_eq!(p.provider_kind(), Ok(ProviderKind::OpenAiResponses));
+    // Not an OpenAI class: the flag means nothing.
+    let mut a = model_with(Some("langchain_anthropic:ChatAnthropic"), None);
+    a.use_responses_api = Some(true);
+    assert_eq!(a.provider_kind(), Ok(ProviderKind::Anthropic));
+    let mut g = model_with(Some("langchain_google_genai:ChatGoogleGenerativeAI"), None);
+    g.use_responses_api = Some(true);
+    assert_eq!(g.provider_kind(), Ok(ProviderKind::Gemini));
+    assert_eq!(g.effective_stream_chunk_timeout(), None);
 }
 
 #[test]
@@ -124,26 +169,29 @@ fn unknown_use_fails_the_load_naming_the_entry() {
         err.starts_with("config.yaml: models[1].use: unknown provider class 'foo:Bar' (model 'b') — use one of langchain_openai:ChatOpenAI, "),
         "{err}"
     );
-    assert!(err.ends_with(", or provider: openai|anthropic"), "{err}");
+    assert!(
+        err.ends_with(", or provider: openai|anthropic|gemini|ollama"),
+        "{err}"
+    );
 
     assert_eq!(
         load_err("models:\n  - {name: a, model: m}\n"),
-        "config.yaml: models[0]: no `use` or `provider` (model 'a') — add `use: langchain_openai:ChatOpenAI` (or `provider: openai|anthropic`)"
+        "config.yaml: models[0]: no `use` or `provider` (model 'a') — add `use: langchain_openai:ChatOpenAI` (or `provider: openai|anthropic|gemini|ollama`)"
     );
     assert!(
-        load_err("models:\n  - {name: a, provider: gemini, model: m}\n")
-            .starts_with("config.yaml: models[0].provider: unknown variant `gemini`")
+        load_err("models:\n  - {name: a, provider: bedrock, model: m}\n")
+            .starts_with("config.yaml: models[0].provider: unknown variant `bedrock`")
     );
 }
 
 #[test]
 fn unsupported_deerflow_provider_warns_at_load() {
     let loaded = load_ok(
-        "models:\n  - {name: g, use: 'langchain_google_genai:ChatGoogleGenerativeAI', model: gemini-2.5-pro, gemini_api_key: k}\n",
+        "models:\n  - {name: c, use: 'deerflow.models.openai_codex_provider:CodexChatModel', model: gpt-5-codex}\n  - {name: g, use: 'langchain_google_genai:ChatGoogleGenerativeAI', model: gemini-2.5-pro, gemini_api_key: k}\n",
     );
     assert_eq!(
         loaded.warnings,
-        vec!["config.yaml: models[0].use: 'langchain_google_genai:ChatGoogleGenerativeAI' is a DeerFlow provider antler does not implement; model 'g' cannot be selected".to_owned()]
+        vec!["config.yaml: models[0].use: 'deerflow.models.openai_codex_provider:CodexChatModel' is a DeerFlow provider antler does not implement; model 'c' cannot be selected".to_owned()]
     );
 }
 

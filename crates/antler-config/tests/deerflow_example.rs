@@ -92,3 +92,48 @@ fn deerflow_original_example_loads_when_available() {
     assert!(loaded.config.config_version >= 34);
     assert!(!loaded.config.tools.is_empty());
 }
+
+/// Every model entry DeerFlow's example ships (fixture: the example's commented-out entries,
+/// uncommented), one per `use:` class: each loads without a warning and maps to its wire.
+#[test]
+fn every_model_entry_of_the_example_loads_and_maps_to_a_wire() {
+    use antler_config::ProviderKind;
+    let models = include_str!("fixtures/deerflow-example-models.yaml");
+    let loaded = Config::load_str(models, Path::new("config.yaml"), &env).unwrap();
+    assert_eq!(loaded.warnings, Vec::<String>::new());
+    let config = &loaded.config;
+    assert_eq!(config.models.len(), 26);
+    let kind = |name: &str| config.model(name).unwrap().provider_kind().unwrap();
+    let compat = |replay| ProviderKind::OpenAiCompat {
+        replay_reasoning_content: replay,
+    };
+    for (name, expected) in [
+        ("doubao-seed-1.8", compat(true)),
+        ("gpt-4", compat(false)),
+        ("gpt-5-responses", ProviderKind::OpenAiResponses),
+        ("qwen3-local", ProviderKind::Ollama),
+        ("gemma4-local", ProviderKind::Ollama),
+        ("claude-sonnet-4", ProviderKind::Anthropic),
+        ("gemini-2.5-pro", ProviderKind::Gemini),
+        ("gemini-2.5-pro-thinking", compat(true)),
+        ("mimo-v2.5-pro", compat(true)),
+        ("step-3.7-flash", compat(true)),
+        ("minimax-m3", compat(false)),
+        ("minimax-m3-cn", compat(false)),
+        ("qwen3-32b-vllm", compat(false)),
+        ("Qwen3_Coder_480B_MindIE", compat(false)),
+    ] {
+        assert_eq!(kind(name), expected, "{name}");
+    }
+    for m in &config.models {
+        assert!(m.provider_kind().is_ok(), "{}", m.name);
+    }
+    // Provider extras stay on the entry for the adapter to read.
+    let ollama = config.model("qwen3-local").unwrap();
+    assert_eq!(ollama.extra["num_predict"], 8192);
+    assert_eq!(ollama.extra["reasoning"], true);
+    let gemini = config.model("gemini-2.5-pro").unwrap();
+    assert_eq!(gemini.extra["gemini_api_key"], "test-GEMINI_API_KEY");
+    let vllm = config.model("qwen3-32b-vllm").unwrap();
+    assert_eq!(vllm.extra["cumulative_stream_usage"], true);
+}

@@ -1,7 +1,8 @@
 //! Dev-only helpers shared by antler's tests: mock model servers on `127.0.0.1` with scripted
 //! replies, request recording and the vendor's request checks (tool-call pairing, …) on every
 //! request — one server core ([`mock::MockServer`]) with a wire module per vendor
-//! ([`openai`]: [`MockOpenAi`], [`anthropic`]: [`MockAnthropic`]).
+//! ([`openai`]: [`MockOpenAi`], [`anthropic`]: [`MockAnthropic`], [`gemini`]: [`MockGemini`],
+//! [`ollama`]: [`MockOllama`], [`responses`]: [`MockResponses`]).
 //!
 //! ```no_run
 //! # async fn demo() {
@@ -16,15 +17,27 @@
 //! ```
 
 pub mod anthropic;
+pub mod gemini;
 pub mod mock;
+pub mod ollama;
 pub mod openai;
+pub mod responses;
 pub mod sse;
 
 pub use anthropic::{
     anthropic_error, anthropic_sse_frame, tool_use_violations, AnthropicBlock, AnthropicReply,
     AnthropicWire, MockAnthropic,
 };
+pub use gemini::{
+    gemini_error, gemini_violations, GeminiPart, GeminiReply, GeminiWire, MockGemini,
+};
 pub use mock::{MockRequest, MockServer, MockWire, Reply};
+pub use ollama::{
+    ollama_error, ollama_violations, MockOllama, OllamaReply, OllamaToolCall, OllamaWire,
+};
 pub use openai::{
     openai_error, tool_call_violations, MockOpenAi, MockReply, MockToolCall, OpenAiWire,
+};
+pub use responses::{
+    responses_violations, MockResponses, ResponsesItem, ResponsesReply, ResponsesWire,
 };

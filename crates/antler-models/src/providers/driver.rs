@@ -14,8 +14,8 @@
 //!
 //! # Adding a wire format
 //!
-//! Gemini, Ollama's native `/api/chat` or the OpenAI Responses API each become one module beside
-//! `openai_compat/` and `anthropic/`, holding the mapping and nothing else:
+//! Each API is one module beside `openai_compat/`, `anthropic/`, `gemini/`, `ollama/` and
+//! `openai_responses/`, holding the mapping and nothing else:
 //!
 //! 1. `mod.rs`: a marker type (`pub struct Gemini;`), its `Options` (the configured settings
 //!    that shape the body; `Default` gives a new config's values), `impl WireFormat for Gemini`

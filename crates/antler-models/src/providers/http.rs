@@ -1,6 +1,8 @@
 //! Mapping transport failures and non-2xx answers of every provider to [`ModelError`]: OpenAI's
 //! `{"error": {"message", "code"|"type"}}`, Anthropic's `{"type": "error", "error": {"type",
-//! "message"}}`, and the plain shapes gateways use.
+//! "message"}}`, Google's `{"error": {"code": 429, "message", "status", "details"}}` (its retry
+//! hint is a `RetryInfo` detail, not a header), Ollama's `{"error": "…"}`, and the plain shapes
+//! gateways use.
 
 use std::time::{Duration, SystemTime};
 
@@ -57,10 +59,8 @@ pub(crate) fn describe(e: &(dyn std::error::Error + 'static)) -> String {
 /// A non-2xx answer: status, retry hint, and OpenAI's `{"error": {message, type, code}}`.
 pub(crate) fn http_error(status: u16, headers: &HeaderMap, body: &[u8]) -> ModelError {
     let body_text = String::from_utf8_lossy(&body[..body.len().min(MAX_BODY_BYTES)]).into_owned();
-    let (message, code) = match serde_json::from_slice::<Value>(body) {
-        Ok(v) => error_fields(&v),
-        Err(_) => (None, None),
-    };
+    let parsed = serde_json::from_slice::<Value>(body).ok();
+    let (message, code) = parsed.as_ref().map_or((None, None), error_fields);
     let message = message.unwrap_or_else(|| {
         let trimmed = body_text.trim();
         if trimmed.is_empty() {
@@ -80,7 +80,8 @@ pub(crate) fn http_error(status: u16, headers: &HeaderMap, body: &[u8]) -> Model
     });
     ModelError::Http {
         status,
-        retry_after: retry_after(headers, SystemTime::now()),
+        retry_after: retry_after(headers, SystemTime::now())
+            .or_else(|| parsed.as_ref().and_then(google_retry_delay)),
         message,
         code,
         body: body_text,
@@ -98,10 +99,14 @@ fn error_fields(v: &Value) -> (Option<String>, Option<String>) {
     match v.get("error") {
         Some(Value::Object(err)) => {
             let message = err.get("message").and_then(as_text);
+            // A string code (OpenAI), else Google's `status` over its numeric HTTP `code`.
             let code = err
                 .get("code")
+                .filter(|c| c.is_string())
                 .and_then(as_text)
-                .or_else(|| err.get("type").and_then(as_text));
+                .or_else(|| err.get("status").and_then(as_text))
+                .or_else(|| err.get("type").and_then(as_text))
+                .or_else(|| err.get("code").and_then(as_text));
             (message, code)
         }
         Some(Value::String(s)) => (
@@ -117,6 +122,25 @@ fn error_fields(v: &Value) -> (Option<String>, Option<String>) {
             v.get("code").and_then(as_text),
         ),
     }
+}
+
+/// Google's retry hint: `error.details[]` of type `google.rpc.RetryInfo` with `retryDelay`
+/// (`"7s"`, `"1.5s"`).
+fn google_retry_delay(v: &Value) -> Option<Duration> {
+    let details = v.pointer("/error/details")?.as_array()?;
+    details.iter().find_map(|d| {
+        let is_retry_info = d
+            .get("@type")
+            .and_then(Value::as_str)
+            .is_some_and(|t| t.ends_with("google.rpc.RetryInfo"));
+        let secs = d
+            .get("retryDelay")?
+            .as_str()?
+            .strip_suffix('s')?
+            .parse::<f64>()
+            .ok()?;
+        (is_retry_info && secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs))
+    })
 }
 
 /// `retry-after-ms` (milliseconds), else `Retry-After` as seconds or an HTTP date.

@@ -140,3 +140,38 @@ fn other_bodies_and_dates() {
     assert_eq!(retry_after(&h, now), Some(Duration::from_millis(1500)));
     assert_eq!(truncate("héllo", 2), "hé…");
 }
+
+// Google (Gemini) and Ollama error bodies.
+#[test]
+fn google_error_body_gives_status_as_code_and_retry_info_as_retry_after() {
+    let body = br#"{"error":{"code":429,"message":"Quota exceeded","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.QuotaFailure"},{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"7.5s"}]}}"#;
+    let ModelError::Http {
+        retry_after,
+        message,
+        code,
+        ..
+    } = http_error(429, &HeaderMap::new(), body)
+    else {
+        panic!()
+    };
+    assert_eq!(retry_after, Some(Duration::from_millis(7500)));
+    assert_eq!(message, "Quota exceeded");
+    assert_eq!(code.as_deref(), Some("RESOURCE_EXHAUSTED"));
+    // A header still wins over the detail.
+    let ModelError::Http { retry_after, .. } =
+        http_error(429, &headers(&[("retry-after", "2")]), body)
+    else {
+        panic!()
+    };
+    assert_eq!(retry_after, Some(Duration::from_secs(2)));
+
+    let ModelError::Http { message, code, .. } = http_error(
+        404,
+        &HeaderMap::new(),
+        br#"{"error":"model 'qwen3' not found, try pulling it first"}"#,
+    ) else {
+        panic!()
+    };
+    assert_eq!(message, "model 'qwen3' not found, try pulling it first");
+    assert_eq!(code, None);
+}

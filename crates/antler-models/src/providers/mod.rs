@@ -1,12 +1,15 @@
 //! Provider adapters: one HTTP driver ([`driver`]) and one wire module per API
-//! ([`openai_compat`], [`anthropic`]). Each wire module keeps its wire types private; how to add
+//! ([`openai_compat`], [`anthropic`], [`gemini`], [`ollama`], [`openai_responses`]). Each wire module keeps its wire types private; how to add
 //! one is in the [`driver`] docs.
 
 pub mod anthropic;
 pub mod driver;
+pub mod gemini;
 pub(crate) mod http;
 pub(crate) mod mapping;
+pub mod ollama;
 pub mod openai_compat;
+pub mod openai_responses;
 pub(crate) mod read;
 pub(crate) mod sse;
 

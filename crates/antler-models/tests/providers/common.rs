@@ -4,19 +4,27 @@
 use std::sync::Arc;
 
 use antler_models::providers::anthropic::Messages;
+use antler_models::providers::gemini::Gemini as GeminiApi;
+use antler_models::providers::ollama::OllamaChat;
 use antler_models::providers::openai_compat::ChatCompletions;
+use antler_models::providers::openai_responses::Responses as ResponsesApi;
 use antler_models::providers::{HttpChatModel, HttpModelConfig, WireFormat};
 use antler_models::{ChatModel, ChatRequest, ModelError};
 use antler_protocol::{
     AiMessage, AiMessageChunk, Message, Object, ToolCall, ToolMessage, ToolSpec, UsageMetadata,
 };
 use antler_test_support::{
-    anthropic_error, openai_error, AnthropicReply, AnthropicWire, MockReply, MockServer, MockWire,
-    OpenAiWire, Reply,
+    anthropic_error, gemini_error, ollama_error, openai_error, AnthropicReply, AnthropicWire,
+    GeminiReply, GeminiWire, MockReply, MockServer, MockWire, OllamaReply, OllamaWire, OpenAiWire,
+    Reply, ResponsesReply, ResponsesWire,
 };
 use serde_json::{json, Value};
 
 pub const MESSAGE_ID: &str = "lc_run--test-1";
+
+pub fn secs(n: u64) -> std::time::Duration {
+    std::time::Duration::from_secs(n)
+}
 
 pub fn obj(v: Value) -> Object {
     match v {
@@ -126,8 +134,8 @@ pub fn without_provider_id(mut m: AiMessage) -> AiMessage {
 pub struct HttpCase<M: MockWire> {
     pub reply: Reply<M>,
     pub status: u16,
-    pub retry_after_secs: u64,
-    pub code: &'static str,
+    pub retry_after: Option<std::time::Duration>,
+    pub code: Option<&'static str>,
     pub message: &'static str,
 }
 
@@ -145,8 +153,10 @@ pub trait Vendor {
     const BARE_HOST: &'static str;
     /// Events a streamed text answer sends before its first text delta.
     const LEADING_EVENTS: usize;
-    /// The message and code of the mock's `401`.
-    const UNAUTHORIZED: (&'static str, &'static str);
+    /// The status, message and code of the mock's answer to a wrong key.
+    const UNAUTHORIZED: (u16, &'static str, Option<&'static str>);
+    /// The `finish_reason` of a plain text answer.
+    const STOP: &'static str = "stop";
 
     fn config(mock: &MockServer<Self::Mock>) -> HttpModelConfig<Self::Wire> {
         HttpModelConfig::new(Self::MODEL)
@@ -194,9 +204,10 @@ impl Vendor for OpenAi {
     const BARE_HOST: &'static str = "api.openai.com";
     // The role chunk.
     const LEADING_EVENTS: usize = 1;
-    const UNAUTHORIZED: (&'static str, &'static str) = (
+    const UNAUTHORIZED: (u16, &'static str, Option<&'static str>) = (
+        401,
         "Incorrect API key provided. You can find your API key at https://platform.openai.com/account/api-keys.",
-        "invalid_api_key",
+        Some("invalid_api_key"),
     );
 
     fn usage(input: u64, output: u64) -> UsageMetadata {
@@ -215,8 +226,8 @@ impl Vendor for OpenAi {
             )
             .retry_after(7),
             status: 429,
-            retry_after_secs: 7,
-            code: "rate_limit_exceeded",
+            retry_after: Some(secs(7)),
+            code: Some("rate_limit_exceeded"),
             message: "Rate limit reached for gpt-test",
         }]
     }
@@ -285,8 +296,8 @@ impl Vendor for Anthropic {
     const BARE_HOST: &'static str = "api.anthropic.com";
     // message_start, ping, content_block_start.
     const LEADING_EVENTS: usize = 3;
-    const UNAUTHORIZED: (&'static str, &'static str) =
-        ("invalid x-api-key", "authentication_error");
+    const UNAUTHORIZED: (u16, &'static str, Option<&'static str>) =
+        (401, "invalid x-api-key", Some("authentication_error"));
 
     fn usage(input: u64, output: u64) -> UsageMetadata {
         anthropic_usage(input, output, 0, 0)
@@ -297,15 +308,15 @@ impl Vendor for Anthropic {
             HttpCase {
                 reply: AnthropicReply::rate_limited(7),
                 status: 429,
-                retry_after_secs: 7,
-                code: "rate_limit_error",
+                retry_after: Some(secs(7)),
+                code: Some("rate_limit_error"),
                 message: "Number of request tokens has exceeded your per-minute rate limit",
             },
             HttpCase {
                 reply: AnthropicReply::overloaded().retry_after(2),
                 status: 529,
-                retry_after_secs: 2,
-                code: "overloaded_error",
+                retry_after: Some(secs(2)),
+                code: Some("overloaded_error"),
                 message: "Overloaded",
             },
         ]
@@ -376,5 +387,266 @@ pub fn anthropic_usage(
             json!({"cache_read": cache_read, "cache_creation": cache_creation}),
         )),
         ..UsageMetadata::new(input + cache_read + cache_creation, output)
+    }
+}
+
+pub struct Gemini;
+
+impl Vendor for Gemini {
+    type Mock = GeminiWire;
+    type Wire = GeminiApi;
+
+    const MODEL: &'static str = "gemini-test";
+    const API_KEY: &'static str = "AIza-test";
+    const DEFAULT_ENDPOINT: &'static str =
+        "https://generativelanguage.googleapis.com/v1beta/models/m:generateContent";
+    const BARE_HOST: &'static str = "generativelanguage.googleapis.com";
+    const LEADING_EVENTS: usize = 0;
+    // The API answers a key it does not accept with 400, not 401.
+    const UNAUTHORIZED: (u16, &'static str, Option<&'static str>) = (
+        400,
+        "API key not valid. Please pass a valid API key.",
+        Some("INVALID_ARGUMENT"),
+    );
+    const STOP: &'static str = "STOP";
+
+    fn usage(input: u64, output: u64) -> UsageMetadata {
+        UsageMetadata::new(input, output)
+    }
+
+    fn retry_cases() -> Vec<HttpCase<GeminiWire>> {
+        vec![
+            HttpCase {
+                reply: GeminiReply::rate_limited(7),
+                status: 429,
+                retry_after: Some(secs(7)),
+                code: Some("RESOURCE_EXHAUSTED"),
+                message:
+                    "You exceeded your current quota, please check your plan and billing details.",
+            },
+            HttpCase {
+                reply: GeminiReply::overloaded(),
+                status: 503,
+                retry_after: None,
+                code: Some("UNAVAILABLE"),
+                message: "The model is overloaded. Please try again later.",
+            },
+        ]
+    }
+
+    fn undecodable() -> Vec<(GeminiReply, &'static str)> {
+        vec![
+            (
+                GeminiReply::raw_body(200, "{not json"),
+                "not a GenerateContentResponse",
+            ),
+            (
+                GeminiReply::raw_body(200, r#"{"candidates":[]}"#),
+                "no candidates",
+            ),
+            (
+                GeminiReply::raw_body(
+                    200,
+                    &gemini_error(500, "upstream overloaded", "INTERNAL").to_string(),
+                ),
+                "INTERNAL: upstream overloaded",
+            ),
+        ]
+    }
+
+    fn stream_error() -> (Value, &'static str) {
+        (
+            json!({"code": 500, "message": "upstream died", "status": "INTERNAL"}),
+            "INTERNAL: upstream died",
+        )
+    }
+
+    fn events_through_finish(reply: &GeminiReply) -> usize {
+        // The last chunk carries the finish reason; there is no end marker.
+        reply.chunks().unwrap().len()
+    }
+
+    fn broken_history() -> (Call, [&'static str; 2]) {
+        let dangling = AiMessage {
+            tool_calls: vec![ToolCall::new("call_lost", "bash", Object::new())],
+            ..Default::default()
+        };
+        let call = Call::user("run it")
+            .then(dangling)
+            .then(Message::human("well?"))
+            .then(Message::ai("hm"))
+            .then(ToolMessage::new("call_unknown", "?").with_name("mystery"));
+        (call, ["bash", "mystery"])
+    }
+}
+
+pub struct Ollama;
+
+impl Vendor for Ollama {
+    type Mock = OllamaWire;
+    type Wire = OllamaChat;
+
+    const MODEL: &'static str = "qwen-test";
+    const API_KEY: &'static str = "proxy-key";
+    const DEFAULT_ENDPOINT: &'static str = "http://localhost:11434/api/chat";
+    const BARE_HOST: &'static str = "localhost:11434";
+    const LEADING_EVENTS: usize = 0;
+    const UNAUTHORIZED: (u16, &'static str, Option<&'static str>) = (401, "unauthorized", None);
+
+    fn usage(input: u64, output: u64) -> UsageMetadata {
+        UsageMetadata::new(input, output)
+    }
+
+    fn retry_cases() -> Vec<HttpCase<OllamaWire>> {
+        vec![
+            HttpCase {
+                reply: OllamaReply::busy(),
+                status: 503,
+                retry_after: None,
+                code: None,
+                message: "server busy, please try again.  maximum pending requests exceeded",
+            },
+            HttpCase {
+                reply: OllamaReply::error(429, ollama_error("too many requests")).retry_after(3),
+                status: 429,
+                retry_after: Some(secs(3)),
+                code: None,
+                message: "too many requests",
+            },
+        ]
+    }
+
+    fn undecodable() -> Vec<(OllamaReply, &'static str)> {
+        vec![
+            (
+                OllamaReply::raw_body(200, "{not json"),
+                "not an Ollama chat response",
+            ),
+            (
+                OllamaReply::raw_body(200, r#"{"model":"m","done":true}"#),
+                "no message",
+            ),
+            (
+                OllamaReply::raw_body(200, r#"{"error":"upstream overloaded"}"#),
+                "upstream overloaded",
+            ),
+        ]
+    }
+
+    fn stream_error() -> (Value, &'static str) {
+        (
+            json!("model runner has unexpectedly stopped"),
+            "model runner has unexpectedly stopped",
+        )
+    }
+
+    fn events_through_finish(reply: &OllamaReply) -> usize {
+        // The `done` line is the last.
+        reply.lines(Self::MODEL).unwrap().len()
+    }
+
+    fn broken_history() -> (Call, [&'static str; 2]) {
+        let dangling = AiMessage {
+            tool_calls: vec![ToolCall::new("call_lost", "bash", Object::new())],
+            ..Default::default()
+        };
+        let call = Call::user("run it")
+            .then(dangling)
+            .then(Message::human("well?"))
+            .then(ToolMessage::new("call_unknown", "?").with_name("mystery"));
+        (call, ["bash", "mystery"])
+    }
+}
+
+pub struct Responses;
+
+impl Vendor for Responses {
+    type Mock = ResponsesWire;
+    type Wire = ResponsesApi;
+
+    const MODEL: &'static str = "gpt-5-test";
+    const API_KEY: &'static str = "sk-test";
+    const DEFAULT_ENDPOINT: &'static str = "https://api.openai.com/v1/responses";
+    const BARE_HOST: &'static str = "api.openai.com";
+    // response.created, response.in_progress, output_item.added, content_part.added.
+    const LEADING_EVENTS: usize = 4;
+    const UNAUTHORIZED: (u16, &'static str, Option<&'static str>) =
+        (401, "Incorrect API key provided.", Some("invalid_api_key"));
+
+    fn usage(input: u64, output: u64) -> UsageMetadata {
+        UsageMetadata {
+            input_token_details: Some(obj(json!({"cache_read": 0}))),
+            output_token_details: Some(obj(json!({"reasoning": 0}))),
+            ..UsageMetadata::new(input, output)
+        }
+    }
+
+    fn retry_cases() -> Vec<HttpCase<ResponsesWire>> {
+        vec![HttpCase {
+            reply: ResponsesReply::error(
+                429,
+                openai_error(
+                    "Rate limit reached for gpt-5-test",
+                    "requests",
+                    Some("rate_limit_exceeded"),
+                ),
+            )
+            .retry_after(7),
+            status: 429,
+            retry_after: Some(secs(7)),
+            code: Some("rate_limit_exceeded"),
+            message: "Rate limit reached for gpt-5-test",
+        }]
+    }
+
+    fn undecodable() -> Vec<(ResponsesReply, &'static str)> {
+        vec![
+            (
+                ResponsesReply::raw_body(200, "{not json"),
+                "not a Responses API response",
+            ),
+            (
+                ResponsesReply::raw_body(
+                    200,
+                    r#"{"id":"resp_1","object":"response","status":"completed"}"#,
+                ),
+                "no output",
+            ),
+            (
+                ResponsesReply::raw_body(
+                    200,
+                    r#"{"error":{"code":"server_error","message":"upstream overloaded"}}"#,
+                ),
+                "server_error: upstream overloaded",
+            ),
+            (
+                ResponsesReply::raw_body(200, r#"{"object":"chat.completion","choices":[]}"#),
+                "object 'chat.completion'",
+            ),
+        ]
+    }
+
+    fn stream_error() -> (Value, &'static str) {
+        (
+            json!({"code": "server_error", "message": "upstream died"}),
+            "server_error: upstream died",
+        )
+    }
+
+    fn events_through_finish(reply: &ResponsesReply) -> usize {
+        // Up to and including `response.completed`.
+        reply.events(Self::MODEL).unwrap().len()
+    }
+
+    fn broken_history() -> (Call, [&'static str; 2]) {
+        let dangling = AiMessage {
+            tool_calls: vec![ToolCall::new("call_lost", "bash", Object::new())],
+            ..Default::default()
+        };
+        let call = Call::user("run it")
+            .then(dangling)
+            .then(Message::human("well?"))
+            .then(ToolMessage::new("call_unknown", "?"));
+        (call, ["call_unknown", "call_lost"])
     }
 }

@@ -7,4 +7,7 @@
 mod anthropic;
 mod common;
 mod driver;
+mod gemini;
+mod ollama;
 mod openai_compat;
+mod openai_responses;

@@ -46,6 +46,9 @@ pub struct MockRequest {
     pub headers: Vec<(String, String)>,
     /// The JSON body (`Null` when empty; a JSON string holding the raw text when not JSON).
     pub body: Value,
+    /// Whether the request asked for a stream, in the vendor's terms (a body flag, or the path
+    /// for Gemini's `:streamGenerateContent`).
+    pub stream: bool,
 }
 
 impl MockRequest {
@@ -67,10 +70,7 @@ impl MockRequest {
 
     /// Whether the request asked for a stream.
     pub fn is_stream(&self) -> bool {
-        self.body
-            .get("stream")
-            .and_then(Value::as_bool)
-            .unwrap_or(false)
+        self.stream
     }
 }
 
@@ -437,7 +437,9 @@ async fn handle<W: MockWire>(
             })
             .collect(),
         body: body_json.clone(),
+        stream: W::is_stream(&path, &body_json),
     };
+    let stream = record.stream;
     let auth_ok;
     let rejected;
     let n;
@@ -496,18 +498,19 @@ async fn handle<W: MockWire>(
         }
     };
     let _in_flight = InFlight::enter(&shared.in_flight);
-    answer(&shared, reply, &body_json).await
+    answer(&shared, reply, &body_json, stream).await
 }
 
-async fn answer<W: MockWire>(shared: &Shared<W>, reply: Reply<W>, request: &Value) -> Response {
+async fn answer<W: MockWire>(
+    shared: &Shared<W>,
+    reply: Reply<W>,
+    request: &Value,
+    stream: bool,
+) -> Response {
     let stop = shared.shutdown.clone();
     if !sleep_or_stop(reply.delay, &stop).await {
         return failure::<W>(Failure::ShuttingDown);
     }
-    let stream = request
-        .get("stream")
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
     match &reply.body {
         ReplyBody::Hang => {
             stopped(stop).await;
@@ -516,7 +519,7 @@ async fn answer<W: MockWire>(shared: &Shared<W>, reply: Reply<W>, request: &Valu
         ReplyBody::Error { status, body } => json_response::<W>(*status, body, &reply.headers),
         ReplyBody::Raw { status, body } => {
             let ct = if stream {
-                "text/event-stream"
+                W::STREAM_CONTENT_TYPE
             } else {
                 "application/json"
             };
@@ -591,5 +594,10 @@ fn sse_response<W: MockWire>(
     });
     let mut headers = reply.headers.clone();
     headers.push(("cache-control".into(), "no-cache".into()));
-    bytes_response::<W>(200, "text/event-stream", Body::from_stream(body), &headers)
+    bytes_response::<W>(
+        200,
+        W::STREAM_CONTENT_TYPE,
+        Body::from_stream(body),
+        &headers,
+    )
 }

@@ -53,6 +53,14 @@ pub trait MockWire: Clone + fmt::Debug + PartialEq + Send + Sync + 'static {
     const DONE: Option<&'static str> = None;
     /// Headers added to every response (`request-id`).
     const RESPONSE_HEADERS: &'static [(&'static str, &'static str)] = &[];
+    /// The `Content-Type` of a streamed answer (`application/x-ndjson` for Ollama).
+    const STREAM_CONTENT_TYPE: &'static str = "text/event-stream";
+
+    /// Whether a request (path with query, JSON body) asks for a stream; by default the body's
+    /// `stream` flag.
+    fn is_stream(_path: &str, body: &Value) -> bool {
+        body.get("stream").and_then(Value::as_bool).unwrap_or(false)
+    }
 
     /// A plain text answer (the default reply is `text("ok")`).
     fn text(text: &str) -> Self::Answer;
@@ -87,7 +95,7 @@ pub trait MockWire: Clone + fmt::Debug + PartialEq + Send + Sync + 'static {
     /// The answer as stream events, in order.
     fn events(answer: &Self::Answer, render: &Self::Render) -> Vec<Value>;
 
-    /// One event as an SSE frame.
+    /// One event as a frame of the stream (SSE, or a JSON line).
     fn frame(event: &Value) -> String;
 
     /// The event that carries a mid-stream error (`error_after_events`).

@@ -1,0 +1,342 @@
+//! Turning a `GenerateContentResponse` into a LangChain-shaped [`AiMessage`].
+//!
+//! Both paths end in [`Parts::into_message`]: the non-streaming path reads [`Parts`] from one
+//! response, the streaming path accumulates them from the chunks. So a streamed answer folds into
+//! the message the same answer gives unstreamed.
+
+use antler_protocol::{AiMessage, Content, InvalidToolCall, Object, ToolCall, UsageMetadata};
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::THOUGHT_SIGNATURES_KEY;
+use crate::providers::mapping::{decode_json, response_metadata};
+use crate::ModelError;
+
+/// `usageMetadata`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct WireUsage {
+    #[serde(default)]
+    prompt_token_count: Option<u64>,
+    #[serde(default)]
+    candidates_token_count: Option<u64>,
+    #[serde(default)]
+    total_token_count: Option<u64>,
+    #[serde(default)]
+    thoughts_token_count: Option<u64>,
+    #[serde(default)]
+    cached_content_token_count: Option<u64>,
+}
+
+impl WireUsage {
+    /// langchain-google-genai's reading: thought tokens are output tokens (itemised as
+    /// `reasoning`), cached prompt tokens are itemised as `cache_read`.
+    pub(crate) fn into_usage(self) -> UsageMetadata {
+        let input = self.prompt_token_count.unwrap_or(0);
+        let thoughts = self.thoughts_token_count;
+        let output = self.candidates_token_count.unwrap_or(0) + thoughts.unwrap_or(0);
+        let mut usage = UsageMetadata::new(input, output);
+        if let Some(total) = self.total_token_count {
+            usage.total_tokens = total;
+        }
+        if let Some(n) = self.cached_content_token_count {
+            let mut d = Object::new();
+            d.insert("cache_read".into(), Value::from(n));
+            usage.input_token_details = Some(d);
+        }
+        if let Some(n) = thoughts {
+            let mut d = Object::new();
+            d.insert("reasoning".into(), Value::from(n));
+            usage.output_token_details = Some(d);
+        }
+        usage
+    }
+}
+
+/// One `GenerateContentResponse` (a whole answer, or one stream chunk).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct WireResponse {
+    #[serde(default)]
+    pub candidates: Option<Vec<WireCandidate>>,
+    #[serde(default)]
+    pub prompt_feedback: Option<Value>,
+    #[serde(default)]
+    pub usage_metadata: Option<WireUsage>,
+    #[serde(default)]
+    pub model_version: Option<String>,
+    #[serde(default)]
+    pub response_id: Option<String>,
+    #[serde(default)]
+    pub error: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct WireCandidate {
+    #[serde(default)]
+    pub content: Option<WireContent>,
+    #[serde(default)]
+    pub finish_reason: Option<String>,
+    #[serde(default)]
+    pub finish_message: Option<String>,
+    #[serde(default)]
+    pub safety_ratings: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct WireContent {
+    #[serde(default)]
+    pub parts: Option<Vec<WirePart>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct WirePart {
+    #[serde(default)]
+    pub text: Option<String>,
+    #[serde(default)]
+    pub thought: Option<bool>,
+    #[serde(default)]
+    pub function_call: Option<WireCall>,
+    #[serde(default)]
+    pub thought_signature: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct WireCall {
+    #[serde(default)]
+    pub id: Option<String>,
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub args: Option<Value>,
+}
+
+/// A function call of the answer, its id settled (the API's, or a generated one).
+#[derive(Debug)]
+pub(crate) struct Call {
+    pub id: String,
+    pub name: Option<String>,
+    pub args: Option<Value>,
+    pub signature: Option<String>,
+}
+
+impl Call {
+    pub(crate) fn new(call: WireCall, signature: Option<String>) -> Self {
+        let id = call
+            .id
+            .filter(|id| !id.is_empty())
+            .unwrap_or_else(|| format!("call_{}", uuid::Uuid::new_v4().simple()));
+        Call {
+            id,
+            name: call.name.filter(|n| !n.is_empty()),
+            args: call.args,
+            signature,
+        }
+    }
+}
+
+/// Everything the final message is built from.
+#[derive(Debug, Default)]
+pub(crate) struct Parts {
+    pub text: String,
+    pub thoughts: String,
+    pub calls: Vec<Call>,
+    pub finish_reason: Option<String>,
+    pub finish_message: Option<String>,
+    pub safety_ratings: Option<Value>,
+    pub prompt_feedback: Option<Value>,
+    pub model_version: Option<String>,
+    pub response_id: Option<String>,
+    pub usage: Option<WireUsage>,
+}
+
+impl Parts {
+    /// Fold one response (or chunk) in; the parts of its first candidate are passed to `part`
+    /// after they are recorded.
+    pub(crate) fn absorb(&mut self, wire: WireResponse, mut part: impl FnMut(PartEvent<'_>)) {
+        if let Some(usage) = wire.usage_metadata {
+            self.usage = Some(usage);
+        }
+        keep_first(&mut self.model_version, wire.model_version);
+        keep_first(&mut self.response_id, wire.response_id);
+        if let Some(feedback) = wire.prompt_feedback {
+            self.prompt_feedback = Some(feedback);
+        }
+        // `candidateCount > 1` is not supported: only the first candidate is read.
+        let Some(candidate) = wire.candidates.and_then(|c| c.into_iter().next()) else {
+            return;
+        };
+        if let Some(reason) = candidate.finish_reason {
+            self.finish_reason = Some(reason);
+        }
+        if candidate.finish_message.is_some() {
+            self.finish_message = candidate.finish_message;
+        }
+        if candidate.safety_ratings.is_some() {
+            self.safety_ratings = candidate.safety_ratings;
+        }
+        let parts = candidate.content.and_then(|c| c.parts).unwrap_or_default();
+        for p in parts {
+            if let Some(call) = p.function_call {
+                let call = Call::new(call, p.thought_signature);
+                self.calls.push(call);
+                let index = self.calls.len() - 1;
+                part(PartEvent::Call(&self.calls[index], index));
+            } else if let Some(text) = p.text {
+                if p.thought == Some(true) {
+                    self.thoughts.push_str(&text);
+                    part(PartEvent::Thought(&text));
+                } else {
+                    self.text.push_str(&text);
+                    part(PartEvent::Text(&text));
+                }
+            }
+        }
+    }
+
+    /// The answer is complete: a finish reason, or the prompt was blocked.
+    pub(crate) fn finished(&self) -> bool {
+        self.finish_reason.is_some() || self.block_reason().is_some()
+    }
+
+    fn block_reason(&self) -> Option<&str> {
+        self.prompt_feedback
+            .as_ref()
+            .and_then(|f| f.get("blockReason"))
+            .and_then(Value::as_str)
+    }
+
+    pub(crate) fn into_message(self, message_id: &str, default_model: &str) -> AiMessage {
+        let mut tool_calls = Vec::new();
+        let mut invalid_tool_calls = Vec::new();
+        let mut signatures = Object::new();
+        for call in self.calls {
+            if let Some(sig) = call.signature {
+                signatures.insert(call.id.clone(), Value::String(sig));
+            }
+            match (call.args, call.name) {
+                (None | Some(Value::Null), Some(name)) => tool_calls.push(ToolCall {
+                    name,
+                    args: Object::new(),
+                    id: Some(call.id),
+                    kind: "tool_call".into(),
+                }),
+                (Some(Value::Object(args)), Some(name)) => tool_calls.push(ToolCall {
+                    name,
+                    args,
+                    id: Some(call.id),
+                    kind: "tool_call".into(),
+                }),
+                (args, name) => invalid_tool_calls.push(InvalidToolCall {
+                    kind: "invalid_tool_call".into(),
+                    error: Some(if name.is_none() {
+                        "function call has no name".into()
+                    } else {
+                        "function call args are not a JSON object".into()
+                    }),
+                    id: Some(call.id),
+                    name,
+                    args: args.map(|a| a.to_string()),
+                }),
+            }
+        }
+        let mut additional_kwargs = Object::new();
+        if !self.thoughts.is_empty() {
+            additional_kwargs.insert("reasoning_content".into(), Value::String(self.thoughts));
+        }
+        if !signatures.is_empty() {
+            additional_kwargs.insert(THOUGHT_SIGNATURES_KEY.into(), Value::Object(signatures));
+        }
+        let finish_reason = self
+            .finish_reason
+            .as_deref()
+            .or_else(|| {
+                self.prompt_feedback
+                    .as_ref()
+                    .and_then(|f| f.get("blockReason"))
+                    .and_then(Value::as_str)
+            })
+            .map(str::to_owned);
+        let mut meta = response_metadata(
+            finish_reason.as_deref(),
+            None,
+            default_model,
+            self.response_id,
+        );
+        if let Some(v) = self.model_version {
+            meta.insert("model_version".into(), Value::String(v));
+        }
+        if let Some(m) = self.finish_message {
+            meta.insert("finish_message".into(), Value::String(m));
+        }
+        if let Some(r) = self
+            .safety_ratings
+            .filter(|r| r.as_array().is_none_or(|a| !a.is_empty()))
+        {
+            meta.insert("safety_ratings".into(), r);
+        }
+        if let Some(f) = self.prompt_feedback {
+            meta.insert("prompt_feedback".into(), f);
+        }
+        AiMessage {
+            content: Content::Text(self.text),
+            additional_kwargs,
+            response_metadata: meta,
+            name: None,
+            id: Some(message_id.to_owned()),
+            tool_calls,
+            invalid_tool_calls,
+            usage_metadata: self.usage.map(WireUsage::into_usage),
+        }
+    }
+}
+
+/// A part just recorded by [`Parts::absorb`].
+pub(crate) enum PartEvent<'a> {
+    Text(&'a str),
+    Thought(&'a str),
+    /// The call and its position among the answer's calls.
+    Call(&'a Call, usize),
+}
+
+fn keep_first(slot: &mut Option<String>, value: Option<String>) {
+    if slot.is_none() {
+        *slot = value.filter(|v| !v.is_empty());
+    }
+}
+
+/// The text of a Google `error` object (`"<status>: <message>"`).
+pub(crate) fn error_text(error: &Value) -> String {
+    let field = |k: &str| error.get(k).and_then(Value::as_str);
+    match (field("status"), field("message")) {
+        (Some(status), Some(message)) => format!("{status}: {message}"),
+        (None, Some(message)) => message.to_owned(),
+        _ => match error {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        },
+    }
+}
+
+/// Parse a 2xx non-streaming body.
+pub(crate) fn parse_response(
+    body: &[u8],
+    message_id: &str,
+    default_model: &str,
+) -> Result<AiMessage, ModelError> {
+    let wire: WireResponse = decode_json(body, "response is not a GenerateContentResponse")?;
+    if let Some(err) = wire.error.as_ref().filter(|e| !e.is_null()) {
+        return Err(ModelError::Decode(format!(
+            "provider answered 2xx with an error: {}",
+            error_text(err)
+        )));
+    }
+    if wire.candidates.as_ref().is_none_or(Vec::is_empty) && wire.prompt_feedback.is_none() {
+        return Err(ModelError::Decode("response has no candidates".into()));
+    }
+    let mut parts = Parts::default();
+    parts.absorb(wire, |_| {});
+    Ok(parts.into_message(message_id, default_model))
+}

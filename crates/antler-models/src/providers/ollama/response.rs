@@ -1,0 +1,253 @@
+//! Turning an `/api/chat` answer into a LangChain-shaped [`AiMessage`].
+//!
+//! Both paths end in [`Parts::into_message`]: the non-streaming path reads [`Parts`] from the one
+//! response object, the streaming path accumulates them from the NDJSON lines (each the same
+//! shape, `done: true` on the last).
+
+use antler_protocol::{AiMessage, Content, InvalidToolCall, Object, ToolCall, UsageMetadata};
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::providers::mapping::{decode_json, response_metadata};
+use crate::ModelError;
+
+/// One response object (the whole answer, or one line of a stream).
+#[derive(Debug, Deserialize)]
+pub(crate) struct WireChat {
+    #[serde(default)]
+    pub model: Option<String>,
+    #[serde(default)]
+    pub created_at: Option<String>,
+    #[serde(default)]
+    pub message: Option<WireMessage>,
+    #[serde(default)]
+    pub done: Option<bool>,
+    #[serde(default)]
+    pub done_reason: Option<String>,
+    #[serde(default)]
+    pub prompt_eval_count: Option<u64>,
+    #[serde(default)]
+    pub eval_count: Option<u64>,
+    #[serde(default)]
+    pub total_duration: Option<u64>,
+    #[serde(default)]
+    pub load_duration: Option<u64>,
+    #[serde(default)]
+    pub prompt_eval_duration: Option<u64>,
+    #[serde(default)]
+    pub eval_duration: Option<u64>,
+    #[serde(default)]
+    pub error: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct WireMessage {
+    #[serde(default)]
+    pub content: Option<String>,
+    #[serde(default)]
+    pub thinking: Option<String>,
+    #[serde(default)]
+    pub tool_calls: Option<Vec<WireToolCall>>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct WireToolCall {
+    #[serde(default)]
+    pub id: Option<String>,
+    #[serde(default)]
+    pub function: Option<WireFunction>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct WireFunction {
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub arguments: Option<Value>,
+}
+
+/// A tool call of the answer, its id settled (Ollama's, or a generated one).
+#[derive(Debug)]
+pub(crate) struct Call {
+    pub id: String,
+    pub name: Option<String>,
+    pub arguments: Option<Value>,
+}
+
+/// Everything the final message is built from.
+#[derive(Debug, Default)]
+pub(crate) struct Parts {
+    pub text: String,
+    pub thinking: String,
+    pub calls: Vec<Call>,
+    pub done: bool,
+    pub done_reason: Option<String>,
+    pub model: Option<String>,
+    pub created_at: Option<String>,
+    pub prompt_eval_count: Option<u64>,
+    pub eval_count: Option<u64>,
+    /// `total_duration`, `load_duration`, `prompt_eval_duration`, `eval_duration` (ns).
+    pub durations: Object,
+}
+
+impl Parts {
+    /// Fold one response object in; returns the text and thinking it added and the index of its
+    /// first new call.
+    pub(crate) fn absorb(&mut self, wire: WireChat) -> (String, String, usize) {
+        if self.model.is_none() {
+            self.model = wire.model.filter(|m| !m.is_empty());
+        }
+        if self.created_at.is_none() {
+            self.created_at = wire.created_at;
+        }
+        let first_new = self.calls.len();
+        let (mut text, mut thinking) = (String::new(), String::new());
+        if let Some(message) = wire.message {
+            if let Some(t) = message.content {
+                self.text.push_str(&t);
+                text = t;
+            }
+            if let Some(t) = message.thinking {
+                self.thinking.push_str(&t);
+                thinking = t;
+            }
+            for call in message.tool_calls.unwrap_or_default() {
+                let (name, arguments) = match call.function {
+                    Some(f) => (f.name.filter(|n| !n.is_empty()), f.arguments),
+                    None => (None, None),
+                };
+                let id = call
+                    .id
+                    .filter(|id| !id.is_empty())
+                    .unwrap_or_else(|| format!("call_{}", uuid::Uuid::new_v4().simple()));
+                self.calls.push(Call {
+                    id,
+                    name,
+                    arguments,
+                });
+            }
+        }
+        if wire.done == Some(true) {
+            self.done = true;
+            self.done_reason = wire.done_reason.or(self.done_reason.take());
+            self.prompt_eval_count = wire.prompt_eval_count;
+            self.eval_count = wire.eval_count;
+            for (k, v) in [
+                ("total_duration", wire.total_duration),
+                ("load_duration", wire.load_duration),
+                ("prompt_eval_duration", wire.prompt_eval_duration),
+                ("eval_duration", wire.eval_duration),
+            ] {
+                if let Some(v) = v {
+                    self.durations.insert(k.into(), Value::from(v));
+                }
+            }
+        }
+        (text, thinking, first_new)
+    }
+
+    pub(crate) fn into_message(self, message_id: &str, default_model: &str) -> AiMessage {
+        let mut tool_calls = Vec::new();
+        let mut invalid_tool_calls = Vec::new();
+        for call in self.calls {
+            // Ollama sends an object; a JSON string (an OpenAI habit of some templates) is read.
+            let args = match call.arguments {
+                None | Some(Value::Null) => Ok(Object::new()),
+                Some(Value::Object(o)) => Ok(o),
+                Some(Value::String(s)) => match serde_json::from_str::<Value>(&s) {
+                    Ok(Value::Object(o)) => Ok(o),
+                    _ => Err(s),
+                },
+                Some(other) => Err(other.to_string()),
+            };
+            match (args, call.name) {
+                (Ok(args), Some(name)) => tool_calls.push(ToolCall {
+                    name,
+                    args,
+                    id: Some(call.id),
+                    kind: "tool_call".into(),
+                }),
+                (args, name) => invalid_tool_calls.push(InvalidToolCall {
+                    kind: "invalid_tool_call".into(),
+                    error: Some(if name.is_none() {
+                        "tool call has no function name".into()
+                    } else {
+                        "tool call arguments are not a JSON object".into()
+                    }),
+                    id: Some(call.id),
+                    name,
+                    args: Some(match args {
+                        Ok(o) => Value::Object(o).to_string(),
+                        Err(raw) => raw,
+                    }),
+                }),
+            }
+        }
+        let mut additional_kwargs = Object::new();
+        if !self.thinking.is_empty() {
+            additional_kwargs.insert("reasoning_content".into(), Value::String(self.thinking));
+        }
+        let finish_reason = if !tool_calls.is_empty() && self.done {
+            Some("tool_calls")
+        } else {
+            self.done_reason.as_deref()
+        };
+        let mut meta = response_metadata(finish_reason, self.model, default_model, None);
+        if let Some(r) = &self.done_reason {
+            meta.insert("done_reason".into(), Value::from(r.as_str()));
+        }
+        if let Some(c) = self.created_at {
+            meta.insert("created_at".into(), Value::String(c));
+        }
+        meta.extend(self.durations);
+        let usage = (self.prompt_eval_count.is_some() || self.eval_count.is_some()).then(|| {
+            UsageMetadata::new(
+                self.prompt_eval_count.unwrap_or(0),
+                self.eval_count.unwrap_or(0),
+            )
+        });
+        AiMessage {
+            content: Content::Text(self.text),
+            additional_kwargs,
+            response_metadata: meta,
+            name: None,
+            id: Some(message_id.to_owned()),
+            tool_calls,
+            invalid_tool_calls,
+            usage_metadata: usage,
+        }
+    }
+}
+
+/// Ollama's error text from `{"error": …}`.
+pub(crate) fn error_text(error: &Value) -> String {
+    match error {
+        Value::String(s) => s.clone(),
+        Value::Object(o) => match o.get("message").and_then(Value::as_str) {
+            Some(m) => m.to_owned(),
+            None => error.to_string(),
+        },
+        other => other.to_string(),
+    }
+}
+
+/// Parse a 2xx non-streaming body.
+pub(crate) fn parse_chat(
+    body: &[u8],
+    message_id: &str,
+    default_model: &str,
+) -> Result<AiMessage, ModelError> {
+    let wire: WireChat = decode_json(body, "response is not an Ollama chat response")?;
+    if let Some(err) = wire.error.as_ref().filter(|e| !e.is_null()) {
+        return Err(ModelError::Decode(format!(
+            "provider answered 2xx with an error: {}",
+            error_text(err)
+        )));
+    }
+    if wire.message.is_none() {
+        return Err(ModelError::Decode("response has no message".into()));
+    }
+    let mut parts = Parts::default();
+    parts.absorb(wire);
+    Ok(parts.into_message(message_id, default_model))
+}

@@ -1,0 +1,222 @@
+//! Scripted answers of [`crate::MockOllama`] ([`OllamaReply`] constructors in Ollama's terms) and
+//! their rendering in Ollama's wire format: one `/api/chat` response object, or NDJSON lines
+//! (thinking and content piece by piece, tool calls whole in one line, then the `done` line with
+//! `done_reason` and the eval counts).
+
+use serde_json::{json, Map, Value};
+
+use super::OllamaReply;
+use crate::mock::{estimated_tokens, split_text};
+
+/// One tool call of a scripted answer; Ollama sends `arguments` as an object.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OllamaToolCall {
+    /// Newer Ollama versions send an id; older ones none.
+    pub id: Option<String>,
+    pub name: String,
+    pub arguments: Value,
+}
+
+impl OllamaToolCall {
+    pub fn new(name: impl Into<String>, arguments: Value) -> Self {
+        OllamaToolCall {
+            id: None,
+            name: name.into(),
+            arguments,
+        }
+    }
+
+    pub fn with_id(mut self, id: impl Into<String>) -> Self {
+        self.id = Some(id.into());
+        self
+    }
+}
+
+/// A scripted assistant message in Ollama's terms.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OllamaAnswer {
+    content: String,
+    thinking: Option<String>,
+    tool_calls: Vec<OllamaToolCall>,
+    /// `(prompt_eval_count, eval_count)`.
+    pub(crate) usage: Option<(u64, u64)>,
+    done_reason: Option<String>,
+}
+
+const CREATED_AT: &str = "2025-01-01T00:00:00.000000Z";
+
+impl OllamaAnswer {
+    pub(crate) fn new(
+        content: &str,
+        thinking: Option<String>,
+        tool_calls: Vec<OllamaToolCall>,
+    ) -> Self {
+        OllamaAnswer {
+            content: content.to_owned(),
+            thinking,
+            tool_calls,
+            usage: None,
+            done_reason: None,
+        }
+    }
+
+    fn counts(&self, r: &Render) -> (u64, u64) {
+        self.usage.unwrap_or_else(|| {
+            let answer = self.content.len()
+                + self.thinking.as_deref().map_or(0, str::len)
+                + self
+                    .tool_calls
+                    .iter()
+                    .map(|c| c.name.len() + c.arguments.to_string().len())
+                    .sum::<usize>();
+            (estimated_tokens(r.prompt_bytes), estimated_tokens(answer))
+        })
+    }
+
+    fn calls_json(&self) -> Value {
+        self.tool_calls
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let mut call = Map::new();
+                if let Some(id) = &c.id {
+                    call.insert("id".into(), json!(id));
+                }
+                call.insert(
+                    "function".into(),
+                    json!({"index": i, "name": c.name, "arguments": c.arguments}),
+                );
+                Value::Object(call)
+            })
+            .collect()
+    }
+
+    fn line(&self, r: &Render, message: Value) -> Value {
+        json!({"model": r.model, "created_at": CREATED_AT, "message": message, "done": false})
+    }
+
+    fn done(&self, r: &Render, message: Value) -> Value {
+        let (prompt, eval) = self.counts(r);
+        json!({
+            "model": r.model,
+            "created_at": CREATED_AT,
+            "message": message,
+            "done": true,
+            "done_reason": self.done_reason.as_deref().unwrap_or("stop"),
+            "total_duration": 1_000_000u64,
+            "load_duration": 100_000u64,
+            "prompt_eval_count": prompt,
+            "prompt_eval_duration": 200_000u64,
+            "eval_count": eval,
+            "eval_duration": 700_000u64,
+        })
+    }
+
+    pub(crate) fn response_json(&self, r: &Render) -> Value {
+        let mut message = json!({"role": "assistant", "content": self.content});
+        if let Some(t) = &self.thinking {
+            message["thinking"] = json!(t);
+        }
+        if !self.tool_calls.is_empty() {
+            message["tool_calls"] = self.calls_json();
+        }
+        self.done(r, message)
+    }
+
+    pub(crate) fn lines_json(&self, r: &Render) -> Vec<Value> {
+        let mut out = Vec::new();
+        for piece in self.thinking.as_deref().map(split_text).unwrap_or_default() {
+            out.push(self.line(
+                r,
+                json!({"role": "assistant", "content": "", "thinking": piece}),
+            ));
+        }
+        for piece in split_text(&self.content) {
+            out.push(self.line(r, json!({"role": "assistant", "content": piece})));
+        }
+        if !self.tool_calls.is_empty() {
+            out.push(self.line(
+                r,
+                json!({"role": "assistant", "content": "", "tool_calls": self.calls_json()}),
+            ));
+        }
+        out.push(self.done(r, json!({"role": "assistant", "content": ""})));
+        out
+    }
+}
+
+/// Constructors and builders in Ollama's terms (the vendor-neutral ones are [`crate::Reply`]'s).
+impl OllamaReply {
+    /// A plain text answer.
+    pub fn text(text: impl Into<String>) -> Self {
+        Self::answer(OllamaAnswer::new(&text.into(), None, Vec::new()))
+    }
+
+    /// One tool call without an id (as most Ollama versions send it).
+    pub fn tool_call(name: impl Into<String>, arguments: Value) -> Self {
+        Self::tool_calls([OllamaToolCall::new(name, arguments)])
+    }
+
+    /// Several tool calls, in order.
+    pub fn tool_calls(calls: impl IntoIterator<Item = OllamaToolCall>) -> Self {
+        Self::answer(OllamaAnswer::new("", None, calls.into_iter().collect()))
+    }
+
+    /// Thinking (`message.thinking`, sent when the request says `think: true`) then text.
+    pub fn thinking(thinking: impl Into<String>, text: impl Into<String>) -> Self {
+        Self::answer(OllamaAnswer::new(
+            &text.into(),
+            Some(thinking.into()),
+            Vec::new(),
+        ))
+    }
+
+    /// Override `done_reason` (default `stop`).
+    pub fn done_reason(mut self, reason: impl Into<String>) -> Self {
+        if let Some(a) = self.answer_mut() {
+            a.done_reason = Some(reason.into());
+        }
+        self
+    }
+
+    /// `503` "server busy" (Ollama's queue is full).
+    pub fn busy() -> Self {
+        Self::error(
+            503,
+            ollama_error("server busy, please try again.  maximum pending requests exceeded"),
+        )
+    }
+
+    /// The answer as one response object (`None` for errors, raw bodies and hangs).
+    pub fn response(&self, model: &str) -> Option<Value> {
+        self.answer_ref()
+            .map(|a| a.response_json(&Render::standalone(model)))
+    }
+
+    /// The answer as NDJSON lines (`None` for errors, raw bodies and hangs).
+    pub fn lines(&self, model: &str) -> Option<Vec<Value>> {
+        self.answer_ref()
+            .map(|a| a.lines_json(&Render::standalone(model)))
+    }
+}
+
+/// Per-answer values of the wire objects.
+pub struct Render {
+    pub(crate) model: String,
+    /// Size of the request's `messages`, for the usage estimate.
+    pub(crate) prompt_bytes: usize,
+}
+
+impl Render {
+    fn standalone(model: &str) -> Self {
+        Render {
+            model: model.into(),
+            prompt_bytes: 0,
+        }
+    }
+}
+
+/// Ollama's error body: `{"error": "…"}`.
+pub fn ollama_error(message: &str) -> Value {
+    json!({ "error": message })
+}
