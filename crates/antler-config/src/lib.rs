@@ -26,7 +26,7 @@
 //! Deliberate differences from DeerFlow, documented where they live:
 //! - a missing `sandbox` section is not an error: the local provider applies, with a warning;
 //! - `database.sqlite_dir` unset means antler's data home (`$ANTLER_HOME`, default `./.antler`);
-//! - `provider: openai|anthropic`, `streaming`, `sandbox.confine` and `subagents.enabled` are
+//! - `provider: openai|anthropic|gemini|ollama`, `streaming`, `sandbox.confine` and `subagents.enabled` are
 //!   antler extensions.
 
 mod context;
