@@ -1,6 +1,7 @@
 //! antler's wire types: LangChain messages, `ThreadState` with DeerFlow's reducers, and the run
 //! stream events. Serde only, no I/O: everything a client sees is defined here.
 
+pub mod checkpoint;
 pub mod events;
 pub mod markers;
 pub mod message_list;

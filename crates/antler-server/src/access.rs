@@ -3,7 +3,7 @@
 //! owner and an empty initial checkpoint so state and history work before the first run.
 
 use antler_protocol::ThreadState;
-use antler_runtime::{CheckpointMeta, CheckpointWrite, Checkpointer};
+use antler_runtime::{CheckpointWrite, Checkpointer};
 use antler_store::ThreadRecord;
 use serde_json::{json, Map, Value};
 
@@ -72,18 +72,14 @@ pub async fn create_thread(
         .await?
         .is_none()
     {
-        let write = CheckpointWrite {
-            meta: CheckpointMeta {
-                thread_id: thread_id.to_owned(),
-                checkpoint_id: uuid::Uuid::now_v7().to_string(),
-                parent_id: None,
-                step: -1,
-                created_at: antler_runtime::now_rfc3339(),
-                metadata: json!({"source": "input", "step": -1, "thread_id": thread_id}),
-            },
-            changes: Vec::new(),
-            fields: Some(ThreadState::default().fields_value()),
-        };
+        let write = CheckpointWrite::new(
+            thread_id,
+            None,
+            -1,
+            json!({"source": "input", "step": -1, "thread_id": thread_id}),
+            Vec::new(),
+            Some(ThreadState::default().fields_value()),
+        );
         state.app.store.put(write).await?;
     }
     Ok(record)

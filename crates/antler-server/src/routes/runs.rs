@@ -49,6 +49,7 @@ fn sse_response(
     });
     let stream = handle
         .buffer
+        .clone()
         .subscribe(cursor, filter, state.config.heartbeat, on_disconnect);
     sse_headers(Response::new(Body::from_stream(stream)))
 }

@@ -399,24 +399,20 @@ pub async fn update_state(
         None => new_state.messages = base_state.messages.clone(),
     }
     let title_changed = new_state.title != base_state.title;
-    let checkpoint_id = uuid::Uuid::now_v7().to_string();
-    let write = CheckpointWrite {
-        meta: CheckpointMeta {
-            thread_id: thread_id.clone(),
-            checkpoint_id: checkpoint_id.clone(),
-            parent_id: parent,
-            step,
-            created_at: antler_runtime::now_rfc3339(),
-            metadata: json!({
-                "source": "update",
-                "step": step,
-                "writer": body.as_node.as_deref().unwrap_or("manual_state_update"),
-                "thread_id": thread_id,
-            }),
-        },
+    let write = CheckpointWrite::new(
+        thread_id.clone(),
+        parent,
+        step,
+        json!({
+            "source": "update",
+            "step": step,
+            "writer": body.as_node.as_deref().unwrap_or("manual_state_update"),
+            "thread_id": thread_id,
+        }),
         changes,
-        fields: Some(new_state.fields_value()),
-    };
+        Some(new_state.fields_value()),
+    );
+    let checkpoint_id = write.meta.checkpoint_id.clone();
     store.put(write).await?;
     if title_changed {
         store

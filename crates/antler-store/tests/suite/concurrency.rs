@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use antler_protocol::{StateUpdate, ThreadState};
-use antler_runtime::Checkpointer;
+use antler_protocol::checkpoint::Checkpointer;
 
 use super::{msg, temp_store, ThreadWriter};
 
