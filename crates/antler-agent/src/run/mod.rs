@@ -65,6 +65,10 @@ pub struct RunRequest {
     /// Extra observers besides the run journal.
     pub observers: Vec<Arc<dyn RunObserver>>,
     pub agent_hook: Option<AgentHook>,
+    /// When the agent cannot be built (unknown custom agent, bad chain): `false` refuses to
+    /// start (`Err`, the CLI); `true` admits the run and ends it `error` with an `AgentError`
+    /// event (the server: the run exists, as LangGraph reports graph errors).
+    pub agent_errors_end_the_run: bool,
 }
 
 impl RunRequest {
@@ -83,6 +87,7 @@ impl RunRequest {
             cancel: None,
             observers: Vec::new(),
             agent_hook: None,
+            agent_errors_end_the_run: false,
         }
     }
 }
@@ -171,8 +176,8 @@ impl RunHandle {
 
 /// Everything the driver task owns.
 struct Drive {
-    /// `None`: a resume with nothing pending.
-    agent: Option<Agent>,
+    /// `None`: a resume with nothing pending; `Err`: the agent could not be built.
+    agent: Result<Option<Agent>, String>,
     input: RunInput,
     options: RunOptions,
     assistant_id: String,
@@ -247,18 +252,24 @@ impl App {
             .clone()
             .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
         let agent = if req.resume_only {
-            None
+            Ok(None)
         } else {
-            let mut agent = self.lead_agent_for(&req.options, req.user_id.as_deref())?;
-            if let Some(hook) = &req.agent_hook {
-                agent = hook(agent, &req.options);
+            match self.lead_agent_for(&req.options, req.user_id.as_deref()) {
+                Ok(mut agent) => {
+                    if let Some(hook) = &req.agent_hook {
+                        agent = hook(agent, &req.options);
+                    }
+                    // A corrupt head is rebuilt from the last good checkpoint and the journal
+                    // on load.
+                    agent.checkpointer = Some(Arc::new(RecoveringCheckpointer::new(
+                        self.store.clone(),
+                        run_id.clone(),
+                    )));
+                    Ok(Some(agent))
+                }
+                Err(e) if req.agent_errors_end_the_run => Err(e.to_string()),
+                Err(e) => return Err(e),
             }
-            // A corrupt head is rebuilt from the last good checkpoint and the journal on load.
-            agent.checkpointer = Some(Arc::new(RecoveringCheckpointer::new(
-                self.store.clone(),
-                run_id.clone(),
-            )));
-            Some(agent)
         };
         let head = self
             .store
@@ -364,7 +375,11 @@ async fn drive_run(res: RunResources, d: Drive) -> TurnOutcome {
     let run_id = d.signal.run_id().to_owned();
     mark_busy(&res.store, &thread_id, d.user_id.as_deref()).await;
 
-    let Some(agent) = d.agent else {
+    let agent = match d.agent {
+        Ok(a) => a,
+        Err(e) => return fin(Ending::failed("AgentError", e), None).await,
+    };
+    let Some(agent) = agent else {
         // A resume with nothing pending (antler raises no LangGraph interrupts) is ignored.
         if d.sink.modes().values {
             if let Ok(Some(cp)) = res.store.latest_checkpoint(&thread_id).await {

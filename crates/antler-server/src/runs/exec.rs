@@ -209,6 +209,7 @@ pub async fn start_run(
         resume_only: req.resume_only,
         observers: state.observers.clone(),
         agent_hook: state.agent_hook.clone(),
+        agent_errors_end_the_run: true,
         ..EngineRequest::new(
             RunInput {
                 messages: req.messages,

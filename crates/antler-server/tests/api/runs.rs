@@ -485,13 +485,65 @@ async fn multitask_reject_interrupt_and_rollback() {
     assert_eq!(run_status(&s, "t1", &third).await["status"], "success");
     let (_, runs) = s.get("/api/threads/t1/runs").await;
     assert_eq!(runs.as_array().unwrap().len(), 2);
-    let (code, _) = s
-        .post(
-            "/api/threads/t1/runs",
-            json!({"multitask_strategy": "enqueue"}),
-        )
-        .await;
-    assert_eq!(code, 422);
+    // `enqueue` is supported now: see `enqueue_waits_for_the_active_run_then_runs`.
+}
+
+#[tokio::test]
+async fn enqueue_waits_for_the_active_run_then_runs() {
+    let s = TestServer::start_with(
+        vec![ScriptedReply::text("first answer"), ScriptedReply::text("second answer")],
+        Options {
+            open: false,
+            ..Options::default()
+        },
+    )
+    .await;
+    s.thread("t1").await;
+    let r = s
+        .client
+        .post(s.url("/api/threads/t1/runs"))
+        .json(&json!({"input": say("first")}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let (_, first) = ids_from_location(r.headers());
+    // The first run is inside its model call (the gate is closed).
+    while s.model.calls() < 1 {
+        tokio::task::yield_now().await;
+    }
+    let r = s
+        .client
+        .post(s.url("/api/threads/t1/runs"))
+        .json(&json!({"input": say("second"), "multitask_strategy": "enqueue"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200, "enqueue is accepted");
+    let (_, second) = ids_from_location(r.headers());
+    let (_, run) = json_of(r).await;
+    assert_eq!(run["multitask_strategy"], "enqueue");
+    let queued = run_status(&s, "t1", &second).await;
+    assert_eq!(queued["status"], "pending", "the second run waits: {queued}");
+    assert_eq!(s.model.calls(), 1, "the queued run has not called the model");
+    s.model.open(2);
+    let (code, values) = s.get(&format!("/api/threads/t1/runs/{second}/join")).await;
+    assert_eq!(code, 200);
+    assert_eq!(run_status(&s, "t1", &first).await["status"], "success");
+    assert_eq!(run_status(&s, "t1", &second).await["status"], "success");
+    let texts: Vec<String> = visible(&values["messages"])
+        .iter()
+        .map(|m| {
+            antler_protocol::Message::from_input(m.clone())
+                .unwrap()
+                .text()
+        })
+        .collect();
+    assert_eq!(
+        texts,
+        ["first", "first answer", "second", "second answer"],
+        "the queued run ran after the first, on its result"
+    );
 }
 
 #[tokio::test]
