@@ -271,13 +271,19 @@ impl App {
                 Err(e) => return Err(e),
             }
         };
-        let head = self
-            .store
-            .list_checkpoints(&thread_id, 1, None)
-            .await?
-            .into_iter()
-            .next()
-            .map(|m| m.checkpoint_id);
+        let head = match self.store.list_checkpoints(&thread_id, 1, None).await {
+            Err(antler_store::StoreError::CorruptCheckpoint { .. }) => {
+                // The head's own row does not decode: repair first, so the rollback point is
+                // the repaired head.
+                antler_store::checkpoints::recover::recover_thread(&self.store, &thread_id, &run_id)
+                    .await?;
+                self.store.list_checkpoints(&thread_id, 1, None).await?
+            }
+            other => other?,
+        }
+        .into_iter()
+        .next()
+        .map(|m| m.checkpoint_id);
         let base = req.input.from_checkpoint.clone().or(head);
 
         let mut record =

@@ -811,3 +811,56 @@ async fn server_runs_are_journaled_before_their_end_event() {
         .unwrap();
     assert_eq!(tool.content["tool_call_id"], "c1");
 }
+
+#[tokio::test]
+async fn a_corrupt_head_checkpoint_is_repaired_under_serve_too() {
+    let s = TestServer::start(vec![
+        ScriptedReply::text("one"),
+        ScriptedReply::text("two"),
+    ])
+    .await;
+    s.thread("hurt").await;
+    s.stream_run("hurt", json!({"input": say("first")})).await;
+    let store = &s.state.app.store;
+    let head = store.latest_checkpoint("hurt").await.unwrap().unwrap();
+    // Damage the head in place through a second connection, as a torn write would.
+    let raw = rusqlite::Connection::open(s.home.path().join("antler.db")).unwrap();
+    let n = raw
+        .execute(
+            "UPDATE checkpoints SET metadata = '{' WHERE checkpoint_id = ?1",
+            [&head.meta.checkpoint_id],
+        )
+        .unwrap();
+    assert_eq!(n, 1);
+    drop(raw);
+    assert!(store.latest_checkpoint("hurt").await.is_err(), "the head no longer decodes");
+
+    let (headers, events) = s.stream_run("hurt", json!({"input": say("second")})).await;
+    let (_, run) = ids_from_location(&headers);
+    assert_eq!(names(&events).last(), Some(&"end"));
+    assert!(!names(&events).contains(&"error"), "{events:?}");
+    assert_eq!(run_status(&s, "hurt", &run).await["status"], "success");
+    let last = &events
+        .iter()
+        .rev()
+        .find(|e| e.event == "values")
+        .unwrap()
+        .data;
+    let texts: Vec<String> = visible(&last["messages"])
+        .iter()
+        .map(|m| {
+            antler_protocol::Message::from_input(m.clone())
+                .unwrap()
+                .text()
+        })
+        .collect();
+    assert_eq!(texts, ["first", "one", "second", "two"]);
+    let journal = store
+        .list_run_events(&run, antler_store::EventQuery::default())
+        .await
+        .unwrap();
+    assert!(
+        journal.iter().any(|e| e.event_type == "checkpoint.recovered"),
+        "{journal:?}"
+    );
+}
