@@ -62,7 +62,10 @@ fn http(port: u16, method: &str, path: &str, body: Option<Value>) -> (u16, Value
         .unwrap_or(0);
     let (head, payload) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
     // Small JSON answers may come chunked; take the JSON between the chunk-size lines.
-    let payload = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+    let payload = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
         payload
             .split("\r\n")
             .filter(|l| !l.is_empty() && usize::from_str_radix(l, 16).is_err())
@@ -70,7 +73,10 @@ fn http(port: u16, method: &str, path: &str, body: Option<Value>) -> (u16, Value
     } else {
         payload.to_owned()
     };
-    (status, serde_json::from_str(&payload).unwrap_or(Value::Null))
+    (
+        status,
+        serde_json::from_str(&payload).unwrap_or(Value::Null),
+    )
 }
 
 fn wait_until(what: &str, deadline: Duration, mut ok: impl FnMut() -> bool) {
@@ -116,12 +122,20 @@ fn cli_and_server_runs_on_one_thread_obey_the_multitask_strategy() {
             .unwrap(),
     );
     wait_until("the server", Duration::from_secs(30), || {
-        TcpStream::connect(("127.0.0.1", port)).is_ok() && http(port, "GET", "/health", None).0 == 200
+        TcpStream::connect(("127.0.0.1", port)).is_ok()
+            && http(port, "GET", "/health", None).0 == 200
     });
 
     // A CLI run holds the thread (its model call hangs).
     let cli = p
-        .cmd(&["run", "--output", "json", "--thread-id", "shared", "cli: hang"])
+        .cmd(&[
+            "run",
+            "--output",
+            "json",
+            "--thread-id",
+            "shared",
+            "cli: hang",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -179,9 +193,11 @@ fn cli_and_server_runs_on_one_thread_obey_the_multitask_strategy() {
         Some(json!({"input": say("server: hang")})),
     );
     assert_eq!(code, 200, "{run}");
-    wait_until("the server run's model call", Duration::from_secs(30), || {
-        mock.in_flight() >= 1
-    });
+    wait_until(
+        "the server run's model call",
+        Duration::from_secs(30),
+        || mock.in_flight() >= 1,
+    );
     let out = p.run(&["run", "--thread-id", "shared", "cli: refused"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_ne!(out.status.code(), Some(0), "{stderr}");

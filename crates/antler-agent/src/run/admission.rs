@@ -13,7 +13,9 @@
 
 use std::sync::Arc;
 
-use antler_store::{Admission, AdmitOutcome, MultitaskStrategy, RunRecord, ThreadRecord, ThreadUpdate};
+use antler_store::{
+    Admission, AdmitOutcome, MultitaskStrategy, RunRecord, ThreadRecord, ThreadUpdate,
+};
 use serde_json::Value;
 
 use super::coordinator::{RunCoordinator, RunSignal};

@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use antler_runtime::CancellationToken;
 use antler_store::runs::DEFAULT_LEASE;
 use antler_store::{
     AdmitOptions, AdmitOutcome, Heartbeat, LeaseOwner, MultitaskStrategy, RunFinish, RunRecord,
@@ -19,7 +20,6 @@ use antler_store::{
 };
 use async_trait::async_trait;
 use tokio::sync::watch;
-use antler_runtime::CancellationToken;
 
 /// `action` of a cancel (spec 70 §5.4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -5,7 +5,7 @@
 //! (spec 70 §5.1), so a client that refetches on `end` sees the final state.
 
 use antler_protocol::checkpoint::{CheckpointError, CheckpointWrite, Checkpointer};
-use antler_protocol::{ThreadState, StreamEvent};
+use antler_protocol::{StreamEvent, ThreadState};
 use antler_runtime::{EventSink, RunOutcome, RunStatus};
 use antler_store::{RunFinish, RunUsage, SqliteStore, ThreadRecord, ThreadUpdate};
 use serde_json::{json, Value};

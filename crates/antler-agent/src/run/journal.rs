@@ -574,4 +574,3 @@ impl RunObserver for RunJournal {
         }
     }
 }
-

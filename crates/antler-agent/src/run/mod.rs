@@ -23,8 +23,7 @@ use std::sync::Arc;
 
 use antler_protocol::{Message, StreamEvent, ThreadState};
 use antler_runtime::{
-    Agent, CancellationToken, EventSink, RunContext, RunInput, RunObserver,
-    RunOptions, RunStatus,
+    Agent, CancellationToken, EventSink, RunContext, RunInput, RunObserver, RunOptions, RunStatus,
 };
 use antler_store::checkpoints::recover::RecoveringCheckpointer;
 use antler_store::{Heartbeat, MultitaskStrategy, RunRecord, ThreadRecord};
@@ -275,8 +274,12 @@ impl App {
             Err(antler_store::StoreError::CorruptCheckpoint { .. }) => {
                 // The head's own row does not decode: repair first, so the rollback point is
                 // the repaired head.
-                antler_store::checkpoints::recover::recover_thread(&self.store, &thread_id, &run_id)
-                    .await?;
+                antler_store::checkpoints::recover::recover_thread(
+                    &self.store,
+                    &thread_id,
+                    &run_id,
+                )
+                .await?;
                 self.store.list_checkpoints(&thread_id, 1, None).await?
             }
             other => other?,
@@ -288,13 +291,20 @@ impl App {
 
         let mut record =
             RunRecord::new(run_id.clone(), thread_id.clone(), req.assistant_id.clone());
-        let mut kwargs = req.kwargs.clone().unwrap_or_else(|| default_kwargs(&req.options));
+        let mut kwargs = req
+            .kwargs
+            .clone()
+            .unwrap_or_else(|| default_kwargs(&req.options));
         kwargs.insert(admission::ROLLBACK_POINT.into(), json!(base));
         record.kwargs = Value::Object(kwargs);
         record.metadata = Value::Object(req.metadata.clone());
         let admitted = admission::admit(&self.runs, record, req.strategy).await?;
 
-        let signal = RunSignal::new(run_id.clone(), thread_id.clone(), req.cancel.unwrap_or_default());
+        let signal = RunSignal::new(
+            run_id.clone(),
+            thread_id.clone(),
+            req.cancel.unwrap_or_default(),
+        );
         self.runs.register(signal.clone());
         sink.emit(StreamEvent::Metadata {
             run_id: run_id.clone(),
@@ -360,7 +370,17 @@ async fn drive_run(res: RunResources, d: Drive) -> TurnOutcome {
         let res = &res;
         let signal = d.signal.clone();
         let sink = d.sink.clone();
-        async move { finish::finish(&res.store, res.runs.as_ref(), &signal, sink.as_ref(), end, base).await }
+        async move {
+            finish::finish(
+                &res.store,
+                res.runs.as_ref(),
+                &signal,
+                sink.as_ref(),
+                end,
+                base,
+            )
+            .await
+        }
     };
     // Displaced runs of this process finish writing first; queued runs wait their turn.
     for prev in &d.wait_for {
@@ -398,8 +418,13 @@ async fn drive_run(res: RunResources, d: Drive) -> TurnOutcome {
     // The run journal (spec 40 part 2 §6.3): every model call, tool call and summarization of
     // the run, appended in batches; its rows are durable before the run's `end`.
     let journal = Arc::new(
-        RunJournal::new(res.store.clone(), thread_id.clone(), run_id.clone(), d.user_id.clone())
-            .with_token_tracking(res.track_usage),
+        RunJournal::new(
+            res.store.clone(),
+            thread_id.clone(),
+            run_id.clone(),
+            d.user_id.clone(),
+        )
+        .with_token_tracking(res.track_usage),
     );
     let mut ctx = RunContext::new(thread_id.clone(), run_id.clone(), d.sink.clone())
         .with_options(d.options)

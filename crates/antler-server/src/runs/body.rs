@@ -8,8 +8,8 @@ use antler_protocol::{Message, StateUpdate, StreamModes};
 use antler_runtime::RunOptions;
 use serde_json::{Map, Value};
 
-use antler_store::MultitaskStrategy as Strategy;
 use crate::error::ApiError;
+use antler_store::MultitaskStrategy as Strategy;
 
 /// Stream modes a run may request.
 pub const ALLOWED_MODES: [&str; 7] = [

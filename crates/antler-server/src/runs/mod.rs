@@ -20,9 +20,9 @@ use antler_agent::run::RunSignal;
 use antler_store::RunStatus;
 use tokio_util::sync::CancellationToken;
 
-use bus::RunEvents;
 #[cfg(test)]
 use crate::sse::RunBuffer;
+use bus::RunEvents;
 
 pub use antler_agent::run::CancelAction;
 

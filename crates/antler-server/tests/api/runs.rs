@@ -491,7 +491,10 @@ async fn multitask_reject_interrupt_and_rollback() {
 #[tokio::test]
 async fn enqueue_waits_for_the_active_run_then_runs() {
     let s = TestServer::start_with(
-        vec![ScriptedReply::text("first answer"), ScriptedReply::text("second answer")],
+        vec![
+            ScriptedReply::text("first answer"),
+            ScriptedReply::text("second answer"),
+        ],
         Options {
             open: false,
             ..Options::default()
@@ -524,8 +527,15 @@ async fn enqueue_waits_for_the_active_run_then_runs() {
     let (_, run) = json_of(r).await;
     assert_eq!(run["multitask_strategy"], "enqueue");
     let queued = run_status(&s, "t1", &second).await;
-    assert_eq!(queued["status"], "pending", "the second run waits: {queued}");
-    assert_eq!(s.model.calls(), 1, "the queued run has not called the model");
+    assert_eq!(
+        queued["status"], "pending",
+        "the second run waits: {queued}"
+    );
+    assert_eq!(
+        s.model.calls(),
+        1,
+        "the queued run has not called the model"
+    );
     s.model.open(2);
     let (code, values) = s.get(&format!("/api/threads/t1/runs/{second}/join")).await;
     assert_eq!(code, 200);
@@ -814,11 +824,7 @@ async fn server_runs_are_journaled_before_their_end_event() {
 
 #[tokio::test]
 async fn a_corrupt_head_checkpoint_is_repaired_under_serve_too() {
-    let s = TestServer::start(vec![
-        ScriptedReply::text("one"),
-        ScriptedReply::text("two"),
-    ])
-    .await;
+    let s = TestServer::start(vec![ScriptedReply::text("one"), ScriptedReply::text("two")]).await;
     s.thread("hurt").await;
     s.stream_run("hurt", json!({"input": say("first")})).await;
     let store = &s.state.app.store;
@@ -833,7 +839,10 @@ async fn a_corrupt_head_checkpoint_is_repaired_under_serve_too() {
         .unwrap();
     assert_eq!(n, 1);
     drop(raw);
-    assert!(store.latest_checkpoint("hurt").await.is_err(), "the head no longer decodes");
+    assert!(
+        store.latest_checkpoint("hurt").await.is_err(),
+        "the head no longer decodes"
+    );
 
     let (headers, events) = s.stream_run("hurt", json!({"input": say("second")})).await;
     let (_, run) = ids_from_location(&headers);
@@ -860,7 +869,9 @@ async fn a_corrupt_head_checkpoint_is_repaired_under_serve_too() {
         .await
         .unwrap();
     assert!(
-        journal.iter().any(|e| e.event_type == "checkpoint.recovered"),
+        journal
+            .iter()
+            .any(|e| e.event_type == "checkpoint.recovered"),
         "{journal:?}"
     );
 }

@@ -25,10 +25,10 @@ use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use antler_protocol::{Change, Entry, Message, Messages, ThreadState};
 use antler_protocol::checkpoint::{
     Checkpoint, CheckpointError, CheckpointMeta, CheckpointWrite, Checkpointer,
 };
+use antler_protocol::{Change, Entry, Message, Messages, ThreadState};
 use async_trait::async_trait;
 use rusqlite::{params, OptionalExtension};
 use serde_json::Value;

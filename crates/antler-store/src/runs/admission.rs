@@ -19,7 +19,10 @@ use rusqlite::params;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::{get_tx, insert_tx, read_raw, decode, update_one, EncodedRun, RunRecord, RunStatus, RunUsage, UnknownRunStatus, COLUMNS};
+use super::{
+    decode, get_tx, insert_tx, read_raw, update_one, EncodedRun, RunRecord, RunStatus, RunUsage,
+    UnknownRunStatus, COLUMNS,
+};
 use crate::db::Cx;
 use crate::error::StoreError;
 use crate::journal::{append_tx, has_event_tx, NewRunEvent};

@@ -17,7 +17,7 @@ use crate::{json_text, json_value, now, SqliteStore};
 
 pub mod admission;
 pub use admission::{
-    AdmitOptions, AdmitOutcome, Admission, Heartbeat, MultitaskStrategy, RunFinish, DEFAULT_LEASE,
+    Admission, AdmitOptions, AdmitOutcome, Heartbeat, MultitaskStrategy, RunFinish, DEFAULT_LEASE,
     ORPHANED, ROLLED_BACK,
 };
 
@@ -173,7 +173,8 @@ pub struct RunUsage {
     pub llm_call_count: i64,
 }
 
-pub(super) const COLUMNS: &str = "SELECT run_id, thread_id, assistant_id, status, created_at, updated_at,
+pub(super) const COLUMNS: &str =
+    "SELECT run_id, thread_id, assistant_id, status, created_at, updated_at,
     error, stop_reason, metadata, kwargs, multitask_strategy, total_input_tokens,
     total_output_tokens, total_tokens, llm_call_count, started_at, ended_at, lease_owner,
     lease_expires_at FROM runs";
@@ -487,4 +488,3 @@ pub(super) fn insert_tx(cx: &Cx<'_>, encoded: EncodedRun) -> Result<RunRecord, S
         .map_err(cx.err("create a run"))?;
     Ok(record)
 }
-

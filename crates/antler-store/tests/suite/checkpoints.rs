@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
-use antler_protocol::{Message, StateUpdate, ThreadState};
 use antler_protocol::checkpoint::{CheckpointError, CheckpointWrite, Checkpointer};
+use antler_protocol::{Message, StateUpdate, ThreadState};
 use antler_store::{SqliteStore, StoreError};
 use pretty_assertions::assert_eq;
 use proptest::prelude::*;

@@ -1,7 +1,7 @@
 //! Thread index and run records.
 
-use antler_protocol::{StateUpdate, ThreadState};
 use antler_protocol::checkpoint::Checkpointer;
+use antler_protocol::{StateUpdate, ThreadState};
 use antler_store::{
     RunRecord, RunStatus, RunUsage, SqliteStore, StoreError, ThreadQuery, ThreadRecord,
     ThreadUpdate,
