@@ -18,6 +18,7 @@ pub mod admission;
 pub mod coordinator;
 pub mod finish;
 pub mod journal;
+pub mod state;
 
 use std::sync::Arc;
 

@@ -5,7 +5,7 @@
 use std::collections::{HashMap, HashSet};
 
 use antler_protocol::{Message, Messages, ThreadState};
-use antler_runtime::{Checkpoint, CheckpointMeta, CheckpointWrite, Checkpointer};
+use antler_runtime::{Checkpoint, CheckpointMeta, Checkpointer};
 use antler_store::{ThreadQuery, ThreadRecord, ThreadUpdate};
 use axum::extract::{Path, State};
 use axum::Json;
@@ -399,21 +399,22 @@ pub async fn update_state(
         None => new_state.messages = base_state.messages.clone(),
     }
     let title_changed = new_state.title != base_state.title;
-    let write = CheckpointWrite::new(
-        thread_id.clone(),
-        parent,
-        step,
-        json!({
-            "source": "update",
-            "step": step,
-            "writer": body.as_node.as_deref().unwrap_or("manual_state_update"),
-            "thread_id": thread_id,
-        }),
-        changes,
-        Some(new_state.fields_value()),
-    );
-    let checkpoint_id = write.meta.checkpoint_id.clone();
-    store.put(write).await?;
+    let writer = body.as_node.as_deref().unwrap_or("manual_state_update");
+    let checkpoint_id = state
+        .app
+        .write_state(
+            &thread_id,
+            parent,
+            step,
+            writer,
+            changes,
+            new_state.fields_value(),
+        )
+        .await
+        .map_err(|e| match e {
+            antler_agent::AgentError::Store(e) => ApiError::from(e),
+            other => ApiError::internal(other),
+        })?;
     if title_changed {
         store
             .update_thread(
