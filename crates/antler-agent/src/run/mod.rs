@@ -299,14 +299,20 @@ impl App {
         kwargs.insert(admission::ROLLBACK_POINT.into(), json!(base));
         record.kwargs = Value::Object(kwargs);
         record.metadata = Value::Object(req.metadata.clone());
-        let admitted = admission::admit(&self.runs, record, req.strategy).await?;
-
         let signal = RunSignal::new(
             run_id.clone(),
             thread_id.clone(),
             req.cancel.unwrap_or_default(),
         );
+        // Registered before admission: a run admitted right after may displace this one.
         self.runs.register(signal.clone());
+        let admitted = match admission::admit(&self.runs, record, req.strategy).await {
+            Ok(a) => a,
+            Err(e) => {
+                self.runs.forget(&run_id);
+                return Err(e);
+            }
+        };
         sink.emit(StreamEvent::Metadata {
             run_id: run_id.clone(),
             thread_id: thread_id.clone(),
