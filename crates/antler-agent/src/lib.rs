@@ -1,19 +1,21 @@
 //! The lead agent factory: model resolution, tools, system prompt and middleware chain in
-//! DeerFlow's order, and [`App`], which runs one turn of the lead agent on a thread with
-//! everything persisted. Front ends (`antler` CLI, `antler serve`) sit on top of this crate.
+//! DeerFlow's order; [`App`], the resources; and [`run`], the one run lifecycle (admission,
+//! journal, finish) with everything persisted. Front ends (`antler` CLI, `antler serve`) sit on top of this crate.
 
 pub mod agents;
 pub mod app;
 pub mod chain;
-pub mod journal;
 pub mod memory;
 pub mod models;
 pub mod prompt;
+pub mod run;
 pub mod skills;
 pub mod subagents;
 pub mod toolset;
 
-pub use app::{App, TurnOutcome, TurnRequest, DB_FILE};
+pub use app::{App, DB_FILE};
+pub use run::journal;
+pub use run::{RunHandle, RunRequest, TurnOutcome, TurnRequest};
 
 /// Why a turn could not start.
 #[derive(Debug, thiserror::Error)]

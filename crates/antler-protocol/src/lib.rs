@@ -2,6 +2,7 @@
 //! stream events. Serde only, no I/O: everything a client sees is defined here.
 
 pub mod api;
+pub mod checkpoint;
 pub mod events;
 pub mod markers;
 pub mod message_list;

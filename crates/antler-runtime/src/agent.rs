@@ -17,10 +17,9 @@ use antler_protocol::{
     Message, Object, ReducerError, StateUpdate, ThreadState, ToolCall, ToolMessage,
 };
 use futures::future::join_all;
-use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::checkpoint::{CheckpointError, CheckpointMeta, CheckpointWrite, Checkpointer};
+use crate::checkpoint::{CheckpointError, CheckpointWrite, Checkpointer};
 use crate::context::RunContext;
 use crate::middleware::{
     Chain, HookOutput, JumpTo, JumpToEnd, Middleware, MiddlewareError, ModelCallError,
@@ -94,25 +93,6 @@ impl RunInput {
         RunInput {
             messages: vec![m],
             ..Default::default()
-        }
-    }
-}
-
-/// How a run ended (DeerFlow's run statuses that a run itself can produce).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum RunStatus {
-    Success,
-    Error,
-    Interrupted,
-}
-
-impl RunStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RunStatus::Success => "success",
-            RunStatus::Error => "error",
-            RunStatus::Interrupted => "interrupted",
         }
     }
 }
@@ -308,30 +288,26 @@ impl Runner<'_> {
         };
         let fields = state.fields_value();
         let fields_changed = self.last_fields.as_ref() != Some(&fields);
-        let checkpoint_id = uuid::Uuid::now_v7().to_string();
         let step = if source == "input" {
             -1
         } else {
             self.steps as i64
         };
-        let write = CheckpointWrite {
-            meta: CheckpointMeta {
-                thread_id: self.run.thread_id.clone(),
-                checkpoint_id: checkpoint_id.clone(),
-                parent_id: self.head.clone(),
-                step,
-                created_at: now_rfc3339(),
-                metadata: json!({
-                    "source": source,
-                    "step": step,
-                    "node": node,
-                    "run_id": self.run.run_id,
-                    "thread_id": self.run.thread_id,
-                }),
-            },
+        let write = CheckpointWrite::new(
+            self.run.thread_id.clone(),
+            self.head.clone(),
+            step,
+            json!({
+                "source": source,
+                "step": step,
+                "node": node,
+                "run_id": self.run.run_id,
+                "thread_id": self.run.thread_id,
+            }),
             changes,
-            fields: fields_changed.then(|| fields.clone()),
-        };
+            fields_changed.then(|| fields.clone()),
+        );
+        let checkpoint_id = write.meta.checkpoint_id.clone();
         self.cancellable(cp.put(write)).await??;
         self.head = Some(checkpoint_id);
         if fields_changed {
@@ -621,10 +597,7 @@ impl HookKind {
     }
 }
 
-/// RFC 3339 UTC timestamp with microseconds.
-pub fn now_rfc3339() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
-}
+pub use antler_protocol::checkpoint::{now_rfc3339, RunStatus};
 
 /// A tool message answering `call` (helper for middlewares that answer calls themselves).
 pub fn tool_message_for(

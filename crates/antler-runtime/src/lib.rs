@@ -4,7 +4,6 @@
 //! assembly in `antler-agent`.
 
 pub mod agent;
-pub mod checkpoint;
 pub mod context;
 mod exec;
 pub mod middleware;
@@ -12,6 +11,7 @@ pub mod observe;
 pub mod tool;
 
 pub use agent::{now_rfc3339, tool_message_for, Agent, RunError, RunInput, RunOutcome, RunStatus};
+pub use antler_protocol::checkpoint;
 pub use checkpoint::{
     Checkpoint, CheckpointError, CheckpointMeta, CheckpointWrite, Checkpointer, MemoryCheckpointer,
 };

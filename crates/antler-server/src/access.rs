@@ -1,11 +1,10 @@
 //! Thread ownership and identity checks shared by every route: ids are validated (422), a
 //! thread another user owns answers exactly like a missing one (404), and new threads get their
-//! owner and an empty initial checkpoint so state and history work before the first run.
+//! owner and (through the engine) an empty initial checkpoint so state and history work before
+//! the first run.
 
-use antler_protocol::ThreadState;
-use antler_runtime::{CheckpointMeta, CheckpointWrite, Checkpointer};
 use antler_store::ThreadRecord;
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
 use crate::error::ApiError;
 use crate::{AppState, User};
@@ -64,27 +63,8 @@ pub async fn create_thread(
     let mut record = ThreadRecord::new(thread_id);
     record.metadata = Value::Object(metadata);
     record.owner = Some(user.id.clone());
-    let record = state.app.store.upsert_thread(record).await?;
-    if state
-        .app
-        .store
-        .latest_checkpoint(thread_id)
-        .await?
-        .is_none()
-    {
-        let write = CheckpointWrite {
-            meta: CheckpointMeta {
-                thread_id: thread_id.to_owned(),
-                checkpoint_id: uuid::Uuid::now_v7().to_string(),
-                parent_id: None,
-                step: -1,
-                created_at: antler_runtime::now_rfc3339(),
-                metadata: json!({"source": "input", "step": -1, "thread_id": thread_id}),
-            },
-            changes: Vec::new(),
-            fields: Some(ThreadState::default().fields_value()),
-        };
-        state.app.store.put(write).await?;
-    }
-    Ok(record)
+    state.app.create_thread(record).await.map_err(|e| match e {
+        antler_agent::AgentError::Store(e) => ApiError::from(e),
+        other => ApiError::internal(other),
+    })
 }

@@ -2,19 +2,20 @@
 //! DeerFlow's web UI and the official `langgraph-sdk` clients work against antler unchanged
 //! (spec 70 is the contract).
 //!
-//! The server is a thin front end over [`antler_agent::App`]: routes validate and translate, the
-//! in-process [`runs::RunManager`] admits runs (one active run per thread, multitask strategies),
-//! each run executes [`antler_runtime::Agent::run`] in a background task whose events are framed
-//! once into a per-run buffer ([`sse::RunBuffer`]) that any number of SSE subscribers replay and
-//! follow. Runs outlive their HTTP requests (background semantics) and stop when cancelled.
+//! The server is a thin front end over [`antler_agent::App`] and its run engine
+//! ([`antler_agent::run`], the lifecycle `antler run` drives too): routes validate and
+//! translate, the engine admits (one active run per thread across processes, multitask
+//! strategies), journals and finishes runs, and each run's events are framed once into its stream
+//! on the event bus ([`runs::bus`]; in-process: [`sse::RunBuffer`]) that any number of SSE
+//! subscribers replay and follow. Runs outlive their HTTP requests (background semantics) and stop when cancelled.
 //! Everything is mounted under `/api` and, identically, `/api/langgraph`.
 //!
 //! Pluggable parts: the message feed ([`feed::MessageFeed`], default: derived from
 //! checkpoints), memory ([`memory::MemoryApi`], default: none), skills ([`skills::SkillsApi`]),
 //! run observers (the run journal), and an agent hook (tests).
 //!
-//! Scope: one process. Two servers on one database do not see each other's live runs (a run
-//! started elsewhere can be read but not streamed or cancelled here).
+//! Scope: admission is shared with every process on the database; event streams are this
+//! process's (a run started elsewhere can be read but not streamed or cancelled here).
 
 pub mod access;
 pub mod assistants;
@@ -34,9 +35,9 @@ pub mod wire;
 use std::future::Future;
 use std::sync::Arc;
 
-use antler_agent::App;
-use antler_runtime::{Agent, RunObserver, RunOptions};
-use antler_store::{RunStatus, StoreError, ThreadQuery, ThreadRecord, ThreadUpdate};
+use antler_agent::{AgentError, App};
+use antler_runtime::RunObserver;
+use antler_store::ThreadRecord;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{header, HeaderValue, Method};
 use axum::routing::get;
@@ -75,13 +76,15 @@ impl User {
 }
 
 /// Rewrites the lead agent before a run (tests add tools here).
-pub type AgentHook = Arc<dyn Fn(Agent, &RunOptions) -> Agent + Send + Sync>;
+pub use antler_agent::run::AgentHook;
 
 /// What every handler shares.
 pub struct Shared {
     pub app: Arc<App>,
     pub config: ServerConfig,
     pub runs: Arc<runs::RunManager>,
+    /// Where runs' event streams live (replay + live follow).
+    pub bus: Arc<dyn runs::bus::EventBus>,
     pub feed: Arc<dyn MessageFeed>,
     pub memory: Arc<dyn MemoryApi>,
     pub skills: Arc<dyn SkillsApi>,
@@ -122,6 +125,7 @@ impl Server {
         Server {
             shared: Shared {
                 runs: runs::RunManager::new(config.retention),
+                bus: Arc::new(runs::bus::InProcessBus::new(config.max_buffered_bytes)),
                 app,
                 config,
                 feed,
@@ -214,46 +218,13 @@ impl AppState {
         }
     }
 
-    /// Start-up recovery: runs a previous process left `pending`/`running` become `error` with
-    /// `stop_reason: orphan_recovered`; threads it left `busy` become `error`. Returns
+    /// Start-up recovery (the run engine's): runs whose process died become `error`, runs
+    /// written without a lease left unfinished become `error` with `stop_reason:
+    /// orphan_recovered`, threads left `busy` with no live run become `error`. Live runs of
+    /// other processes on the same database (an `antler run`) are left alone. Returns
     /// `(runs, threads)` fixed.
-    pub async fn reconcile(&self) -> Result<(usize, usize), StoreError> {
-        let store = &self.app.store;
-        let runs = store
-            .mark_unfinished_runs(RunStatus::Error, Some("orphan_recovered"))
-            .await?;
-        let busy = store
-            .list_threads(ThreadQuery {
-                limit: usize::MAX >> 1,
-                offset: 0,
-                owner: None,
-                status: Some(ThreadRecord::BUSY.to_owned()),
-            })
-            .await?;
-        let mut threads = 0;
-        for t in busy {
-            if self.runs.is_busy(&t.thread_id) {
-                continue;
-            }
-            store
-                .update_thread(
-                    &t.thread_id,
-                    ThreadUpdate {
-                        status: Some(ThreadRecord::ERROR.to_owned()),
-                        ..Default::default()
-                    },
-                )
-                .await?;
-            threads += 1;
-        }
-        if runs > 0 || threads > 0 {
-            tracing::warn!(
-                runs,
-                threads,
-                "marked runs left unfinished by a previous process as error"
-            );
-        }
-        Ok((runs, threads))
+    pub async fn reconcile(&self) -> Result<(usize, usize), AgentError> {
+        self.app.reconcile_runs().await
     }
 
     /// Serve on `listener` until `shutdown` resolves; live runs are then cancelled so their

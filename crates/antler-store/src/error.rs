@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use antler_runtime::CheckpointError;
+use antler_protocol::checkpoint::CheckpointError;
 
 /// What kind of SQLite or file-system failure lies under a [`StoreError`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -2,7 +2,7 @@
 //! long-term memory in one SQLite file.
 //!
 //! [`SqliteStore`] is the embedded default (DESIGN §3): a file under `$ANTLER_HOME` in WAL mode,
-//! migrated at open, implementing [`antler_runtime::Checkpointer`] with writes proportional to what
+//! migrated at open, implementing [`antler_protocol::checkpoint::Checkpointer`] with writes proportional to what
 //! changed (see [`checkpoints`] for the temporal message table). The same handle serves the
 //! thread index (`antler threads list|show`, the HTTP server's `/threads`), run records with
 //! leases and atomic per-thread admission ([`runs`]), the append-only run journal

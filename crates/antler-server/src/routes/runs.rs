@@ -47,9 +47,11 @@ fn sse_response(
             }
         }) as Box<dyn FnOnce() + Send>
     });
-    let stream = handle
-        .buffer
-        .subscribe(cursor, filter, state.config.heartbeat, on_disconnect);
+    let stream =
+        handle
+            .buffer
+            .clone()
+            .subscribe(cursor, filter, state.config.heartbeat, on_disconnect);
     sse_headers(Response::new(Body::from_stream(stream)))
 }
 

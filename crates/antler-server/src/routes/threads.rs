@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 
 use antler_protocol::api::{CreateThread, HistoryQuery, PatchThread, SearchThreads, UpdateState};
 use antler_protocol::{Message, Messages, ThreadState};
-use antler_runtime::{Checkpoint, CheckpointMeta, CheckpointWrite, Checkpointer};
+use antler_runtime::{Checkpoint, CheckpointMeta, Checkpointer};
 use antler_store::{ThreadQuery, ThreadRecord, ThreadUpdate};
 use axum::extract::{Path, State};
 use axum::Json;
@@ -353,25 +353,22 @@ pub async fn update_state(
         None => new_state.messages = base_state.messages.clone(),
     }
     let title_changed = new_state.title != base_state.title;
-    let checkpoint_id = uuid::Uuid::now_v7().to_string();
-    let write = CheckpointWrite {
-        meta: CheckpointMeta {
-            thread_id: thread_id.clone(),
-            checkpoint_id: checkpoint_id.clone(),
-            parent_id: parent,
+    let writer = body.as_node.as_deref().unwrap_or("manual_state_update");
+    let checkpoint_id = state
+        .app
+        .write_state(
+            &thread_id,
+            parent,
             step,
-            created_at: antler_runtime::now_rfc3339(),
-            metadata: json!({
-                "source": "update",
-                "step": step,
-                "writer": body.as_node.as_deref().unwrap_or("manual_state_update"),
-                "thread_id": thread_id,
-            }),
-        },
-        changes,
-        fields: Some(new_state.fields_value()),
-    };
-    store.put(write).await?;
+            writer,
+            changes,
+            new_state.fields_value(),
+        )
+        .await
+        .map_err(|e| match e {
+            antler_agent::AgentError::Store(e) => ApiError::from(e),
+            other => ApiError::internal(other),
+        })?;
     if title_changed {
         store
             .update_thread(

@@ -8,8 +8,8 @@ use antler_protocol::{Message, StateUpdate, StreamModes};
 use antler_runtime::RunOptions;
 use serde_json::{Map, Value};
 
-use super::Strategy;
 use crate::error::ApiError;
+use antler_store::MultitaskStrategy as Strategy;
 
 /// Stream modes a run may request.
 pub const ALLOWED_MODES: [&str; 7] = [
@@ -356,10 +356,10 @@ pub fn parse_run_request(body: Value, path_thread: Option<&str>) -> Result<RunRe
         None | Some(Some("reject")) => Strategy::Reject,
         Some(Some("interrupt")) => Strategy::Interrupt,
         Some(Some("rollback")) => Strategy::Rollback,
-        Some(Some("enqueue")) => return Err(unsupported("multitask_strategy=enqueue")),
+        Some(Some("enqueue")) => Strategy::Enqueue,
         Some(_) => {
             return Err(ApiError::unprocessable(
-                "'multitask_strategy' must be one of reject, interrupt, rollback",
+                "'multitask_strategy' must be one of reject, interrupt, rollback, enqueue",
             ))
         }
     };
@@ -607,7 +607,8 @@ mod tests {
             status(json!({"stream_mode": ["events", "values"]})),
             Some(422)
         );
-        assert_eq!(status(json!({"multitask_strategy": "enqueue"})), Some(422));
+        assert_eq!(status(json!({"multitask_strategy": "enqueue"})), None);
+        assert_eq!(status(json!({"multitask_strategy": "later"})), Some(422));
         assert_eq!(status(json!({"webhook": "http://x"})), Some(422));
         assert_eq!(status(json!({"after_seconds": 5})), Some(422));
         assert_eq!(status(json!({"on_completion": "delete"})), Some(422));

@@ -1,64 +1,30 @@
-//! The in-process run manager: which runs are live on which thread, their cancel switches and
-//! event buffers, and the multitask rules (spec 70 §5.3) applied atomically at admission.
+//! This process's runs as the HTTP side sees them: each run's event buffer (for SSE replay and
+//! joins) and cancel switch, which threads have a run or an operation (delete, state update) in
+//! flight, and retention of finished runs' buffers for late joiners.
 //!
-//! A run is admitted under one lock: if its thread already has a pending/running run (or is being
-//! deleted or state-updated) the strategy decides — `reject` refuses, `interrupt`/`rollback`
-//! cancel the old runs and the new one waits for them to finalize. After a run finalizes its
-//! handle stays here for [`RunManager::retention`] so late joiners can replay its events, then it
-//! is dropped (the run record and checkpoints stay in the store).
-//!
-//! Only this process's runs are known here; a second server process on the same database is not
-//! coordinated with (see the crate docs).
+//! Admission, leases, the multitask strategies, journaling and finishing are the run engine's
+//! (`antler_agent::run`), shared with `antler run`: a CLI run and a server run on one database
+//! exclude each other. After a run finishes its handle stays here for
+//! [`RunManager::retention`] so late joiners can replay its events, then it is dropped (the run
+//! record and checkpoints stay in the store).
 
 pub mod body;
+pub mod bus;
 pub mod exec;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use antler_agent::run::RunSignal;
 use antler_store::RunStatus;
-use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+#[cfg(test)]
 use crate::sse::RunBuffer;
+use bus::RunEvents;
 
-/// `action` of a cancel (spec 70 §5.4).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CancelAction {
-    /// Stop, keep what was committed; the run ends `interrupted`.
-    Interrupt,
-    /// Stop and restore the thread to its pre-run state; the run ends `error`.
-    Rollback,
-}
-
-impl CancelAction {
-    pub fn parse(s: &str) -> Option<CancelAction> {
-        match s {
-            "interrupt" => Some(CancelAction::Interrupt),
-            "rollback" => Some(CancelAction::Rollback),
-            _ => None,
-        }
-    }
-}
-
-/// `multitask_strategy` (spec 70 §5.3; `enqueue` is refused at parse time).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Strategy {
-    Reject,
-    Interrupt,
-    Rollback,
-}
-
-impl Strategy {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Strategy::Reject => "reject",
-            Strategy::Interrupt => "interrupt",
-            Strategy::Rollback => "rollback",
-        }
-    }
-}
+pub use antler_agent::run::CancelAction;
 
 /// A live (or recently finished) run of this process.
 pub struct RunHandle {
@@ -66,73 +32,50 @@ pub struct RunHandle {
     pub thread_id: String,
     /// The user the run belongs to.
     pub owner: String,
-    pub buffer: Arc<RunBuffer>,
-    cancel: CancellationToken,
-    action: Mutex<Option<CancelAction>>,
-    done: watch::Sender<Option<RunStatus>>,
+    pub buffer: Arc<dyn RunEvents>,
+    signal: RunSignal,
 }
 
 impl RunHandle {
     pub fn new(
-        run_id: impl Into<String>,
-        thread_id: impl Into<String>,
         owner: impl Into<String>,
-        buffer_bytes: usize,
+        buffer: Arc<dyn RunEvents>,
+        signal: RunSignal,
     ) -> Arc<RunHandle> {
-        let run_id = run_id.into();
         Arc::new(RunHandle {
-            buffer: RunBuffer::new(run_id.clone(), buffer_bytes),
-            run_id,
-            thread_id: thread_id.into(),
+            run_id: signal.run_id().to_owned(),
+            thread_id: signal.thread_id().to_owned(),
             owner: owner.into(),
-            cancel: CancellationToken::new(),
-            action: Mutex::new(None),
-            done: watch::channel(None).0,
+            buffer,
+            signal,
         })
     }
 
     /// Ask the run to stop. A rollback request upgrades an earlier interrupt.
     pub fn cancel(&self, action: CancelAction) {
-        if let Ok(mut a) = self.action.lock() {
-            if *a != Some(CancelAction::Rollback) {
-                *a = Some(action);
-            }
-        }
-        self.cancel.cancel();
+        self.signal.cancel(action);
     }
 
     pub fn cancel_token(&self) -> CancellationToken {
-        self.cancel.clone()
+        self.signal.token()
     }
 
     pub fn is_cancelled(&self) -> bool {
-        self.cancel.is_cancelled()
+        self.signal.is_cancelled()
     }
 
     pub fn cancel_action(&self) -> Option<CancelAction> {
-        self.action.lock().ok().and_then(|a| *a)
+        self.signal.action()
     }
 
-    /// The terminal status once the run has finalized (everything persisted).
+    /// The terminal status once the run has finished (everything persisted).
     pub fn finished(&self) -> Option<RunStatus> {
-        *self.done.borrow()
+        self.signal.finished()
     }
 
-    pub(crate) fn mark_done(&self, status: RunStatus) {
-        self.done.send_replace(Some(status));
-    }
-
-    /// Wait until the run has finalized.
+    /// Wait until the run has finished.
     pub async fn wait_done(&self) -> RunStatus {
-        let mut rx = self.done.subscribe();
-        loop {
-            if let Some(s) = *rx.borrow_and_update() {
-                return s;
-            }
-            if rx.changed().await.is_err() {
-                return RunStatus::Error;
-            }
-        }
+        self.signal.wait_done().await
     }
 }
 
@@ -149,6 +92,13 @@ pub enum Busy {
 struct Slot {
     active: Vec<Arc<RunHandle>>,
     op: bool,
+}
+
+impl Slot {
+    /// Runs not yet finished (finished ones leave at their cleanup).
+    fn live(&self) -> impl Iterator<Item = &Arc<RunHandle>> {
+        self.active.iter().filter(|h| h.finished().is_none())
+    }
 }
 
 #[derive(Default)]
@@ -197,49 +147,36 @@ impl RunManager {
         self.retention
     }
 
-    /// Admit `handle` on its thread under `strategy`. Returns the runs it must wait for (those
-    /// it interrupted), or why it cannot run.
-    pub fn admit(
-        &self,
-        handle: &Arc<RunHandle>,
-        strategy: Strategy,
-    ) -> Result<Vec<Arc<RunHandle>>, Busy> {
-        let mut inner = self.lock();
-        let slot = inner.threads.entry(handle.thread_id.clone()).or_default();
-        if slot.op {
-            return Err(Busy::Operation);
-        }
-        let previous: Vec<Arc<RunHandle>> = slot.active.clone();
-        if !previous.is_empty() {
-            match strategy {
-                Strategy::Reject => return Err(Busy::RunInFlight),
-                Strategy::Interrupt => previous
-                    .iter()
-                    .for_each(|h| h.cancel(CancelAction::Interrupt)),
-                Strategy::Rollback => previous
-                    .iter()
-                    .for_each(|h| h.cancel(CancelAction::Rollback)),
-            }
-        }
-        slot.active.push(handle.clone());
-        inner.runs.insert(handle.run_id.clone(), handle.clone());
-        Ok(previous)
+    /// Whether an operation (delete, state update) holds the thread: runs wait for it.
+    pub fn op_in_progress(&self, thread_id: &str) -> bool {
+        self.lock().threads.get(thread_id).is_some_and(|s| s.op)
     }
 
-    /// Undo an admission whose run never started (its record could not be written).
-    pub fn withdraw(&self, handle: &Arc<RunHandle>) {
-        let mut inner = self.lock();
-        inner.runs.remove(&handle.run_id);
-        if let Some(slot) = inner.threads.get_mut(&handle.thread_id) {
-            slot.active.retain(|h| !Arc::ptr_eq(h, handle));
-            if slot.active.is_empty() && !slot.op {
-                inner.threads.remove(&handle.thread_id);
-            }
+    /// Track a run the engine admitted; once it has finished, its buffer stays replayable for
+    /// the retention period.
+    pub fn track(self: &Arc<Self>, handle: &Arc<RunHandle>) {
+        {
+            let mut inner = self.lock();
+            inner
+                .threads
+                .entry(handle.thread_id.clone())
+                .or_default()
+                .active
+                .push(handle.clone());
+            inner.runs.insert(handle.run_id.clone(), handle.clone());
         }
+        let me = Arc::downgrade(self);
+        let h = handle.clone();
+        tokio::spawn(async move {
+            h.wait_done().await;
+            if let Some(m) = me.upgrade() {
+                m.finish(&h);
+            }
+        });
     }
 
     /// The run left its thread; its events stay replayable for the retention period.
-    pub fn finish(self: &Arc<Self>, handle: &Arc<RunHandle>) {
+    fn finish(self: &Arc<Self>, handle: &Arc<RunHandle>) {
         {
             let mut inner = self.lock();
             if let Some(slot) = inner.threads.get_mut(&handle.thread_id) {
@@ -276,15 +213,15 @@ impl RunManager {
         self.lock()
             .threads
             .get(thread_id)
-            .is_some_and(|s| s.op || !s.active.is_empty())
+            .is_some_and(|s| s.op || s.live().next().is_some())
     }
 
-    /// Runs of the thread not yet finalized.
+    /// Runs of the thread not yet finished.
     pub fn active_on(&self, thread_id: &str) -> Vec<Arc<RunHandle>> {
         self.lock()
             .threads
             .get(thread_id)
-            .map(|s| s.active.clone())
+            .map(|s| s.live().cloned().collect())
             .unwrap_or_default()
     }
 
@@ -295,7 +232,7 @@ impl RunManager {
         if slot.op {
             return Err(Busy::Operation);
         }
-        if !slot.active.is_empty() {
+        if slot.live().next().is_some() {
             return Err(Busy::RunInFlight);
         }
         slot.op = true;
@@ -312,7 +249,7 @@ impl RunManager {
 
     /// Runs pending or running in this process.
     pub fn live_count(&self) -> usize {
-        self.lock().threads.values().map(|s| s.active.len()).sum()
+        self.lock().threads.values().map(|s| s.live().count()).sum()
     }
 
     /// Runs whose handles (and buffers) are held, live or retained.
@@ -323,7 +260,7 @@ impl RunManager {
     /// Cancel every live run (server shutdown).
     pub fn cancel_all(&self) {
         for slot in self.lock().threads.values() {
-            for h in &slot.active {
+            for h in slot.live() {
                 h.cancel(CancelAction::Interrupt);
             }
         }
@@ -336,28 +273,8 @@ mod tests {
     use super::*;
 
     fn handle(run: &str, thread: &str) -> Arc<RunHandle> {
-        RunHandle::new(run, thread, "u", 1 << 20)
-    }
-
-    #[tokio::test]
-    async fn reject_interrupt_and_rollback_at_admission() {
-        let m = RunManager::new(Duration::from_secs(60));
-        let a = handle("a", "t");
-        assert!(m.admit(&a, Strategy::Reject).unwrap().is_empty());
-        let b = handle("b", "t");
-        assert_eq!(m.admit(&b, Strategy::Reject).err(), Some(Busy::RunInFlight));
-        assert!(!a.is_cancelled());
-        let c = handle("c", "t");
-        let waits = m.admit(&c, Strategy::Interrupt).unwrap();
-        assert_eq!(waits.len(), 1);
-        assert!(a.is_cancelled());
-        assert_eq!(a.cancel_action(), Some(CancelAction::Interrupt));
-        let d = handle("d", "t");
-        m.admit(&d, Strategy::Rollback).unwrap();
-        assert_eq!(a.cancel_action(), Some(CancelAction::Rollback));
-        assert_eq!(c.cancel_action(), Some(CancelAction::Rollback));
-        // Other threads are independent.
-        assert!(m.admit(&handle("e", "t2"), Strategy::Reject).is_ok());
+        let signal = RunSignal::new(run, thread, CancellationToken::new());
+        RunHandle::new("u", RunBuffer::new(run, 1 << 20), signal)
     }
 
     #[tokio::test]
@@ -365,17 +282,15 @@ mod tests {
         let m = RunManager::new(Duration::from_secs(60));
         let guard = m.begin_op("t").unwrap();
         assert_eq!(m.begin_op("t").err(), Some(Busy::Operation));
-        assert_eq!(
-            m.admit(&handle("a", "t"), Strategy::Interrupt).err(),
-            Some(Busy::Operation)
-        );
+        assert!(m.op_in_progress("t"));
         drop(guard);
+        assert!(!m.op_in_progress("t"));
         let a = handle("a", "t");
-        m.admit(&a, Strategy::Reject).unwrap();
+        m.track(&a);
         assert_eq!(m.begin_op("t").err(), Some(Busy::RunInFlight));
         assert!(m.is_busy("t"));
-        a.mark_done(RunStatus::Success);
-        m.finish(&a);
+        a.signal.mark_done(RunStatus::Success);
+        // Finished runs no longer hold the thread, even before their cleanup ran.
         assert!(!m.is_busy("t"));
         assert!(m.begin_op("t").is_ok());
         assert!(m.get("a").is_some(), "retained for joins");
@@ -385,15 +300,16 @@ mod tests {
     async fn finished_runs_are_released_after_retention() {
         let m = RunManager::new(Duration::from_secs(60));
         let a = handle("a", "t");
-        m.admit(&a, Strategy::Reject).unwrap();
+        m.track(&a);
         let waiter = {
             let a = a.clone();
             tokio::spawn(async move { a.wait_done().await })
         };
-        a.mark_done(RunStatus::Interrupted);
+        a.signal.mark_done(RunStatus::Interrupted);
         assert_eq!(waiter.await.unwrap(), RunStatus::Interrupted);
-        m.finish(&a);
+        tokio::time::sleep(Duration::from_secs(1)).await;
         assert_eq!(m.held_count(), 1);
+        assert_eq!(m.live_count(), 0);
         tokio::time::sleep(Duration::from_secs(61)).await;
         assert_eq!(m.held_count(), 0);
     }

@@ -485,13 +485,75 @@ async fn multitask_reject_interrupt_and_rollback() {
     assert_eq!(run_status(&s, "t1", &third).await["status"], "success");
     let (_, runs) = s.get("/api/threads/t1/runs").await;
     assert_eq!(runs.as_array().unwrap().len(), 2);
-    let (code, _) = s
-        .post(
-            "/api/threads/t1/runs",
-            json!({"multitask_strategy": "enqueue"}),
-        )
-        .await;
-    assert_eq!(code, 422);
+    // `enqueue` is supported now: see `enqueue_waits_for_the_active_run_then_runs`.
+}
+
+#[tokio::test]
+async fn enqueue_waits_for_the_active_run_then_runs() {
+    let s = TestServer::start_with(
+        vec![
+            ScriptedReply::text("first answer"),
+            ScriptedReply::text("second answer"),
+        ],
+        Options {
+            open: false,
+            ..Options::default()
+        },
+    )
+    .await;
+    s.thread("t1").await;
+    let r = s
+        .client
+        .post(s.url("/api/threads/t1/runs"))
+        .json(&json!({"input": say("first")}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let (_, first) = ids_from_location(r.headers());
+    // The first run is inside its model call (the gate is closed).
+    while s.model.calls() < 1 {
+        tokio::task::yield_now().await;
+    }
+    let r = s
+        .client
+        .post(s.url("/api/threads/t1/runs"))
+        .json(&json!({"input": say("second"), "multitask_strategy": "enqueue"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200, "enqueue is accepted");
+    let (_, second) = ids_from_location(r.headers());
+    let (_, run) = json_of(r).await;
+    assert_eq!(run["multitask_strategy"], "enqueue");
+    let queued = run_status(&s, "t1", &second).await;
+    assert_eq!(
+        queued["status"], "pending",
+        "the second run waits: {queued}"
+    );
+    assert_eq!(
+        s.model.calls(),
+        1,
+        "the queued run has not called the model"
+    );
+    s.model.open(2);
+    let (code, values) = s.get(&format!("/api/threads/t1/runs/{second}/join")).await;
+    assert_eq!(code, 200);
+    assert_eq!(run_status(&s, "t1", &first).await["status"], "success");
+    assert_eq!(run_status(&s, "t1", &second).await["status"], "success");
+    let texts: Vec<String> = visible(&values["messages"])
+        .iter()
+        .map(|m| {
+            antler_protocol::Message::from_input(m.clone())
+                .unwrap()
+                .text()
+        })
+        .collect();
+    assert_eq!(
+        texts,
+        ["first", "first answer", "second", "second answer"],
+        "the queued run ran after the first, on its result"
+    );
 }
 
 #[tokio::test]
@@ -758,4 +820,58 @@ async fn server_runs_are_journaled_before_their_end_event() {
         .find(|e| e.event_type == "llm.tool.result")
         .unwrap();
     assert_eq!(tool.content["tool_call_id"], "c1");
+}
+
+#[tokio::test]
+async fn a_corrupt_head_checkpoint_is_repaired_under_serve_too() {
+    let s = TestServer::start(vec![ScriptedReply::text("one"), ScriptedReply::text("two")]).await;
+    s.thread("hurt").await;
+    s.stream_run("hurt", json!({"input": say("first")})).await;
+    let store = &s.state.app.store;
+    let head = store.latest_checkpoint("hurt").await.unwrap().unwrap();
+    // Damage the head in place through a second connection, as a torn write would.
+    let raw = rusqlite::Connection::open(s.home.path().join("antler.db")).unwrap();
+    let n = raw
+        .execute(
+            "UPDATE checkpoints SET metadata = '{' WHERE checkpoint_id = ?1",
+            [&head.meta.checkpoint_id],
+        )
+        .unwrap();
+    assert_eq!(n, 1);
+    drop(raw);
+    assert!(
+        store.latest_checkpoint("hurt").await.is_err(),
+        "the head no longer decodes"
+    );
+
+    let (headers, events) = s.stream_run("hurt", json!({"input": say("second")})).await;
+    let (_, run) = ids_from_location(&headers);
+    assert_eq!(names(&events).last(), Some(&"end"));
+    assert!(!names(&events).contains(&"error"), "{events:?}");
+    assert_eq!(run_status(&s, "hurt", &run).await["status"], "success");
+    let last = &events
+        .iter()
+        .rev()
+        .find(|e| e.event == "values")
+        .unwrap()
+        .data;
+    let texts: Vec<String> = visible(&last["messages"])
+        .iter()
+        .map(|m| {
+            antler_protocol::Message::from_input(m.clone())
+                .unwrap()
+                .text()
+        })
+        .collect();
+    assert_eq!(texts, ["first", "one", "second", "two"]);
+    let journal = store
+        .list_run_events(&run, antler_store::EventQuery::default())
+        .await
+        .unwrap();
+    assert!(
+        journal
+            .iter()
+            .any(|e| e.event_type == "checkpoint.recovered"),
+        "{journal:?}"
+    );
 }

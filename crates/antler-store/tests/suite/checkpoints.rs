@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
+use antler_protocol::checkpoint::{CheckpointError, CheckpointWrite, Checkpointer};
 use antler_protocol::{Message, StateUpdate, ThreadState};
-use antler_runtime::{CheckpointError, CheckpointWrite, Checkpointer};
 use antler_store::{SqliteStore, StoreError};
 use pretty_assertions::assert_eq;
 use proptest::prelude::*;
@@ -275,7 +275,7 @@ async fn list_is_newest_first_with_before_and_limit() {
         push(&mut state, &format!("m{i}"), "x");
         ids.push(w.commit(&store, &mut state).await);
     }
-    let got = |v: Vec<antler_runtime::CheckpointMeta>| {
+    let got = |v: Vec<antler_protocol::checkpoint::CheckpointMeta>| {
         v.into_iter().map(|m| m.checkpoint_id).collect::<Vec<_>>()
     };
     assert_eq!(

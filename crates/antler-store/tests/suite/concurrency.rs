@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
+use antler_protocol::checkpoint::Checkpointer;
 use antler_protocol::{StateUpdate, ThreadState};
-use antler_runtime::Checkpointer;
 
 use super::{msg, temp_store, ThreadWriter};
 

@@ -9,8 +9,8 @@ mod memory;
 mod open;
 mod records;
 
+use antler_protocol::checkpoint::{CheckpointMeta, CheckpointWrite, Checkpointer};
 use antler_protocol::{Message, ThreadState};
-use antler_runtime::{CheckpointMeta, CheckpointWrite, Checkpointer};
 use antler_store::SqliteStore;
 use serde_json::{json, Value};
 

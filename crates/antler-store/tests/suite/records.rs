@@ -1,7 +1,7 @@
 //! Thread index and run records.
 
+use antler_protocol::checkpoint::Checkpointer;
 use antler_protocol::{StateUpdate, ThreadState};
-use antler_runtime::Checkpointer;
 use antler_store::{
     RunRecord, RunStatus, RunUsage, SqliteStore, StoreError, ThreadQuery, ThreadRecord,
     ThreadUpdate,
@@ -294,7 +294,7 @@ fn run_status_strings() {
     }
     assert!("cancelled".parse::<RunStatus>().is_err());
     assert_eq!(
-        RunStatus::from(antler_runtime::RunStatus::Interrupted),
+        RunStatus::from(antler_protocol::checkpoint::RunStatus::Interrupted),
         RunStatus::Interrupted
     );
     assert!(RunStatus::Timeout.is_terminal() && !RunStatus::Running.is_terminal());

@@ -1,4 +1,5 @@
-//! Checkpoints: the restore point of a thread's state, written after every step.
+//! Checkpoints: the restore point of a thread's state, written after every step — the trait the
+//! loop writes through and the store implements, kept below both so the store needs no runtime.
 //!
 //! A write carries only what changed since the previous checkpoint of the thread: the message
 //! [`Change`]s drained from the state's message list, and the non-message channels only when they
@@ -7,7 +8,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use antler_protocol::{Change, Entry, Messages, ThreadState};
+use crate::{Change, Entry, Messages, ThreadState};
 use async_trait::async_trait;
 use serde_json::Value;
 
@@ -41,6 +42,62 @@ pub struct CheckpointWrite {
     /// The non-message channels (`ThreadState::fields_value`), `None` when unchanged since the
     /// parent.
     pub fields: Option<Value>,
+}
+
+impl CheckpointWrite {
+    /// The one way every writer (the loop, recovery, rollback, state updates, new threads) makes
+    /// a checkpoint: a fresh time-ordered id (so ids sort by write order) stamped now.
+    /// `metadata` is LangGraph's (`source`, `step`, the writer's keys, `thread_id`).
+    pub fn new(
+        thread_id: impl Into<String>,
+        parent_id: Option<String>,
+        step: i64,
+        metadata: Value,
+        changes: Vec<Change>,
+        fields: Option<Value>,
+    ) -> CheckpointWrite {
+        CheckpointWrite {
+            meta: CheckpointMeta {
+                thread_id: thread_id.into(),
+                checkpoint_id: uuid::Uuid::now_v7().to_string(),
+                parent_id,
+                step,
+                created_at: now_rfc3339(),
+                metadata,
+            },
+            changes,
+            fields,
+        }
+    }
+
+    pub fn checkpoint_id(&self) -> &str {
+        &self.meta.checkpoint_id
+    }
+}
+
+/// RFC 3339 UTC timestamp with microseconds.
+pub fn now_rfc3339() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+}
+
+/// How a run ended, as the loop reports it (the store's run records add `pending`, `running`
+/// and `timeout`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunStatus {
+    Success,
+    Error,
+    Interrupted,
+}
+
+impl RunStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Success => "success",
+            RunStatus::Error => "error",
+            RunStatus::Interrupted => "interrupted",
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -25,8 +25,10 @@ use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use antler_protocol::checkpoint::{
+    Checkpoint, CheckpointError, CheckpointMeta, CheckpointWrite, Checkpointer,
+};
 use antler_protocol::{Change, Entry, Message, Messages, ThreadState};
-use antler_runtime::{Checkpoint, CheckpointError, CheckpointMeta, CheckpointWrite, Checkpointer};
 use async_trait::async_trait;
 use rusqlite::{params, OptionalExtension};
 use serde_json::Value;
@@ -34,6 +36,8 @@ use serde_json::Value;
 use crate::db::Cx;
 use crate::error::StoreError;
 use crate::SqliteStore;
+
+pub mod recover;
 
 /// A checkpoint write, encoded off the writer thread.
 struct EncodedWrite {

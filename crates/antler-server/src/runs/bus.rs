@@ -1,0 +1,83 @@
+//! The event bus: the seam between a run's events and the streams that replay and follow them.
+//! A run publishes framed events (each gets an id), any number of subscribers replay from an id
+//! and follow live, and closing the stream ends them all.
+//!
+//! Today's implementation is [`InProcessBus`]: one [`RunBuffer`] per run (broadcast + replay
+//! window) in this process. The scale-out implements [`EventBus`] a second time (events over
+//! Redis) so any instance can stream any run.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use antler_protocol::StreamModes;
+use bytes::Bytes;
+use futures::stream::BoxStream;
+use futures::StreamExt;
+
+use crate::sse::{Cursor, Kind, RunBuffer};
+
+/// A subscriber's stream of ready-to-send SSE bytes.
+pub type Subscription = BoxStream<'static, Result<Bytes, Infallible>>;
+
+/// One run's event stream on the bus.
+pub trait RunEvents: Send + Sync {
+    /// Frame and publish one event (`data`: one line of JSON); its id, `None` once closed.
+    fn publish(&self, kind: Kind, name: &str, data: &str) -> Option<Arc<str>>;
+
+    /// No more events: subscribers drain what is left, then get `end`.
+    fn close(&self);
+
+    /// Replay from `cursor` and follow live, delivering the kinds `filter` wants (`None`: all).
+    /// `on_disconnect` runs if the subscriber goes away before `end`.
+    fn subscribe(
+        self: Arc<Self>,
+        cursor: Cursor,
+        filter: Option<StreamModes>,
+        heartbeat: Duration,
+        on_disconnect: Option<Box<dyn FnOnce() + Send>>,
+    ) -> Subscription;
+}
+
+/// Where runs' event streams live.
+pub trait EventBus: Send + Sync {
+    /// The stream of a new run.
+    fn open(&self, run_id: &str) -> Arc<dyn RunEvents>;
+}
+
+impl RunEvents for RunBuffer {
+    fn publish(&self, kind: Kind, name: &str, data: &str) -> Option<Arc<str>> {
+        self.push(kind, name, data)
+    }
+
+    fn close(&self) {
+        RunBuffer::close(self);
+    }
+
+    fn subscribe(
+        self: Arc<Self>,
+        cursor: Cursor,
+        filter: Option<StreamModes>,
+        heartbeat: Duration,
+        on_disconnect: Option<Box<dyn FnOnce() + Send>>,
+    ) -> Subscription {
+        RunBuffer::subscribe(&self, cursor, filter, heartbeat, on_disconnect).boxed()
+    }
+}
+
+/// Runs' streams in this process's memory, each retaining up to `max_bytes` of frames.
+pub struct InProcessBus {
+    max_bytes: usize,
+}
+
+impl InProcessBus {
+    pub fn new(max_bytes: usize) -> InProcessBus {
+        InProcessBus { max_bytes }
+    }
+}
+
+impl EventBus for InProcessBus {
+    fn open(&self, run_id: &str) -> Arc<dyn RunEvents> {
+        RunBuffer::new(run_id, self.max_bytes)
+    }
+}
