@@ -50,6 +50,8 @@ pub struct App {
     model_override: Option<Arc<dyn ChatModel>>,
     /// Long-term memory (one per process; `memory.enabled` gates it).
     memory: Arc<MemoryManager>,
+    /// MCP servers from `extensions_config.json` (one client per process).
+    pub mcp: antler_mcp::McpManager,
 }
 
 /// One user turn on a thread.
@@ -177,7 +179,12 @@ impl App {
             settings,
             confinement.clone(),
         ));
+        let mcp = antler_mcp::McpManager::new(
+            home.clone(),
+            antler_mcp::Lookup::new(config_file, &project_root),
+        );
         Ok(App {
+            mcp,
             config,
             home,
             store,
@@ -392,6 +399,7 @@ impl App {
                 .collect(),
             skills_section: self.skills_section(custom.as_ref().and_then(|a| a.skills.as_deref())),
             soul: custom.as_ref().and_then(|a| a.soul.clone()),
+            mcp_section: crate::mcp::setup(&self.config, &self.mcp.snapshot()).prompt_section,
             subagent_types: if opts.subagent_enabled {
                 crate::subagents::SubagentRegistry::from_config(&self.config.subagents)
                     .available_description(self.bash_available())
@@ -427,6 +435,8 @@ impl App {
             .clone()
             .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
         let opts = self.run_options(&req);
+        // MCP tools: cached until extensions_config.json changes (first build discovers).
+        self.mcp.refresh().await;
         let mut agent = self.lead_agent_for(&opts, req.user_id.as_deref())?;
         // A corrupt head is rebuilt from the last good checkpoint and the journal on load.
         agent.checkpointer = Some(Arc::new(RecoveringCheckpointer::new(

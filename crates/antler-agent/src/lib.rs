@@ -6,6 +6,7 @@ pub mod agents;
 pub mod app;
 pub mod chain;
 pub mod journal;
+pub mod mcp;
 pub mod memory;
 pub mod models;
 pub mod prompt;

@@ -22,7 +22,10 @@ use crate::McpError;
 pub const DEFAULT_SESSION_INIT_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The environment variables naming the file, in the order they are honoured.
-pub const PATH_ENVS: [&str; 2] = ["ANTLER_EXTENSIONS_CONFIG", "DEER_FLOW_EXTENSIONS_CONFIG_PATH"];
+pub const PATH_ENVS: [&str; 2] = [
+    "ANTLER_EXTENSIONS_CONFIG",
+    "DEER_FLOW_EXTENSIONS_CONFIG_PATH",
+];
 
 /// File names looked for beside config.yaml, then in the working directory.
 pub const FILE_NAMES: [&str; 2] = ["extensions_config.json", "mcp_config.json"];
@@ -257,11 +260,14 @@ pub fn parse_server(name: &str, value: &Value) -> Result<ServerConfig, McpError>
         .unwrap_or_else(|| "stdio".into());
     let transport = match kind.as_str() {
         "stdio" => Transport::Stdio {
-            command: raw.command.filter(|c| !c.trim().is_empty()).ok_or_else(|| {
-                McpError::Config(format!(
-                    "mcpServers.{name}.command: a stdio server needs `command`"
-                ))
-            })?,
+            command: raw
+                .command
+                .filter(|c| !c.trim().is_empty())
+                .ok_or_else(|| {
+                    McpError::Config(format!(
+                        "mcpServers.{name}.command: a stdio server needs `command`"
+                    ))
+                })?,
             args: raw.args,
             env: raw.env,
         },

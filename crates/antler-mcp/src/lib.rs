@@ -31,7 +31,9 @@ pub enum McpError {
     #[error("MCP server '{0}' could not start: {1}")]
     Start(String, String),
     /// A server whose session ended during a call; the next call starts it again.
-    #[error("MCP server '{0}' stopped during the call: {1}; it will be started again on the next call")]
+    #[error(
+        "MCP server '{0}' stopped during the call: {1}; it will be started again on the next call"
+    )]
     Died(String, String),
     /// The server answered the call with a protocol error.
     #[error("MCP call failed: {0}")]

@@ -133,7 +133,11 @@ impl Pool {
             return slot.clone();
         }
         if map.len() >= self.cap {
-            if let Some(oldest) = map.iter().min_by_key(|(_, (_, t))| *t).map(|(k, _)| k.clone()) {
+            if let Some(oldest) = map
+                .iter()
+                .min_by_key(|(_, (_, t))| *t)
+                .map(|(k, _)| k.clone())
+            {
                 tracing::debug!(server = %oldest.0, scope = %oldest.1, "MCP session pool full; closing the least recently used session");
                 map.remove(&oldest);
             }
@@ -428,11 +432,9 @@ impl Inner {
         bounded(server.session_init_timeout, async {
             let auth = self.auth(server).await?;
             let session = connect(server, &StdioPlace::default(), &self.http, auth).await?;
-            let tools = session
-                .client
-                .list_all_tools()
-                .await
-                .map_err(|e| McpError::Start(server.name.clone(), format!("tools/list failed: {e}")))?;
+            let tools = session.client.list_all_tools().await.map_err(|e| {
+                McpError::Start(server.name.clone(), format!("tools/list failed: {e}"))
+            })?;
             if is_stdio {
                 let _ = session.client.cancel().await;
             } else {
@@ -444,7 +446,10 @@ impl Inner {
         .map_err(|e| match e {
             McpError::Timeout(d) => McpError::Start(
                 server.name.clone(),
-                format!("no answer within session_init_timeout ({}s)", d.as_secs_f64()),
+                format!(
+                    "no answer within session_init_timeout ({}s)",
+                    d.as_secs_f64()
+                ),
             ),
             other => other,
         })
@@ -482,7 +487,10 @@ impl Inner {
         .map_err(|e| match e {
             McpError::Timeout(d) => McpError::Start(
                 server.name.clone(),
-                format!("no answer within session_init_timeout ({}s)", d.as_secs_f64()),
+                format!(
+                    "no answer within session_init_timeout ({}s)",
+                    d.as_secs_f64()
+                ),
             ),
             other => other,
         })?;
@@ -543,8 +551,7 @@ impl McpTool {
         let scope = format!("{}:{}", user.unwrap_or("default"), ctx.run.thread_id);
         let mut place = StdioPlace::default();
         let mut rewrite = Rewrite::default();
-        if let Ok(paths) = antler_sandbox::ThreadPaths::new(&inner.home, &ctx.run.thread_id, user)
-        {
+        if let Ok(paths) = antler_sandbox::ThreadPaths::new(&inner.home, &ctx.run.thread_id, user) {
             if stdio {
                 // The server's files land in the thread, where artifact routes can serve them
                 // and their paths can be shown as /mnt/user-data/....
@@ -575,7 +582,12 @@ impl McpTool {
         let result = match outcome {
             Ok(Ok(r)) => r,
             Ok(Err(e)) => {
-                if session.is_closed() || matches!(e, ServiceError::TransportClosed | ServiceError::TransportSend(_)) {
+                if session.is_closed()
+                    || matches!(
+                        e,
+                        ServiceError::TransportClosed | ServiceError::TransportSend(_)
+                    )
+                {
                     inner.forget(server, &scope, &session);
                     return Err(McpError::Died(server.name.clone(), session.death_note()));
                 }

@@ -77,9 +77,9 @@ impl TokenManager {
                 return Ok(t.header.clone());
             }
         }
-        let token = fetch(&self.client, &mut e.config).await.map_err(|m| {
-            McpError::OAuth(format!("mcpServers.{server}.oauth: {m}"))
-        })?;
+        let token = fetch(&self.client, &mut e.config)
+            .await
+            .map_err(|m| McpError::OAuth(format!("mcpServers.{server}.oauth: {m}")))?;
         tracing::info!(server, "fetched an OAuth access token for the MCP server");
         e.token = Some(token.clone());
         Ok(token.header)
@@ -101,11 +101,17 @@ async fn fetch(client: &reqwest::Client, oauth: &mut OAuthConfig) -> Result<Toke
         GrantType::ClientCredentials => {
             set("grant_type", "client_credentials");
             set("client_id", oauth.client_id.as_deref().unwrap_or(""));
-            set("client_secret", oauth.client_secret.as_deref().unwrap_or(""));
+            set(
+                "client_secret",
+                oauth.client_secret.as_deref().unwrap_or(""),
+            );
         }
         GrantType::RefreshToken => {
             set("grant_type", "refresh_token");
-            set("refresh_token", oauth.refresh_token.as_deref().unwrap_or(""));
+            set(
+                "refresh_token",
+                oauth.refresh_token.as_deref().unwrap_or(""),
+            );
             if let Some(id) = oauth.client_id.as_deref().filter(|s| !s.is_empty()) {
                 set("client_id", id);
             }

@@ -43,7 +43,9 @@ fn path_regex() -> &'static Regex {
     })
 }
 
-const TRAILING: &[char] = &['.', ',', ';', ':', '!', '?', ')', ']', '}', '>', '"', '\'', '`'];
+const TRAILING: &[char] = &[
+    '.', ',', ';', ':', '!', '?', ')', ']', '}', '>', '"', '\'', '`',
+];
 
 impl Rewrite {
     /// The virtual path of a local file reference, when it names an existing file inside the
@@ -103,7 +105,11 @@ fn percent_decode(s: &str) -> String {
     let mut i = 0;
     while i < bytes.len() {
         if bytes[i] == b'%' && i + 2 < bytes.len() {
-            if let Ok(b) = std::str::from_utf8(&bytes[i + 1..i + 3]).ok().and_then(|h| u8::from_str_radix(h, 16).ok()).ok_or(()) {
+            if let Ok(b) = std::str::from_utf8(&bytes[i + 1..i + 3])
+                .ok()
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or(())
+            {
                 out.push(b);
                 i += 3;
                 continue;
@@ -138,7 +144,9 @@ pub fn to_output(result: &Value, rewrite: &Rewrite) -> ToolOutput {
     for item in items {
         let text_block = |t: String| json!({"type": "text", "text": t});
         match str_field(item, "type").unwrap_or("") {
-            "text" => blocks.push(text_block(rewrite.text(str_field(item, "text").unwrap_or("")))),
+            "text" => blocks.push(text_block(
+                rewrite.text(str_field(item, "text").unwrap_or("")),
+            )),
             "image" => {
                 let data = str_field(item, "data").unwrap_or("");
                 blocks.push(image_block(data, mime(item).unwrap_or("image/png")));

@@ -94,10 +94,14 @@ fn header_map(
     let mut map = HeaderMap::new();
     for (k, v) in headers {
         let name = HeaderName::from_bytes(k.as_bytes()).map_err(|_| {
-            McpError::Config(format!("mcpServers.{server}.headers.{k}: not a header name"))
+            McpError::Config(format!(
+                "mcpServers.{server}.headers.{k}: not a header name"
+            ))
         })?;
         let value = HeaderValue::from_str(v).map_err(|_| {
-            McpError::Config(format!("mcpServers.{server}.headers.{k}: not a header value"))
+            McpError::Config(format!(
+                "mcpServers.{server}.headers.{k}: not a header value"
+            ))
         })?;
         map.insert(name, value);
     }
@@ -178,15 +182,14 @@ pub async fn connect(
                         let v = HeaderValue::from_str(a).map_err(|_| {
                             McpError::OAuth(format!("mcpServers.{name}.oauth: bad token"))
                         })?;
-                        config.custom_headers.insert(reqwest::header::AUTHORIZATION, v);
+                        config
+                            .custom_headers
+                            .insert(reqwest::header::AUTHORIZATION, v);
                     }
                 }
             }
             let transport = StreamableHttpClientTransport::with_client(http.clone(), config);
-            let client = ()
-                .serve(transport)
-                .await
-                .map_err(|e| start(e.to_string()))?;
+            let client = ().serve(transport).await.map_err(|e| start(e.to_string()))?;
             Ok(Session {
                 client,
                 auth,
@@ -198,10 +201,7 @@ pub async fn connect(
             let transport = SseClientTransport::connect(http.clone(), url, map)
                 .await
                 .map_err(|e| start(e.to_string()))?;
-            let client = ()
-                .serve(transport)
-                .await
-                .map_err(|e| start(e.to_string()))?;
+            let client = ().serve(transport).await.map_err(|e| start(e.to_string()))?;
             Ok(Session {
                 client,
                 auth,

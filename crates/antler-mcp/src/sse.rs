@@ -106,7 +106,9 @@ impl SseClientTransport {
                             break;
                         }
                     }
-                    Err(e) => tracing::warn!(error = %e, "ignoring an SSE message that is not JSON-RPC"),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "ignoring an SSE message that is not JSON-RPC")
+                    }
                 }
             }
         });
@@ -161,7 +163,9 @@ impl Transport<RoleClient> for SseClientTransport {
         }
     }
 
-    fn receive(&mut self) -> impl std::future::Future<Output = Option<ServerJsonRpcMessage>> + Send {
+    fn receive(
+        &mut self,
+    ) -> impl std::future::Future<Output = Option<ServerJsonRpcMessage>> + Send {
         self.rx.recv()
     }
 

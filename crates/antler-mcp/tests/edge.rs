@@ -37,7 +37,10 @@ async fn bad_tool_names_are_dropped_one_by_one() {
     let catalog = f.manager.refresh().await;
     let names: Vec<&str> = catalog.tools.iter().map(|t| t.name()).collect();
     assert!(names.contains(&"edge_echo"));
-    assert!(names.iter().all(|n| antler_mcp::valid_tool_name(n)), "{names:?}");
+    assert!(
+        names.iter().all(|n| antler_mcp::valid_tool_name(n)),
+        "{names:?}"
+    );
     let status = &catalog.servers[0];
     assert_eq!(status.state, ServerState::Ready);
     assert_eq!(
@@ -78,7 +81,13 @@ async fn a_huge_result_arrives_whole() {
     let f = Fixture::new(json!({"edge": edge(&[])}));
     let catalog = f.manager.refresh().await;
     let n = 8 * 1024 * 1024;
-    let out = call(&tool(&catalog, "edge_huge"), "t1", None, json!({"bytes": n})).await;
+    let out = call(
+        &tool(&catalog, "edge_huge"),
+        "t1",
+        None,
+        json!({"bytes": n}),
+    )
+    .await;
     let (t, status) = text(&out);
     assert_eq!(status, ToolStatus::Success);
     assert_eq!(t.len(), n);
@@ -93,11 +102,17 @@ async fn a_crash_mid_call_is_a_tool_error_and_the_next_call_restarts_the_server(
         serde_json::from_str(&text(&call(&who, "t1", None, json!({})).await).0).unwrap();
     let (msg, status) = text(&call(&tool(&catalog, "edge_crash"), "t1", None, json!({})).await);
     assert_eq!(status, ToolStatus::Error);
-    assert!(msg.contains("MCP server 'edge' stopped during the call"), "{msg}");
+    assert!(
+        msg.contains("MCP server 'edge' stopped during the call"),
+        "{msg}"
+    );
     assert!(msg.contains("started again on the next call"), "{msg}");
     let after: Value =
         serde_json::from_str(&text(&call(&who, "t1", None, json!({})).await).0).unwrap();
-    assert_ne!(before["pid"], after["pid"], "a new process serves the thread");
+    assert_ne!(
+        before["pid"], after["pid"],
+        "a new process serves the thread"
+    );
 }
 
 #[tokio::test]
@@ -109,10 +124,20 @@ async fn a_slow_server_is_skipped_after_session_init_timeout_and_others_load() {
     let catalog = tokio::time::timeout(Duration::from_secs(30), f.manager.refresh())
         .await
         .expect("discovery waited for the slow server");
-    assert!(matches!(&catalog.servers[0].state, ServerState::Failed(e) if e.contains("session_init_timeout")), "{:?}", catalog.servers[0]);
+    assert!(
+        matches!(&catalog.servers[0].state, ServerState::Failed(e) if e.contains("session_init_timeout")),
+        "{:?}",
+        catalog.servers[0]
+    );
     assert_eq!(catalog.servers[1].state, ServerState::Ready);
     assert!(catalog.tools.iter().all(|t| t.server() == "good"));
-    let out = call(&tool(&catalog, "good_echo"), "t1", None, json!({"message": "x"})).await;
+    let out = call(
+        &tool(&catalog, "good_echo"),
+        "t1",
+        None,
+        json!({"message": "x"}),
+    )
+    .await;
     assert_eq!(text(&out).0, "Echo: x");
 }
 
@@ -133,11 +158,21 @@ async fn a_broken_server_never_takes_the_others_down() {
             .map(|s| s.state.clone())
             .unwrap()
     };
-    assert!(matches!(state("missing"), ServerState::Failed(e) if e.contains("could not start `/nonexistent/mcp-server`")));
+    assert!(
+        matches!(state("missing"), ServerState::Failed(e) if e.contains("could not start `/nonexistent/mcp-server`"))
+    );
     assert!(matches!(state("dies"), ServerState::Failed(_)));
-    assert!(matches!(state("invalid"), ServerState::Invalid(e) if e.contains("mcpServers.invalid.url")));
+    assert!(
+        matches!(state("invalid"), ServerState::Invalid(e) if e.contains("mcpServers.invalid.url"))
+    );
     assert_eq!(state("good"), ServerState::Ready);
-    let out = call(&tool(&catalog, "good_echo"), "t1", None, json!({"message": "ok"})).await;
+    let out = call(
+        &tool(&catalog, "good_echo"),
+        "t1",
+        None,
+        json!({"message": "ok"}),
+    )
+    .await;
     assert_eq!(text(&out).0, "Echo: ok");
 }
 
@@ -160,12 +195,21 @@ async fn stdio_sessions_are_per_user_and_thread_in_the_thread_workspace() {
     assert_ne!(a1["pid"], b["pid"]);
     assert_ne!(a1["pid"], a_other_user["pid"]);
     let ws = std::fs::canonicalize(f.home().join("threads/thread-a/user-data/workspace")).unwrap();
-    assert_eq!(std::fs::canonicalize(a1["cwd"].as_str().unwrap()).unwrap(), ws);
+    assert_eq!(
+        std::fs::canonicalize(a1["cwd"].as_str().unwrap()).unwrap(),
+        ws
+    );
     assert_eq!(
         a1["tmpdir"].as_str().unwrap(),
-        f.home().join("threads/thread-a/user-data/workspace/.mcp/tmp").to_str().unwrap()
+        f.home()
+            .join("threads/thread-a/user-data/workspace/.mcp/tmp")
+            .to_str()
+            .unwrap()
     );
-    assert!(f.home().join("users/alice/threads/thread-a/user-data/workspace").is_dir());
+    assert!(f
+        .home()
+        .join("users/alice/threads/thread-a/user-data/workspace")
+        .is_dir());
     assert_eq!(a1["secret_leaked"], json!(false));
     assert_eq!(a1["configured"], json!("from-env"));
     assert_eq!(f.manager.pooled_sessions(), 3);
@@ -181,7 +225,9 @@ async fn the_pool_is_capped_least_recently_used_first() {
     );
     let catalog = manager.refresh().await;
     let who = tool(&catalog, "edge_whoami");
-    let pid = |out: ToolOutput| -> Value { serde_json::from_str::<Value>(&text(&out).0).unwrap()["pid"].clone() };
+    let pid = |out: ToolOutput| -> Value {
+        serde_json::from_str::<Value>(&text(&out).0).unwrap()["pid"].clone()
+    };
     let a = pid(call(&who, "a", None, json!({})).await);
     let _b = pid(call(&who, "b", None, json!({})).await);
     let a_again = pid(call(&who, "a", None, json!({})).await);
@@ -204,10 +250,22 @@ async fn file_references_inside_the_thread_become_virtual_paths() {
     .await;
     let (t, status) = text(&out);
     assert_eq!(status, ToolStatus::Success);
-    assert!(t.contains("Saved to /mnt/user-data/workspace/report.txt."), "{t}");
-    assert!(t.contains("Elsewhere: /etc/hostname."), "outside the thread stays: {t}");
-    assert!(t.contains("Resource link: report.txt (/mnt/user-data/workspace/report.txt)"), "{t}");
-    assert!(!t.contains(f.home().to_str().unwrap()), "no host path leaks: {t}");
+    assert!(
+        t.contains("Saved to /mnt/user-data/workspace/report.txt."),
+        "{t}"
+    );
+    assert!(
+        t.contains("Elsewhere: /etc/hostname."),
+        "outside the thread stays: {t}"
+    );
+    assert!(
+        t.contains("Resource link: report.txt (/mnt/user-data/workspace/report.txt)"),
+        "{t}"
+    );
+    assert!(
+        !t.contains(f.home().to_str().unwrap()),
+        "no host path leaks: {t}"
+    );
 }
 
 #[tokio::test]
@@ -218,8 +276,14 @@ async fn structured_content_and_images() {
         ToolOutput::Content {
             content, artifact, ..
         } => {
-            assert_eq!(artifact, json!({"structured_content": {"temperature": 21.5, "unit": "C"}}));
-            assert_eq!(content, Content::Text(r#"{"temperature":21.5,"unit":"C"}"#.into()));
+            assert_eq!(
+                artifact,
+                json!({"structured_content": {"temperature": 21.5, "unit": "C"}})
+            );
+            assert_eq!(
+                content,
+                Content::Text(r#"{"temperature":21.5,"unit":"C"}"#.into())
+            );
         }
         other => panic!("{other:?}"),
     }
@@ -241,7 +305,15 @@ async fn tool_call_timeout_bounds_a_call() {
     e["tool_call_timeout"] = json!(0.3);
     let f = Fixture::new(json!({"edge": e}));
     let catalog = f.manager.refresh().await;
-    let (msg, status) = text(&call(&tool(&catalog, "edge_sleep"), "t1", None, json!({"ms": 60000})).await);
+    let (msg, status) = text(
+        &call(
+            &tool(&catalog, "edge_sleep"),
+            "t1",
+            None,
+            json!({"ms": 60000}),
+        )
+        .await,
+    );
     assert_eq!(status, ToolStatus::Error);
     assert!(msg.contains("no answer within 0.3s"), "{msg}");
 }
@@ -254,7 +326,8 @@ async fn a_changed_file_is_read_again_and_an_unchanged_one_is_not() {
     assert!(Arc::ptr_eq(&first, &again), "unchanged file: cached tools");
     std::fs::write(
         f.config_path(),
-        json!({"mcpServers": {"two": edge(&[]), "off": {"enabled": false, "command": EDGE}}}).to_string(),
+        json!({"mcpServers": {"two": edge(&[]), "off": {"enabled": false, "command": EDGE}}})
+            .to_string(),
     )
     .unwrap();
     let changed = f.manager.refresh().await;

@@ -12,7 +12,12 @@ use serde_json::json;
 
 async fn exercise(f: &Fixture) {
     let catalog = f.manager.refresh().await;
-    assert_eq!(catalog.servers[0].state, ServerState::Ready, "{:?}", catalog.servers);
+    assert_eq!(
+        catalog.servers[0].state,
+        ServerState::Ready,
+        "{:?}",
+        catalog.servers
+    );
     let echo = tool(&catalog, "everything_echo");
     assert_eq!(
         echo.spec().parameters["properties"]["message"]["type"],
@@ -21,10 +26,27 @@ async fn exercise(f: &Fixture) {
     );
     let out = call(&echo, "t1", None, json!({"message": "hello"})).await;
     assert_eq!(text(&out), ("Echo: hello".to_owned(), ToolStatus::Success));
-    let sum = call(&tool(&catalog, "everything_get-sum"), "t1", None, json!({"a": 2, "b": 40})).await;
+    let sum = call(
+        &tool(&catalog, "everything_get-sum"),
+        "t1",
+        None,
+        json!({"a": 2, "b": 40}),
+    )
+    .await;
     assert_eq!(text(&sum).0, "The sum of 2 and 40 is 42.");
-    match call(&tool(&catalog, "everything_get-tiny-image"), "t1", None, json!({})).await {
-        ToolOutput::Content { content: Content::Blocks(blocks), status, .. } => {
+    match call(
+        &tool(&catalog, "everything_get-tiny-image"),
+        "t1",
+        None,
+        json!({}),
+    )
+    .await
+    {
+        ToolOutput::Content {
+            content: Content::Blocks(blocks),
+            status,
+            ..
+        } => {
             assert_eq!(status, ToolStatus::Success);
             let kinds: Vec<&str> = blocks.iter().map(|b| b["type"].as_str().unwrap()).collect();
             assert_eq!(kinds, ["text", "image_url", "text"]);
@@ -44,17 +66,47 @@ async fn stdio() {
     exercise(&f).await;
     let catalog = f.manager.refresh().await;
     // An embedded text resource comes back as its text.
-    let out = call(&tool(&catalog, "everything_get-resource-reference"), "t1", None, json!({})).await;
+    let out = call(
+        &tool(&catalog, "everything_get-resource-reference"),
+        "t1",
+        None,
+        json!({}),
+    )
+    .await;
     let (body, status) = text(&out);
     assert_eq!(status, ToolStatus::Success);
-    assert!(body.contains("Resource 1: This is a plaintext resource"), "{body}");
+    assert!(
+        body.contains("Resource 1: This is a plaintext resource"),
+        "{body}"
+    );
     // Resource links are named in the text, so every model sees them.
-    let out = call(&tool(&catalog, "everything_get-resource-links"), "t1", None, json!({"count": 2})).await;
-    assert_eq!(text(&out).0.matches("Resource link: ").count(), 2, "{:?}", text(&out));
+    let out = call(
+        &tool(&catalog, "everything_get-resource-links"),
+        "t1",
+        None,
+        json!({"count": 2}),
+    )
+    .await;
+    assert_eq!(
+        text(&out).0.matches("Resource link: ").count(),
+        2,
+        "{:?}",
+        text(&out)
+    );
     // Structured content rides in the artifact.
-    match call(&tool(&catalog, "everything_get-structured-content"), "t1", None, json!({"location": "Chicago"})).await {
+    match call(
+        &tool(&catalog, "everything_get-structured-content"),
+        "t1",
+        None,
+        json!({"location": "Chicago"}),
+    )
+    .await
+    {
         ToolOutput::Content { artifact, .. } => {
-            assert!(artifact["structured_content"]["temperature"].is_number(), "{artifact}");
+            assert!(
+                artifact["structured_content"]["temperature"].is_number(),
+                "{artifact}"
+            );
         }
         other => panic!("{other:?}"),
     }

@@ -1,4 +1,9 @@
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
+#![allow(
+    dead_code,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::print_stderr
+)]
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -56,7 +61,8 @@ pub fn tool(catalog: &Catalog, name: &str) -> Arc<McpTool> {
 
 /// Call a tool as thread `thread` of user `user`.
 pub async fn call(tool: &McpTool, thread: &str, user: Option<&str>, args: Value) -> ToolOutput {
-    let run = RunContext::new(thread, "run-1", Arc::new(NullSink)).with_user(user.map(str::to_owned));
+    let run =
+        RunContext::new(thread, "run-1", Arc::new(NullSink)).with_user(user.map(str::to_owned));
     let state = ThreadState::default();
     let ctx = ToolContext {
         call_id: "call-1",
@@ -113,7 +119,11 @@ pub fn everything() -> Option<PathBuf> {
             .expect("run tests/peers/setup.sh");
         assert!(status.success(), "tests/peers/setup.sh failed");
     }
-    assert!(entry.is_file(), "server-everything missing at {}", entry.display());
+    assert!(
+        entry.is_file(),
+        "server-everything missing at {}",
+        entry.display()
+    );
     Some(entry)
 }
 
@@ -150,7 +160,10 @@ pub fn everything_http(entry: &Path, mode: &str) -> (Child, u16) {
     let child = Child(child);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(std::time::Instant::now() < deadline, "server-everything did not listen");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "server-everything did not listen"
+        );
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     (child, port)

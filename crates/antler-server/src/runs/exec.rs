@@ -370,6 +370,8 @@ async fn execute(
         return;
     }
 
+    // MCP tools: cached until extensions_config.json changes (first build discovers).
+    state.app.mcp.refresh().await;
     // Custom agents are looked up for the authenticated user (their own folder, then shared).
     let agent = match state.app.lead_agent_for(&plan.options, plan.user.fs_id()) {
         Ok(a) => a,
