@@ -213,6 +213,12 @@ impl App {
         self
     }
 
+    /// Use `mcp` as the MCP client (embedding, tests: another file lookup).
+    pub fn with_mcp(mut self, mcp: antler_mcp::McpManager) -> Self {
+        self.mcp = mcp;
+        self
+    }
+
     /// The long-term memory system.
     pub fn memory(&self) -> &Arc<MemoryManager> {
         &self.memory
