@@ -272,3 +272,33 @@ fn config_check_validates_the_extensions_file() {
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("mcp: "));
 }
+
+#[test]
+fn a_general_purpose_subagent_inherits_mcp_tools() {
+    let Some(entry) = everything() else { return };
+    let mock = MockOpenAi::start_on_thread().with_replies([
+        MockReply::tool_call(
+            "call_t",
+            "task",
+            json!({"description": "echo via subagent", "prompt": "Call everything_echo with 'sub'.", "subagent_type": "general-purpose"}),
+        ),
+        MockReply::tool_call("call_se", "everything_echo", json!({"message": "sub"})),
+        MockReply::text("The subagent echoed sub."),
+        MockReply::text("Done."),
+    ]);
+    let p = Project::new(&mock, "");
+    write_extensions(
+        &p,
+        json!({"everything": {"command": "node", "args": [entry, "stdio"]}}),
+    );
+    let (code, out, stderr) =
+        p.run_json(&["--subagents", "--thread-id", "m4", "Delegate the echo."]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(out["status"], "success", "{out}");
+    let reqs = mock.requests();
+    assert_eq!(reqs.len(), 4);
+    let child = tool_names(&reqs[1].body);
+    assert!(child.iter().any(|n| n == "everything_echo"), "{child:?}");
+    assert!(!child.iter().any(|n| n == "task"), "{child:?}");
+    assert_eq!(tool_text(&reqs[2].messages(), "call_se"), "Echo: sub");
+}

@@ -67,7 +67,10 @@ fn case_folded_and_chinese_keywords_ranked_by_priority_then_name() {
         r.matches(&state(vec![Message::human("run some sql on 订单")])),
         ["db_orders", "db_query", "web_fetch2"]
     );
-    assert_eq!(routing(1).matches(&state(vec![Message::human("SQL 订单")])), ["db_orders"]);
+    assert_eq!(
+        routing(1).matches(&state(vec![Message::human("SQL 订单")])),
+        ["db_orders"]
+    );
     assert_eq!(
         r.matches(&state(vec![Message::human("nothing relevant")])),
         Vec::<String>::new()
@@ -80,19 +83,30 @@ fn only_the_latest_real_user_message_counts() {
     hidden
         .additional_kwargs_mut()
         .insert("hide_from_ui".into(), json!(true));
-    let s = state(vec![Message::human("about sql"), Message::human("thanks"), hidden]);
+    let s = state(vec![
+        Message::human("about sql"),
+        Message::human("thanks"),
+        hidden,
+    ]);
     assert_eq!(routing(5).matches(&s), Vec::<String>::new());
     let mut framed = Message::human("--- BEGIN USER INPUT ---\nx\n--- END USER INPUT ---");
     framed
         .additional_kwargs_mut()
         .insert("original_user_content".into(), json!("orders in SQL"));
-    assert_eq!(routing(5).matches(&state(vec![framed])), ["db_query", "web_fetch2"]);
+    assert_eq!(
+        routing(5).matches(&state(vec![framed])),
+        ["db_query", "web_fetch2"]
+    );
 }
 
 #[test]
 fn routing_must_precede_the_filter() {
-    assert!(assert_before_filter(&["McpRoutingMiddleware", "DeferredToolFilterMiddleware"]).is_ok());
-    assert!(assert_before_filter(&["DeferredToolFilterMiddleware", "McpRoutingMiddleware"]).is_err());
+    assert!(
+        assert_before_filter(&["McpRoutingMiddleware", "DeferredToolFilterMiddleware"]).is_ok()
+    );
+    assert!(
+        assert_before_filter(&["DeferredToolFilterMiddleware", "McpRoutingMiddleware"]).is_err()
+    );
 }
 
 #[tokio::test]
@@ -130,7 +144,10 @@ async fn a_matched_tool_is_visible_in_the_same_model_call_and_promotions_union()
         ..Default::default()
     };
     let out = agent
-        .run(input, Arc::new(RunContext::new("t", "r", Arc::new(NullSink))))
+        .run(
+            input,
+            Arc::new(RunContext::new("t", "r", Arc::new(NullSink))),
+        )
         .await;
     assert_eq!(out.status, RunStatus::Success);
     assert_eq!(model.requests()[0].tools, ["ls", "db_query", "web_fetch2"]);
