@@ -42,6 +42,20 @@ fn show(name: &str, v: Vec<Duration>) -> Duration {
     m
 }
 
+async fn call(
+    tool: &antler_mcp::McpTool,
+    args: &antler_protocol::Object,
+    state: &ThreadState,
+    run: &RunContext,
+) -> antler_runtime::ToolOutput {
+    let ctx = ToolContext {
+        call_id: "c",
+        state,
+        run,
+    };
+    tool.call(args.clone(), ctx).await.unwrap()
+}
+
 #[tokio::main]
 async fn main() {
     let n: usize = std::env::args()
@@ -101,23 +115,13 @@ async fn main() {
         .clone();
     let state = ThreadState::default();
     let run = RunContext::new("bench-thread", "r", Arc::new(NullSink));
-    let call = |run: &RunContext| {
-        let ctx = ToolContext {
-            call_id: "c",
-            state: &state,
-            run,
-        };
-        let tool = tool.clone();
-        let args = args.clone();
-        async move { tool.call(args, ctx).await.unwrap() }
-    };
     let t = Instant::now();
-    call(&run).await;
+    call(&tool, &args, &state, &run).await;
     let cold = t.elapsed();
     let mut antler_times = Vec::with_capacity(n);
     for i in 0..n + 50 {
         let t = Instant::now();
-        let out = call(&run).await;
+        let out = call(&tool, &args, &state, &run).await;
         let d = t.elapsed();
         if let antler_runtime::ToolOutput::Content { status, .. } = out {
             assert_eq!(status, antler_protocol::ToolStatus::Success);
