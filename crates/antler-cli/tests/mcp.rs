@@ -107,7 +107,7 @@ fn the_model_calls_everything_echo_and_a_broken_server_beside_it_changes_nothing
         "{offered:?}"
     );
     assert!(!offered.iter().any(|n| n.starts_with("broken_")));
-    assert_eq!(tool_text(&reqs[1].messages(), "call_e"), "Echo: ping");
+    assert_eq!(tool_text(reqs[1].messages(), "call_e"), "Echo: ping");
     // The state's tool message is a success named after the tool.
     let tool = out["values"]["messages"]
         .as_array()
@@ -162,7 +162,7 @@ fn with_tool_search_mcp_schemas_stay_hidden_until_promoted() {
         !second.iter().any(|n| n == "everything_get-sum"),
         "{second:?}"
     );
-    assert_eq!(tool_text(&reqs[2].messages(), "call_e"), "Echo: found");
+    assert_eq!(tool_text(reqs[2].messages(), "call_e"), "Echo: found");
     assert_eq!(
         out["values"]["promoted"]["names"],
         json!(["everything_echo"])
@@ -197,7 +197,7 @@ fn routing_prefer_promotes_matching_tools_without_tool_search() {
     );
     let prompt = system_prompt(&reqs[0].body);
     assert!(prompt.contains("<mcp_routing_hints>\nWhen the user's request involves Repeat After Me:\n  use `tool_search` to fetch `everything_echo`, then prefer that MCP tool.\n</mcp_routing_hints>"), "{prompt}");
-    assert_eq!(tool_text(&reqs[1].messages(), "call_e"), "Echo: routed");
+    assert_eq!(tool_text(reqs[1].messages(), "call_e"), "Echo: routed");
 }
 
 #[test]
@@ -300,5 +300,5 @@ fn a_general_purpose_subagent_inherits_mcp_tools() {
     let child = tool_names(&reqs[1].body);
     assert!(child.iter().any(|n| n == "everything_echo"), "{child:?}");
     assert!(!child.iter().any(|n| n == "task"), "{child:?}");
-    assert_eq!(tool_text(&reqs[2].messages(), "call_se"), "Echo: sub");
+    assert_eq!(tool_text(reqs[2].messages(), "call_se"), "Echo: sub");
 }
