@@ -45,6 +45,8 @@ pub struct App {
     model_override: Option<Arc<dyn ChatModel>>,
     /// Long-term memory (one per process; `memory.enabled` gates it).
     memory: Arc<MemoryManager>,
+    /// MCP servers from `extensions_config.json` (one client per process).
+    pub mcp: antler_mcp::McpManager,
 }
 
 fn db_path(config: &Config, home: &Path) -> Option<PathBuf> {
@@ -134,7 +136,12 @@ impl App {
             settings,
             confinement.clone(),
         ));
+        let mcp = antler_mcp::McpManager::new(
+            home.clone(),
+            antler_mcp::Lookup::new(config_file, &project_root),
+        );
         Ok(App {
+            mcp,
             config,
             home,
             runs: Arc::new(SqliteCoordinator::new(store.clone())),
@@ -161,6 +168,12 @@ impl App {
             self.memory = m;
         }
         self.model_override = Some(model);
+        self
+    }
+
+    /// Use `mcp` as the MCP client (embedding, tests: another file lookup).
+    pub fn with_mcp(mut self, mcp: antler_mcp::McpManager) -> Self {
+        self.mcp = mcp;
         self
     }
 
@@ -321,6 +334,7 @@ impl App {
                 .collect(),
             skills_section: self.skills_section(custom.as_ref().and_then(|a| a.skills.as_deref())),
             soul: custom.as_ref().and_then(|a| a.soul.clone()),
+            mcp_section: crate::mcp::setup(&self.config, &self.mcp.snapshot()).prompt_section,
             subagent_types: if opts.subagent_enabled {
                 crate::subagents::SubagentRegistry::from_config(&self.config.subagents)
                     .available_description(self.bash_available())

@@ -7,7 +7,7 @@
 //!
 //! Entries DeerFlow marks EXTRA that antler does not implement yet are skipped (the
 //! authorization guardrail S9, ReadBeforeWrite S12,
-//! ToolProgress S13, SkillActivation/SkillToolPolicy L2/L3, McpRouting L11, configured extension
+//! ToolProgress S13, SkillActivation/SkillToolPolicy L2/L3, configured extension
 //! middlewares L18, TerminalResponse L19, ModelLengthFinishReason L20, SafetyFinishReason L21);
 //! the relative order of everything present is DeerFlow's.
 
@@ -16,12 +16,14 @@ use std::sync::Arc;
 use antler_config::Config;
 use antler_middleware::clarification::ClarificationMiddleware;
 use antler_middleware::dangling_tool_call::DanglingToolCallMiddleware;
+use antler_middleware::deferred_tool_filter::DeferredToolFilterMiddleware;
 use antler_middleware::durable_context::{DurableContextMiddleware, DurableContextSettings};
 use antler_middleware::dynamic_context::{DynamicContextMiddleware, DynamicContextSettings};
 use antler_middleware::guardrail::{provider_from_config, GuardrailMiddleware};
 use antler_middleware::input_sanitization::InputSanitizationMiddleware;
 use antler_middleware::llm_error_handling::{CircuitBreaker, LlmErrorHandlingMiddleware};
 use antler_middleware::loop_detection::LoopDetectionMiddleware;
+use antler_middleware::mcp_routing::McpRoutingMiddleware;
 use antler_middleware::sandbox::SandboxMiddleware;
 use antler_middleware::sandbox_audit::{JsonlAuditSink, SandboxAuditMiddleware};
 use antler_middleware::subagent_limit::SubagentLimitMiddleware;
@@ -51,6 +53,8 @@ pub struct ChainParts {
     pub sandbox: Arc<LocalSandboxProvider>,
     /// The process-wide LLM circuit breaker (shared by every run and subagent).
     pub breaker: Arc<CircuitBreaker>,
+    /// The MCP client (deferred MCP tools need the filter and routing middlewares).
+    pub mcp: antler_mcp::McpManager,
     /// Token counts cached across runs, one cache per model name.
     pub token_caches: Arc<
         std::sync::Mutex<
@@ -84,6 +88,7 @@ impl App {
             home: self.home.clone(),
             sandbox: self.sandbox.clone(),
             breaker: self.breaker.clone(),
+            mcp: self.mcp.clone(),
             token_caches: self.token_caches.clone(),
         }
     }
@@ -190,6 +195,7 @@ pub fn lead_entries(
     if model.supports_vision {
         out.push(entry("L10", ViewImageMiddleware::new(app.home.clone())));
     }
+    out.extend(deferred_entries(&parts, "L11", "L12"));
     out.push(entry("L13", SystemMessageCoalescingMiddleware::new()));
     if opts.subagent_enabled {
         out.push(entry(
@@ -214,6 +220,32 @@ pub fn lead_entries(
     // L22: always last.
     out.push(entry("L22", ClarificationMiddleware::new()));
     Ok(out)
+}
+
+/// McpRouting and DeferredToolFilter (L11/L12, U4/U5) when `tool_search` defers MCP tools;
+/// routing only when some deferred tool has `prefer` keywords. Routing always precedes the
+/// filter, whose hidden set it changes.
+fn deferred_entries(
+    parts: &ChainParts,
+    routing_slot: &'static str,
+    filter_slot: &'static str,
+) -> Vec<ChainEntry> {
+    let setup = crate::mcp::setup(&parts.config, &parts.mcp.snapshot());
+    let Some(d) = setup.deferred else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let top_k = antler_tools::tool_search::clamp_auto_promote_top_k(
+        parts.config.tool_search.auto_promote_top_k as i64,
+    );
+    if let Some(r) = McpRoutingMiddleware::new(d.routing, d.hash.clone(), top_k) {
+        out.push(entry(routing_slot, r));
+    }
+    out.push(entry(
+        filter_slot,
+        DeferredToolFilterMiddleware::new(d.names, Some(d.hash)),
+    ));
+    out
 }
 
 /// The circuit breaker from `circuit_breaker:`.
@@ -332,6 +364,7 @@ pub fn subagent_entries(
     if model.supports_vision {
         out.push(entry("U3", ViewImageMiddleware::new(parts.home.clone())));
     }
+    out.extend(deferred_entries(parts, "U4", "U5"));
     if let Some(ld) = loop_detection(&parts.config)? {
         out.push(ChainEntry {
             slot: "U6",

@@ -18,6 +18,8 @@ pub struct PromptOptions {
     pub skills_section: String,
     /// A custom agent's SOUL.md.
     pub soul: Option<String>,
+    /// `<available-deferred-tools>` / `<mcp_routing_hints>` (empty without MCP tools).
+    pub mcp_section: String,
     /// `- **type**: description` lines of the subagent types available to `task`.
     pub subagent_types: String,
 }
@@ -74,6 +76,10 @@ was asked. After you call it, execution stops until the user answers.\n</clarifi
     );
     if !opts.skills_section.is_empty() {
         p.push_str(&opts.skills_section);
+        p.push_str("\n\n");
+    }
+    if !opts.mcp_section.is_empty() {
+        p.push_str(&opts.mcp_section);
         p.push_str("\n\n");
     }
     if opts.subagents_enabled {

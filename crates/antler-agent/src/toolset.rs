@@ -170,6 +170,15 @@ pub fn lead_tools(
     if opts.is_plan_mode {
         reg.register(antler_tools::write_todos::write_todos_tool());
     }
+    // MCP tools (§4.0 step 3), before `task` so subagents inherit them; with tool_search
+    // their schemas stay hidden until promoted (§4.14).
+    let mcp = crate::mcp::setup(&app.config, &app.mcp.snapshot());
+    for tool in mcp.tools {
+        reg.register(tool);
+    }
+    if let Some(d) = mcp.deferred {
+        reg.register(d.search);
+    }
     if opts.subagent_enabled {
         // Children get the lead's tools (the executor drops task/ask_clarification/present_files).
         let executor = subagent_executor(app, reg.clone(), bash_ok);
@@ -206,9 +215,15 @@ pub fn subagent_executor(
             .map_err(|e| SubagentError::Build(e.to_string()))?;
         let chain =
             antler_runtime::Chain::new(entries.into_iter().map(|e| e.middleware).collect())?;
-        Ok(antler_runtime::Agent::new(model)
+        let mut agent = antler_runtime::Agent::new(model)
             .with_tools(tools.clone())
-            .with_chain(chain))
+            .with_chain(chain);
+        // Children see the deferred-tool and routing sections too (appended to their prompt).
+        let mcp = crate::mcp::setup(&parts.config, &parts.mcp.snapshot()).prompt_section;
+        if !mcp.is_empty() {
+            agent = agent.with_system_prompt(mcp);
+        }
+        Ok(agent)
     };
     SubagentExecutor::new(
         SubagentRegistry::from_config(&app.config.subagents),

@@ -1,5 +1,6 @@
 //! `antler`: DeerFlow's super-agent harness in one binary.
 
+mod mcp_cmd;
 mod memory_cmd;
 mod render;
 mod runs_cmd;
@@ -65,6 +66,9 @@ enum Command {
     /// Show or clear long-term memory.
     #[command(subcommand)]
     Memory(memory_cmd::MemoryCmd),
+    /// MCP servers from extensions_config.json and the tools they give the agent.
+    #[command(subcommand)]
+    Mcp(mcp_cmd::McpCmd),
     /// Write or validate config.yaml.
     #[command(subcommand)]
     Config(ConfigCmd),
@@ -353,6 +357,10 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
             let app = open_app(config_path)?;
             memory_cmd::run(&app, cmd).await
         }
+        Command::Mcp(cmd) => {
+            let app = open_app(config_path)?;
+            mcp_cmd::run(&app, cmd).await
+        }
         Command::Config(ConfigCmd::Init { path, force }) => config_init(&path, force),
         Command::Config(ConfigCmd::Check) => config_check(config_path),
         Command::Serve(args) => serve_cmd::serve(config_path, &args).await,
@@ -564,6 +572,28 @@ fn config_check(cli: Option<&Path>) -> Result<u8, Failure> {
     }
     let web = antler_agent::toolset::web_tools_report(config)
         .map_err(|e| Failure::usage(format!("{}: {e}", path.display())))?;
+    // extensions_config.json (MCP servers): found as a run finds it; a bad entry fails the check.
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    let mcp_line = match antler_mcp::Lookup::new(Some(&path), cwd)
+        .resolve()
+        .map_err(|e| Failure::usage(e.to_string()))?
+    {
+        None => "mcp: no extensions_config.json".to_owned(),
+        Some(file) => {
+            let ext = antler_mcp::ExtensionsConfig::load(&file)
+                .map_err(|e| Failure::usage(e.to_string()))?;
+            ext.validate().map_err(|e| Failure::usage(e.to_string()))?;
+            let servers: Vec<String> = ext
+                .servers
+                .iter()
+                .map(|s| {
+                    let off = if s.enabled { "" } else { ", disabled" };
+                    format!("{} ({}{off})", s.name, s.transport.kind())
+                })
+                .collect();
+            format!("mcp: {} — {}", file.display(), servers.join(", "))
+        }
+    };
     println!("{}: ok", path.display());
     println!(
         "  models: {}",
@@ -586,6 +616,7 @@ fn config_check(cli: Option<&Path>) -> Result<u8, Failure> {
     for line in web {
         println!("  {line}");
     }
+    println!("  {mcp_line}");
     println!(
         "  sandbox: {} (allow_host_bash: {}, confine: {:?})",
         config.sandbox.use_, config.sandbox.allow_host_bash, config.sandbox.confine

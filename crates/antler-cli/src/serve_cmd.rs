@@ -73,6 +73,11 @@ pub(crate) async fn serve(config_path: Option<&Path>, args: &ServeArgs) -> Resul
         "no authentication (loopback only)".to_owned()
     };
     let app = Arc::new(app);
+    // Discover MCP tools while the server starts, so the first run does not wait for them.
+    let mcp = app.mcp.clone();
+    tokio::spawn(async move {
+        mcp.refresh().await;
+    });
     let state = Server::new(app.clone(), config.clone()).into_state();
     state.reconcile().await.map_err(|e| Failure {
         code: exit::STORE,

@@ -22,6 +22,7 @@
 //! | L8  | [`title`] | after_model |
 //! | L9  | [`memory`] | after_agent |
 //! | L10 | [`view_image`] | before_model, after_model |
+//! | L11 | [`mcp_routing`] | before_model |
 //! | L12 | [`deferred_tool_filter`] | wrap_model, wrap_tool |
 //! | L13 | [`system_message_coalescing`] | wrap_model |
 //! | L14 | [`subagent_limit`] | after_model |
@@ -40,6 +41,7 @@ pub mod guardrail;
 pub mod input_sanitization;
 pub mod llm_error_handling;
 pub mod loop_detection;
+pub mod mcp_routing;
 pub mod memory;
 pub mod sandbox;
 pub mod sandbox_audit;

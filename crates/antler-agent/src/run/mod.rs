@@ -254,6 +254,8 @@ impl App {
         let agent = if req.resume_only {
             Ok(None)
         } else {
+            // MCP tools: cached until extensions_config.json changes (first build discovers).
+            self.mcp.refresh().await;
             match self.lead_agent_for(&req.options, req.user_id.as_deref()) {
                 Ok(mut agent) => {
                     if let Some(hook) = &req.agent_hook {

@@ -7,6 +7,7 @@ mod dangling_incremental;
 mod deferred_tools;
 mod governance;
 mod loop_detection;
+mod mcp_routing;
 mod memory;
 mod observability;
 mod sandbox_middlewares;

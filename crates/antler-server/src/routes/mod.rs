@@ -3,6 +3,7 @@
 
 pub mod files;
 pub mod gateway;
+pub mod mcp;
 pub mod runs;
 pub mod threads;
 
@@ -114,6 +115,14 @@ pub fn api(upload_limit: usize) -> Router<AppState> {
         .route("/memory/reload", post(gateway::memory_reload))
         .route("/memory/config", get(gateway::memory_config))
         .route("/memory/status", get(gateway::memory_status))
+        // Gateway: MCP settings (G21).
+        .route(
+            "/mcp/config",
+            get(mcp::get_config)
+                .put(mcp::put_config)
+                .patch(mcp::patch_config),
+        )
+        .route("/mcp/cache/reset", post(mcp::reset_cache))
         // Auth (mode `none` or API keys: no login flow).
         .route("/v1/auth/me", get(crate::auth::me))
         .route("/v1/auth/setup-status", get(crate::auth::setup_status))

@@ -76,6 +76,8 @@ pub struct Options {
     pub extra_tools: Vec<ToolConfig>,
     /// Stops the server when it fires (default: never).
     pub shutdown: Option<tokio::sync::oneshot::Receiver<()>>,
+    /// Where the MCP client looks for extensions_config.json (default: the process's).
+    pub mcp_lookup: Option<antler_mcp::Lookup>,
 }
 
 impl Default for Options {
@@ -90,6 +92,7 @@ impl Default for Options {
             hook: None,
             extra_tools: Vec::new(),
             shutdown: None,
+            mcp_lookup: None,
         }
     }
 }
@@ -151,9 +154,12 @@ impl TestServer {
         }
         let mut config = test_config(opts.yaml_uploads);
         config.tools.extend(opts.extra_tools);
-        let app = App::open(config, home.path())
+        let mut app = App::open(config, home.path())
             .unwrap()
             .with_model_override(model.clone());
+        if let Some(lookup) = opts.mcp_lookup {
+            app = app.with_mcp(antler_mcp::McpManager::new(home.path(), lookup));
+        }
         let mut server = Server::new(Arc::new(app), opts.config);
         if let Some(h) = opts.hook {
             server = server.with_agent_hook(h);

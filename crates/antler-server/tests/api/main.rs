@@ -5,6 +5,7 @@
 mod common;
 mod connections;
 mod gateway;
+mod mcp;
 mod runs;
 mod security;
 mod streaming;
