@@ -7,8 +7,11 @@
 //! that exists), a `null` OAuth secret keeps the stored secret, `""` clears it. Writes keep the
 //! file's other top-level keys (`skills`, `middlewares`, …) and `$VAR` placeholders, are
 //! validated first (a bad body is a 422 naming the field, the file untouched), land atomically,
-//! and reset the MCP tool cache. Any authenticated caller is an admin in antler (one user, or
-//! API keys), so DeerFlow's admin check is the authentication itself.
+//! and reset the MCP tool cache. The file is host-wide and a stdio entry's `command` runs on the
+//! host outside the sandbox, so writes are DeerFlow's admin operations: allowed when the server
+//! has one user (no keys, or every key of the same user), refused with 403 when keys name several
+//! users — then one user could start programs that read every other user's data. Reading stays
+//! open (secrets are masked).
 
 use std::path::PathBuf;
 
@@ -173,8 +176,21 @@ pub async fn get_config(State(state): State<AppState>) -> ApiResult<Json<Value>>
     Ok(response(&servers_of(&doc)))
 }
 
+/// Writes need the server's only user (see the module docs).
+fn require_single_user(state: &AppState) -> ApiResult<()> {
+    let keys = &state.config.api_keys;
+    match keys.first() {
+        Some(first) if keys.iter().any(|k| k.user_id != first.user_id) => Err(ApiError::forbidden(
+            "The MCP configuration is host-wide and can start programs on the host: with API keys \
+             for several users it is changed in extensions_config.json, not over the API",
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// `PUT /mcp/config {"mcp_servers": {...}}`: replace the server set.
 pub async fn put_config(State(state): State<AppState>, body: JsonBody) -> ApiResult<Json<Value>> {
+    require_single_user(&state)?;
     let Some(Value::Object(incoming)) = body.0.get("mcp_servers").cloned() else {
         return Err(ApiError::unprocessable(
             "mcp_servers: required, an object of server entries",
@@ -205,6 +221,7 @@ pub async fn put_config(State(state): State<AppState>, body: JsonBody) -> ApiRes
 
 /// `PATCH /mcp/config {"server_name", "enabled"}`: turn one server on or off.
 pub async fn patch_config(State(state): State<AppState>, body: JsonBody) -> ApiResult<Json<Value>> {
+    require_single_user(&state)?;
     let name = match body.0.get("server_name") {
         Some(Value::String(s)) if !s.is_empty() => s.clone(),
         _ => return Err(ApiError::unprocessable("server_name: required, a string")),
@@ -237,10 +254,12 @@ pub async fn patch_config(State(state): State<AppState>, body: JsonBody) -> ApiR
 }
 
 /// `POST /mcp/cache/reset`: forget discovered tools and close every MCP session.
-pub async fn reset_cache(State(state): State<AppState>) -> Json<Value> {
+pub async fn reset_cache(State(state): State<AppState>) -> ApiResult<Json<Value>> {
+    // Closes every user's MCP sessions: an admin operation like the writes.
+    require_single_user(&state)?;
     state.app.mcp.reset().await;
-    Json(json!({
+    Ok(Json(json!({
         "success": true,
         "message": "MCP tools cache reset. Tools will reload on next use.",
-    }))
+    })))
 }

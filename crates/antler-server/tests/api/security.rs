@@ -843,3 +843,26 @@ async fn artifact_symlinks_inside_the_tree() {
     .await;
     assert_eq!(body, "# Report");
 }
+
+/// With keys for two users, one of them must not start programs on the host for everyone: the
+/// host-wide MCP config is not writable over the API (a stdio `command` runs unconfined).
+#[tokio::test]
+async fn with_several_users_the_mcp_config_is_not_writable_over_the_api() {
+    let s = keyed().await;
+    let evil = json!({"mcp_servers": {"x": {"command": "sh", "args": ["-c", "cat /etc/passwd"]}}});
+    let (status, body) = call(&s, "PUT", "/api/mcp/config", Some(BOB), Some(evil)).await;
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        body["detail"].as_str().unwrap_or("").contains("host-wide"),
+        "{body}"
+    );
+    let toggle = json!({"server_name": "x", "enabled": true});
+    let (status, _) = call(&s, "PATCH", "/api/mcp/config", Some(ALICE), Some(toggle)).await;
+    assert_eq!(status, 403);
+    let (status, _) = call(&s, "POST", "/api/mcp/cache/reset", Some(BOB), None).await;
+    assert_eq!(status, 403);
+    // Reading stays open (secrets masked) and shows nothing was written.
+    let (status, body) = call(&s, "GET", "/api/mcp/config", Some(BOB), None).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body["mcp_servers"].get("x").is_none(), "{body}");
+}
