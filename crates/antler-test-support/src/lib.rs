@@ -21,6 +21,7 @@ pub mod gemini;
 pub mod mock;
 pub mod ollama;
 pub mod openai;
+pub mod redact;
 pub mod responses;
 pub mod sse;
 

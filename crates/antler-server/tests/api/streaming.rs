@@ -479,46 +479,6 @@ async fn two_hundred_concurrent_streams_lose_no_event() {
     assert_eq!(s.state.runs.live_count(), 0);
 }
 
-/// Replace what changes from run to run (ids, timestamps, durations) with placeholders.
-fn redact(v: &Value) -> Value {
-    let uuid =
-        regex::Regex::new(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}").unwrap();
-    let ts = regex::Regex::new(r"^\d{4}-\d{2}-\d{2}T[0-9:.]+(Z|[+-]\d{2}:\d{2})$").unwrap();
-    // The date reminder names today.
-    let date = regex::Regex::new(r"\d{4}-\d{2}-\d{2}, [A-Z][a-z]+day").unwrap();
-    match v {
-        Value::String(s) if ts.is_match(s) => json!("[timestamp]"),
-        Value::String(s) => json!(date.replace_all(&uuid.replace_all(s, "[uuid]"), "[date]")),
-        Value::Array(items) => Value::Array(items.iter().map(redact).collect()),
-        Value::Object(map) => Value::Object(
-            map.iter()
-                .map(|(k, v)| {
-                    let v = match k.as_str() {
-                        "thread_id" | "run_id" | "checkpoint_id" | "parent_checkpoint_id" => {
-                            json!(format!("[{k}]"))
-                        }
-                        _ if v.is_number() && (k.ends_with("_ms") || k.contains("latency")) => {
-                            json!("[duration]")
-                        }
-                        // The data home is a fresh temporary folder.
-                        _ if k.ends_with("_path") => {
-                            match v.as_str().and_then(|p| p.find("/threads/")) {
-                                Some(i) => {
-                                    json!(format!("[home]{}", &v.as_str().unwrap_or_default()[i..]))
-                                }
-                                None => redact(v),
-                            }
-                        }
-                        _ => redact(v),
-                    };
-                    (k.clone(), v)
-                })
-                .collect(),
-        ),
-        other => other.clone(),
-    }
-}
-
 /// The SSE frames of one short run, pinned: event names, order, the shape of each payload.
 #[tokio::test]
 async fn the_frames_of_one_run_snapshot() {
@@ -540,7 +500,7 @@ async fn the_frames_of_one_run_snapshot() {
         .map(|e| {
             // An event id is `<ms>-<seq>`: keep the sequence number only.
             let seq = e.id.as_deref().map(seq_of);
-            json!({"event": e.event, "seq": seq, "data": redact(&e.data)})
+            json!({"event": e.event, "seq": seq, "data": antler_test_support::redact::redact(&e.data)})
         })
         .collect();
     insta::assert_json_snapshot!("sse_frames_of_one_run", frames);
