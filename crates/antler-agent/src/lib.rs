@@ -12,6 +12,7 @@ pub mod prompt;
 pub mod run;
 pub mod skills;
 pub mod subagents;
+mod threads;
 pub mod toolset;
 
 pub use app::{App, DB_FILE};

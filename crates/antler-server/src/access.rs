@@ -63,8 +63,5 @@ pub async fn create_thread(
     let mut record = ThreadRecord::new(thread_id);
     record.metadata = Value::Object(metadata);
     record.owner = Some(user.id.clone());
-    state.app.create_thread(record).await.map_err(|e| match e {
-        antler_agent::AgentError::Store(e) => ApiError::from(e),
-        other => ApiError::internal(other),
-    })
+    Ok(state.app.create_thread(record).await?)
 }

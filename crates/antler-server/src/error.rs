@@ -110,6 +110,12 @@ impl From<antler_store::StoreError> for ApiError {
     }
 }
 
+impl From<antler_agent::AgentError> for ApiError {
+    fn from(e: antler_agent::AgentError) -> Self {
+        ApiError::internal(e)
+    }
+}
+
 impl From<antler_runtime::CheckpointError> for ApiError {
     fn from(e: antler_runtime::CheckpointError) -> Self {
         ApiError::internal(e)

@@ -193,7 +193,7 @@ pub async fn patch(
         metadata: Some(wire::clean_metadata(body.metadata.unwrap_or_default())),
         ..Default::default()
     };
-    let t = state.app.store.update_thread(&thread_id, update).await?;
+    let t = state.app.update_thread(&thread_id, update).await?;
     let status = access::live_status(&state, &t);
     Ok(Json(wire::thread_json(&t, &status, json!({}))))
 }
@@ -208,7 +208,7 @@ pub async fn delete(
     let _guard = state.runs.begin_op(&thread_id).map_err(|_| {
         ApiError::conflict("Thread has work in flight. Delete it after the work finishes.")
     })?;
-    state.app.store.delete_thread(&thread_id).await?;
+    state.app.delete_thread(&thread_id).await?;
     state.runs.forget_thread(&thread_id);
     let paths = antler_sandbox::ThreadPaths::new(&state.app.home, &thread_id, user.fs_id())
         .map_err(ApiError::internal)?;
@@ -364,13 +364,10 @@ pub async fn update_state(
             changes,
             new_state.fields_value(),
         )
-        .await
-        .map_err(|e| match e {
-            antler_agent::AgentError::Store(e) => ApiError::from(e),
-            other => ApiError::internal(other),
-        })?;
+        .await?;
     if title_changed {
-        store
+        state
+            .app
             .update_thread(
                 &thread_id,
                 ThreadUpdate {
