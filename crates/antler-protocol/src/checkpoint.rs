@@ -100,6 +100,58 @@ impl RunStatus {
     }
 }
 
+/// DeerFlow's `multitask_strategy`: what a new run does when its thread already has one.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum MultitaskStrategy {
+    /// Refuse the new run (HTTP 409; DeerFlow's default).
+    #[default]
+    Reject,
+    /// Stop the active run (`interrupted`, its checkpoint kept) and start the new one.
+    Interrupt,
+    /// Stop the active run as `error` ("Rolled back by user"); the caller restores the thread to
+    /// the old run's rollback point before starting.
+    Rollback,
+    /// Queue the new run (`pending`) until the active ones finish.
+    Enqueue,
+}
+
+impl MultitaskStrategy {
+    pub const ALL: [MultitaskStrategy; 4] = [
+        MultitaskStrategy::Reject,
+        MultitaskStrategy::Interrupt,
+        MultitaskStrategy::Rollback,
+        MultitaskStrategy::Enqueue,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MultitaskStrategy::Reject => "reject",
+            MultitaskStrategy::Interrupt => "interrupt",
+            MultitaskStrategy::Rollback => "rollback",
+            MultitaskStrategy::Enqueue => "enqueue",
+        }
+    }
+}
+
+impl std::str::FromStr for MultitaskStrategy {
+    type Err = UnknownStrategy;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        MultitaskStrategy::ALL
+            .into_iter()
+            .find(|st| st.as_str() == s)
+            .ok_or_else(|| UnknownStrategy(s.to_owned()))
+    }
+}
+
+/// A `multitask_strategy` name that is none of reject, interrupt, rollback, enqueue.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown multitask strategy {0:?}")]
+pub struct UnknownStrategy(pub String);
+
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
     /// The store could not be read or written (disk full, read-only, locked, unreachable).

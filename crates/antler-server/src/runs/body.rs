@@ -65,42 +65,8 @@ const CONTEXT_KEYS: [&str; 12] = [
     "disable_clarification",
 ];
 
-/// Fields accepted in a run body; anything else is 422.
-const KNOWN_FIELDS: [&str; 26] = [
-    "assistant_id",
-    "input",
-    "command",
-    "config",
-    "context",
-    "metadata",
-    "stream_mode",
-    "stream_subgraphs",
-    "stream_resumable",
-    "on_disconnect",
-    "multitask_strategy",
-    "checkpoint",
-    "checkpoint_id",
-    "interrupt_before",
-    "interrupt_after",
-    "if_not_exists",
-    "checkpoint_during",
-    "durability",
-    "langsmith_tracer",
-    "feedback_keys",
-    "strict_resume",
-    "webhook",
-    "after_seconds",
-    "on_completion",
-    "subgraphs",
-    "kwargs",
-];
-
-/// What happens when the creating client disconnects (spec 70 §4.11).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OnDisconnect {
-    Cancel,
-    Continue,
-}
+pub use antler_protocol::api::OnDisconnect;
+use antler_protocol::api::{IfNotExists, OneOrMany, RunCreate};
 
 /// A validated run-create body.
 #[derive(Clone, Debug)]
@@ -129,17 +95,39 @@ pub struct RunRequest {
     pub config_thread_id: Option<String>,
 }
 
-fn present<'a>(body: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
-    body.get(key).filter(|v| !v.is_null())
-}
-
 fn unsupported(name: &str) -> ApiError {
     ApiError::unprocessable(format!("Run option '{name}' is not supported"))
 }
 
+/// The 422 detail for a body field of the wrong type or value (by its path in the body).
+fn invalid_field(path: &str) -> String {
+    let top = path.split(['.', '[']).next().unwrap_or(path);
+    match top {
+        "" => "The request body must be a JSON object".to_owned(),
+        "assistant_id" => "'assistant_id' must be a non-empty string".to_owned(),
+        "stream_mode" => "'stream_mode' must be a string or a list of strings".to_owned(),
+        "on_disconnect" => "'on_disconnect' must be 'cancel' or 'continue'".to_owned(),
+        "multitask_strategy" => {
+            "'multitask_strategy' must be one of reject, interrupt, rollback, enqueue".to_owned()
+        }
+        "if_not_exists" => "'if_not_exists' must be 'create' or 'reject'".to_owned(),
+        "on_completion" => "'on_completion' must be 'keep' or 'delete'".to_owned(),
+        "checkpoint_id" => "'checkpoint_id' must be a string".to_owned(),
+        "checkpoint" if path.starts_with("checkpoint.") => format!("'{path}' must be a string"),
+        "checkpoint" => "'checkpoint' must be an object".to_owned(),
+        "interrupt_before" | "interrupt_after" => format!("Run option '{top}' is not supported"),
+        "stream_subgraphs" | "stream_resumable" | "checkpoint_during" | "strict_resume" => {
+            format!("'{top}' must be a boolean")
+        }
+        "input" => "'input' must be an object or null".to_owned(),
+        "command" | "config" | "context" | "metadata" => format!("'{top}' must be an object"),
+        other => format!("Invalid run request field '{other}'"),
+    }
+}
+
 fn object(v: Option<&Value>, what: &str) -> Result<Map<String, Value>, ApiError> {
     match v {
-        None => Ok(Map::new()),
+        None | Some(Value::Null) => Ok(Map::new()),
         Some(Value::Object(o)) => Ok(o.clone()),
         Some(_) => Err(ApiError::unprocessable(format!(
             "'{what}' must be an object"
@@ -149,25 +137,14 @@ fn object(v: Option<&Value>, what: &str) -> Result<Map<String, Value>, ApiError>
 
 /// Parse `stream_mode` (a string or a list), collapsing duplicates.
 pub fn parse_stream_modes(v: &Value) -> Result<Vec<String>, ApiError> {
-    let raw: Vec<&str> = match v {
-        Value::String(s) => vec![s.as_str()],
-        Value::Array(a) => a
-            .iter()
-            .map(|m| {
-                m.as_str().ok_or_else(|| {
-                    ApiError::unprocessable("'stream_mode' must be a string or a list of strings")
-                })
-            })
-            .collect::<Result<_, _>>()?,
-        _ => {
-            return Err(ApiError::unprocessable(
-                "'stream_mode' must be a string or a list of strings",
-            ))
-        }
-    };
-    let bad: Vec<&str> = raw
+    let modes: OneOrMany = serde_json::from_value(v.clone())
+        .map_err(|_| ApiError::unprocessable(invalid_field("stream_mode")))?;
+    stream_modes_of(&modes)
+}
+
+fn stream_modes_of(modes: &OneOrMany) -> Result<Vec<String>, ApiError> {
+    let bad: Vec<&str> = modes
         .iter()
-        .copied()
         .filter(|m| !ALLOWED_MODES.contains(m))
         .collect();
     if !bad.is_empty() {
@@ -177,7 +154,7 @@ pub fn parse_stream_modes(v: &Value) -> Result<Vec<String>, ApiError> {
         )));
     }
     let mut out: Vec<String> = Vec::new();
-    for m in raw {
+    for m in modes.iter() {
         if !out.iter().any(|o| o == m) {
             out.push(m.to_owned());
         }
@@ -264,145 +241,67 @@ pub fn parse_channels(values: &Map<String, Value>) -> Result<Option<StateUpdate>
         .map_err(|e| ApiError::unprocessable(format!("Invalid thread-state value: {e}")))
 }
 
-fn as_bool(v: &Value, name: &str) -> Result<bool, ApiError> {
-    v.as_bool()
-        .ok_or_else(|| ApiError::unprocessable(format!("'{name}' must be a boolean")))
-}
-
 /// Parse and validate a run-create body. `path_thread` is the thread of the URL (`None` for
 /// stateless runs).
 pub fn parse_run_request(body: Value, path_thread: Option<&str>) -> Result<RunRequest, ApiError> {
     let body = match body {
-        Value::Object(o) => o,
-        Value::Null => Map::new(),
-        _ => {
-            return Err(ApiError::unprocessable(
-                "The request body must be a JSON object",
-            ))
-        }
+        Value::Null => Value::Object(Map::new()),
+        v => v,
     };
-    let mut unknown: Vec<&str> = body
-        .keys()
-        .map(String::as_str)
-        .filter(|k| !KNOWN_FIELDS.contains(k))
-        .collect();
-    unknown.sort_unstable();
-    if !unknown.is_empty() {
+    let body: RunCreate = serde_path_to_error::deserialize(body).map_err(|e| {
+        let path = e.path().to_string();
+        ApiError::unprocessable(invalid_field(if path == "." { "" } else { &path }))
+    })?;
+    if !body.unknown.is_empty() {
+        let mut unknown: Vec<&str> = body.unknown.keys().map(String::as_str).collect();
+        unknown.sort_unstable();
         return Err(ApiError::unprocessable(format!(
             "Unknown field(s) in run request: {}",
             unknown.join(", ")
         )));
     }
-    for name in ["webhook", "after_seconds", "subgraphs", "kwargs"] {
-        if present(&body, name).is_some() {
-            return Err(unsupported(name));
-        }
-    }
-    if let Some(v) = present(&body, "on_completion") {
-        match v.as_str() {
-            Some("keep") => {}
-            Some("delete") => return Err(unsupported("on_completion")),
-            _ => {
-                return Err(ApiError::unprocessable(
-                    "'on_completion' must be 'keep' or 'delete'",
-                ))
-            }
-        }
-    }
-    if let Some(v) = present(&body, "strict_resume") {
-        if as_bool(v, "strict_resume")? {
-            return Err(unsupported("strict_resume"));
-        }
-    }
-    for name in ["interrupt_before", "interrupt_after"] {
-        match present(&body, name) {
-            None => {}
-            Some(Value::Array(a)) if a.is_empty() => {}
-            Some(_) => return Err(unsupported(name)),
-        }
-    }
-    for name in ["stream_subgraphs", "stream_resumable", "checkpoint_during"] {
-        if let Some(v) = present(&body, name) {
-            as_bool(v, name)?;
-        }
+    if let Some(name) = body.unsupported() {
+        return Err(unsupported(name));
     }
 
-    let assistant_id = match present(&body, "assistant_id") {
+    let assistant_id = match body.assistant_id.as_deref().map(str::trim) {
         None => "lead_agent".to_owned(),
-        Some(Value::String(s)) if !s.trim().is_empty() => s.trim().to_owned(),
-        Some(_) => {
-            return Err(ApiError::unprocessable(
-                "'assistant_id' must be a non-empty string",
-            ))
-        }
+        Some(s) if !s.is_empty() => s.to_owned(),
+        Some(_) => return Err(ApiError::unprocessable(invalid_field("assistant_id"))),
     };
-
-    let stream_modes = match present(&body, "stream_mode") {
-        None => None,
-        Some(v) => Some(parse_stream_modes(v)?),
-    };
-
-    let on_disconnect = match present(&body, "on_disconnect").map(Value::as_str) {
-        None => OnDisconnect::Cancel,
-        Some(Some("cancel")) => OnDisconnect::Cancel,
-        Some(Some("continue")) => OnDisconnect::Continue,
-        Some(_) => {
-            return Err(ApiError::unprocessable(
-                "'on_disconnect' must be 'cancel' or 'continue'",
-            ))
-        }
-    };
-    let strategy = match present(&body, "multitask_strategy").map(Value::as_str) {
-        None | Some(Some("reject")) => Strategy::Reject,
-        Some(Some("interrupt")) => Strategy::Interrupt,
-        Some(Some("rollback")) => Strategy::Rollback,
-        Some(Some("enqueue")) => Strategy::Enqueue,
-        Some(_) => {
-            return Err(ApiError::unprocessable(
-                "'multitask_strategy' must be one of reject, interrupt, rollback, enqueue",
-            ))
-        }
-    };
-    let if_not_exists_create = match present(&body, "if_not_exists").map(Value::as_str) {
-        None | Some(Some("reject")) => false,
-        Some(Some("create")) => true,
-        Some(_) => {
-            return Err(ApiError::unprocessable(
-                "'if_not_exists' must be 'create' or 'reject'",
-            ))
-        }
-    };
+    let stream_modes = body.stream_mode.as_ref().map(stream_modes_of).transpose()?;
+    let on_disconnect = body.on_disconnect.unwrap_or_default();
+    let strategy = body.multitask_strategy.unwrap_or_default();
+    let if_not_exists_create = body.if_not_exists == Some(IfNotExists::Create);
 
     // Fork point: `checkpoint` object or `checkpoint_id` string.
-    let mut checkpoint_id = match present(&body, "checkpoint_id") {
-        None => None,
-        Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
-        Some(_) => return Err(ApiError::unprocessable("'checkpoint_id' must be a string")),
+    let mut checkpoint_id = match body.checkpoint_id {
+        Some(s) if s.is_empty() => {
+            return Err(ApiError::unprocessable(invalid_field("checkpoint_id")))
+        }
+        other => other,
     };
-    if let Some(cp) = present(&body, "checkpoint") {
-        let Value::Object(cp) = cp else {
-            return Err(ApiError::unprocessable("'checkpoint' must be an object"));
-        };
-        if let (Some(t), Some(path)) = (cp.get("thread_id").and_then(Value::as_str), path_thread) {
+    if let Some(cp) = &body.checkpoint {
+        if let (Some(t), Some(path)) = (&cp.thread_id, path_thread) {
             if t != path {
                 return Err(ApiError::bad_request(format!(
                     "Checkpoint thread_id '{t}' does not match thread '{path}'"
                 )));
             }
         }
-        match cp.get("checkpoint_id") {
-            Some(Value::String(s)) if !s.is_empty() => checkpoint_id = Some(s.clone()),
-            None | Some(Value::Null) => {}
-            Some(_) => {
-                return Err(ApiError::unprocessable(
-                    "'checkpoint.checkpoint_id' must be a string",
-                ))
+        match cp.checkpoint_id.as_deref() {
+            Some("") => {
+                return Err(ApiError::unprocessable(invalid_field(
+                    "checkpoint.checkpoint_id",
+                )))
             }
+            Some(s) => checkpoint_id = Some(s.to_owned()),
+            None => {}
         }
     }
 
     // Input.
-    let raw_input = present(&body, "input").cloned().unwrap_or(Value::Null);
+    let raw_input = body.input.unwrap_or(Value::Null);
     let (messages, update) = match &raw_input {
         Value::Null => (Vec::new(), None),
         Value::Object(o) => {
@@ -414,14 +313,11 @@ pub fn parse_run_request(body: Value, path_thread: Option<&str>) -> Result<RunRe
             };
             (messages, update)
         }
-        _ => return Err(ApiError::unprocessable("'input' must be an object or null")),
+        _ => return Err(ApiError::unprocessable(invalid_field("input"))),
     };
 
     let mut resume_only = false;
-    if let Some(cmd) = present(&body, "command") {
-        let Value::Object(cmd) = cmd else {
-            return Err(ApiError::unprocessable("'command' must be an object"));
-        };
+    if let Some(cmd) = &body.command {
         for k in cmd.keys() {
             match k.as_str() {
                 "resume" => {}
@@ -437,9 +333,9 @@ pub fn parse_run_request(body: Value, path_thread: Option<&str>) -> Result<RunRe
         resume_only = messages.is_empty() && update.is_none();
     }
 
-    let config = object(present(&body, "config"), "config")?;
-    let body_context = object(present(&body, "context"), "context")?;
-    let metadata = object(present(&body, "metadata"), "metadata")?;
+    let config = body.config.unwrap_or_default();
+    let body_context = body.context.unwrap_or_default();
+    let metadata = body.metadata.unwrap_or_default();
     let configurable = object(
         config.get("configurable").filter(|v| !v.is_null()),
         "config.configurable",
@@ -630,6 +526,69 @@ mod tests {
             status(json!({"checkpoint": {"thread_id": "other", "checkpoint_id": "c"}})),
             Some(400)
         );
+    }
+
+    #[test]
+    fn a_field_of_the_wrong_type_is_422_naming_it() {
+        let detail = |v: Value| parse(v).err().map(|e| (e.status.as_u16(), e.detail));
+        let cases = [
+            (json!(["x"]), "The request body must be a JSON object"),
+            (
+                json!({"assistant_id": 7}),
+                "'assistant_id' must be a non-empty string",
+            ),
+            (
+                json!({"assistant_id": "  "}),
+                "'assistant_id' must be a non-empty string",
+            ),
+            (
+                json!({"stream_mode": [1]}),
+                "'stream_mode' must be a string or a list of strings",
+            ),
+            (
+                json!({"on_disconnect": "later"}),
+                "'on_disconnect' must be 'cancel' or 'continue'",
+            ),
+            (
+                json!({"if_not_exists": true}),
+                "'if_not_exists' must be 'create' or 'reject'",
+            ),
+            (
+                json!({"on_completion": "drop"}),
+                "'on_completion' must be 'keep' or 'delete'",
+            ),
+            (
+                json!({"checkpoint_id": ""}),
+                "'checkpoint_id' must be a string",
+            ),
+            (
+                json!({"checkpoint": "cp"}),
+                "'checkpoint' must be an object",
+            ),
+            (
+                json!({"checkpoint": {"checkpoint_id": 3}}),
+                "'checkpoint.checkpoint_id' must be a string",
+            ),
+            (
+                json!({"interrupt_before": "*"}),
+                "Run option 'interrupt_before' is not supported",
+            ),
+            (
+                json!({"stream_resumable": "yes"}),
+                "'stream_resumable' must be a boolean",
+            ),
+            (json!({"input": "hi"}), "'input' must be an object or null"),
+            (json!({"config": []}), "'config' must be an object"),
+            (
+                json!({"zeta": 1, "alpha": 2}),
+                "Unknown field(s) in run request: alpha, zeta",
+            ),
+        ];
+        for (body, want) in cases {
+            assert_eq!(detail(body.clone()), Some((422, json!(want))), "{body}");
+        }
+        // `null` is absent, for every field.
+        assert!(parse(json!({"on_disconnect": null, "checkpoint": null, "input": null})).is_ok());
     }
 
     #[test]

@@ -12,16 +12,14 @@
 //! terminal status goes through [`SqliteStore::finish_run`], which only the lease holder can do:
 //! a process that lost its run never overwrites what the new owner recorded.
 
-use std::str::FromStr;
 use std::time::Duration;
 
 use rusqlite::params;
-use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::{
     decode, get_tx, insert_tx, read_raw, update_one, EncodedRun, RunRecord, RunStatus, RunUsage,
-    UnknownRunStatus, COLUMNS,
+    COLUMNS,
 };
 use crate::db::Cx;
 use crate::error::StoreError;
@@ -29,50 +27,7 @@ use crate::journal::{append_tx, has_event_tx, NewRunEvent};
 use crate::lease::LeaseOwner;
 use crate::{now, SqliteStore};
 
-/// DeerFlow's `multitask_strategy`: what a new run does when its thread already has one.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum MultitaskStrategy {
-    /// Refuse the new run (HTTP 409; DeerFlow's default).
-    #[default]
-    Reject,
-    /// Stop the active run (`interrupted`, its checkpoint kept) and start the new one.
-    Interrupt,
-    /// Stop the active run as `error` ("Rolled back by user"); the caller restores the thread to
-    /// the old run's rollback point before starting.
-    Rollback,
-    /// Queue the new run (`pending`) until the active ones finish.
-    Enqueue,
-}
-
-impl MultitaskStrategy {
-    pub const ALL: [MultitaskStrategy; 4] = [
-        MultitaskStrategy::Reject,
-        MultitaskStrategy::Interrupt,
-        MultitaskStrategy::Rollback,
-        MultitaskStrategy::Enqueue,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            MultitaskStrategy::Reject => "reject",
-            MultitaskStrategy::Interrupt => "interrupt",
-            MultitaskStrategy::Rollback => "rollback",
-            MultitaskStrategy::Enqueue => "enqueue",
-        }
-    }
-}
-
-impl FromStr for MultitaskStrategy {
-    type Err = UnknownRunStatus;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        MultitaskStrategy::ALL
-            .into_iter()
-            .find(|st| st.as_str() == s)
-            .ok_or_else(|| UnknownRunStatus(s.to_owned()))
-    }
-}
+pub use antler_protocol::checkpoint::MultitaskStrategy;
 
 /// The error text of a run rolled back by a newer one (DeerFlow's wording).
 pub const ROLLED_BACK: &str = "Rolled back by user";
