@@ -34,7 +34,9 @@
 //! | L16 | [`token_budget`] | before_agent, after_model, after_agent, wrap_model |
 //! | L22 | [`clarification`] | wrap_tool |
 //!
-//! A middleware sees only `antler-runtime`'s public API, never another middleware.
+//! A middleware sees only `antler-runtime`'s public API, never another middleware. Helpers
+//! several share are modules of their own: [`posix`] (path normalization) and
+//! [`skill_registry`] (the skill registry and `/skill` grammar of the two skill middlewares).
 
 pub mod clarification;
 pub mod dangling_tool_call;
@@ -47,10 +49,12 @@ pub mod llm_error_handling;
 pub mod loop_detection;
 pub mod mcp_routing;
 pub mod memory;
+pub mod posix;
 pub mod read_before_write;
 pub mod sandbox;
 pub mod sandbox_audit;
 pub mod skill_activation;
+pub mod skill_registry;
 pub mod skill_tool_policy;
 pub mod subagent_limit;
 pub mod summarization;
