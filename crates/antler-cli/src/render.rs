@@ -202,6 +202,13 @@ impl<O: Write + Send, E: Write + Send> EventSink for TextRenderer<O, E> {
                     }
                 }
             }
+            StreamEvent::Custom(v)
+                if v.get("type").and_then(Value::as_str) == Some("tool_progress") =>
+            {
+                // A running tool's live output, indented under its call line.
+                let message = v.get("message").and_then(Value::as_str).unwrap_or("");
+                let _ = writeln!(err, "    ┆ {}", one_line(message, PREVIEW_CHARS * 2));
+            }
             StreamEvent::Custom(v) => {
                 if let Some(kind) = v.get("type").and_then(Value::as_str) {
                     let detail = v
