@@ -116,10 +116,16 @@ fn text_prints_tool_progress_lines_under_the_call() {
         "type": "tool_progress", "tool_call_id": "c1", "tool": "bash", "message": "step 1\tok",
     })));
     r.emit(StreamEvent::Custom(json!({"type": "task_started", "description": "dig"})));
+    r.emit(StreamEvent::Custom(json!({"type": "task_running", "task_id": "t", "message": {
+        "type": "ai", "content": "", "tool_calls": [{"name": "web_search", "args": {"query": "rust"}, "id": "x"}],
+    }})));
+    r.emit(StreamEvent::Custom(json!({"type": "task_running", "task_id": "t", "message": {
+        "type": "ai", "content": "found it",
+    }})));
     let (out, err) = r.into_inner().unwrap();
     assert!(out.is_empty());
     assert_eq!(
         String::from_utf8(err).unwrap(),
-        "    ┆ step 1 ok\n  · task_started: dig\n"
+        "    ┆ step 1 ok\n  · task_started: dig\n    ┆ subagent: → web_search(rust)\n    ┆ subagent: found it\n"
     );
 }

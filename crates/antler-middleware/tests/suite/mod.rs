@@ -15,3 +15,4 @@ mod subagent_limit;
 mod summarization;
 mod summarization_window;
 mod todo;
+mod read_before_write;
