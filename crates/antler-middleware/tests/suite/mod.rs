@@ -16,3 +16,4 @@ mod summarization;
 mod summarization_window;
 mod todo;
 mod read_before_write;
+mod tool_progress;
