@@ -17,3 +17,4 @@ mod summarization_window;
 mod todo;
 mod read_before_write;
 mod tool_progress;
+mod skills;
