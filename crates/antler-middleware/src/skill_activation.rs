@@ -233,15 +233,16 @@ impl Middleware for SkillActivationMiddleware {
             return next.run(req).await;
         };
         let text = command_text(&target);
+        // The cheap test first: most turns are not slash commands.
+        let Some((name, remaining)) = parse_slash(&text) else {
+            return next.run(req).await;
+        };
         let key = run_key(&target, &text);
         if already_activated(&req.messages, index, &target)
             || req.run.get(&ACTIVATION_RUN).as_deref() == Some(key.as_str())
         {
             return next.run(req).await;
         }
-        let Some((name, remaining)) = parse_slash(&text) else {
-            return next.run(req).await;
-        };
         let run = req.run.clone();
         let (registry, available, lookup) =
             (self.registry.clone(), self.available.clone(), name.clone());
