@@ -123,7 +123,7 @@ fn a_slash_skill_is_injected_and_restricts_the_tools() {
     assert_eq!(msgs[n - 1]["content"].as_str().unwrap().contains("/shell-only say hi"), true);
     // Only the skill's tools and the framework's are offered, and others are refused.
     assert_eq!(offered(&reqs[0].body), ["bash", "read_file"]);
-    assert_eq!(tool_result(&reqs[1].body, "b"), "hi");
+    assert_eq!(tool_result(&reqs[1].body, "b"), "hi\n");
     assert_eq!(
         tool_result(&reqs[2].body, "l"),
         "Error: Tool 'ls' is not allowed by the active skill policy."
@@ -170,6 +170,6 @@ fn text_mode_prints_a_running_commands_output_lines() {
     );
     // The result the model reads is the usual one.
     let result = tool_result(&mock.requests()[1].body, "b");
-    assert_eq!(result, "step-1\nstep-2\nstep-3\n/mnt/user-data/workspace");
+    assert_eq!(result, "step-1\nstep-2\nstep-3\n/mnt/user-data/workspace\n");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "Counted.\n");
 }
