@@ -237,7 +237,11 @@ impl<O: Write + Send, E: Write + Send> EventSink for TextRenderer<O, E> {
                     calls.join(", ")
                 };
                 if !text.trim().is_empty() {
-                    let _ = writeln!(err, "    ┆ subagent: {}", one_line(&text, PREVIEW_CHARS * 2));
+                    let _ = writeln!(
+                        err,
+                        "    ┆ subagent: {}",
+                        one_line(&text, PREVIEW_CHARS * 2)
+                    );
                 }
             }
             StreamEvent::Custom(v) => {

@@ -115,13 +115,17 @@ fn text_prints_tool_progress_lines_under_the_call() {
     r.emit(StreamEvent::Custom(json!({
         "type": "tool_progress", "tool_call_id": "c1", "tool": "bash", "message": "step 1\tok",
     })));
-    r.emit(StreamEvent::Custom(json!({"type": "task_started", "description": "dig"})));
+    r.emit(StreamEvent::Custom(
+        json!({"type": "task_started", "description": "dig"}),
+    ));
     r.emit(StreamEvent::Custom(json!({"type": "task_running", "task_id": "t", "message": {
         "type": "ai", "content": "", "tool_calls": [{"name": "web_search", "args": {"query": "rust"}, "id": "x"}],
     }})));
-    r.emit(StreamEvent::Custom(json!({"type": "task_running", "task_id": "t", "message": {
-        "type": "ai", "content": "found it",
-    }})));
+    r.emit(StreamEvent::Custom(
+        json!({"type": "task_running", "task_id": "t", "message": {
+            "type": "ai", "content": "found it",
+        }}),
+    ));
     let (out, err) = r.into_inner().unwrap();
     assert!(out.is_empty());
     assert_eq!(

@@ -38,7 +38,11 @@ fn the_model_must_read_a_file_before_overwriting_it() {
     let mock = MockOpenAi::start_on_thread().with_replies([
         write("w1", "v1"),
         write("w2", "v2"),
-        MockReply::tool_call("r", "read_file", json!({"description": "check", "path": NOTES})),
+        MockReply::tool_call(
+            "r",
+            "read_file",
+            json!({"description": "check", "path": NOTES}),
+        ),
         write("w3", "v3"),
         MockReply::text("saved"),
     ]);
@@ -51,7 +55,9 @@ fn the_model_must_read_a_file_before_overwriting_it() {
     assert_eq!(tool_result(&reqs[1].body, "w1"), "OK");
     let refused = tool_result(&reqs[2].body, "w2");
     assert!(
-        refused.starts_with(&format!("Error: write_file blocked — {NOTES} already exists")),
+        refused.starts_with(&format!(
+            "Error: write_file blocked — {NOTES} already exists"
+        )),
         "{refused}"
     );
     assert!(refused.contains("read_file"), "{refused}");
@@ -64,7 +70,10 @@ fn the_model_must_read_a_file_before_overwriting_it() {
         .into_iter()
         .find(|m| m["tool_call_id"] == "r")
         .unwrap();
-    assert_eq!(read["additional_kwargs"]["deerflow_read_mark"]["path"], NOTES);
+    assert_eq!(
+        read["additional_kwargs"]["deerflow_read_mark"]["path"],
+        NOTES
+    );
     mock.assert_no_violations();
 }
 
@@ -75,7 +84,10 @@ fn read_before_write_can_be_turned_off() {
         write("w2", "v2"),
         MockReply::text("saved"),
     ]);
-    let p = Project::new(&mock, &format!("{TOOLS}read_before_write:\n  enabled: false\n"));
+    let p = Project::new(
+        &mock,
+        &format!("{TOOLS}read_before_write:\n  enabled: false\n"),
+    );
     let (code, _, stderr) = p.run_json(&["--thread-id", "t1", "keep notes"]);
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(tool_result(&mock.requests()[2].body, "w2"), "OK");
@@ -97,8 +109,16 @@ fn offered(body: &Value) -> Vec<String> {
 #[test]
 fn a_slash_skill_is_injected_and_restricts_the_tools() {
     let mock = MockOpenAi::start_on_thread().with_replies([
-        MockReply::tool_call("b", "bash", json!({"description": "go", "command": "echo hi"})),
-        MockReply::tool_call("l", "ls", json!({"description": "look", "path": "/mnt/user-data"})),
+        MockReply::tool_call(
+            "b",
+            "bash",
+            json!({"description": "go", "command": "echo hi"}),
+        ),
+        MockReply::tool_call(
+            "l",
+            "ls",
+            json!({"description": "look", "path": "/mnt/user-data"}),
+        ),
         MockReply::text("done"),
     ]);
     let p = Project::new(&mock, TOOLS);
@@ -117,10 +137,22 @@ fn a_slash_skill_is_injected_and_restricts_the_tools() {
     let msgs = reqs[0].body["messages"].as_array().unwrap();
     let n = msgs.len();
     let reminder = msgs[n - 2]["content"].as_str().unwrap();
-    assert!(reminder.starts_with("<slash_skill_activation>"), "{reminder}");
+    assert!(
+        reminder.starts_with("<slash_skill_activation>"),
+        "{reminder}"
+    );
     assert!(reminder.contains("# Use bash &lt;only&gt;"), "{reminder}");
-    assert!(reminder.contains("<user_request>\nsay hi\n</user_request>"), "{reminder}");
-    assert_eq!(msgs[n - 1]["content"].as_str().unwrap().contains("/shell-only say hi"), true);
+    assert!(
+        reminder.contains("<user_request>\nsay hi\n</user_request>"),
+        "{reminder}"
+    );
+    assert_eq!(
+        msgs[n - 1]["content"]
+            .as_str()
+            .unwrap()
+            .contains("/shell-only say hi"),
+        true
+    );
     // Only the skill's tools and the framework's are offered, and others are refused.
     assert_eq!(offered(&reqs[0].body), ["bash", "read_file"]);
     assert_eq!(tool_result(&reqs[1].body, "b"), "hi\n");

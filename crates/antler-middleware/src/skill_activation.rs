@@ -145,7 +145,6 @@ impl SkillActivationMiddleware {
             owner_token,
         })
     }
-
 }
 
 /// The enabled, allowed skill `name` and its `SKILL.md` text.
@@ -249,8 +248,8 @@ impl Middleware for SkillActivationMiddleware {
         // Registry scans and file reads are blocking.
         let resolved =
             tokio::task::spawn_blocking(move || resolve(&*registry, available.as_ref(), &lookup))
-            .await
-            .unwrap_or(Err(Refusal::Unresolvable));
+                .await
+                .unwrap_or(Err(Refusal::Unresolvable));
         let (skill, content) = match resolved {
             Ok(found) => found,
             Err(why) => {

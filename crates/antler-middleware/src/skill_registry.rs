@@ -46,8 +46,15 @@ impl SkillRegistry for StaticSkills {
 }
 
 /// Commands of the composer that own the leading slash; never skills.
-pub const RESERVED_SLASH_NAMES: &[&str] =
-    &["bootstrap", "goal", "help", "memory", "models", "new", "status"];
+pub const RESERVED_SLASH_NAMES: &[&str] = &[
+    "bootstrap",
+    "goal",
+    "help",
+    "memory",
+    "models",
+    "new",
+    "status",
+];
 
 /// `/name rest…` → `(name, rest)` (rest left-trimmed), for `^/([a-z0-9]+(-[a-z0-9]+)*)(\s+|$)`
 /// outside the reserved names.
@@ -58,10 +65,8 @@ pub fn parse_slash(text: &str) -> Option<(String, String)> {
         .unwrap_or(rest.len());
     let name = &rest[..end];
     let after = &rest[end..];
-    let well_formed = !name.is_empty()
-        && !name.starts_with('-')
-        && !name.ends_with('-')
-        && !name.contains("--");
+    let well_formed =
+        !name.is_empty() && !name.starts_with('-') && !name.ends_with('-') && !name.contains("--");
     if !well_formed || !(after.is_empty() || after.starts_with(char::is_whitespace)) {
         return None;
     }
@@ -105,7 +110,10 @@ mod tests {
             Some(("deep-research".into(), "find x".into()))
         );
         assert_eq!(parse_slash("/ppt"), Some(("ppt".into(), String::new())));
-        assert_eq!(parse_slash("/ppt\nnext"), Some(("ppt".into(), "next".into())));
+        assert_eq!(
+            parse_slash("/ppt\nnext"),
+            Some(("ppt".into(), "next".into()))
+        );
         for bad in [
             "ppt", "/", "/Ppt", "/ppt!", "/-x", "/x-", "/a--b", "/help", "/new x", " /ppt",
         ] {

@@ -123,9 +123,7 @@ impl SkillToolPolicyMiddleware {
             // The registry scan is blocking.
             tokio::task::spawn_blocking(move || allowed_for(&*registry, available.as_ref(), &p))
                 .await
-                .unwrap_or_else(|_| {
-                    Some(FRAMEWORK_TOOLS.iter().map(|s| (*s).to_owned()).collect())
-                })
+                .unwrap_or_else(|_| Some(FRAMEWORK_TOOLS.iter().map(|s| (*s).to_owned()).collect()))
         };
         PolicyDecision {
             version: DECISION_VERSION,
@@ -156,13 +154,14 @@ fn allowed_for(
     let mut seen = HashSet::new();
     let mut resolved = Vec::new();
     for path in paths {
-        let Some(skill) = skills.iter().find(|s| normalize(&s.container_file) == *path) else {
+        let Some(skill) = skills
+            .iter()
+            .find(|s| normalize(&s.container_file) == *path)
+        else {
             tracing::warn!(path, "active skill path is not installed; skipped");
             continue;
         };
-        if !skill.enabled
-            || available.is_some_and(|a| !a.contains(&skill.name))
-        {
+        if !skill.enabled || available.is_some_and(|a| !a.contains(&skill.name)) {
             tracing::warn!(skill = %skill.name, "active skill is disabled or not available for this agent; skipped");
             continue;
         }
@@ -295,7 +294,7 @@ impl Middleware for SkillToolPolicyMiddleware {
         let Some(allowed) = decision.allowed_names else {
             return next.run(req).await;
         };
-        if !allowed.iter().any(|a| *a == req.call.name) {
+        if !allowed.contains(&req.call.name) {
             tracing::info!(tool = %req.call.name, "tool call refused by the active skill policy");
             let text = format!(
                 "Error: Tool '{}' is not allowed by the active skill policy.",

@@ -95,8 +95,7 @@ impl Middleware for ToolErrorHandlingMiddleware {
                     .with_name(call.name.clone());
                 msg.id = Some(uuid::Uuid::new_v4().to_string());
                 msg.status = ToolStatus::Error;
-                ToolMeta::error(&format!("{}: {e}", error_kind(&e)), "exception")
-                    .stamp(&mut msg);
+                ToolMeta::error(&format!("{}: {e}", error_kind(&e)), "exception").stamp(&mut msg);
                 Ok(ToolOutcome::Message(msg))
             }
         }

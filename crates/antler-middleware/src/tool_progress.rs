@@ -28,9 +28,8 @@ use antler_protocol::markers::PROGRESS_HINT;
 use antler_protocol::tool_meta::{ToolMeta, TOOL_META};
 use antler_protocol::{Content, HumanMessage, Message, ThreadState, ToolMessage, ToolStatus};
 use antler_runtime::{
-    BeforeAgentOutput, HookOutput, HookSet, Middleware, MiddlewareError, ModelCallError,
-    ModelNext, ModelRequest, ModelResponse, RunContext, ToolCallRequest, ToolError, ToolNext,
-    ToolOutcome,
+    BeforeAgentOutput, HookOutput, HookSet, Middleware, MiddlewareError, ModelCallError, ModelNext,
+    ModelRequest, ModelResponse, RunContext, ToolCallRequest, ToolError, ToolNext, ToolOutcome,
 };
 use async_trait::async_trait;
 use regex::Regex;
@@ -50,7 +49,10 @@ pub fn word_set(content: &str) -> HashSet<String> {
     let head: String = content.chars().take(MAX_CONTENT_FOR_WORDSET).collect();
     let lower = head.to_lowercase();
     match WORD.as_ref() {
-        Some(re) => re.find_iter(&lower).map(|m| m.as_str().to_owned()).collect(),
+        Some(re) => re
+            .find_iter(&lower)
+            .map(|m| m.as_str().to_owned())
+            .collect(),
         None => HashSet::new(),
     }
 }
@@ -233,7 +235,12 @@ impl ToolProgressMiddleware {
         (state.phase == Phase::Blocked).then(|| state.block_reason.clone().unwrap_or_default())
     }
 
-    fn transition(&self, state: &ToolState, meta: &ToolMeta, content: &str) -> (ToolState, Option<String>) {
+    fn transition(
+        &self,
+        state: &ToolState,
+        meta: &ToolMeta,
+        content: &str,
+    ) -> (ToolState, Option<String>) {
         if state.phase == Phase::Blocked {
             return (state.clone(), None);
         }

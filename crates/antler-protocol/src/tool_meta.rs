@@ -269,7 +269,11 @@ mod tests {
     fn inference_from_content() {
         let m = infer(&tm("Error: File not found: /x", ToolStatus::Error));
         assert_eq!(
-            (m.status.as_str(), m.error_type.as_deref(), m.source.as_str()),
+            (
+                m.status.as_str(),
+                m.error_type.as_deref(),
+                m.source.as_str()
+            ),
             ("error", Some("not_found"), "tool_return")
         );
         let m = infer(&tm(r#"{"error": "rate_limit hit"}"#, ToolStatus::Success));

@@ -152,7 +152,9 @@ impl LineSplitter {
         }
         self.partial.extend_from_slice(chunk);
         while self.partial.len() >= crate::sandbox::OutputLines::MAX_LINE {
-            let rest = self.partial.split_off(crate::sandbox::OutputLines::MAX_LINE);
+            let rest = self
+                .partial
+                .split_off(crate::sandbox::OutputLines::MAX_LINE);
             self.flush();
             self.partial = rest;
         }

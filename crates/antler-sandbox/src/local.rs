@@ -24,8 +24,7 @@ use crate::paths::{
     ThreadPaths, VIRTUAL_OUTPUTS, VIRTUAL_UPLOADS, VIRTUAL_USER_DATA, VIRTUAL_WORKSPACE,
 };
 use crate::sandbox::{
-    OutputLines,
-    CommandOutput, CommandRequest, GrepMatch, GrepQuery, Sandbox, SandboxProvider,
+    CommandOutput, CommandRequest, GrepMatch, GrepQuery, OutputLines, Sandbox, SandboxProvider,
 };
 use crate::settings::{Confine, HelperCommand, SandboxSettings};
 use crate::warden::{self, Policy, Warden};

@@ -415,7 +415,11 @@ async fn output_lines_stream_masked_while_the_result_stays_the_same() {
     let cmd = "echo one; pwd; printf 'no newline'";
     let (text, lines) = run_streaming(&sb, cmd).await;
     assert_eq!(lines, ["one", "/mnt/user-data/workspace", "no newline"]);
-    assert_eq!(text, run(&sb, cmd).await, "streaming does not change the result");
+    assert_eq!(
+        text,
+        run(&sb, cmd).await,
+        "streaming does not change the result"
+    );
     // Over-long lines arrive in bounded pieces.
     let (_, lines) = run_streaming(&sb, "head -c 9000 /dev/zero | tr '\\0' x; echo").await;
     assert_eq!(

@@ -43,7 +43,11 @@ impl Fs {
         self
     }
     fn get(&self, path: &str) -> Option<String> {
-        self.files.lock().unwrap().get(&normalize_path(path)).cloned()
+        self.files
+            .lock()
+            .unwrap()
+            .get(&normalize_path(path))
+            .cloned()
     }
 }
 
@@ -88,7 +92,13 @@ impl Tool for FsTool {
                 Some(c) => match (args.get("start_line"), args.get("end_line")) {
                     (Some(s), Some(e)) => {
                         let (s, e) = (s.as_u64().unwrap() as usize, e.as_u64().unwrap() as usize);
-                        ToolOutput::text(c.lines().skip(s - 1).take(e - s + 1).collect::<Vec<_>>().join("\n"))
+                        ToolOutput::text(
+                            c.lines()
+                                .skip(s - 1)
+                                .take(e - s + 1)
+                                .collect::<Vec<_>>()
+                                .join("\n"),
+                        )
                     }
                     _ => ToolOutput::text(c.clone()),
                 },
@@ -107,7 +117,10 @@ impl Tool for FsTool {
             }
             "str_replace" => match files.get_mut(&path) {
                 Some(c) => {
-                    *c = c.replace(args["old_str"].as_str().unwrap(), args["new_str"].as_str().unwrap());
+                    *c = c.replace(
+                        args["old_str"].as_str().unwrap(),
+                        args["new_str"].as_str().unwrap(),
+                    );
                     ToolOutput::text("OK")
                 }
                 None => ToolOutput::error(format!("Error: File not found: {path}")),
@@ -130,14 +143,19 @@ async fn run(fs: &Fs, reader_mode: Mode, turns: Vec<ScriptedReply>) -> Vec<ToolM
         .into_iter()
         .fold(ToolRegistry::new(), |r, n| r.with(tool(n, fs)));
     let agent = Agent::new(model).with_tools(tools).with_chain(
-        Chain::new(vec![Arc::new(ReadBeforeWriteMiddleware::new(Arc::new(reader)))]).unwrap(),
+        Chain::new(vec![Arc::new(ReadBeforeWriteMiddleware::new(Arc::new(
+            reader,
+        )))])
+        .unwrap(),
     );
     let run = Arc::new(RunContext::new(
         format!("t-{}", uuid::Uuid::new_v4()),
         "r",
         Arc::new(NullSink),
     ));
-    let out = agent.run(RunInput::message(Message::human("go")), run).await;
+    let out = agent
+        .run(RunInput::message(Message::human("go")), run)
+        .await;
     assert_eq!(out.status, RunStatus::Success, "{:?}", out.error);
     out.state
         .messages
@@ -160,7 +178,10 @@ fn read(id: &str, path: &str) -> ScriptedReply {
 }
 
 fn is_blocked(m: &ToolMessage) -> bool {
-    m.status == ToolStatus::Error && m.content.text().contains("you have not read its current version")
+    m.status == ToolStatus::Error
+        && m.content
+            .text()
+            .contains("you have not read its current version")
 }
 
 const F: &str = "/mnt/user-data/workspace/report.md";
@@ -181,19 +202,36 @@ async fn overwrite_append_and_str_replace_of_an_unread_file_are_blocked() {
         Mode::Normal,
         vec![
             write("w", F, "v2"),
-            call("a", "write_file", json!({"path": F, "content": "+", "append": true})),
-            call("s", "str_replace", json!({"path": F, "old_str": "v1", "new_str": "v3"})),
+            call(
+                "a",
+                "write_file",
+                json!({"path": F, "content": "+", "append": true}),
+            ),
+            call(
+                "s",
+                "str_replace",
+                json!({"path": F, "old_str": "v1", "new_str": "v3"}),
+            ),
         ],
     )
     .await;
     assert!(msgs.iter().all(is_blocked), "{msgs:#?}");
-    assert!(msgs[0].content.text().starts_with("Error: write_file blocked — "));
-    assert!(msgs[2].content.text().starts_with("Error: str_replace blocked — "));
+    assert!(msgs[0]
+        .content
+        .text()
+        .starts_with("Error: write_file blocked — "));
+    assert!(msgs[2]
+        .content
+        .text()
+        .starts_with("Error: str_replace blocked — "));
     assert!(msgs[0].content.text().contains("read_file"));
     assert_eq!(fs.get(F).as_deref(), Some("v1"));
     // Refusals are classified for ToolProgress even though they skip ToolErrorHandling.
     let meta = ToolMeta::of(&msgs[0]).unwrap();
-    assert_eq!((meta.status.as_str(), meta.source.as_str()), ("error", "tool_return"));
+    assert_eq!(
+        (meta.status.as_str(), meta.source.as_str()),
+        ("error", "tool_return")
+    );
     assert_eq!(msgs[0].name.as_deref(), Some("write_file"));
     assert_eq!(msgs[0].tool_call_id, "w");
 }
@@ -204,10 +242,17 @@ async fn str_replace_on_a_missing_file_reports_the_tools_own_error() {
     let msgs = run(
         &fs,
         Mode::Normal,
-        vec![call("s", "str_replace", json!({"path": F, "old_str": "a", "new_str": "b"}))],
+        vec![call(
+            "s",
+            "str_replace",
+            json!({"path": F, "old_str": "a", "new_str": "b"}),
+        )],
     )
     .await;
-    assert_eq!(msgs[0].content.text(), format!("Error: File not found: {F}"));
+    assert_eq!(
+        msgs[0].content.text(),
+        format!("Error: File not found: {F}")
+    );
 }
 
 #[tokio::test]
@@ -216,7 +261,13 @@ async fn a_fresh_read_allows_one_write_and_every_write_needs_a_new_read() {
     let msgs = run(
         &fs,
         Mode::Normal,
-        vec![read("r1", F), write("w1", F, "v2"), write("w2", F, "v3"), read("r2", F), write("w3", F, "v4")],
+        vec![
+            read("r1", F),
+            write("w1", F, "v2"),
+            write("w2", F, "v3"),
+            read("r2", F),
+            write("w3", F, "v4"),
+        ],
     )
     .await;
     let mark = &msgs[0].additional_kwargs[READ_MARK];
@@ -224,7 +275,10 @@ async fn a_fresh_read_allows_one_write_and_every_write_needs_a_new_read() {
     assert_eq!(mark["hash"], json!(content_hash("v1")));
     assert_eq!(msgs[1].content.text(), "OK");
     assert!(is_blocked(&msgs[2]), "stale mark must block: {:?}", msgs[2]);
-    assert_eq!(msgs[3].additional_kwargs[READ_MARK]["hash"], json!(content_hash("v2")));
+    assert_eq!(
+        msgs[3].additional_kwargs[READ_MARK]["hash"],
+        json!(content_hash("v2"))
+    );
     assert_eq!(msgs[4].content.text(), "OK");
     assert_eq!(fs.get(F).as_deref(), Some("v4"));
 }
@@ -235,19 +289,36 @@ async fn a_ranged_read_is_marked_with_the_whole_files_hash() {
     let msgs = run(
         &fs,
         Mode::Normal,
-        vec![call("r", "read_file", json!({"path": F, "start_line": 3, "end_line": 3})), write("w", F, "x")],
+        vec![
+            call(
+                "r",
+                "read_file",
+                json!({"path": F, "start_line": 3, "end_line": 3}),
+            ),
+            write("w", F, "x"),
+        ],
     )
     .await;
     assert_eq!(msgs[0].content.text(), "c");
-    assert_eq!(msgs[0].additional_kwargs[READ_MARK]["hash"], json!(content_hash("a\nb\nc")));
+    assert_eq!(
+        msgs[0].additional_kwargs[READ_MARK]["hash"],
+        json!(content_hash("a\nb\nc"))
+    );
     assert_eq!(msgs[1].content.text(), "OK");
 }
 
 #[tokio::test]
 async fn failed_reads_and_other_tools_get_no_mark() {
     let fs = Fs::new(Mode::Normal);
-    let msgs = run(&fs, Mode::Normal, vec![read("r", F), call("l", "ls", json!({"path": F}))]).await;
-    assert!(msgs.iter().all(|m| !m.additional_kwargs.contains_key(READ_MARK)));
+    let msgs = run(
+        &fs,
+        Mode::Normal,
+        vec![read("r", F), call("l", "ls", json!({"path": F}))],
+    )
+    .await;
+    assert!(msgs
+        .iter()
+        .all(|m| !m.additional_kwargs.contains_key(READ_MARK)));
 }
 
 #[tokio::test]
@@ -256,7 +327,10 @@ async fn normalized_paths_match() {
     let msgs = run(
         &fs,
         Mode::Normal,
-        vec![read("r", "/mnt/user-data/workspace/../workspace//report.md"), write("w", F, "v2")],
+        vec![
+            read("r", "/mnt/user-data/workspace/../workspace//report.md"),
+            write("w", F, "v2"),
+        ],
     )
     .await;
     assert_eq!(msgs[1].content.text(), "OK");
@@ -269,7 +343,16 @@ async fn the_newest_mark_wins() {
     let msgs = run(
         &fs,
         Mode::Normal,
-        vec![read("r1", F), call("s", "str_replace", json!({"path": F, "old_str": "v1", "new_str": "v2"})), read("r2", F), write("w", F, "v3")],
+        vec![
+            read("r1", F),
+            call(
+                "s",
+                "str_replace",
+                json!({"path": F, "old_str": "v1", "new_str": "v2"}),
+            ),
+            read("r2", F),
+            write("w", F, "v3"),
+        ],
     )
     .await;
     assert_eq!(msgs[3].content.text(), "OK");
@@ -285,7 +368,18 @@ async fn a_gate_that_cannot_inspect_the_file_fails_open() {
 #[tokio::test]
 async fn error_string_sandboxes_create_freely_but_still_gate_existing_files() {
     let fs = Fs::new(Mode::Normal);
-    let msgs = run(&fs, Mode::ErrorStrings, vec![write("w", F, "v1"), read("r0", "/nope"), write("w2", F, "v2"), read("r", F), write("w3", F, "v3")]).await;
+    let msgs = run(
+        &fs,
+        Mode::ErrorStrings,
+        vec![
+            write("w", F, "v1"),
+            read("r0", "/nope"),
+            write("w2", F, "v2"),
+            read("r", F),
+            write("w3", F, "v3"),
+        ],
+    )
+    .await;
     assert_eq!(msgs[0].content.text(), "OK", "creation is not blocked");
     assert!(!msgs[1].additional_kwargs.contains_key(READ_MARK));
     assert!(is_blocked(&msgs[2]), "existing file stays gated");
@@ -296,14 +390,26 @@ async fn error_string_sandboxes_create_freely_but_still_gate_existing_files() {
 #[tokio::test]
 async fn two_parallel_appends_on_one_read_land_exactly_once() {
     let fs = Fs::new(Mode::Normal).with(F, "log\n");
-    let append = |id: &str| (id.to_owned(), "write_file".to_owned(), json!({"path": F, "content": "line\n", "append": true}));
+    let append = |id: &str| {
+        (
+            id.to_owned(),
+            "write_file".to_owned(),
+            json!({"path": F, "content": "line\n", "append": true}),
+        )
+    };
     let msgs = run(
         &fs,
         Mode::Normal,
-        vec![read("r", F), ScriptedReply::tool_calls([append("a1"), append("a2")])],
+        vec![
+            read("r", F),
+            ScriptedReply::tool_calls([append("a1"), append("a2")]),
+        ],
     )
     .await;
-    let landed = msgs[1..].iter().filter(|m| m.content.text() == "OK").count();
+    let landed = msgs[1..]
+        .iter()
+        .filter(|m| m.content.text() == "OK")
+        .count();
     assert_eq!(landed, 1, "{msgs:#?}");
     assert_eq!(fs.get(F).as_deref(), Some("log\nline\n"));
 }

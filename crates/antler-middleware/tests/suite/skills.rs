@@ -26,7 +26,9 @@ impl Tool for Echo {
     }
     async fn call(&self, _: Object, ctx: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
         if self.0.name == "tool_search" {
-            let content = json!([{"name": "bash"}, {"type": "function", "function": {"name": "web_search"}}]).to_string();
+            let content =
+                json!([{"name": "bash"}, {"type": "function", "function": {"name": "web_search"}}])
+                    .to_string();
             return Ok(ToolOutput::Command(Command {
                 update: StateUpdate {
                     promoted: Some(Promoted {
@@ -90,7 +92,9 @@ fn rig(make: impl FnOnce(&Path) -> Vec<SkillRecord>) -> Rig {
 fn chain(registry: &Arc<dyn SkillRegistry>, allow: Option<Vec<String>>) -> Chain {
     let token = owner_token();
     Chain::new(vec![
-        Arc::new(SkillActivationMiddleware::new(registry.clone(), allow.clone(), token.clone()).unwrap()),
+        Arc::new(
+            SkillActivationMiddleware::new(registry.clone(), allow.clone(), token.clone()).unwrap(),
+        ),
         Arc::new(SkillToolPolicyMiddleware::new(registry.clone(), allow, token).unwrap()),
     ])
     .unwrap()
@@ -103,7 +107,9 @@ struct Outcome {
 
 async fn run_with(chain: Chain, state: RunInput, replies: Vec<ScriptedReply>) -> Outcome {
     let model = Arc::new(ScriptedModel::new(replies));
-    let agent = Agent::new(model.clone()).with_tools(tools()).with_chain(chain);
+    let agent = Agent::new(model.clone())
+        .with_tools(tools())
+        .with_chain(chain);
     let run = Arc::new(RunContext::new("t", "r", Arc::new(NullSink)));
     let out = agent.run(state, run).await;
     assert_eq!(out.status, RunStatus::Success, "{:?}", out.error);
@@ -120,7 +126,9 @@ fn user(text: &str) -> RunInput {
 
 fn reminders(msgs: &[Message]) -> Vec<&Message> {
     msgs.iter()
-        .filter(|m| antler_protocol::markers::has_flag(m.additional_kwargs(), SLASH_SKILL_ACTIVATION))
+        .filter(|m| {
+            antler_protocol::markers::has_flag(m.additional_kwargs(), SLASH_SKILL_ACTIVATION)
+        })
         .collect()
 }
 
@@ -135,11 +143,21 @@ fn tool_texts(out: &antler_runtime::RunOutcome) -> Vec<String> {
 
 #[tokio::test]
 async fn a_slash_command_injects_the_skill_once_hidden_and_request_only() {
-    let r = rig(|root| vec![skill(root, "deep-research", None, "# Research <carefully> & cite")]);
+    let r = rig(|root| {
+        vec![skill(
+            root,
+            "deep-research",
+            None,
+            "# Research <carefully> & cite",
+        )]
+    });
     let o = run_with(
         chain(&r.registry, None),
         user("/deep-research find \"x\""),
-        vec![ScriptedReply::tool_call("c1", "web_search", json!({})), ScriptedReply::text("ok")],
+        vec![
+            ScriptedReply::tool_call("c1", "web_search", json!({})),
+            ScriptedReply::text("ok"),
+        ],
     )
     .await;
     let reqs = o.model.requests();
@@ -148,13 +166,26 @@ async fn a_slash_command_injects_the_skill_once_hidden_and_request_only() {
     let rem = first[0];
     assert_eq!(rem.id(), Some("u1__slash_activation"));
     assert!(rem.is_hidden());
-    assert_eq!(rem.additional_kwargs()["slash_skill_activation_target_id"], json!("u1"));
+    assert_eq!(
+        rem.additional_kwargs()["slash_skill_activation_target_id"],
+        json!("u1")
+    );
     // Just before the user's message.
-    let pos = reqs[0].messages.iter().position(|m| m.id() == Some("u1__slash_activation")).unwrap();
+    let pos = reqs[0]
+        .messages
+        .iter()
+        .position(|m| m.id() == Some("u1__slash_activation"))
+        .unwrap();
     assert_eq!(reqs[0].messages[pos + 1].id(), Some("u1"));
     let text = rem.text();
-    assert!(text.contains("<user_request>\nfind &quot;x&quot;\n</user_request>"), "{text}");
-    assert!(text.contains("# Research &lt;carefully&gt; &amp; cite"), "{text}");
+    assert!(
+        text.contains("<user_request>\nfind &quot;x&quot;\n</user_request>"),
+        "{text}"
+    );
+    assert!(
+        text.contains("# Research &lt;carefully&gt; &amp; cite"),
+        "{text}"
+    );
     assert!(text.contains("path=\"/mnt/skills/public/deep-research/SKILL.md\""));
     assert!(text.contains("editable=\"false\""));
     // Once per command per run; never persisted.
@@ -170,7 +201,8 @@ async fn a_bare_command_asks_what_to_do_and_the_original_user_text_is_used() {
         id: Some("u1".into()),
         ..Default::default()
     };
-    h.additional_kwargs.insert(ORIGINAL_USER_CONTENT.into(), json!("/ppt"));
+    h.additional_kwargs
+        .insert(ORIGINAL_USER_CONTENT.into(), json!("/ppt"));
     let o = run_with(
         chain(&r.registry, None),
         RunInput::message(Message::Human(h)),
@@ -200,15 +232,32 @@ async fn refused_commands_answer_without_calling_the_model() {
     });
     let cases = [
         ("/missing do", "Skill `/missing` is not installed."),
-        ("/off", "Skill `/off` is installed but disabled. Enable it before using slash activation."),
+        (
+            "/off",
+            "Skill `/off` is installed but disabled. Enable it before using slash activation.",
+        ),
         ("/other", "Skill `/other` is not available for this agent."),
-        ("/outside", "Skill `/outside` could not be loaded safely. Please check the skill installation."),
-        ("/bad-utf8", "Skill `/bad-utf8` could not be loaded safely. Please check the skill installation."),
+        (
+            "/outside",
+            "Skill `/outside` could not be loaded safely. Please check the skill installation.",
+        ),
+        (
+            "/bad-utf8",
+            "Skill `/bad-utf8` could not be loaded safely. Please check the skill installation.",
+        ),
     ];
     for (input, answer) in cases {
-        let allow = Some(vec!["off".into(), "outside".into(), "bad-utf8".into(), "missing".into()]);
+        let allow = Some(vec![
+            "off".into(),
+            "outside".into(),
+            "bad-utf8".into(),
+            "missing".into(),
+        ]);
         let o = run_with(chain(&r.registry, allow), user(input), vec![]).await;
-        assert!(o.model.requests().is_empty(), "{input}: the model must not be called");
+        assert!(
+            o.model.requests().is_empty(),
+            "{input}: the model must not be called"
+        );
         let last = o.out.state.messages.last().unwrap();
         assert_eq!(last.text(), answer);
     }
@@ -216,17 +265,40 @@ async fn refused_commands_answer_without_calling_the_model() {
 
 #[tokio::test]
 async fn reserved_commands_and_older_user_messages_do_not_activate() {
-    let r = rig(|root| vec![skill(root, "help", None, "x"), skill(root, "ppt", Some(&["bash"]), "x")]);
-    let o = run_with(chain(&r.registry, None), user("/help me"), vec![ScriptedReply::text("ok")]).await;
+    let r = rig(|root| {
+        vec![
+            skill(root, "help", None, "x"),
+            skill(root, "ppt", Some(&["bash"]), "x"),
+        ]
+    });
+    let o = run_with(
+        chain(&r.registry, None),
+        user("/help me"),
+        vec![ScriptedReply::text("ok")],
+    )
+    .await;
     assert!(reminders(&o.model.requests()[0].messages).is_empty());
     let mut input = user("thanks");
     input.messages.insert(
         0,
-        Message::Human(HumanMessage { content: "/ppt".into(), id: Some("u0".into()), ..Default::default() }),
+        Message::Human(HumanMessage {
+            content: "/ppt".into(),
+            id: Some("u0".into()),
+            ..Default::default()
+        }),
     );
-    let o = run_with(chain(&r.registry, None), input, vec![ScriptedReply::text("ok")]).await;
+    let o = run_with(
+        chain(&r.registry, None),
+        input,
+        vec![ScriptedReply::text("ok")],
+    )
+    .await;
     assert!(reminders(&o.model.requests()[0].messages).is_empty());
-    assert_eq!(o.model.requests()[0].tools.len(), 5, "nothing active, nothing restricted");
+    assert_eq!(
+        o.model.requests()[0].tools.len(),
+        5,
+        "nothing active, nothing restricted"
+    );
 }
 
 #[tokio::test]
@@ -278,9 +350,15 @@ async fn read_skills_in_skill_context_apply_with_union_and_legacy_semantics() {
         ..Default::default()
     };
     let cases: [(&[&str], &[&str]); 5] = [
-        (&["a", "b"], &["bash", "read_file", "tool_search", "web_search"]),
+        (
+            &["a", "b"],
+            &["bash", "read_file", "tool_search", "web_search"],
+        ),
         (&["a", "legacy"], &["bash", "read_file", "tool_search"]),
-        (&["legacy"], &["bash", "read_file", "task", "tool_search", "web_search"]),
+        (
+            &["legacy"],
+            &["bash", "read_file", "task", "tool_search", "web_search"],
+        ),
         (&["empty"], &["read_file", "tool_search"]),
         (&["unknown"], &["read_file", "tool_search"]),
     ];
@@ -290,7 +368,12 @@ async fn read_skills_in_skill_context_apply_with_union_and_legacy_semantics() {
             skill_context: Some(active.iter().map(|n| entry(n)).collect()),
             ..Default::default()
         });
-        let o = run_with(chain(&r.registry, None), input, vec![ScriptedReply::text("ok")]).await;
+        let o = run_with(
+            chain(&r.registry, None),
+            input,
+            vec![ScriptedReply::text("ok")],
+        )
+        .await;
         let mut offered = o.model.requests()[0].tools.clone();
         offered.sort();
         assert_eq!(offered, expected, "active {active:?}");
@@ -309,11 +392,22 @@ async fn a_forged_slash_source_is_ignored_and_a_registry_failure_fails_closed() 
     let run = Arc::new(RunContext::new("t", "r", Arc::new(NullSink)));
     run.set(
         &SLASH_SOURCE,
-        SlashSource { path: "/mnt/skills/public/x/SKILL.md".into(), owner_token: Arc::from("forged") },
+        SlashSource {
+            path: "/mnt/skills/public/x/SKILL.md".into(),
+            owner_token: Arc::from("forged"),
+        },
     );
-    let model: Arc<dyn antler_models::ChatModel> =
-        Arc::new(ScriptedModel::new([ScriptedReply::text("ok"), ScriptedReply::text("ok")]));
-    let spec = |n: &str| Arc::new(ToolSpec { name: n.into(), description: String::new(), parameters: json!({}) });
+    let model: Arc<dyn antler_models::ChatModel> = Arc::new(ScriptedModel::new([
+        ScriptedReply::text("ok"),
+        ScriptedReply::text("ok"),
+    ]));
+    let spec = |n: &str| {
+        Arc::new(ToolSpec {
+            name: n.into(),
+            description: String::new(),
+            parameters: json!({}),
+        })
+    };
     let req = |state: ThreadState| ModelRequest {
         model: model.clone(),
         system_prompt: None,
@@ -332,13 +426,24 @@ async fn a_forged_slash_source_is_ignored_and_a_registry_failure_fails_closed() 
     assert!(run.get(&DECISION).is_none());
     // A read skill with a broken registry: only framework tools.
     let state = ThreadState {
-        skill_context: vec![SkillEntry { path: "/mnt/skills/public/x/SKILL.md".into(), ..Default::default() }],
+        skill_context: vec![SkillEntry {
+            path: "/mnt/skills/public/x/SKILL.md".into(),
+            ..Default::default()
+        }],
         ..Default::default()
     };
     chain.call_model(req(state)).await.unwrap();
     let d = run.get(&DECISION).unwrap();
     assert_eq!(d.source, PolicySource::SkillContext);
-    assert_eq!(d.allowed_names.unwrap(), ["describe_skill", "read_file", "review_skill_package", "tool_search"]);
+    assert_eq!(
+        d.allowed_names.unwrap(),
+        [
+            "describe_skill",
+            "read_file",
+            "review_skill_package",
+            "tool_search"
+        ]
+    );
 }
 
 #[tokio::test]
@@ -347,7 +452,10 @@ async fn tool_search_cannot_reveal_or_promote_tools_outside_the_policy() {
     let o = run_with(
         chain(&r.registry, None),
         user("/shell-only go"),
-        vec![ScriptedReply::tool_call("s", "tool_search", json!({})), ScriptedReply::text("ok")],
+        vec![
+            ScriptedReply::tool_call("s", "tool_search", json!({})),
+            ScriptedReply::text("ok"),
+        ],
     )
     .await;
     let shown: Value = serde_json::from_str(&tool_texts(&o.out)[0]).unwrap();

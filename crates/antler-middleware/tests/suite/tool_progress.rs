@@ -41,7 +41,11 @@ impl Tool for Scripted {
     async fn call(&self, _: Object, _: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
         *self.calls.lock().unwrap() += 1;
         let mut a = self.answers.lock().unwrap();
-        Ok(if a.len() > 1 { a.remove(0) } else { a[0].clone() })
+        Ok(if a.len() > 1 {
+            a.remove(0)
+        } else {
+            a[0].clone()
+        })
     }
 }
 
@@ -68,7 +72,11 @@ fn rig(cfg: ToolProgressConfig) -> Rig {
 }
 
 impl Rig {
-    async fn call(&self, tool: &Arc<Scripted>, run: &Arc<RunContext>) -> antler_protocol::ToolMessage {
+    async fn call(
+        &self,
+        tool: &Arc<Scripted>,
+        run: &Arc<RunContext>,
+    ) -> antler_protocol::ToolMessage {
         let t: Arc<dyn Tool> = tool.clone();
         let req = ToolCallRequest {
             call: ToolCall::new("c", tool.spec.name.clone(), Object::new()),
@@ -109,13 +117,21 @@ fn word_sets_and_near_duplicates() {
     assert!(!is_near_duplicate(&b, std::slice::from_ref(&a), 0.8, 10));
     // Too short to compare.
     let short = words("one two three");
-    assert!(!is_near_duplicate(&short, std::slice::from_ref(&short), 0.8, 10));
+    assert!(!is_near_duplicate(
+        &short,
+        std::slice::from_ref(&short),
+        0.8,
+        10
+    ));
 }
 
 #[tokio::test]
 async fn repeated_no_results_warn_and_queue_a_hint_but_never_block() {
     let r = rig(config());
-    let tool = scripted("web_search", vec![ToolOutput::text("No results found for the query")]);
+    let tool = scripted(
+        "web_search",
+        vec![ToolOutput::text("No results found for the query")],
+    );
     let run = run_ctx("t1", "r1");
     for _ in 0..2 {
         r.call(&tool, &run).await;
@@ -125,7 +141,10 @@ async fn repeated_no_results_warn_and_queue_a_hint_but_never_block() {
     assert_eq!(r.progress.phase("t1", "web_search"), Some(Phase::Warned));
     let hints = r.progress.pending_hints("t1", "r1");
     assert_eq!(hints.len(), 1);
-    assert!(hints[0].starts_with("[PROGRESS HINT] The tool returned incomplete results"), "{hints:?}");
+    assert!(
+        hints[0].starts_with("[PROGRESS HINT] The tool returned incomplete results"),
+        "{hints:?}"
+    );
     // Recoverable problems stay warned and keep re-hinting, capped at three.
     for _ in 0..5 {
         r.call(&tool, &run).await;
@@ -138,7 +157,10 @@ async fn repeated_no_results_warn_and_queue_a_hint_but_never_block() {
 #[tokio::test]
 async fn unrecoverable_errors_escalate_to_a_block_that_skips_the_tool() {
     let r = rig(config());
-    let tool = scripted("web_fetch", vec![ToolOutput::error("Error: connection timed out")]);
+    let tool = scripted(
+        "web_fetch",
+        vec![ToolOutput::error("Error: connection timed out")],
+    );
     let run = run_ctx("t2", "r1");
     for _ in 0..4 {
         r.call(&tool, &run).await;
@@ -147,13 +169,20 @@ async fn unrecoverable_errors_escalate_to_a_block_that_skips_the_tool() {
     r.call(&tool, &run).await;
     assert_eq!(r.progress.phase("t2", "web_fetch"), Some(Phase::Blocked));
     let m = r.call(&tool, &run).await;
-    assert_eq!(*tool.calls.lock().unwrap(), 5, "a blocked tool is not called");
+    assert_eq!(
+        *tool.calls.lock().unwrap(),
+        5,
+        "a blocked tool is not called"
+    );
     assert_eq!(
         m.content.text(),
         "[TOOL_BLOCKED] Repeated transient failures — take another approach."
     );
     let meta = ToolMeta::of(&m).unwrap();
-    assert_eq!(meta.error_type.as_deref(), Some("blocked_by_progress_guard"));
+    assert_eq!(
+        meta.error_type.as_deref(),
+        Some("blocked_by_progress_guard")
+    );
     assert_eq!(meta.source, "progress_middleware");
 }
 
@@ -196,7 +225,11 @@ async fn near_duplicate_successes_count_as_problems_and_different_content_does_n
     let varied = scripted(
         "web_search",
         (0..5)
-            .map(|i| ToolOutput::text(format!("{page} unique{i} other{i} more{i} extra{i} words{i} here{i} there{i} again{i}")))
+            .map(|i| {
+                ToolOutput::text(format!(
+                    "{page} unique{i} other{i} more{i} extra{i} words{i} here{i} there{i} again{i}"
+                ))
+            })
             .collect(),
     );
     for _ in 0..5 {
@@ -282,7 +315,9 @@ async fn missing_meta_is_passed_through_untracked() {
 async fn hints_reach_the_next_model_call_once_deduplicated_and_not_when_disabled() {
     for inject in [true, false] {
         let model = Arc::new(ScriptedModel::new([
-            ScriptedReply::tool_calls((0..3).map(|i| (format!("c{i}"), "grep".to_owned(), json!({})))),
+            ScriptedReply::tool_calls(
+                (0..3).map(|i| (format!("c{i}"), "grep".to_owned(), json!({}))),
+            ),
             ScriptedReply::text("giving up"),
         ]));
         let tool = scripted("grep", vec![ToolOutput::text("No results found")]);
@@ -300,7 +335,10 @@ async fn hints_reach_the_next_model_call_once_deduplicated_and_not_when_disabled
                 .unwrap(),
             );
         let out = agent
-            .run(RunInput::message(Message::human("find")), run_ctx("t8", "r"))
+            .run(
+                RunInput::message(Message::human("find")),
+                run_ctx("t8", "r"),
+            )
             .await;
         assert_eq!(out.status, RunStatus::Success);
         let second = &model.requests()[1].messages;
@@ -312,7 +350,11 @@ async fn hints_reach_the_next_model_call_once_deduplicated_and_not_when_disabled
             assert_eq!(hints.len(), 1);
             assert!(hints[0].text().starts_with("[PROGRESS HINT]"));
             // Request-only: never persisted.
-            assert!(out.state.messages.iter().all(|m| m.text() != hints[0].text()));
+            assert!(out
+                .state
+                .messages
+                .iter()
+                .all(|m| m.text() != hints[0].text()));
         } else {
             assert!(hints.is_empty());
         }

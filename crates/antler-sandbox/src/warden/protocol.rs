@@ -46,7 +46,10 @@ pub enum Reply {
         message: String,
     },
     /// An output line of a running call that asked for `stream` (before its `Exit`).
-    Output { id: u64, line: String },
+    Output {
+        id: u64,
+        line: String,
+    },
     /// A call finished.
     Exit {
         id: u64,
