@@ -285,9 +285,11 @@ impl App {
         opts: &RunOptions,
         user: Option<&str>,
     ) -> Result<Vec<crate::chain::ChainEntry>, AgentError> {
+        let custom = self.custom_agent(opts, user)?;
         let opts = self.resolved_options(opts, user)?;
         let model = self.model(opts.model_name.as_deref(), opts.thinking_enabled)?;
-        crate::chain::lead_entries(self, model.info(), &opts)
+        let skills = custom.as_ref().and_then(|a| a.skills.as_deref());
+        crate::chain::lead_entries(self, model.info(), &opts, skills)
     }
 
     /// Options with a custom agent's defaults applied (model, reasoning effort).
@@ -319,7 +321,12 @@ impl App {
         let model = self.model(opts.model_name.as_deref(), opts.thinking_enabled)?;
         let tool_groups = custom.as_ref().and_then(|a| a.tool_groups.clone());
         let tools = toolset::lead_tools(self, model.info(), opts, tool_groups.as_deref())?;
-        let chain = chain::lead_chain(self, model.info(), opts)?;
+        let chain = chain::lead_chain(
+            self,
+            model.info(),
+            opts,
+            custom.as_ref().and_then(|a| a.skills.as_deref()),
+        )?;
         let prompt_opts = prompt::PromptOptions {
             agent_name: custom.as_ref().map(|a| a.name.clone()),
             subagents_enabled: opts.subagent_enabled,

@@ -6,8 +6,7 @@
 //! - the subagent segment (U…).
 //!
 //! Entries DeerFlow marks EXTRA that antler does not implement yet are skipped (the
-//! authorization guardrail S9, ReadBeforeWrite S12,
-//! ToolProgress S13, SkillActivation/SkillToolPolicy L2/L3, configured extension
+//! authorization guardrail S9, configured extension
 //! middlewares L18, TerminalResponse L19, ModelLengthFinishReason L20, SafetyFinishReason L21);
 //! the relative order of everything present is DeerFlow's.
 
@@ -24,8 +23,12 @@ use antler_middleware::input_sanitization::InputSanitizationMiddleware;
 use antler_middleware::llm_error_handling::{CircuitBreaker, LlmErrorHandlingMiddleware};
 use antler_middleware::loop_detection::LoopDetectionMiddleware;
 use antler_middleware::mcp_routing::McpRoutingMiddleware;
+use antler_middleware::read_before_write::ReadBeforeWriteMiddleware;
 use antler_middleware::sandbox::SandboxMiddleware;
 use antler_middleware::sandbox_audit::{JsonlAuditSink, SandboxAuditMiddleware};
+use antler_middleware::skill_activation::SkillActivationMiddleware;
+use antler_middleware::skill_registry::{owner_token, SkillRegistry};
+use antler_middleware::skill_tool_policy::SkillToolPolicyMiddleware;
 use antler_middleware::subagent_limit::SubagentLimitMiddleware;
 use antler_middleware::summarization::{BeforeSummarizationHook, DeerFlowSummarizationMiddleware};
 use antler_middleware::system_message_coalescing::SystemMessageCoalescingMiddleware;
@@ -36,6 +39,7 @@ use antler_middleware::token_budget::TokenBudgetMiddleware;
 use antler_middleware::token_usage::TokenUsageMiddleware;
 use antler_middleware::tool_error_handling::ToolErrorHandlingMiddleware;
 use antler_middleware::tool_output_budget::ToolOutputBudgetMiddleware;
+use antler_middleware::tool_progress::ToolProgressMiddleware;
 use antler_middleware::tool_result_sanitization::ToolResultSanitizationMiddleware;
 use antler_middleware::uploads::UploadsMiddleware;
 use antler_middleware::view_image::ViewImageMiddleware;
@@ -55,6 +59,8 @@ pub struct ChainParts {
     pub breaker: Arc<CircuitBreaker>,
     /// The MCP client (deferred MCP tools need the filter and routing middlewares).
     pub mcp: antler_mcp::McpManager,
+    /// The installed skills (SkillActivation / SkillToolPolicy resolve against it).
+    pub skills: Arc<dyn SkillRegistry>,
     /// Token counts cached across runs, one cache per model name.
     pub token_caches: Arc<
         std::sync::Mutex<
@@ -89,6 +95,11 @@ impl App {
             sandbox: self.sandbox.clone(),
             breaker: self.breaker.clone(),
             mcp: self.mcp.clone(),
+            skills: Arc::new(crate::skills::LiveSkills {
+                root: self.skills_root.clone(),
+                container_path: self.config.skills.container_path.clone(),
+                extensions_config: self.project_root.join("extensions_config.json"),
+            }),
             token_caches: self.token_caches.clone(),
         }
     }
@@ -145,15 +156,56 @@ pub fn runtime_segment(app: &ChainParts, include_uploads: bool) -> Vec<ChainEntr
             app.home.join("logs").join("sandbox-audit.jsonl"),
         ))),
     ));
-    out.push(entry("S14", ToolErrorHandlingMiddleware::new()));
+    if app.config.read_before_write.enabled {
+        out.push(entry(
+            "S12",
+            ReadBeforeWriteMiddleware::for_sandbox(app.sandbox.clone()),
+        ));
+    }
+    let progress = &app.config.tool_progress;
+    if progress.enabled {
+        // S13 must stay outer of S14, whose result classification it reads.
+        out.push(entry("S13", ToolProgressMiddleware::new(progress.clone())));
+    }
+    out.push(entry(
+        "S14",
+        ToolErrorHandlingMiddleware::new().with_result_meta(progress.enabled),
+    ));
     out
 }
 
-/// The lead agent's middlewares (spec 20 §12.1 + §12.2), in order.
+/// SkillActivation and SkillToolPolicy (L2/L3, U1/U2), sharing one fresh owner token.
+fn skill_entries(
+    parts: &ChainParts,
+    allowlist: Option<&[String]>,
+    activation_slot: &'static str,
+    policy_slot: &'static str,
+) -> Result<Vec<ChainEntry>, AgentError> {
+    let token = owner_token();
+    let allow = allowlist.map(<[String]>::to_vec);
+    let bad = |e: antler_middleware::skill_activation::MissingOwnerToken| {
+        AgentError::Config(e.to_string())
+    };
+    Ok(vec![
+        entry(
+            activation_slot,
+            SkillActivationMiddleware::new(parts.skills.clone(), allow.clone(), token.clone())
+                .map_err(bad)?,
+        ),
+        entry(
+            policy_slot,
+            SkillToolPolicyMiddleware::new(parts.skills.clone(), allow, token).map_err(bad)?,
+        ),
+    ])
+}
+
+/// The lead agent's middlewares (spec 20 §12.1 + §12.2), in order. `skills`: the custom
+/// agent's skill allowlist (`None` = every skill).
 pub fn lead_entries(
     app: &App,
     model: &ModelInfo,
     opts: &RunOptions,
+    skills: Option<&[String]>,
 ) -> Result<Vec<ChainEntry>, AgentError> {
     let config = &app.config;
     let parts = app.chain_parts();
@@ -168,6 +220,7 @@ pub fn lead_entries(
             app.memory_source(),
         ),
     ));
+    out.extend(skill_entries(&parts, skills, "L2", "L3")?);
     out.push(entry("L4", durable_context(&parts)));
     if let Some(s) = summarization(
         &parts,
@@ -361,6 +414,7 @@ pub fn subagent_entries(
     run_model: Option<Arc<dyn antler_models::ChatModel>>,
 ) -> Result<Vec<ChainEntry>, AgentError> {
     let mut out = runtime_segment(parts, false);
+    out.extend(skill_entries(parts, None, "U1", "U2")?);
     if model.supports_vision {
         out.push(entry("U3", ViewImageMiddleware::new(parts.home.clone())));
     }
@@ -386,8 +440,13 @@ pub fn subagent_entries(
 }
 
 /// The lead agent's chain.
-pub fn lead_chain(app: &App, model: &ModelInfo, opts: &RunOptions) -> Result<Chain, AgentError> {
-    let entries = lead_entries(app, model, opts)?;
+pub fn lead_chain(
+    app: &App,
+    model: &ModelInfo,
+    opts: &RunOptions,
+    skills: Option<&[String]>,
+) -> Result<Chain, AgentError> {
+    let entries = lead_entries(app, model, opts, skills)?;
     Ok(Chain::new(
         entries.into_iter().map(|e| e.middleware).collect(),
     )?)

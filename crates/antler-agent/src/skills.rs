@@ -181,6 +181,33 @@ pub fn enabled_states(extensions_config: &Path) -> BTreeMap<String, bool> {
         .unwrap_or_default()
 }
 
+/// The live registry the skill middlewares resolve against: the skills on disk and their
+/// enabled state now (re-read per call, so installing or enabling a skill applies at once).
+pub struct LiveSkills {
+    pub root: PathBuf,
+    pub container_path: String,
+    pub extensions_config: PathBuf,
+}
+
+impl antler_middleware::skill_registry::SkillRegistry for LiveSkills {
+    fn load(&self) -> Result<Vec<antler_middleware::skill_registry::SkillRecord>, String> {
+        let enabled = enabled_states(&self.extensions_config);
+        Ok(discover(&self.root, &self.container_path)
+            .into_iter()
+            .map(|s| antler_middleware::skill_registry::SkillRecord {
+                enabled: enabled.get(&s.name).copied().unwrap_or(true),
+                category: s.category.dir().to_owned(),
+                editable: s.category == Category::Custom,
+                host_file: s.host_dir.join("SKILL.md"),
+                root: self.root.clone(),
+                name: s.name,
+                container_file: s.container_file,
+                allowed_tools: s.allowed_tools,
+            })
+            .collect())
+    }
+}
+
 fn escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")

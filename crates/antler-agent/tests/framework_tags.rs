@@ -8,13 +8,16 @@ use std::path::{Path, PathBuf};
 use antler_protocol::untrusted::BLOCKED_TAGS;
 
 /// Tags that appear in the code but are not framework authority blocks of the agent's input:
-/// children of `<available_skills>` (blocked as a whole), prompts of the separate summary and
+/// children of `<available_skills>` and of `<slash_skill_activation>` (blocked as a whole),
+/// prompts of the separate summary and
 /// memory model calls, and HTML in examples.
 const NOT_BLOCKS: &[&str] = &[
     "skill",
     "name",
     "description",
     "location",
+    "user_request",
+    "skill_content",
     "conversation",
     "current_memory",
     "new_messages",

@@ -202,6 +202,48 @@ impl<O: Write + Send, E: Write + Send> EventSink for TextRenderer<O, E> {
                     }
                 }
             }
+            StreamEvent::Custom(v)
+                if v.get("type").and_then(Value::as_str) == Some("tool_progress") =>
+            {
+                // A running tool's live output, indented under its call line.
+                let message = v.get("message").and_then(Value::as_str).unwrap_or("");
+                let _ = writeln!(err, "    ┆ {}", one_line(message, PREVIEW_CHARS * 2));
+            }
+            StreamEvent::Custom(v)
+                if v.get("type").and_then(Value::as_str) == Some("task_running") =>
+            {
+                // A subagent's step: its tool calls, else its text.
+                let step = v.get("message").cloned().unwrap_or(Value::Null);
+                let calls: Vec<String> = step
+                    .get("tool_calls")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|c| {
+                        let name = c.get("name")?.as_str()?;
+                        let args = c.get("args").and_then(Value::as_object);
+                        Some(format!(
+                            "→ {name}({})",
+                            args.map(call_summary).unwrap_or_default()
+                        ))
+                    })
+                    .collect();
+                let text = if calls.is_empty() {
+                    match step.get("content") {
+                        Some(Value::String(s)) => s.clone(),
+                        _ => String::new(),
+                    }
+                } else {
+                    calls.join(", ")
+                };
+                if !text.trim().is_empty() {
+                    let _ = writeln!(
+                        err,
+                        "    ┆ subagent: {}",
+                        one_line(&text, PREVIEW_CHARS * 2)
+                    );
+                }
+            }
             StreamEvent::Custom(v) => {
                 if let Some(kind) = v.get("type").and_then(Value::as_str) {
                     let detail = v

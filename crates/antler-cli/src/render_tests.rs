@@ -108,3 +108,28 @@ fn jsonl_writes_one_named_event_per_line() {
     assert_eq!(lines[1]["data"][1]["langgraph_node"], "model");
     assert_eq!(lines[2], json!({"event": "end", "data": null}));
 }
+
+#[test]
+fn text_prints_tool_progress_lines_under_the_call() {
+    let r = TextRenderer::new(Vec::new(), Vec::new());
+    r.emit(StreamEvent::Custom(json!({
+        "type": "tool_progress", "tool_call_id": "c1", "tool": "bash", "message": "step 1\tok",
+    })));
+    r.emit(StreamEvent::Custom(
+        json!({"type": "task_started", "description": "dig"}),
+    ));
+    r.emit(StreamEvent::Custom(json!({"type": "task_running", "task_id": "t", "message": {
+        "type": "ai", "content": "", "tool_calls": [{"name": "web_search", "args": {"query": "rust"}, "id": "x"}],
+    }})));
+    r.emit(StreamEvent::Custom(
+        json!({"type": "task_running", "task_id": "t", "message": {
+            "type": "ai", "content": "found it",
+        }}),
+    ));
+    let (out, err) = r.into_inner().unwrap();
+    assert!(out.is_empty());
+    assert_eq!(
+        String::from_utf8(err).unwrap(),
+        "    ┆ step 1 ok\n  · task_started: dig\n    ┆ subagent: → web_search(rust)\n    ┆ subagent: found it\n"
+    );
+}

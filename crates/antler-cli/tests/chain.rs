@@ -49,8 +49,11 @@ fn the_default_lead_chain_is_pinned() {
             "S7 DanglingToolCallMiddleware",
             "S8 LLMErrorHandlingMiddleware",
             "S11 SandboxAuditMiddleware",
+            "S12 ReadBeforeWriteMiddleware",
             "S14 ToolErrorHandlingMiddleware",
             "L1 DynamicContextMiddleware",
+            "L2 SkillActivationMiddleware",
+            "L3 SkillToolPolicyMiddleware",
             "L4 DurableContextMiddleware",
             "L7 TokenUsageMiddleware",
             "L8 TitleMiddleware",
@@ -67,7 +70,7 @@ fn the_everything_on_lead_chain_is_pinned() {
     let mock = MockOpenAi::start_on_thread();
     let p = Project::new(
         &mock,
-        "    supports_vision: true\nguardrails:\n  enabled: true\n  provider:\n    use: deerflow.guardrails.builtin:AllowlistProvider\n    config: {denied_tools: [bash]}\nsummarization:\n  enabled: true\n  trigger: {type: tokens, value: 32000}\ntoken_budget:\n  enabled: true\n",
+        "    supports_vision: true\nguardrails:\n  enabled: true\n  provider:\n    use: deerflow.guardrails.builtin:AllowlistProvider\n    config: {denied_tools: [bash]}\nsummarization:\n  enabled: true\n  trigger: {type: tokens, value: 32000}\ntoken_budget:\n  enabled: true\ntool_progress:\n  enabled: true\n",
     );
     assert_eq!(
         chain(&p, &["--plan-mode", "--subagents"]),
@@ -82,8 +85,12 @@ fn the_everything_on_lead_chain_is_pinned() {
             "S8 LLMErrorHandlingMiddleware",
             "S10 GuardrailMiddleware",
             "S11 SandboxAuditMiddleware",
+            "S12 ReadBeforeWriteMiddleware",
+            "S13 ToolProgressMiddleware",
             "S14 ToolErrorHandlingMiddleware",
             "L1 DynamicContextMiddleware",
+            "L2 SkillActivationMiddleware",
+            "L3 SkillToolPolicyMiddleware",
             "L4 DurableContextMiddleware",
             "L5 DeerFlowSummarizationMiddleware",
             "L6 TodoMiddleware",
@@ -118,7 +125,10 @@ fn the_subagent_chain_is_pinned() {
             "S7 DanglingToolCallMiddleware",
             "S8 LLMErrorHandlingMiddleware",
             "S11 SandboxAuditMiddleware",
+            "S12 ReadBeforeWriteMiddleware",
             "S14 ToolErrorHandlingMiddleware",
+            "U1 SkillActivationMiddleware",
+            "U2 SkillToolPolicyMiddleware",
             "U6 LoopDetectionMiddleware",
             "U7 TokenBudgetMiddleware",
             "U10 DurableContextMiddleware",
@@ -144,4 +154,14 @@ fn text_output_lists_slots_names_and_hooks() {
         text.contains("before_agent, after_model, after_agent, wrap_model"),
         "{text}"
     );
+}
+
+#[test]
+fn read_before_write_is_removable_by_config() {
+    let mock = MockOpenAi::start_on_thread();
+    let p = Project::new(&mock, "read_before_write:\n  enabled: false\n");
+    let lead = chain(&p, &[]);
+    assert!(!lead.iter().any(|e| e.starts_with("S12 ")), "{lead:?}");
+    let sub = chain(&p, &["--subagent"]);
+    assert!(!sub.iter().any(|e| e.starts_with("S12 ")), "{sub:?}");
 }

@@ -13,8 +13,12 @@
 //! | S8  | [`llm_error_handling`] | wrap_model |
 //! | S9/S10 | [`guardrail`] | wrap_tool |
 //! | S11 | [`sandbox_audit`] | wrap_tool |
+//! | S12 | [`read_before_write`] | wrap_tool |
+//! | S13 | [`tool_progress`] | before_agent, wrap_model, wrap_tool |
 //! | S14 | [`tool_error_handling`] | wrap_tool |
 //! | L1  | [`dynamic_context`] | before_agent |
+//! | L2/U1 | [`skill_activation`] | wrap_model |
+//! | L3/U2 | [`skill_tool_policy`] | wrap_model, wrap_tool |
 //! | L4  | [`durable_context`] | before_model, after_model, wrap_model |
 //! | L5  | [`summarization`] | before_model |
 //! | L6  | [`todo`] | before_agent, before_model, after_model, wrap_model, after_agent |
@@ -30,7 +34,9 @@
 //! | L16 | [`token_budget`] | before_agent, after_model, after_agent, wrap_model |
 //! | L22 | [`clarification`] | wrap_tool |
 //!
-//! A middleware sees only `antler-runtime`'s public API, never another middleware.
+//! A middleware sees only `antler-runtime`'s public API, never another middleware. Helpers
+//! several share are modules of their own: [`posix`] (path normalization) and
+//! [`skill_registry`] (the skill registry and `/skill` grammar of the two skill middlewares).
 
 pub mod clarification;
 pub mod dangling_tool_call;
@@ -43,8 +49,13 @@ pub mod llm_error_handling;
 pub mod loop_detection;
 pub mod mcp_routing;
 pub mod memory;
+pub mod posix;
+pub mod read_before_write;
 pub mod sandbox;
 pub mod sandbox_audit;
+pub mod skill_activation;
+pub mod skill_registry;
+pub mod skill_tool_policy;
 pub mod subagent_limit;
 pub mod summarization;
 pub mod system_message_coalescing;
@@ -55,6 +66,7 @@ pub mod token_budget;
 pub mod token_usage;
 pub mod tool_error_handling;
 pub mod tool_output_budget;
+pub mod tool_progress;
 pub mod tool_result_sanitization;
 pub mod uploads;
 pub mod view_image;

@@ -1,24 +1,34 @@
 //! ToolErrorHandling (chain S14, wrap_tool): any tool failure becomes an error tool message and
-//! the run continues.
+//! the run continues. Failures carry a `deerflow_tool_meta` classification; with
+//! [`ToolErrorHandlingMiddleware::with_result_meta`] (set when ToolProgress, its only reader,
+//! is on) every other tool message gets one too.
 //!
 //! Sits inside guardrails and the bash audit and outside Clarification, so every outer wrapper
 //! still sees the raw call. Only `Err` is converted: results and commands (the clarification
 //! stop) pass through unchanged — the error type cannot carry them.
 
+use antler_protocol::tool_meta::{self, ToolMeta};
 use antler_protocol::{ToolMessage, ToolStatus};
 use antler_runtime::{HookSet, Middleware, ToolCallRequest, ToolError, ToolNext, ToolOutcome};
 use async_trait::async_trait;
-use serde_json::json;
 
 /// Longest failure detail kept in the message.
 const MAX_DETAIL_CHARS: usize = 500;
 
 #[derive(Debug, Default)]
-pub struct ToolErrorHandlingMiddleware;
+pub struct ToolErrorHandlingMiddleware {
+    result_meta: bool,
+}
 
 impl ToolErrorHandlingMiddleware {
     pub fn new() -> Self {
-        ToolErrorHandlingMiddleware
+        ToolErrorHandlingMiddleware::default()
+    }
+
+    /// Also classify successful and error-text results (spec 30 "Normalization").
+    pub fn with_result_meta(mut self, on: bool) -> Self {
+        self.result_meta = on;
+        self
     }
 }
 
@@ -69,6 +79,10 @@ impl Middleware for ToolErrorHandlingMiddleware {
     ) -> Result<ToolOutcome, ToolError> {
         let call = req.call.clone();
         match next.run(req).await {
+            Ok(ToolOutcome::Message(mut msg)) if self.result_meta => {
+                tool_meta::normalize(&mut msg);
+                Ok(ToolOutcome::Message(msg))
+            }
             Ok(outcome) => Ok(outcome),
             Err(e) => {
                 tracing::warn!(tool = %call.name, error = %e, "tool failed; returning an error result");
@@ -81,10 +95,7 @@ impl Middleware for ToolErrorHandlingMiddleware {
                     .with_name(call.name.clone());
                 msg.id = Some(uuid::Uuid::new_v4().to_string());
                 msg.status = ToolStatus::Error;
-                msg.additional_kwargs.insert(
-                    "deerflow_tool_meta".into(),
-                    json!({"status": "error", "error_type": error_kind(&e)}),
-                );
+                ToolMeta::error(&format!("{}: {e}", error_kind(&e)), "exception").stamp(&mut msg);
                 Ok(ToolOutcome::Message(msg))
             }
         }
@@ -98,6 +109,7 @@ mod tests {
     use antler_models::{ScriptedModel, ScriptedReply};
     use antler_protocol::{Message, Object, ToolSpec};
     use antler_runtime::*;
+    use serde_json::json;
     use std::sync::Arc;
 
     struct Boom(Arc<ToolSpec>);

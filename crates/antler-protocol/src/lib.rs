@@ -21,6 +21,7 @@ pub use state::{
     Delegation, Promoted, ReducerError, SandboxState, SkillEntry, StateUpdate, ThreadData,
     ThreadState, Todo, TodoStatus, ViewedImage,
 };
+pub mod tool_meta;
 pub mod tools;
 pub mod untrusted;
 pub use tools::ToolSpec;

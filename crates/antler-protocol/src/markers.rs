@@ -25,6 +25,16 @@ pub const TODO_REMINDER: &str = "todo_reminder";
 pub const VIEW_IMAGE_CONTEXT: &str = "deerflow_view_image_context";
 /// `additional_kwargs` key: the user's text before Uploads prepended the file list.
 pub const ORIGINAL_USER_CONTENT: &str = "original_user_content";
+/// `additional_kwargs` key of a `read_file` result: `{path, hash}` of the file when it was read
+/// (ReadBeforeWrite).
+pub const READ_MARK: &str = "deerflow_read_mark";
+/// Name of the request-only hint message ToolProgress adds to the next model request.
+pub const PROGRESS_HINT: &str = "progress_hint";
+/// `additional_kwargs` flag of the hidden, request-only message that carries a `/skill`'s
+/// `SKILL.md` (SkillActivation).
+pub const SLASH_SKILL_ACTIVATION: &str = "slash_skill_activation";
+/// `additional_kwargs` key: the id of the user message a slash-skill reminder answers.
+pub const SLASH_SKILL_ACTIVATION_TARGET_ID: &str = "slash_skill_activation_target_id";
 
 /// `additional_kwargs` keys only the server may set on an incoming message (a client sending
 /// them could forge a reminder or an image context).

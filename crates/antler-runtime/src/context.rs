@@ -182,6 +182,14 @@ impl Emitter {
         }
     }
 
+    /// A `'static` handle for `custom` events (for tasks a tool spawns), `None` when the
+    /// consumer does not want them.
+    pub fn custom_sender(&self) -> Option<CustomSender> {
+        self.modes.custom.then(|| CustomSender {
+            sink: self.sink.clone(),
+        })
+    }
+
     pub(crate) fn values(&self, state: &Arc<ThreadState>) {
         if self.modes.values {
             self.sink.emit(StreamEvent::Values(state.clone()));
@@ -240,6 +248,18 @@ impl Emitter {
                 meta,
             });
         }
+    }
+}
+
+/// Emits `custom` events from anywhere (see [`Emitter::custom_sender`]).
+#[derive(Clone)]
+pub struct CustomSender {
+    sink: Arc<dyn EventSink>,
+}
+
+impl CustomSender {
+    pub fn emit(&self, value: Value) {
+        self.sink.emit(StreamEvent::Custom(value));
     }
 }
 

@@ -16,7 +16,8 @@ pub use checkpoint::{
     Checkpoint, CheckpointError, CheckpointMeta, CheckpointWrite, Checkpointer, MemoryCheckpointer,
 };
 pub use context::{
-    keys, CollectingSink, Emitter, EventSink, NullSink, RunContext, RunKey, RunOptions,
+    keys, CollectingSink, CustomSender, Emitter, EventSink, NullSink, RunContext, RunKey,
+    RunOptions,
 };
 pub use middleware::{
     AfterAgentOutput, BeforeAgentOutput, Chain, ChainError, HookOutput, HookSet, JumpTo, JumpToEnd,
@@ -26,6 +27,6 @@ pub use middleware::{
 pub use observe::{RunEvent, RunObserver};
 pub use tokio_util::sync::CancellationToken;
 pub use tool::{
-    parameters_schema, parse_args, Command, Goto, Tool, ToolContext, ToolError, ToolOutcome,
-    ToolOutput, ToolRegistry, TypedSpec, TypedTool,
+    parameters_schema, parse_args, Command, Goto, ProgressReporter, Tool, ToolContext, ToolError,
+    ToolOutcome, ToolOutput, ToolRegistry, TypedSpec, TypedTool,
 };

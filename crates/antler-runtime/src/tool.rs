@@ -116,6 +116,64 @@ pub struct ToolContext<'a> {
     pub run: &'a RunContext,
 }
 
+impl ToolContext<'_> {
+    /// A reporter for live progress of this call (`tool` is the tool's name), or `None` when
+    /// nobody consumes `custom` events — check before doing any work for a report.
+    pub fn progress(&self, tool: &str) -> Option<ProgressReporter> {
+        let sender = self.run.events.custom_sender()?;
+        Some(ProgressReporter {
+            sender,
+            call_id: Arc::from(self.call_id),
+            tool: Arc::from(tool),
+            sent: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+        })
+    }
+}
+
+/// Streams a running tool call's progress as `custom` events
+/// `{"type": "tool_progress", "tool_call_id", "tool", "message"}` (a UI shows them under the
+/// call; `antler run` prints them in text mode). Never part of the tool's result. Cheap to
+/// clone and `'static`, so a tool can hand it to the tasks reading a child process's output.
+#[derive(Clone)]
+pub struct ProgressReporter {
+    sender: crate::context::CustomSender,
+    call_id: Arc<str>,
+    tool: Arc<str>,
+    sent: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl ProgressReporter {
+    /// Reports per call at most; a chatty command cannot flood the stream.
+    pub const MAX_REPORTS: usize = 500;
+    /// Longest message (chars); longer ones are cut with `…`.
+    pub const MAX_CHARS: usize = 300;
+
+    /// Report one step or output line.
+    pub fn report(&self, message: &str) {
+        use std::sync::atomic::Ordering;
+        let n = self.sent.fetch_add(1, Ordering::Relaxed);
+        let message = match n.cmp(&Self::MAX_REPORTS) {
+            std::cmp::Ordering::Less => {
+                if message.chars().count() > Self::MAX_CHARS {
+                    let mut cut: String = message.chars().take(Self::MAX_CHARS - 1).collect();
+                    cut.push('…');
+                    cut
+                } else {
+                    message.to_owned()
+                }
+            }
+            std::cmp::Ordering::Equal => "… (further progress not shown)".to_owned(),
+            std::cmp::Ordering::Greater => return,
+        };
+        self.sender.emit(serde_json::json!({
+            "type": "tool_progress",
+            "tool_call_id": &*self.call_id,
+            "tool": &*self.tool,
+            "message": message,
+        }));
+    }
+}
+
 /// A tool the model can call.
 #[async_trait]
 pub trait Tool: Send + Sync {

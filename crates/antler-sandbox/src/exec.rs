@@ -53,6 +53,8 @@ pub struct ExecSpec {
     /// Bytes kept per stream.
     pub capture_limit: usize,
     pub confinement: Confinement,
+    /// Output lines as they arrive (see [`crate::sandbox::OutputLines`]).
+    pub lines: Option<crate::sandbox::OutputLines>,
 }
 
 /// What a command produced.
@@ -135,12 +137,50 @@ pub fn group_alive(pgid: i32) -> bool {
     }
 }
 
-fn spawn_reader<R>(mut r: R, cap: Arc<Mutex<Capture>>) -> tokio::task::JoinHandle<()>
+/// Splits a byte stream into lines for an [`OutputLines`](crate::sandbox::OutputLines).
+struct LineSplitter {
+    sink: crate::sandbox::OutputLines,
+    partial: Vec<u8>,
+}
+
+impl LineSplitter {
+    fn feed(&mut self, mut chunk: &[u8]) {
+        while let Some(i) = chunk.iter().position(|&b| b == b'\n') {
+            self.partial.extend_from_slice(&chunk[..i]);
+            self.flush();
+            chunk = &chunk[i + 1..];
+        }
+        self.partial.extend_from_slice(chunk);
+        while self.partial.len() >= crate::sandbox::OutputLines::MAX_LINE {
+            let rest = self
+                .partial
+                .split_off(crate::sandbox::OutputLines::MAX_LINE);
+            self.flush();
+            self.partial = rest;
+        }
+    }
+
+    fn flush(&mut self) {
+        let bytes = std::mem::take(&mut self.partial);
+        let text = String::from_utf8_lossy(&bytes);
+        self.sink.line(text.strip_suffix('\r').unwrap_or(&text));
+    }
+}
+
+fn spawn_reader<R>(
+    mut r: R,
+    cap: Arc<Mutex<Capture>>,
+    lines: Option<crate::sandbox::OutputLines>,
+) -> tokio::task::JoinHandle<()>
 where
     R: tokio::io::AsyncRead + Unpin + Send + 'static,
 {
     tokio::spawn(async move {
         let mut buf = vec![0u8; 64 * 1024];
+        let mut split = lines.map(|sink| LineSplitter {
+            sink,
+            partial: Vec::new(),
+        });
         loop {
             match r.read(&mut buf).await {
                 Ok(0) | Err(_) => break,
@@ -148,8 +188,14 @@ where
                     if let Ok(mut c) = cap.lock() {
                         c.append(&buf[..n]);
                     }
+                    if let Some(s) = &mut split {
+                        s.feed(&buf[..n]);
+                    }
                 }
             }
+        }
+        if let Some(s) = split.as_mut().filter(|s| !s.partial.is_empty()) {
+            s.flush();
         }
     })
 }
@@ -218,10 +264,10 @@ pub async fn run(spec: ExecSpec) -> Result<ExecResult, SandboxError> {
     }));
     let mut readers = Vec::new();
     if let Some(o) = child.stdout.take() {
-        readers.push(spawn_reader(o, out_cap.clone()));
+        readers.push(spawn_reader(o, out_cap.clone(), spec.lines.clone()));
     }
     if let Some(e) = child.stderr.take() {
-        readers.push(spawn_reader(e, err_cap.clone()));
+        readers.push(spawn_reader(e, err_cap.clone(), spec.lines.clone()));
     }
 
     let (status, timed_out) = match tokio::time::timeout(spec.timeout, child.wait()).await {

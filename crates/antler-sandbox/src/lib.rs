@@ -40,7 +40,7 @@ pub use error::SandboxError;
 pub use local::{LocalSandbox, LocalSandboxProvider};
 pub use paths::{ThreadDirs, ThreadPaths};
 pub use sandbox::{
-    is_local_sandbox_id, CommandOutput, CommandRequest, GrepMatch, GrepQuery, Sandbox,
+    is_local_sandbox_id, CommandOutput, CommandRequest, GrepMatch, GrepQuery, OutputLines, Sandbox,
     SandboxProvider,
 };
 pub use security::LocalPolicy;

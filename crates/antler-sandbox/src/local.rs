@@ -24,7 +24,7 @@ use crate::paths::{
     ThreadPaths, VIRTUAL_OUTPUTS, VIRTUAL_UPLOADS, VIRTUAL_USER_DATA, VIRTUAL_WORKSPACE,
 };
 use crate::sandbox::{
-    CommandOutput, CommandRequest, GrepMatch, GrepQuery, Sandbox, SandboxProvider,
+    CommandOutput, CommandRequest, GrepMatch, GrepQuery, OutputLines, Sandbox, SandboxProvider,
 };
 use crate::settings::{Confine, HelperCommand, SandboxSettings};
 use crate::warden::{self, Policy, Warden};
@@ -260,6 +260,11 @@ impl LocalSandbox {
             timeout,
             capture_limit: self.settings.capture_limit_bytes,
             confinement: Confinement::None,
+            // Lines leave the sandbox masked, like the final output.
+            lines: req.lines.clone().map(|sink| {
+                let mapper = self.mapper.clone();
+                OutputLines::new(move |line| sink.line(&mapper.mask(line)))
+            }),
         })
     }
 }

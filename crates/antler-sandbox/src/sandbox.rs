@@ -19,6 +19,33 @@ pub struct CommandRequest {
     pub env: Vec<(String, String)>,
     /// Defaults to the provider's `bash_command_timeout`.
     pub timeout: Option<Duration>,
+    /// Receives the output line by line while the command runs (progress reporting). The
+    /// result is assembled exactly as without it.
+    pub lines: Option<OutputLines>,
+}
+
+/// A callback for a running command's output lines (stdout and stderr as they arrive, host
+/// paths already masked, at most [`OutputLines::MAX_LINE`] bytes each, without the newline).
+#[derive(Clone)]
+pub struct OutputLines(Arc<dyn Fn(&str) + Send + Sync>);
+
+impl OutputLines {
+    /// Longer lines are delivered in pieces of this size.
+    pub const MAX_LINE: usize = 4096;
+
+    pub fn new(f: impl Fn(&str) + Send + Sync + 'static) -> Self {
+        OutputLines(Arc::new(f))
+    }
+
+    pub fn line(&self, line: &str) {
+        (self.0)(line)
+    }
+}
+
+impl std::fmt::Debug for OutputLines {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OutputLines(..)")
+    }
 }
 
 /// What a command produced, already assembled into DeerFlow's text shape with host paths

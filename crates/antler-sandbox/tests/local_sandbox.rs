@@ -349,7 +349,7 @@ async fn the_environment_is_scrubbed_and_injected_values_win() {
         .execute_command(CommandRequest {
             command: "env".into(),
             env: vec![("INJECTED_VALUE".into(), "yes".into())],
-            timeout: None,
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -361,7 +361,7 @@ async fn the_environment_is_scrubbed_and_injected_values_win() {
         .execute_command(CommandRequest {
             command: "true".into(),
             env: vec![("BAD-NAME".into(), "x".into())],
-            timeout: None,
+            ..Default::default()
         })
         .await;
     assert!(matches!(bad, Err(SandboxError::InvalidEnvKey(_))));
@@ -386,5 +386,44 @@ async fn captures_are_capped_with_a_marker() {
         ),
         "{}",
         &out[1000..]
+    );
+}
+
+/// Run `cmd` collecting its streamed output lines.
+async fn run_streaming(sb: &Arc<dyn Sandbox>, cmd: &str) -> (String, Vec<String>) {
+    let lines = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = lines.clone();
+    let out = sb
+        .execute_command(CommandRequest {
+            command: cmd.into(),
+            lines: Some(antler_sandbox::OutputLines::new(move |l| {
+                sink.lock().unwrap().push(l.to_owned())
+            })),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let got = lines.lock().unwrap().clone();
+    (out.text, got)
+}
+
+#[tokio::test]
+async fn output_lines_stream_masked_while_the_result_stays_the_same() {
+    let h = home();
+    let p = provider(h.path(), quick());
+    let sb = sandbox(&p, "t1");
+    let cmd = "echo one; pwd; printf 'no newline'";
+    let (text, lines) = run_streaming(&sb, cmd).await;
+    assert_eq!(lines, ["one", "/mnt/user-data/workspace", "no newline"]);
+    assert_eq!(
+        text,
+        run(&sb, cmd).await,
+        "streaming does not change the result"
+    );
+    // Over-long lines arrive in bounded pieces.
+    let (_, lines) = run_streaming(&sb, "head -c 9000 /dev/zero | tr '\\0' x; echo").await;
+    assert_eq!(
+        lines.iter().map(String::len).collect::<Vec<_>>(),
+        [4096, 4096, 808]
     );
 }

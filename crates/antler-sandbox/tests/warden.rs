@@ -80,6 +80,31 @@ async fn sh(sb: &Arc<dyn Sandbox>, cmd: &str) -> String {
     }
 }
 
+#[tokio::test]
+async fn output_lines_stream_through_the_warden() {
+    if skip() {
+        return;
+    }
+    let f = Fixture::new(settings());
+    let sb = f.sandbox("t1");
+    let lines = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = lines.clone();
+    let out = sb
+        .execute_command(CommandRequest {
+            command: "echo first; echo second >&2; pwd".into(),
+            lines: Some(antler_sandbox::OutputLines::new(move |l| {
+                sink.lock().unwrap().push(l.to_owned())
+            })),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut got = lines.lock().unwrap().clone();
+    got.sort();
+    assert_eq!(got, ["/mnt/user-data/workspace", "first", "second"]);
+    assert_eq!(out.text, sh(&sb, "echo first; echo second >&2; pwd").await);
+}
+
 /// Host processes whose command line contains `needle`.
 fn host_processes_with(needle: &str) -> Vec<u32> {
     let mut out = Vec::new();

@@ -3,7 +3,7 @@
 use antler_runtime::{ToolContext, ToolOutput, TypedSpec};
 use antler_sandbox::exec::timeout_notice;
 use antler_sandbox::truncate::middle_truncate;
-use antler_sandbox::{CommandRequest, SandboxError};
+use antler_sandbox::{CommandRequest, OutputLines, SandboxError};
 use schemars::JsonSchema;
 use serde::Deserialize;
 
@@ -65,12 +65,18 @@ impl BashTool {
             None => format!("cd /mnt/user-data/workspace; {}", a.command),
         };
         let timeout = self.env.settings.bash_command_timeout;
+        // Live output lines as progress events, only when someone listens.
+        let lines = ctx.progress("bash").map(|reporter| {
+            let masker = p.masker();
+            OutputLines::new(move |line| reporter.report(&masker(line)))
+        });
         let out = p
             .sandbox
             .execute_command(CommandRequest {
                 command,
                 env: Vec::new(),
                 timeout: Some(timeout),
+                lines,
             })
             .await
             .map_err(|e| match e {

@@ -211,6 +211,18 @@ pub(crate) struct Prepared {
 }
 
 impl Prepared {
+    /// [`Prepared::mask`] as an owned function (for output lines read by other tasks).
+    pub fn masker(&self) -> impl Fn(&str) -> String + Send + Sync + 'static {
+        let (sandbox, policy) = (self.sandbox.clone(), self.policy.clone());
+        move |text| {
+            let once = sandbox.mask(text);
+            match &policy {
+                Some(p) => p.mask(&once),
+                None => once,
+            }
+        }
+    }
+
     pub fn mask(&self, text: &str) -> String {
         let once = self.sandbox.mask(text);
         match &self.policy {

@@ -13,6 +13,7 @@ use super::protocol::{Ready, Reply, Request};
 use super::Policy;
 use crate::error::SandboxError;
 use crate::exec::{ExecResult, ExecSpec};
+use crate::sandbox::OutputLines;
 use crate::settings::HelperCommand;
 
 /// How long the helper may take to report ready.
@@ -23,11 +24,14 @@ const ANSWER_SLACK: Duration = Duration::from_secs(30);
 const STDERR_TAIL: usize = 20;
 
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Reply>>>>;
+/// Line sinks of running calls that stream their output.
+type Streams = Arc<Mutex<HashMap<u64, OutputLines>>>;
 
 /// A running warden (one per sandbox). Dropping it ends the helper and everything it runs.
 pub struct Warden {
     tx: mpsc::UnboundedSender<Request>,
     pending: Pending,
+    streams: Streams,
     next_id: AtomicU64,
     alive: Arc<AtomicBool>,
     stderr: Arc<Mutex<VecDeque<String>>>,
@@ -119,13 +123,26 @@ impl Warden {
         };
 
         let pending: Pending = Arc::default();
+        let streams: Streams = Arc::default();
         let alive = Arc::new(AtomicBool::new(true));
         {
-            let (pending, alive) = (pending.clone(), alive.clone());
+            let (pending, streams, alive) = (pending.clone(), streams.clone(), alive.clone());
             tokio::spawn(async move {
                 while let Ok(Some(line)) = lines.next_line().await {
                     let (id, reply) = match serde_json::from_str::<Reply>(&line) {
-                        Ok(r @ (Reply::Exit { id, .. } | Reply::Failed { id, .. })) => (id, r),
+                        Ok(Reply::Output { id, line }) => {
+                            let sink = streams.lock().ok().and_then(|s| s.get(&id).cloned());
+                            if let Some(sink) = sink {
+                                sink.line(&line);
+                            }
+                            continue;
+                        }
+                        Ok(r @ (Reply::Exit { id, .. } | Reply::Failed { id, .. })) => {
+                            if let Ok(mut s) = streams.lock() {
+                                s.remove(&id);
+                            }
+                            (id, r)
+                        }
                         Ok(_) => continue,
                         Err(e) => {
                             tracing::warn!(error = %e, "bad frame from the sandbox helper");
@@ -167,6 +184,7 @@ impl Warden {
         Ok(Warden {
             tx,
             pending,
+            streams,
             next_id: AtomicU64::new(1),
             alive,
             stderr: tail_buf,
@@ -199,6 +217,11 @@ impl Warden {
         if let Ok(mut p) = self.pending.lock() {
             p.insert(id, otx);
         }
+        if let Some(sink) = &spec.lines {
+            if let Ok(mut s) = self.streams.lock() {
+                s.insert(id, sink.clone());
+            }
+        }
         let req = Request::Exec {
             id,
             program: spec.program.clone(),
@@ -220,6 +243,7 @@ impl Warden {
             cwd: spec.cwd.clone(),
             timeout_ms: u64::try_from(spec.timeout.as_millis()).unwrap_or(u64::MAX),
             capture_limit: spec.capture_limit,
+            stream: spec.lines.is_some(),
         };
         if self.tx.send(req).is_err() {
             return Err(gone());
@@ -234,6 +258,9 @@ impl Warden {
         let reply = tokio::time::timeout(spec.timeout + ANSWER_SLACK, orx).await;
         guard.armed = reply.is_err();
         drop(guard);
+        if let Ok(mut s) = self.streams.lock() {
+            s.remove(&id);
+        }
         match reply {
             Ok(Ok(Reply::Exit {
                 stdout,

@@ -20,6 +20,9 @@ pub enum Request {
         cwd: Option<PathBuf>,
         timeout_ms: u64,
         capture_limit: usize,
+        /// Also send each output line as [`Reply::Output`] while the program runs.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        stream: bool,
     },
     /// Kill the process group of a running call (its tool call was cancelled).
     Kill { id: u64 },
@@ -41,6 +44,11 @@ pub enum Reply {
     /// Setup failed; the warden exits.
     Fatal {
         message: String,
+    },
+    /// An output line of a running call that asked for `stream` (before its `Exit`).
+    Output {
+        id: u64,
+        line: String,
     },
     /// A call finished.
     Exit {

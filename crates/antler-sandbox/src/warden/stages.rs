@@ -12,6 +12,7 @@ use super::protocol::{Ready, Reply, Request};
 use super::{limits, Guarantees, Policy};
 use crate::confine::restrict_current_thread_with;
 use crate::exec::{self, Confinement, ExecSpec};
+use crate::sandbox::OutputLines;
 use crate::settings::{Confine, Network};
 
 const STAGE1: &str = "--warden";
@@ -448,6 +449,7 @@ async fn serve(ready: Ready) {
                 cwd,
                 timeout_ms,
                 capture_limit,
+                stream,
             }) => {
                 let spec = ExecSpec {
                     program,
@@ -460,6 +462,15 @@ async fn serve(ready: Ready) {
                     timeout: Duration::from_millis(timeout_ms),
                     capture_limit,
                     confinement: Confinement::None,
+                    lines: stream.then(|| {
+                        let tx = tx.clone();
+                        OutputLines::new(move |line| {
+                            let _ = tx.send(Reply::Output {
+                                id,
+                                line: line.to_owned(),
+                            });
+                        })
+                    }),
                 };
                 let (tx, calls2) = (tx.clone(), calls.clone());
                 let task = tokio::spawn(async move {
