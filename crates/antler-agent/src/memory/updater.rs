@@ -906,3 +906,97 @@ impl MemoryUpdater {
         Err(MemoryError::Conflict(3))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use serde_json::json;
+
+    fn parsed(extra: Value) -> ParsedUpdate {
+        let mut body = json!({"user": {}, "history": {}, "newFacts": []});
+        if let (Value::Object(b), Value::Object(e)) = (&mut body, extra) {
+            b.extend(e);
+        }
+        parse_update(&body.to_string()).unwrap()
+    }
+
+    #[test]
+    fn stale_verdicts_are_normalized() {
+        let p = parsed(json!({
+            "staleFactsToRemove": [{"id": "a", "reason": "gone"}, {"id": ""}, {"reason": "x"},
+                                   "b", {"id": "c", "reason": 3}],
+            "staleFactsToExtend": [{"id": "a", "extend_by_days": 365.9},
+                                   {"id": "b", "extend_by_days": 0.5},
+                                   {"id": "c", "extend_by_days": true},
+                                   {"id": "d", "extend_by_days": "30"},
+                                   {"id": "e", "extend_by_days": -3},
+                                   {"extend_by_days": 10}],
+        }));
+        let removals: Vec<(&str, &str)> = p
+            .stale_remove
+            .iter()
+            .map(|r| (r.id.as_str(), r.reason.as_str()))
+            .collect();
+        assert_eq!(removals, [("a", "gone"), ("c", "")]);
+        let ext: Vec<(&str, i64)> = p
+            .stale_extend
+            .iter()
+            .map(|e| (e.id.as_str(), e.extend_by_days))
+            .collect();
+        assert_eq!(ext, [("a", 365)]);
+    }
+
+    #[test]
+    fn consolidations_need_two_distinct_sources_and_content() {
+        let p = parsed(json!({"factsToConsolidate": [
+            {"sourceIds": ["a", "a"], "consolidated": {"content": "x"}},
+            {"sourceIds": ["a", "b"], "consolidated": {"content": "  "}},
+            {"sourceIds": ["a", "b"]},
+            {"sourceIds": "a,b", "consolidated": {"content": "x"}},
+            {"sourceIds": ["a", "", 3, "b", "a"],
+             "consolidated": {"content": " merged ", "confidence": true, "category": " ",
+                              "scope": "USER", "durability": "durable", "authority": "descriptive"}},
+        ]}));
+        assert_eq!(p.consolidate.len(), 1);
+        let c = &p.consolidate[0];
+        assert_eq!(c.source_ids, ["a", "b"]);
+        assert_eq!(c.fact.content, "merged");
+        assert_eq!(c.fact.category, "context");
+        assert_eq!(c.fact.confidence, 0.9);
+        assert_eq!(fact_gate(&c.fact), None);
+    }
+
+    #[test]
+    fn an_unclassified_consolidation_keeps_its_sources_and_is_counted() {
+        let mut settings = MemorySettings::default();
+        settings.consolidation.enabled = true;
+        settings.consolidation.min_facts = 3;
+        let facts: Vec<Fact> = (0..3)
+            .map(|i| Fact {
+                id: format!("f{i}"),
+                content: json!(format!("fact {i}")),
+                category: Some("preference".into()),
+                confidence: json!(0.9),
+                created_at: now_iso(),
+                ..Default::default()
+            })
+            .collect();
+        let p = parsed(json!({"factsToConsolidate": [
+            {"sourceIds": ["f0", "f1"], "consolidated": {"content": "merged", "scope": "thread",
+              "durability": "durable", "authority": "descriptive"}},
+        ]}));
+        let (_, after, report) = apply(
+            &settings,
+            Profile::default(),
+            facts.clone(),
+            &p,
+            "t",
+            &BTreeSet::new(),
+            &now_iso(),
+        );
+        assert_eq!(after, facts);
+        assert_eq!(report.rejected.consolidations.get("scope"), Some(&1));
+        assert!(report.consolidated.is_empty());
+    }
+}
