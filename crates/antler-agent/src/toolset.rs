@@ -187,13 +187,7 @@ pub fn lead_tools(
     // Memory tool mode (spec 40 §4.3): the lead agent's own, after everything else; a name that
     // is already taken keeps its tool.
     if app.memory().settings().tool_mode() {
-        for tool in crate::memory::tools::memory_tools(app.memory()) {
-            if reg.get(tool.name()).is_some() {
-                tracing::warn!(tool = %tool.name(), "a tool with the memory tool's name exists; memory tool skipped");
-                continue;
-            }
-            reg.register(tool);
-        }
+        crate::memory::tools::append(&mut reg, crate::memory::tools::memory_tools(app.memory()));
     }
     Ok(reg)
 }

@@ -17,6 +17,8 @@ const NOT_BLOCKS: &[&str] = &[
     "location",
     "conversation",
     "current_memory",
+    "stale_facts",
+    "consolidation_candidates",
     "new_messages",
     "messages",
     "existing_summary",

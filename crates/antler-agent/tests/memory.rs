@@ -1284,3 +1284,24 @@ async fn no_review_is_asked_for_below_the_candidate_minimum_or_with_consolidatio
     assert!(!prompt.contains("## Staleness review"), "{prompt}");
     assert!(!prompt.contains("<consolidation_candidates"), "{prompt}");
 }
+
+// ---------- tool mode ----------
+
+/// What the model is offered for each memory tool, pinned (a change here changes every model's
+/// view of the tools).
+#[tokio::test]
+async fn memory_tool_schemas() {
+    let (_d, store) = temp_store();
+    let memory = MemoryManager::new(
+        store,
+        MemorySettings::default(),
+        ModelSource::Fixed(Arc::new(ScriptedModel::new([]))),
+    );
+    for tool in antler_agent::memory::tools::memory_tools(&memory) {
+        let spec = tool.spec();
+        insta::assert_json_snapshot!(
+            spec.name.clone(),
+            json!({"name": spec.name, "description": spec.description, "parameters": spec.parameters})
+        );
+    }
+}

@@ -55,9 +55,18 @@ fn the_model_adds_a_fact_then_finds_it_with_search() {
     assert_eq!(out["status"], "success", "{out}");
 
     let reqs = mock.requests();
-    assert_eq!(reqs.len(), 3, "no memory-model call: the passive writer is off");
+    assert_eq!(
+        reqs.len(),
+        3,
+        "no memory-model call: the passive writer is off"
+    );
     let names = tool_names(&reqs[0].body);
-    for tool in ["memory_search", "memory_add", "memory_update", "memory_delete"] {
+    for tool in [
+        "memory_search",
+        "memory_add",
+        "memory_update",
+        "memory_delete",
+    ] {
         assert_eq!(
             names.iter().filter(|n| *n == tool).count(),
             1,

@@ -189,7 +189,7 @@ impl MemorySettings {
                 "memory.manager_class: '{class}' is not available in antler — use deermem (the default) or noop"
             )));
         }
-        if cfg.mode == MemoryMode::Tool && !(cfg.enabled && !noop) {
+        if cfg.mode == MemoryMode::Tool && (!cfg.enabled || noop) {
             tracing::warn!(
                 "memory.mode is 'tool' but memory is disabled; the memory tools are not registered"
             );

@@ -16,7 +16,9 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use antler_runtime::{Tool, ToolContext, ToolError, ToolOutput, TypedSpec, TypedTool};
+use antler_runtime::{
+    Tool, ToolContext, ToolError, ToolOutput, ToolRegistry, TypedSpec, TypedTool,
+};
 use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -90,8 +92,7 @@ pub struct AddArgs {
     /// Its category (default context), e.g. preference, correction, behavior, goal, knowledge.
     #[serde(default = "default_category")]
     category: String,
-    /// How sure you are, 0 to 1 (default 0.7): high for what the user said outright, lower for
-    /// inferences.
+    /// How sure you are, 0 to 1 (default 0.7): higher for what the user said outright.
     #[serde(default = "default_confidence")]
     confidence: f64,
 }
@@ -352,6 +353,18 @@ pub fn memory_tools(memory: &Arc<MemoryManager>) -> Vec<Arc<dyn Tool>> {
             memory: memory.clone(),
         }),
     ]
+}
+
+/// Append the memory tools to `reg`; a name already taken keeps its tool (warned), and
+/// nothing else in `reg` changes.
+pub fn append(reg: &mut ToolRegistry, tools: Vec<Arc<dyn Tool>>) {
+    for tool in tools {
+        if reg.get(tool.name()).is_some() {
+            tracing::warn!(tool = %tool.name(), "a tool with this memory tool's name exists; memory tool skipped");
+            continue;
+        }
+        reg.register(tool);
+    }
 }
 
 /// The static system-prompt section of tool mode.

@@ -84,6 +84,24 @@ async fn four_uniquely_named_tools() {
 }
 
 #[tokio::test]
+async fn appending_skips_taken_names_and_keeps_everything_else() {
+    let f = fixture(MemorySettings::default());
+    let mine = antler_tools::write_todos::write_todos_tool();
+    // A foreign tool that happens to be called memory_add.
+    let foreign: Arc<dyn Tool> = Arc::new(DeleteTool {
+        spec: TypedSpec::new(ADD, "someone else's"),
+        memory: f.memory.clone(),
+    });
+    let mut reg = antler_runtime::ToolRegistry::new();
+    reg.register(mine);
+    reg.register(foreign);
+    append(&mut reg, memory_tools(&f.memory));
+    let names: Vec<&str> = reg.names().collect();
+    assert_eq!(names, ["write_todos", ADD, SEARCH, UPDATE, DELETE]);
+    assert_eq!(reg.get(ADD).unwrap().spec().description, "someone else's");
+}
+
+#[tokio::test]
 async fn an_added_fact_is_found_with_its_public_shape_in_the_runs_scope_only() {
     let f = fixture(MemorySettings::default());
     let id = f.add("Prefers tea over coffee", "preference", 0.9).await;
@@ -160,9 +178,10 @@ async fn bad_additions_are_json_errors() {
 
 #[tokio::test]
 async fn a_fact_that_capacity_would_evict_is_reported_not_stored() {
-    let mut s = MemorySettings::default();
-    s.max_facts = 2;
-    let f = fixture(s);
+    let f = fixture(MemorySettings {
+        max_facts: 2,
+        ..Default::default()
+    });
     f.add("a", "context", 0.9).await;
     f.add("b", "context", 0.9).await;
     let v = f
@@ -287,10 +306,11 @@ fn ranking_falls_back_to_words_when_no_fact_contains_the_whole_query() {
 
 #[tokio::test]
 async fn tool_mode_injects_summaries_but_not_facts() {
-    let mut s = MemorySettings::default();
-    s.token_counting = "char".into();
-    s.mode = antler_config::MemoryMode::Tool;
-    let f = fixture(s);
+    let f = fixture(MemorySettings {
+        token_counting: "char".into(),
+        mode: antler_config::MemoryMode::Tool,
+        ..Default::default()
+    });
     f.add("Prefers tea", "preference", 0.9).await;
     f.memory
         .import(
@@ -320,8 +340,7 @@ async fn tool_mode_injects_summaries_but_not_facts() {
     assert!(!text.contains("tea") && !text.contains("Facts:"), "{text}");
 
     // Middleware mode shows both.
-    let mut s = MemorySettings::default();
-    s.token_counting = "char".into();
+    let s = MemorySettings::default();
     assert!(!s.tool_mode());
     let mut tool_off = s.clone();
     tool_off.mode = antler_config::MemoryMode::Tool;
