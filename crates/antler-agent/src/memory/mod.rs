@@ -18,6 +18,9 @@
 //! (for Summarization). `memory.enabled` gates all of them; `memory.injection_enabled` gates only
 //! the injection. Memory failures never fail a run: they are logged and journaled as
 //! `memory.error` events on the run they came from.
+//!
+//! With `memory.mode: tool` the lead agent gets the [`tools`] instead of the middleware and
+//! the injection carries summaries only.
 
 pub mod document;
 pub mod prompt;

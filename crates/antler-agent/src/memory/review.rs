@@ -227,6 +227,21 @@ Rules:
     )
 }
 
+/// A `staleFactsToRemove` verdict.
+#[derive(Clone, Debug, Default)]
+pub struct StaleRemoval {
+    pub id: String,
+    pub reason: String,
+}
+
+/// A `staleFactsToExtend` verdict (`extend_by_days` whole and positive).
+#[derive(Clone, Debug, Default)]
+pub struct StaleExtension {
+    pub id: String,
+    pub extend_by_days: i64,
+    pub reason: String,
+}
+
 /// What the staleness verdicts did.
 #[derive(Default)]
 pub struct StaleOutcome {
@@ -234,15 +249,15 @@ pub struct StaleOutcome {
     pub extended: Vec<String>,
 }
 
-/// Apply staleness verdicts: `remove` ids and `(id, extend_by_days)` extensions, limited to
-/// current candidates. Runs whether or not the review is enabled now (the verdicts may answer
-/// a prompt built before a config change; the candidate check still bounds them).
+/// Apply staleness verdicts, limited to current candidates. Runs whether or not the review is
+/// enabled now (the verdicts may answer a prompt built before a config change; the candidate
+/// check still bounds them).
 pub fn apply_staleness(
     facts: &mut Vec<Fact>,
     settings: &MemorySettings,
     now: DateTime<Utc>,
-    remove: &[(String, String)],
-    extend: &[(String, i64, String)],
+    remove: &[StaleRemoval],
+    extend: &[StaleExtension],
 ) -> StaleOutcome {
     let mut out = StaleOutcome::default();
     if remove.is_empty() && extend.is_empty() {
@@ -253,7 +268,7 @@ pub fn apply_staleness(
         .map(|f| f.id.clone())
         .collect();
     // Every proposed removal, even one the cap spares, is never extended.
-    let proposed: HashSet<&str> = remove.iter().map(|(id, _)| id.as_str()).collect();
+    let proposed: HashSet<&str> = remove.iter().map(|r| r.id.as_str()).collect();
     let mut doomed: Vec<(usize, f64)> = facts
         .iter()
         .enumerate()
@@ -266,7 +281,7 @@ pub fn apply_staleness(
     let doomed: HashSet<usize> = doomed.into_iter().map(|(i, _)| i).collect();
     let reasons: HashMap<&str, &str> = remove
         .iter()
-        .map(|(id, r)| (id.as_str(), r.as_str()))
+        .map(|r| (r.id.as_str(), r.reason.as_str()))
         .collect();
     let mut i = 0;
     facts.retain(|f| {
@@ -281,8 +296,8 @@ pub fn apply_staleness(
 
     let extensions: HashMap<&str, (i64, &str)> = extend
         .iter()
-        .filter(|(id, _, _)| candidates.contains(id) && !proposed.contains(id.as_str()))
-        .map(|(id, d, r)| (id.as_str(), (*d, r.as_str())))
+        .filter(|e| candidates.contains(&e.id) && !proposed.contains(e.id.as_str()))
+        .map(|e| (e.id.as_str(), (e.extend_by_days, e.reason.as_str())))
         .collect();
     for f in facts.iter_mut() {
         let Some((by, reason)) = extensions.get(f.id.as_str()) else {
@@ -328,7 +343,6 @@ pub fn apply_consolidation(
     facts: &mut Vec<Fact>,
     settings: &MemorySettings,
     now: DateTime<Utc>,
-    now_str: &str,
     merges: &[Merge<'_>],
     new_id: impl Fn() -> String,
 ) -> MergeOutcome {
@@ -342,6 +356,7 @@ pub fn apply_consolidation(
         .flatten()
         .map(|f| f.id.clone())
         .collect();
+    let now_str = now.to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
     let index: HashMap<&str, &Fact> = facts.iter().map(|f| (f.id.as_str(), f)).collect();
     let global = i64::try_from(settings.staleness_age_days).unwrap_or(i64::MAX);
     let creation_cap =
@@ -372,12 +387,11 @@ pub fn apply_consolidation(
         if confidence < settings.fact_confidence_threshold {
             continue;
         }
-        let fallback = parse_time(now_str).unwrap_or(now);
         let dates: Vec<DateTime<Utc>> = sources
             .iter()
-            .map(|f| parse_time(&f.created_at).unwrap_or(fallback))
+            .map(|f| parse_time(&f.created_at).unwrap_or(now))
             .collect();
-        let newest = dates.iter().copied().max().unwrap_or(fallback);
+        let newest = dates.iter().copied().max().unwrap_or(now);
         // Re-review at the earliest source deadline: a volatile detail must not inherit a
         // stable sibling's long window.
         let earliest = sources
@@ -414,7 +428,7 @@ pub fn apply_consolidation(
             ..Default::default()
         };
         fact.extra
-            .insert("consolidatedAt".into(), Value::from(now_str));
+            .insert("consolidatedAt".into(), Value::from(now_str.as_str()));
         fact.extra.insert(
             "consolidatedFrom".into(),
             Value::from(m.source_ids.to_vec()),

@@ -121,8 +121,19 @@ fn the_review_section_needs_enough_candidates_and_escapes_content() {
     assert_eq!(staleness_section(&facts, &s, now()), "");
 }
 
-fn removal(id: &str) -> (String, String) {
-    (id.into(), "outdated".into())
+fn removal(id: &str) -> StaleRemoval {
+    StaleRemoval {
+        id: id.into(),
+        reason: "outdated".into(),
+    }
+}
+
+fn extension(id: &str, days: i64) -> StaleExtension {
+    StaleExtension {
+        id: id.into(),
+        extend_by_days: days,
+        reason: "recalibrated".into(),
+    }
 }
 
 #[test]
@@ -175,10 +186,10 @@ fn extensions_recalibrate_kept_candidates_up_to_the_ceiling() {
         // c goes (least confident); d was proposed too and survives only through the cap.
         &[removal("c"), removal("d")],
         &[
-            ("a".into(), 365, "core skill".into()),
-            ("b".into(), 1000, "stable".into()),
-            ("d".into(), 365, "contradictory".into()),
-            ("fresh".into(), 365, "not a candidate".into()),
+            extension("a", 365),
+            extension("b", 1000),
+            extension("d", 365),
+            extension("fresh", 365),
         ],
     );
     assert_eq!(out.removed, ["c"]);
@@ -274,7 +285,6 @@ fn a_merge_replaces_its_sources_with_a_consolidation_fact() {
         &mut facts,
         &s,
         now(),
-        &now().to_rfc3339(),
         &[merge(&sources, "  Prefers spaces, four wide  ", 0.95)],
         counter(),
     );
@@ -324,7 +334,6 @@ fn merges_that_break_a_guardrail_keep_their_sources() {
         &mut facts.clone(),
         &s_weak,
         now(),
-        &now().to_rfc3339(),
         &[
             merge(&too_many, "x", 0.9),
             merge(&protected, "x", 0.99),
@@ -343,7 +352,6 @@ fn merges_that_break_a_guardrail_keep_their_sources() {
         &mut facts,
         &s,
         now(),
-        &now().to_rfc3339(),
         &[
             merge(&first, "a", 0.8),
             merge(&reuses, "b", 0.8),
@@ -364,7 +372,6 @@ fn merges_that_break_a_guardrail_keep_their_sources() {
         &mut facts,
         &off,
         now(),
-        &now().to_rfc3339(),
         &[merge(&strings(&["pref0", "pref1"]), "a", 0.8)],
         counter(),
     );
@@ -386,7 +393,6 @@ fn the_merged_window_is_at_least_a_day_and_at_most_the_creation_cap() {
         &mut overdue,
         &s,
         now(),
-        &now().to_rfc3339(),
         &[merge(&sources, "a", 0.8)],
         counter(),
     );
@@ -400,7 +406,6 @@ fn the_merged_window_is_at_least_a_day_and_at_most_the_creation_cap() {
         &mut facts,
         &s,
         now(),
-        &now().to_rfc3339(),
         &[merge(&sources, "a", 0.8)],
         counter(),
     );

@@ -9,6 +9,9 @@
 //!    facts at or above the confidence threshold and `user`/`descriptive` summaries pass;
 //!    removals need a user scope and a reason, and a paired removal runs only if its replacement
 //!    survived; capacity keeps the most confident `max_facts`; upload events are scrubbed.
+//!    The same answer carries the staleness review and consolidation verdicts when the prompt
+//!    asked for them ([`super::review`]): stale verdicts apply before new facts, merges after
+//!    capacity and removals.
 //! 4. The change is saved against the revision it was computed from; on a conflict the memory is
 //!    reloaded and the same answer re-applied (at most 3 attempts).
 //!
@@ -32,7 +35,8 @@ use super::prompt::{
     UPDATE_SYSTEM_PROMPT,
 };
 use super::queue::QueueItem;
-use super::{bucket_of, review, user_of, MemorySettings, ModelSource};
+use super::review::{self, StaleExtension, StaleRemoval};
+use super::{bucket_of, user_of, MemorySettings, ModelSource};
 
 /// Why an update failed (never raised into a run).
 #[derive(Debug, thiserror::Error)]
@@ -132,19 +136,6 @@ struct Reinforce {
     id: String,
     scope: Option<String>,
     reason: Option<String>,
-}
-
-#[derive(Clone, Debug, Default)]
-struct StaleRemoval {
-    id: String,
-    reason: String,
-}
-
-#[derive(Clone, Debug, Default)]
-struct StaleExtension {
-    id: String,
-    extend_by_days: i64,
-    reason: String,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -592,16 +583,8 @@ pub(crate) fn apply(
         &mut facts,
         settings,
         now_at,
-        &update
-            .stale_remove
-            .iter()
-            .map(|r| (r.id.clone(), r.reason.clone()))
-            .collect::<Vec<_>>(),
-        &update
-            .stale_extend
-            .iter()
-            .map(|e| (e.id.clone(), e.extend_by_days, e.reason.clone()))
-            .collect::<Vec<_>>(),
+        &update.stale_remove,
+        &update.stale_extend,
     );
     report.stale_removed = stale.removed;
     report.stale_extended = stale.extended;
@@ -731,8 +714,7 @@ pub(crate) fn apply(
             gate: fact_gate(&c.fact),
         })
         .collect();
-    let merged =
-        review::apply_consolidation(&mut facts, settings, now_at, now, &merges, new_fact_id);
+    let merged = review::apply_consolidation(&mut facts, settings, now_at, &merges, new_fact_id);
     for why in merged.rejected {
         report.rejected.consolidation(why);
     }
