@@ -348,6 +348,7 @@ impl App {
             } else {
                 String::new()
             },
+            memory_tools: self.memory.settings().tool_mode(),
         };
         let mut agent = Agent::new(model)
             .with_system_prompt(prompt::system_prompt(&prompt_opts))

@@ -240,11 +240,14 @@ pub fn lead_entries(
         ));
     }
     out.push(entry("L8", title_middleware(app)));
-    // L9: queue the finished conversation for long-term memory (self-gates on memory.enabled).
-    out.push(entry(
-        "L9",
-        app.memory().middleware(opts.agent_name.clone()),
-    ));
+    // L9: queue the finished conversation for long-term memory (self-gates on memory.enabled);
+    // absent in tool mode, where the model writes memory through the memory tools.
+    if !app.memory().settings().tool_mode() {
+        out.push(entry(
+            "L9",
+            app.memory().middleware(opts.agent_name.clone()),
+        ));
+    }
     if model.supports_vision {
         out.push(entry("L10", ViewImageMiddleware::new(app.home.clone())));
     }

@@ -22,6 +22,8 @@ pub struct PromptOptions {
     pub mcp_section: String,
     /// `- **type**: description` lines of the subagent types available to `task`.
     pub subagent_types: String,
+    /// Memory tool mode: the `<memory_tool_system>` guidance.
+    pub memory_tools: bool,
 }
 
 fn escape(s: &str) -> String {
@@ -80,6 +82,10 @@ was asked. After you call it, execution stops until the user answers.\n</clarifi
     }
     if !opts.mcp_section.is_empty() {
         p.push_str(&opts.mcp_section);
+        p.push_str("\n\n");
+    }
+    if opts.memory_tools {
+        p.push_str(crate::memory::tools::PROMPT_SECTION);
         p.push_str("\n\n");
     }
     if opts.subagents_enabled {
@@ -167,5 +173,19 @@ mod tests {
         };
         let p = system_prompt(&with);
         assert!(p.contains("at most 4 `task` calls per response and 6 per run"));
+    }
+
+    #[test]
+    fn tool_mode_adds_the_memory_tool_guidance() {
+        let base = PromptOptions::default();
+        assert!(!system_prompt(&base).contains("<memory_tool_system>"));
+        let p = system_prompt(&PromptOptions {
+            memory_tools: true,
+            ..Default::default()
+        });
+        assert!(p.contains("<memory_tool_system>"));
+        for tool in crate::memory::tools::NAMES {
+            assert!(p.contains(&format!("`{tool}`")), "{tool}");
+        }
     }
 }

@@ -184,6 +184,11 @@ pub fn lead_tools(
         let executor = subagent_executor(app, reg.clone(), bash_ok);
         reg.register(crate::subagents::task_tool(Arc::new(executor)));
     }
+    // Memory tool mode (spec 40 §4.3): the lead agent's own, after everything else; a name that
+    // is already taken keeps its tool.
+    if app.memory().settings().tool_mode() {
+        crate::memory::tools::append(&mut reg, crate::memory::tools::memory_tools(app.memory()));
+    }
     Ok(reg)
 }
 

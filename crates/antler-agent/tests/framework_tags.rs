@@ -20,6 +20,8 @@ const NOT_BLOCKS: &[&str] = &[
     "skill_content",
     "conversation",
     "current_memory",
+    "stale_facts",
+    "consolidation_candidates",
     "new_messages",
     "messages",
     "existing_summary",

@@ -1124,3 +1124,184 @@ async fn facts_can_be_created_updated_deleted_and_imported() {
         antler_agent::memory::prompt::current_memory_json(&Profile::default(), &imported.facts);
     assert!(prompt_doc.contains("[MANUAL] Writes Rust"), "{prompt_doc}");
 }
+
+// ---------- staleness review and consolidation ----------
+
+fn days_ago(days: i64) -> String {
+    (chrono::Utc::now() - chrono::TimeDelta::days(days)).to_rfc3339()
+}
+
+#[tokio::test]
+async fn an_update_cycle_reviews_stale_facts_and_consolidates_a_fragmented_category() {
+    let (_d, store) = temp_store();
+    let stale = |id: &str, content: &str, days: i64| {
+        json!({"id": id, "content": content, "category": "goal", "confidence": 0.8,
+               "createdAt": days_ago(days), "source": "old-thread"})
+    };
+    let pref = |id: &str, content: &str, confidence: f64| {
+        json!({"id": id, "content": content, "category": "preference", "confidence": confidence,
+               "createdAt": days_ago(3), "source": "t0"})
+    };
+    store
+        .save_memory("u", "__default__", 0, MemoryChange {
+            profile: None,
+            facts: Some(vec![
+                stale("fact_s1", "Wants to learn Go", 200),
+                stale("fact_s2", "Is preparing a Kubernetes exam", 200),
+                stale("fact_s3", "Plans a move to Lisbon", 150),
+                pref("fact_p1", "Prefers dark themes", 0.9),
+                pref("fact_p2", "Prefers dark mode in the terminal", 0.8),
+                pref("fact_p3", "Prefers short answers", 0.85),
+                pref("fact_p4", "Prefers bullet lists", 0.85),
+                json!({"id": "fact_fix", "content": "Never force-push", "category": "correction",
+                       "confidence": 0.99, "createdAt": days_ago(400), "source": "t"}),
+            ]),
+        })
+        .await
+        .unwrap();
+    let body = json!({
+        "user": {}, "history": {}, "newFacts": [], "factsToRemove": [], "factsToReinforce": [],
+        // fact_fix is protected and fact_p1 is not aged: both are ignored.
+        "staleFactsToRemove": [{"id": "fact_s1", "reason": "now writes Rust"},
+                               {"id": "fact_fix", "reason": "old"},
+                               {"id": "fact_p1", "reason": "old"}],
+        "staleFactsToExtend": [{"id": "fact_s2", "extend_by_days": 365, "reason": "still studying"}],
+        "factsToConsolidate": [
+            {"sourceIds": ["fact_p1", "fact_p2"],
+             "consolidated": {"content": "Prefers dark themes everywhere, terminal included",
+                              "category": "preference", "confidence": 0.95,
+                              "scope": "user", "durability": "durable", "authority": "descriptive"}},
+            // Unclassified: refused, its sources stay.
+            {"sourceIds": ["fact_p3", "fact_p4"],
+             "consolidated": {"content": "Prefers short answers in bullet lists",
+                              "category": "preference", "confidence": 0.85}}
+        ]
+    });
+    let mut st = settings(Duration::from_secs(3600));
+    st.consolidation.enabled = true;
+    st.consolidation.min_facts = 4;
+    let s = setup(
+        &store,
+        st,
+        vec![ScriptedReply::text(format!("```json\n{body}\n```"))],
+    );
+    s.run("t", "run-1", "u", "I now write Rust for work").await;
+    assert!(s.memory.flush(Some(Duration::from_secs(20))).await);
+
+    // The review sections reached the memory model with the candidates only.
+    let prompt = s.memory_model.requests()[0].messages[0].text();
+    let review = &prompt[prompt.find("## Staleness review").expect(&prompt)..];
+    for id in ["fact_s1", "fact_s2", "fact_s3"] {
+        assert!(
+            review.contains(&format!("[{id} | goal | 0.80 |")),
+            "{review}"
+        );
+    }
+    assert!(!review.contains("[fact_fix |"), "{review}");
+    assert!(
+        prompt.contains("<consolidation_candidates category=\"preference\" count=\"4\">"),
+        "{prompt}"
+    );
+    assert!(
+        !prompt.contains("category=\"goal\""),
+        "3 goals are below min_facts"
+    );
+
+    let doc = s.memory.document(Some("u"), None).await.unwrap();
+    let by_id = |id: &str| doc.facts.iter().find(|f| f.id == id);
+    assert!(by_id("fact_s1").is_none(), "removed as stale");
+    assert_eq!(
+        by_id("fact_s2").unwrap().expected_valid_days,
+        Some(200 + 365)
+    );
+    assert_eq!(by_id("fact_s3").unwrap().expected_valid_days, None);
+    assert!(
+        by_id("fact_fix").is_some() && by_id("fact_p3").is_some() && by_id("fact_p4").is_some()
+    );
+    assert!(by_id("fact_p1").is_none() && by_id("fact_p2").is_none());
+    let merged = doc
+        .facts
+        .iter()
+        .find(|f| f.source == json!("consolidation"))
+        .unwrap();
+    let merged = serde_json::to_value(merged).unwrap();
+    assert_eq!(
+        merged["content"],
+        "Prefers dark themes everywhere, terminal included"
+    );
+    assert_eq!(merged["consolidatedFrom"], json!(["fact_p1", "fact_p2"]));
+    assert_eq!(merged["confidence"], 0.9, "capped at the best source");
+
+    // The journal says what happened.
+    let evs = store
+        .list_run_events("run-1", EventQuery::default())
+        .await
+        .unwrap();
+    let upd = evs
+        .iter()
+        .find(|e| e.event_type == "memory.update")
+        .unwrap();
+    assert_eq!(upd.content["stale_removed"], json!(["fact_s1"]));
+    assert_eq!(upd.content["stale_extended"], json!(["fact_s2"]));
+    assert_eq!(
+        upd.content["consolidated_from"],
+        json!(["fact_p1", "fact_p2"])
+    );
+    assert_eq!(upd.content["rejected"]["consolidations"]["missing"], 1);
+}
+
+#[tokio::test]
+async fn no_review_is_asked_for_below_the_candidate_minimum_or_with_consolidation_off() {
+    let (_d, store) = temp_store();
+    let facts: Vec<Value> = (0..8)
+        .map(|i| {
+            json!({"id": format!("fact_{i}"), "content": format!("Likes thing {i}"),
+                   "category": "preference", "confidence": 0.8,
+                   "createdAt": days_ago(if i < 2 { 300 } else { 1 }), "source": "t"})
+        })
+        .collect();
+    store
+        .save_memory(
+            "u",
+            "__default__",
+            0,
+            MemoryChange {
+                profile: None,
+                facts: Some(facts),
+            },
+        )
+        .await
+        .unwrap();
+    // Two aged facts (three needed), consolidation off by default.
+    let s = setup(
+        &store,
+        settings(Duration::from_secs(3600)),
+        vec![update_reply(vec![])],
+    );
+    s.run("t", "r", "u", "hello there").await;
+    assert!(s.memory.flush(Some(Duration::from_secs(20))).await);
+    let prompt = s.memory_model.requests()[0].messages[0].text();
+    assert!(!prompt.contains("## Staleness review"), "{prompt}");
+    assert!(!prompt.contains("<consolidation_candidates"), "{prompt}");
+}
+
+// ---------- tool mode ----------
+
+/// What the model is offered for each memory tool, pinned (a change here changes every model's
+/// view of the tools).
+#[tokio::test]
+async fn memory_tool_schemas() {
+    let (_d, store) = temp_store();
+    let memory = MemoryManager::new(
+        store,
+        MemorySettings::default(),
+        ModelSource::Fixed(Arc::new(ScriptedModel::new([]))),
+    );
+    for tool in antler_agent::memory::tools::memory_tools(&memory) {
+        let spec = tool.spec();
+        insta::assert_json_snapshot!(
+            spec.name.clone(),
+            json!({"name": spec.name, "description": spec.description, "parameters": spec.parameters})
+        );
+    }
+}

@@ -384,7 +384,44 @@ impl Config {
             dm.staleness_max_lifetime_multiplier,
             1.0,
             100.0,
-        )
+        )?;
+        // DeerMem's bounds for the staleness review and consolidation passes.
+        for (key, value, min, max) in [
+            (
+                "staleness_min_candidates",
+                dm.staleness_min_candidates,
+                1,
+                50,
+            ),
+            (
+                "staleness_max_removals_per_cycle",
+                dm.staleness_max_removals_per_cycle,
+                1,
+                50,
+            ),
+            (
+                "staleness_max_extension_days",
+                dm.staleness_max_extension_days,
+                90,
+                36_500,
+            ),
+            ("consolidation_min_facts", dm.consolidation_min_facts, 3, 30),
+            (
+                "consolidation_max_groups_per_cycle",
+                dm.consolidation_max_groups_per_cycle,
+                1,
+                10,
+            ),
+            (
+                "consolidation_max_sources",
+                dm.consolidation_max_sources,
+                2,
+                20,
+            ),
+        ] {
+            within(&format!("{p}.{key}"), value, min, max)?;
+        }
+        Ok(())
     }
 
     fn check_subagents(&self) -> Check {

@@ -132,6 +132,34 @@ fn cases() -> Vec<(&'static str, &'static str)> {
             "memory.backend_config.staleness_max_lifetime_multiplier: must be between 1 and 100, got 0.5",
         ),
         (
+            "memory: {backend_config: {staleness_min_candidates: 0}}",
+            "memory.backend_config.staleness_min_candidates: must be between 1 and 50, got 0",
+        ),
+        (
+            "memory: {backend_config: {staleness_max_removals_per_cycle: 51}}",
+            "memory.backend_config.staleness_max_removals_per_cycle: must be between 1 and 50, got 51",
+        ),
+        (
+            "memory: {staleness_max_extension_days: 30}",
+            "memory.backend_config.staleness_max_extension_days: must be between 90 and 36500, got 30",
+        ),
+        (
+            "memory: {backend_config: {consolidation_min_facts: 2}}",
+            "memory.backend_config.consolidation_min_facts: must be between 3 and 30, got 2",
+        ),
+        (
+            "memory: {backend_config: {consolidation_max_groups_per_cycle: 11}}",
+            "memory.backend_config.consolidation_max_groups_per_cycle: must be between 1 and 10, got 11",
+        ),
+        (
+            "memory: {backend_config: {consolidation_max_sources: 1}}",
+            "memory.backend_config.consolidation_max_sources: must be between 2 and 20, got 1",
+        ),
+        (
+            "memory: {backend_config: {staleness_protected_categories: correction}}",
+            "memory.backend_config.staleness_protected_categories: invalid type: string \"correction\", expected a sequence — change the value to the expected type",
+        ),
+        (
             "memory: {backend_config: {max_facts: many}}",
             "memory.backend_config.max_facts: invalid type: string \"many\", expected a non-negative integer — change the value to the expected type",
         ),

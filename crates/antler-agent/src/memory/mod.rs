@@ -18,10 +18,15 @@
 //! (for Summarization). `memory.enabled` gates all of them; `memory.injection_enabled` gates only
 //! the injection. Memory failures never fail a run: they are logged and journaled as
 //! `memory.error` events on the run they came from.
+//!
+//! With `memory.mode: tool` the lead agent gets the [`tools`] instead of the middleware and
+//! the injection carries summaries only.
 
 pub mod document;
 pub mod prompt;
 pub mod queue;
+pub mod review;
+pub mod tools;
 pub mod updater;
 
 use std::sync::Arc;
@@ -90,6 +95,63 @@ pub struct MemorySettings {
     pub fact_eviction_policy: String,
     /// `fact_eviction_shadow_enabled` (hybrid bookkeeping without hybrid eviction).
     pub eviction_shadow: bool,
+    /// `memory.mode`: in tool mode the model reads and writes facts through the memory tools.
+    pub mode: MemoryMode,
+    /// The staleness review pass (`staleness_*`).
+    pub staleness: StalenessSettings,
+    /// The consolidation pass (`consolidation_*`).
+    pub consolidation: ConsolidationSettings,
+}
+
+/// `staleness_*`: aged facts are shown to the memory model for a keep / remove / extend review.
+#[derive(Clone, Debug)]
+pub struct StalenessSettings {
+    /// `staleness_review_enabled`: whether the review section is put in the prompt.
+    pub enabled: bool,
+    /// `staleness_min_candidates`: fewer aged facts than this and no review is asked for.
+    pub min_candidates: usize,
+    /// `staleness_max_removals_per_cycle`.
+    pub max_removals_per_cycle: usize,
+    /// `staleness_protected_categories`: never reviewed (nor consolidated).
+    pub protected_categories: Vec<String>,
+    /// `staleness_max_extension_days`: ceiling of a lifetime after an extension.
+    pub max_extension_days: i64,
+}
+
+impl Default for StalenessSettings {
+    fn default() -> Self {
+        StalenessSettings {
+            enabled: true,
+            min_candidates: 3,
+            max_removals_per_cycle: 10,
+            protected_categories: vec!["correction".to_owned()],
+            max_extension_days: 3650,
+        }
+    }
+}
+
+/// `consolidation_*`: fragmented categories are shown to the memory model for merging.
+#[derive(Clone, Debug)]
+pub struct ConsolidationSettings {
+    /// `consolidation_enabled` (off by default: a merge drops the sources' wording).
+    pub enabled: bool,
+    /// `consolidation_min_facts`: a category needs this many facts to be offered.
+    pub min_facts: usize,
+    /// `consolidation_max_groups_per_cycle`.
+    pub max_groups_per_cycle: usize,
+    /// `consolidation_max_sources`: facts per merge (and shown per group).
+    pub max_sources: usize,
+}
+
+impl Default for ConsolidationSettings {
+    fn default() -> Self {
+        ConsolidationSettings {
+            enabled: false,
+            min_facts: 8,
+            max_groups_per_cycle: 3,
+            max_sources: 8,
+        }
+    }
 }
 
 impl Default for MemorySettings {
@@ -109,6 +171,9 @@ impl Default for MemorySettings {
             staleness_max_lifetime_multiplier: 20.0,
             fact_eviction_policy: "confidence".to_owned(),
             eviction_shadow: false,
+            mode: MemoryMode::Middleware,
+            staleness: StalenessSettings::default(),
+            consolidation: ConsolidationSettings::default(),
         }
     }
 }
@@ -127,9 +192,9 @@ impl MemorySettings {
                 "memory.manager_class: '{class}' is not available in antler — use deermem (the default) or noop"
             )));
         }
-        if cfg.mode == MemoryMode::Tool {
+        if cfg.mode == MemoryMode::Tool && (!cfg.enabled || noop) {
             tracing::warn!(
-                "memory.mode: tool is not available in antler yet; memory is written passively after each run"
+                "memory.mode is 'tool' but memory is disabled; the memory tools are not registered"
             );
         }
         let d = cfg
@@ -163,7 +228,28 @@ impl MemorySettings {
                 .get("fact_eviction_shadow_enabled")
                 .and_then(Value::as_bool)
                 .unwrap_or(false),
+            mode: cfg.mode,
+            staleness: StalenessSettings {
+                enabled: d.staleness_review_enabled,
+                min_candidates: to_usize(d.staleness_min_candidates),
+                max_removals_per_cycle: to_usize(d.staleness_max_removals_per_cycle),
+                protected_categories: d.staleness_protected_categories.clone(),
+                max_extension_days: i64::try_from(d.staleness_max_extension_days)
+                    .unwrap_or(i64::MAX),
+            },
+            consolidation: ConsolidationSettings {
+                enabled: d.consolidation_enabled,
+                min_facts: to_usize(d.consolidation_min_facts),
+                max_groups_per_cycle: to_usize(d.consolidation_max_groups_per_cycle),
+                max_sources: to_usize(d.consolidation_max_sources),
+            },
         })
+    }
+
+    /// Whether the lead agent gets the memory tools instead of the passive writer (`mode: tool`
+    /// with memory on).
+    pub fn tool_mode(&self) -> bool {
+        self.enabled && self.mode == MemoryMode::Tool
     }
 
     /// Whether confirmations (`lastConfirmedAt`, `confirmationCount`) are recorded.
@@ -454,13 +540,36 @@ impl MemoryManager {
             return Ok(None);
         }
         let loaded = updater::load(&self.store, &user_of(user_id), &bucket_of(agent_name)).await?;
+        // Tool mode injects the summaries only: facts stay behind `memory_search`.
+        let facts: &[Fact] = if self.settings.tool_mode() {
+            &[]
+        } else {
+            &loaded.facts
+        };
         let text = format_injection(
             &loaded.profile,
-            &loaded.facts,
+            facts,
             &self.settings.injection,
             &self.tokens,
         );
         Ok((!text.is_empty()).then_some(text))
+    }
+
+    /// Facts of a user's agent bucket matching `query`, best first, at most `limit`; `category`
+    /// (exact match) filters before the cut. See [`tools::rank`] for the matching.
+    pub async fn search(
+        &self,
+        user_id: Option<&str>,
+        agent_name: Option<&str>,
+        query: &str,
+        category: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Fact>, StoreError> {
+        if query.trim().is_empty() || limit == 0 {
+            return Ok(Vec::new());
+        }
+        let loaded = updater::load(&self.store, &user_of(user_id), &bucket_of(agent_name)).await?;
+        Ok(tools::rank(loaded.facts, query, category, limit))
     }
 
     /// A user's memory as one document (summaries plus the agent's facts).

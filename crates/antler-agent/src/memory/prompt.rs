@@ -43,6 +43,8 @@ Facts are specific, self-contained statements. Categories: preference (tools, st
 
 Existing facts carry ids in the current memory. Put an id in factsToReinforce only when the conversation explicitly confirms that fact again (not because it was shown to you). Put an id in factsToRemove only when the user explicitly contradicts or withdraws it for themselves in general, always with scope and reason, and with replacementFactIndex (the zero-based index in newFacts) when a new fact replaces it. Facts marked [MANUAL] were written by the user: change them only on an explicit, unambiguous correction.
 
+The user part may end with a "Staleness review" or a "Memory consolidation" section; answer those in "staleFactsToRemove" / "staleFactsToExtend" and "factsToConsolidate" as they explain, and leave these lists empty when there is no such section.
+
 Answer with exactly this shape (summaries you do not change: shouldUpdate false):
 {
   "user": {
@@ -59,7 +61,10 @@ Answer with exactly this shape (summaries you do not change: shouldUpdate false)
     {"content": "...", "category": "preference", "confidence": 0.9, "expected_valid_days": 180, "scope": "user", "durability": "durable", "authority": "descriptive"}
   ],
   "factsToReinforce": [{"id": "fact_...", "scope": "user", "reason": "..."}],
-  "factsToRemove": [{"id": "fact_...", "scope": "user", "reason": "...", "replacementFactIndex": 0}]
+  "factsToRemove": [{"id": "fact_...", "scope": "user", "reason": "...", "replacementFactIndex": 0}],
+  "staleFactsToRemove": [{"id": "fact_...", "reason": "..."}],
+  "staleFactsToExtend": [{"id": "fact_...", "extend_by_days": 365, "reason": "..."}],
+  "factsToConsolidate": [{"sourceIds": ["fact_...", "fact_..."], "consolidated": {"content": "...", "category": "preference", "confidence": 0.9, "scope": "user", "durability": "durable", "authority": "descriptive"}}]
 }"#;
 
 /// One line per detected signal, appended to the user part.
@@ -156,11 +161,15 @@ pub fn current_memory_json(profile: &Profile, facts: &[Fact]) -> String {
 }
 
 /// The user part of an update call.
+/// `staleness` and `consolidation` are the optional review sections (empty when there is
+/// nothing to review; see [`super::review`]).
 pub fn update_user_prompt(
     current_memory: &str,
     conversation: &str,
     signals: &BTreeSet<Signal>,
     has_manual: bool,
+    staleness: &str,
+    consolidation: &str,
 ) -> String {
     let mut hints: Vec<&str> = signals.iter().map(|s| signal_hint(*s)).collect();
     if has_manual {
@@ -176,6 +185,13 @@ pub fn update_user_prompt(
         out.push('\n');
         out.push_str(&hints.join("\n"));
         out.push('\n');
+    }
+    for section in [staleness, consolidation] {
+        if !section.is_empty() {
+            out.push('\n');
+            out.push_str(section);
+            out.push('\n');
+        }
     }
     out.push_str("\nReturn the JSON object with the changes.");
     out

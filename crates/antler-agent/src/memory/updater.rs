@@ -9,6 +9,9 @@
 //!    facts at or above the confidence threshold and `user`/`descriptive` summaries pass;
 //!    removals need a user scope and a reason, and a paired removal runs only if its replacement
 //!    survived; capacity keeps the most confident `max_facts`; upload events are scrubbed.
+//!    The same answer carries the staleness review and consolidation verdicts when the prompt
+//!    asked for them ([`super::review`]): stale verdicts apply before new facts, merges after
+//!    capacity and removals.
 //! 4. The change is saved against the revision it was computed from; on a conflict the memory is
 //!    reloaded and the same answer re-applied (at most 3 attempts).
 //!
@@ -32,6 +35,7 @@ use super::prompt::{
     UPDATE_SYSTEM_PROMPT,
 };
 use super::queue::QueueItem;
+use super::review::{self, StaleExtension, StaleRemoval};
 use super::{bucket_of, user_of, MemorySettings, ModelSource};
 
 /// Why an update failed (never raised into a run).
@@ -55,6 +59,7 @@ pub struct Rejections {
     pub facts: HashMap<&'static str, usize>,
     pub summaries: HashMap<&'static str, usize>,
     pub removals: HashMap<&'static str, usize>,
+    pub consolidations: HashMap<&'static str, usize>,
 }
 
 impl Rejections {
@@ -67,6 +72,9 @@ impl Rejections {
     fn removal(&mut self, why: &'static str) {
         *self.removals.entry(why).or_default() += 1;
     }
+    fn consolidation(&mut self, why: &'static str) {
+        *self.consolidations.entry(why).or_default() += 1;
+    }
 }
 
 /// What one successful update did.
@@ -77,6 +85,13 @@ pub struct UpdateReport {
     pub facts_added: Vec<String>,
     pub facts_removed: Vec<String>,
     pub facts_reinforced: Vec<String>,
+    /// Aged facts the staleness review removed.
+    pub stale_removed: Vec<String>,
+    /// Aged facts whose lifetime the staleness review recalibrated.
+    pub stale_extended: Vec<String>,
+    /// Facts created by consolidation (their sources are in `consolidated_from`).
+    pub consolidated: Vec<String>,
+    pub consolidated_from: Vec<String>,
     pub summaries_updated: Vec<String>,
     pub rejected: Rejections,
     pub signals: Vec<&'static str>,
@@ -123,6 +138,14 @@ struct Reinforce {
     reason: Option<String>,
 }
 
+#[derive(Clone, Debug, Default)]
+struct Consolidation {
+    /// Deduplicated, at least two.
+    source_ids: Vec<String>,
+    /// The merged fact (content, category, confidence default 0.9, labels).
+    fact: NewFact,
+}
+
 /// The model's change set, normalized.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct ParsedUpdate {
@@ -131,6 +154,9 @@ pub(crate) struct ParsedUpdate {
     new_facts: Vec<NewFact>,
     reinforce: Vec<Reinforce>,
     remove: Vec<Removal>,
+    stale_remove: Vec<StaleRemoval>,
+    stale_extend: Vec<StaleExtension>,
+    consolidate: Vec<Consolidation>,
 }
 
 fn label(v: Option<&Value>) -> Option<String> {
@@ -276,7 +302,113 @@ pub(crate) fn parse_update(text: &str) -> Result<ParsedUpdate, MemoryError> {
         new_facts,
         reinforce,
         remove,
+        stale_remove: parse_stale_removals(o.get("staleFactsToRemove")),
+        stale_extend: parse_stale_extensions(o.get("staleFactsToExtend")),
+        consolidate: parse_consolidations(o.get("factsToConsolidate")),
     })
+}
+
+fn reason_of(o: &Map<String, Value>) -> String {
+    o.get("reason")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned()
+}
+
+fn id_of(o: &Map<String, Value>) -> Option<String> {
+    o.get("id")
+        .and_then(Value::as_str)
+        .filter(|id| !id.is_empty())
+        .map(str::to_owned)
+}
+
+fn parse_stale_removals(v: Option<&Value>) -> Vec<StaleRemoval> {
+    let Some(Value::Array(items)) = v else {
+        return Vec::new();
+    };
+    items
+        .iter()
+        .filter_map(Value::as_object)
+        .filter_map(|o| {
+            Some(StaleRemoval {
+                id: id_of(o)?,
+                reason: reason_of(o),
+            })
+        })
+        .collect()
+}
+
+fn parse_stale_extensions(v: Option<&Value>) -> Vec<StaleExtension> {
+    let Some(Value::Array(items)) = v else {
+        return Vec::new();
+    };
+    items
+        .iter()
+        .filter_map(Value::as_object)
+        .filter_map(|o| {
+            // Whole days (truncated), positive: 0.5 would be a zero-day extension.
+            let days = o
+                .get("extend_by_days")
+                .and_then(Value::as_f64)
+                .filter(|d| d.is_finite())
+                .map(|d| d as i64)
+                .filter(|d| *d > 0)?;
+            Some(StaleExtension {
+                id: id_of(o)?,
+                extend_by_days: days,
+                reason: reason_of(o),
+            })
+        })
+        .collect()
+}
+
+fn parse_consolidations(v: Option<&Value>) -> Vec<Consolidation> {
+    let Some(Value::Array(items)) = v else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for o in items.iter().filter_map(Value::as_object) {
+        let Some(Value::Array(ids)) = o.get("sourceIds") else {
+            continue;
+        };
+        let mut source_ids: Vec<String> = Vec::new();
+        for id in ids
+            .iter()
+            .filter_map(Value::as_str)
+            .filter(|s| !s.is_empty())
+        {
+            if !source_ids.iter().any(|s| s == id) {
+                source_ids.push(id.to_owned());
+            }
+        }
+        // One source (or the same id twice) is not a merge.
+        if source_ids.len() < 2 {
+            continue;
+        }
+        let Some(Value::Object(c)) = o.get("consolidated") else {
+            continue;
+        };
+        let Some(content) = text_of(c.get("content")) else {
+            continue;
+        };
+        let confidence = match c.get("confidence") {
+            Some(Value::Number(n)) => n.as_f64().filter(|f| f.is_finite()).unwrap_or(0.9),
+            _ => 0.9,
+        };
+        out.push(Consolidation {
+            source_ids,
+            fact: NewFact {
+                content,
+                category: text_of(c.get("category")).unwrap_or_else(|| "context".to_owned()),
+                confidence,
+                scope: label(c.get("scope")),
+                durability: label(c.get("durability")),
+                authority: label(c.get("authority")),
+                ..Default::default()
+            },
+        });
+    }
+    out
 }
 
 /// Identity of a message for the watermark: its id, else its kind and text.
@@ -377,6 +509,21 @@ pub(crate) async fn load(
     })
 }
 
+/// Why a proposed fact fails the user / durable / descriptive gate, if it does.
+fn fact_gate(f: &NewFact) -> Option<&'static str> {
+    match (
+        f.scope.as_deref(),
+        f.durability.as_deref(),
+        f.authority.as_deref(),
+    ) {
+        (None, _, _) | (_, None, _) | (_, _, None) => Some("missing"),
+        (Some(s), _, _) if s != "user" => Some("scope"),
+        (_, Some(d), _) if d != "durable" => Some("durability"),
+        (_, _, Some(a)) if a != "descriptive" => Some("authority"),
+        _ => None,
+    }
+}
+
 /// Apply a parsed update to loaded memory (pure; see the module doc for the rules).
 pub(crate) fn apply(
     settings: &MemorySettings,
@@ -430,6 +577,18 @@ pub(crate) fn apply(
     gate_summaries(profile.user_sections_mut(), &update.user, &mut report);
     gate_summaries(profile.history_sections_mut(), &update.history, &mut report);
 
+    // Staleness verdicts, bounded by the candidates of the memory being changed.
+    let now_at = review::parse_time(now).unwrap_or_else(chrono::Utc::now);
+    let stale = review::apply_staleness(
+        &mut facts,
+        settings,
+        now_at,
+        &update.stale_remove,
+        &update.stale_extend,
+    );
+    report.stale_removed = stale.removed;
+    report.stale_extended = stale.extended;
+
     let mut keys: HashSet<String> = facts
         .iter()
         .filter_map(|f| f.text().and_then(content_key))
@@ -442,18 +601,7 @@ pub(crate) fn apply(
         if nf.confidence >= settings.fact_confidence_threshold {
             passed_threshold += 1;
         }
-        let why = match (
-            nf.scope.as_deref(),
-            nf.durability.as_deref(),
-            nf.authority.as_deref(),
-        ) {
-            (None, _, _) | (_, None, _) | (_, _, None) => Some("missing"),
-            (Some(s), _, _) if s != "user" => Some("scope"),
-            (_, Some(d), _) if d != "durable" => Some("durability"),
-            (_, _, Some(a)) if a != "descriptive" => Some("authority"),
-            _ => None,
-        };
-        if let Some(why) = why {
+        if let Some(why) = fact_gate(nf) {
             report.rejected.fact(why);
             continue;
         }
@@ -553,6 +701,26 @@ pub(crate) fn apply(
         });
     }
 
+    // Consolidation after capacity and removals: a source evicted just now is no longer
+    // there to merge, so a merge can never drop sources whose replacement is trimmed away.
+    let merges: Vec<review::Merge<'_>> = update
+        .consolidate
+        .iter()
+        .map(|c| review::Merge {
+            source_ids: &c.source_ids,
+            content: &c.fact.content,
+            category: &c.fact.category,
+            confidence: c.fact.confidence,
+            gate: fact_gate(&c.fact),
+        })
+        .collect();
+    let merged = review::apply_consolidation(&mut facts, settings, now_at, &merges, new_fact_id);
+    for why in merged.rejected {
+        report.rejected.consolidation(why);
+    }
+    report.consolidated = merged.created;
+    report.consolidated_from = merged.consumed;
+
     // Uploads belong to one thread: scrub them from summaries, drop such facts.
     let scrub = |s: &mut Section| {
         if mentions_upload(&s.summary) {
@@ -571,6 +739,7 @@ pub(crate) fn apply(
         let drop = f.text().is_some_and(mentions_upload);
         if drop {
             report.facts_added.retain(|id| id != &f.id);
+            report.consolidated.retain(|id| id != &f.id);
         }
         !drop
     });
@@ -641,11 +810,14 @@ impl MemoryUpdater {
         let mut loaded = load(&self.store, &user, &bucket).await?;
         let memory_json = current_memory_json(&loaded.profile, &loaded.facts);
         let has_manual = loaded.facts.iter().any(Fact::is_manual);
+        let review_at = chrono::Utc::now();
         let user_part = Arc::new(Message::human(update_user_prompt(
             &memory_json,
             &conversation,
             &signals,
             has_manual,
+            &review::staleness_section(&loaded.facts, &self.settings, review_at),
+            &review::consolidation_section(&loaded.facts, &self.settings),
         )));
         let model = self.model()?;
         let started = Instant::now();
@@ -714,5 +886,99 @@ impl MemoryUpdater {
             }
         }
         Err(MemoryError::Conflict(3))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use serde_json::json;
+
+    fn parsed(extra: Value) -> ParsedUpdate {
+        let mut body = json!({"user": {}, "history": {}, "newFacts": []});
+        if let (Value::Object(b), Value::Object(e)) = (&mut body, extra) {
+            b.extend(e);
+        }
+        parse_update(&body.to_string()).unwrap()
+    }
+
+    #[test]
+    fn stale_verdicts_are_normalized() {
+        let p = parsed(json!({
+            "staleFactsToRemove": [{"id": "a", "reason": "gone"}, {"id": ""}, {"reason": "x"},
+                                   "b", {"id": "c", "reason": 3}],
+            "staleFactsToExtend": [{"id": "a", "extend_by_days": 365.9},
+                                   {"id": "b", "extend_by_days": 0.5},
+                                   {"id": "c", "extend_by_days": true},
+                                   {"id": "d", "extend_by_days": "30"},
+                                   {"id": "e", "extend_by_days": -3},
+                                   {"extend_by_days": 10}],
+        }));
+        let removals: Vec<(&str, &str)> = p
+            .stale_remove
+            .iter()
+            .map(|r| (r.id.as_str(), r.reason.as_str()))
+            .collect();
+        assert_eq!(removals, [("a", "gone"), ("c", "")]);
+        let ext: Vec<(&str, i64)> = p
+            .stale_extend
+            .iter()
+            .map(|e| (e.id.as_str(), e.extend_by_days))
+            .collect();
+        assert_eq!(ext, [("a", 365)]);
+    }
+
+    #[test]
+    fn consolidations_need_two_distinct_sources_and_content() {
+        let p = parsed(json!({"factsToConsolidate": [
+            {"sourceIds": ["a", "a"], "consolidated": {"content": "x"}},
+            {"sourceIds": ["a", "b"], "consolidated": {"content": "  "}},
+            {"sourceIds": ["a", "b"]},
+            {"sourceIds": "a,b", "consolidated": {"content": "x"}},
+            {"sourceIds": ["a", "", 3, "b", "a"],
+             "consolidated": {"content": " merged ", "confidence": true, "category": " ",
+                              "scope": "USER", "durability": "durable", "authority": "descriptive"}},
+        ]}));
+        assert_eq!(p.consolidate.len(), 1);
+        let c = &p.consolidate[0];
+        assert_eq!(c.source_ids, ["a", "b"]);
+        assert_eq!(c.fact.content, "merged");
+        assert_eq!(c.fact.category, "context");
+        assert_eq!(c.fact.confidence, 0.9);
+        assert_eq!(fact_gate(&c.fact), None);
+    }
+
+    #[test]
+    fn an_unclassified_consolidation_keeps_its_sources_and_is_counted() {
+        let mut settings = MemorySettings::default();
+        settings.consolidation.enabled = true;
+        settings.consolidation.min_facts = 3;
+        let facts: Vec<Fact> = (0..3)
+            .map(|i| Fact {
+                id: format!("f{i}"),
+                content: json!(format!("fact {i}")),
+                category: Some("preference".into()),
+                confidence: json!(0.9),
+                created_at: now_iso(),
+                ..Default::default()
+            })
+            .collect();
+        let p = parsed(json!({"factsToConsolidate": [
+            {"sourceIds": ["f0", "f1"], "consolidated": {"content": "merged", "scope": "thread",
+              "durability": "durable", "authority": "descriptive"}},
+        ]}));
+        let (_, after, report) = apply(
+            &settings,
+            Profile::default(),
+            facts.clone(),
+            &p,
+            "t",
+            &BTreeSet::new(),
+            &now_iso(),
+        );
+        assert_eq!(after, facts);
+        assert_eq!(report.rejected.consolidations.get("scope"), Some(&1));
+        assert!(report.consolidated.is_empty());
     }
 }
