@@ -57,6 +57,9 @@ fn the_default_lead_chain_is_pinned() {
             "L9 MemoryMiddleware",
             "L13 SystemMessageCoalescingMiddleware",
             "L15 LoopDetectionMiddleware",
+            "L19 TerminalResponseMiddleware",
+            "L20 ModelLengthFinishReasonMiddleware",
+            "L21 SafetyFinishReasonMiddleware",
             "L22 ClarificationMiddleware",
         ]
     );
@@ -95,6 +98,9 @@ fn the_everything_on_lead_chain_is_pinned() {
             "L14 SubagentLimitMiddleware",
             "L15 LoopDetectionMiddleware",
             "L16 TokenBudgetMiddleware",
+            "L19 TerminalResponseMiddleware",
+            "L20 ModelLengthFinishReasonMiddleware",
+            "L21 SafetyFinishReasonMiddleware",
             "L22 ClarificationMiddleware",
         ]
     );
@@ -121,6 +127,7 @@ fn the_subagent_chain_is_pinned() {
             "S14 ToolErrorHandlingMiddleware",
             "U6 LoopDetectionMiddleware",
             "U7 TokenBudgetMiddleware",
+            "U9 SafetyFinishReasonMiddleware",
             "U10 DurableContextMiddleware",
             "U11 DeerFlowSummarizationMiddleware",
             "U13 SystemMessageCoalescingMiddleware",
