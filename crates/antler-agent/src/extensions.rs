@@ -482,3 +482,7 @@ impl App {
         configured_python_middlewares(self.config.extensions.as_ref(), file.as_deref())
     }
 }
+
+#[cfg(test)]
+#[path = "extensions_tests.rs"]
+mod tests;

@@ -152,3 +152,42 @@ fn text_output_lists_slots_names_and_hooks() {
         "{text}"
     );
 }
+
+#[test]
+fn cold_mcp_slots_show_as_deferred_and_python_middlewares_as_skipped() {
+    let mock = MockOpenAi::start_on_thread();
+    let p = Project::new(&mock, "tool_search:\n  enabled: true\n");
+    std::fs::write(
+        p.path().join("extensions_config.json"),
+        r#"{"mcpServers": {"docs": {"type": "stdio", "command": "true"}}, "middlewares": ["pkg.audit:AuditMiddleware"]}"#,
+    )
+    .unwrap();
+    let out = p.run(&["chain"]);
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    let at = |needle: &str| {
+        lines
+            .iter()
+            .position(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("{needle} missing:\n{text}"))
+    };
+    let (l9, l11, l12, l13) = (
+        at("L9   MemoryMiddleware"),
+        at("L11  McpRoutingMiddleware"),
+        at("L12  DeferredToolFilterMiddleware"),
+        at("L13  SystemMessageCoalescingMiddleware"),
+    );
+    assert!(l9 < l11 && l11 + 1 == l12 && l12 + 1 == l13, "{text}");
+    assert!(lines[l12].contains("deferred (MCP)"), "{text}");
+    assert!(
+        text.contains("skipped Python middleware 'pkg.audit:AuditMiddleware'"),
+        "{text}"
+    );
+    // JSON keeps one object per row; the placeholders say they are deferred.
+    let json = chain(&p, &[]);
+    assert!(json.contains(&"L12 DeferredToolFilterMiddleware".to_owned()));
+    let stderr =
+        String::from_utf8_lossy(&p.run(&["chain", "--output", "json"]).stderr).into_owned();
+    assert!(stderr.contains("pkg.audit:AuditMiddleware"), "{stderr}");
+}
