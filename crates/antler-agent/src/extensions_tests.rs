@@ -101,7 +101,7 @@ fn unknown_anchors_are_refused_at_registration_naming_them() {
     assert!(validate(&ext(Placement::after("B"), "C"), std::slice::from_ref(&b)).is_ok());
     assert!(validate(
         &ext(Placement::after("B"), "C").in_subagents(),
-        &[b.clone()]
+        std::slice::from_ref(&b)
     )
     .is_err());
     assert_eq!(

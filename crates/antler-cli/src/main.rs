@@ -714,6 +714,21 @@ fn config_check(cli: Option<&Path>) -> Result<u8, Failure> {
         println!("  {line}");
     }
     println!("  {mcp_line}");
+    antler_agent::chain::check_safety_finish_reason(config)
+        .map_err(|e| Failure::usage(format!("{}: {e}", path.display())))?;
+    let ext_file = antler_mcp::Lookup::new(
+        Some(&path),
+        std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")),
+    )
+    .resolve()
+    .ok()
+    .flatten();
+    for s in antler_agent::extensions::configured_python_middlewares(
+        config.extensions.as_ref(),
+        ext_file.as_deref(),
+    ) {
+        println!("  middlewares: {s}");
+    }
     println!(
         "  sandbox: {} (allow_host_bash: {}, confine: {:?})",
         config.sandbox.use_, config.sandbox.allow_host_bash, config.sandbox.confine
