@@ -33,6 +33,11 @@
 //! # }
 //! ```
 //!
+//! DeerFlow's extension-API positions are there too, resolved per chain:
+//! [`Placement::Semantic`] with [`Semantic::ModelLogical`] (outside LLMErrorHandling),
+//! [`Semantic::ModelPhysical`] (innermost model position), [`Semantic::ToolVisible`] (start of
+//! the chain), [`Semantic::ToolRaw`] (just outside Clarification) or [`Semantic::Standard`].
+//!
 //! **Anchors** are slot labels of spec 20 §12 (`S1`…`S14` shared, `L1`…`L22` lead, `U1`…`U13`
 //! subagent; `antler chain` prints them) or the name of an extension registered earlier. A slot
 //! that is not in a given chain (a disabled middleware, e.g. `L6` outside plan mode) still anchors:
@@ -75,6 +80,24 @@ pub enum Placement {
     Before(String),
     /// Just after (inner of) the anchor.
     After(String),
+    /// One of DeerFlow's extension-API positions, resolved per chain (spec 20 §12.5).
+    Semantic(Semantic),
+}
+
+/// The positions DeerFlow's extension API offers plugins, by what the middleware needs to see.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Semantic {
+    /// Just outside LLMErrorHandling (`S8`): one logical model call, however often it is retried.
+    ModelLogical,
+    /// Innermost model position: inside SafetyFinishReason (`L21`) in the lead chain, inside
+    /// SystemMessageCoalescing (`U13`) in a subagent's — each physical request as sent.
+    ModelPhysical,
+    /// Start of the chain: outermost tool wrapper, sees every call as the model made it.
+    ToolVisible,
+    /// Just outside Clarification (`L22`; the end of a subagent's chain): the raw tool results.
+    ToolRaw,
+    /// DeerFlow's default for plugins: just outside LLMErrorHandling (`S8`).
+    Standard,
 }
 
 impl Placement {
@@ -88,8 +111,28 @@ impl Placement {
 
     fn anchor(&self) -> Option<&str> {
         match self {
-            Placement::Default => None,
+            Placement::Default | Placement::Semantic(_) => None,
             Placement::Before(a) | Placement::After(a) => Some(a),
+        }
+    }
+
+    /// The anchor slot (or extension name) in a chain of `segment`, and whether the extension
+    /// goes after it (inner) rather than before it (outer).
+    pub fn target(&self, segment: Segment) -> (&str, bool) {
+        match (self, segment) {
+            // Before the terminal tail; several defaults keep registration order.
+            (Placement::Default, Segment::Lead) => ("L19", false),
+            (Placement::Default, Segment::Subagent) => ("U9", false),
+            (Placement::Before(a), _) => (a, false),
+            (Placement::After(a), _) => (a, true),
+            (Placement::Semantic(Semantic::ModelLogical | Semantic::Standard), _) => ("S8", false),
+            (Placement::Semantic(Semantic::ModelPhysical), Segment::Lead) => ("L21", true),
+            (
+                Placement::Semantic(Semantic::ModelPhysical | Semantic::ToolRaw),
+                Segment::Subagent,
+            ) => ("U13", true),
+            (Placement::Semantic(Semantic::ToolVisible), _) => ("S1", false),
+            (Placement::Semantic(Semantic::ToolRaw), Segment::Lead) => ("L22", false),
         }
     }
 }
@@ -98,6 +141,7 @@ impl std::fmt::Display for Placement {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Placement::Default => f.write_str("default"),
+            Placement::Semantic(s) => write!(f, "{s:?}"),
             Placement::Before(a) => write!(f, "before {a}"),
             Placement::After(a) => write!(f, "after {a}"),
         }
@@ -296,18 +340,7 @@ pub fn apply(
         if entries.iter().any(|e| e.middleware.name() == ext.name()) {
             return Err(ExtensionError::DuplicateName(ext.name().to_owned()));
         }
-        let (anchor, after) = match &ext.placement {
-            // Before the terminal tail; several defaults keep registration order.
-            Placement::Default => (
-                match segment {
-                    Segment::Lead => "L19",
-                    Segment::Subagent => "U9",
-                },
-                false,
-            ),
-            Placement::Before(a) => (a.as_str(), false),
-            Placement::After(a) => (a.as_str(), true),
-        };
+        let (anchor, after) = ext.placement.target(segment);
         let found = entries
             .iter()
             .position(|e| !is_extension(e) && e.slot == anchor)

@@ -187,3 +187,50 @@ fn python_middlewares_are_listed_from_config_yaml_or_the_json_file() {
     );
     assert!(configured_python_middlewares(None, None).is_empty());
 }
+
+#[test]
+fn deerflows_semantic_placements_resolve_per_chain() {
+    let exts = [
+        ext(Placement::Semantic(Semantic::ToolVisible), "Visible"),
+        ext(Placement::Semantic(Semantic::ModelLogical), "Logical"),
+        ext(Placement::Semantic(Semantic::ModelPhysical), "Physical"),
+        ext(Placement::Semantic(Semantic::ToolRaw), "Raw"),
+    ];
+    let out = apply(chain(LEAD), &exts, Segment::Lead).unwrap();
+    assert_eq!(
+        shown(&out),
+        [
+            "ext Visible",
+            "S1 S1",
+            "ext Logical",
+            "S8 S8",
+            "S14 S14",
+            "L1 L1",
+            "L4 L4",
+            "L15 L15",
+            "L19 L19",
+            "L21 L21",
+            "ext Physical",
+            "ext Raw",
+            "L22 L22",
+        ]
+    );
+    // Subagents: the physical and raw positions are inside SystemMessageCoalescing (U13).
+    let sub = chain(&["S1", "S8", "S14", "U10", "U13"]);
+    let exts = [
+        ext(Placement::Semantic(Semantic::ModelPhysical), "Physical").only_in_subagents(),
+        ext(Placement::Semantic(Semantic::Standard), "Standard").only_in_subagents(),
+    ];
+    assert_eq!(
+        shown(&apply(sub, &exts, Segment::Subagent).unwrap()),
+        [
+            "S1 S1",
+            "ext Standard",
+            "S8 S8",
+            "S14 S14",
+            "U10 U10",
+            "U13 U13",
+            "ext Physical"
+        ]
+    );
+}
