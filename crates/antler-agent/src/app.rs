@@ -47,6 +47,8 @@ pub struct App {
     memory: Arc<MemoryManager>,
     /// MCP servers from `extensions_config.json` (one client per process).
     pub mcp: antler_mcp::McpManager,
+    /// Rust middlewares inserted into every chain built (see [`crate::extensions`]).
+    pub(crate) extensions: Arc<[crate::extensions::Extension]>,
 }
 
 fn db_path(config: &Config, home: &Path) -> Option<PathBuf> {
@@ -121,6 +123,7 @@ impl App {
         let memory = MemoryManager::from_config(config.clone(), store.clone(), None)?;
         let loop_detection = chain::loop_detection(&config)?;
         chain::check_guardrail(&config)?;
+        chain::check_safety_finish_reason(&config)?;
         let breaker = chain::circuit_breaker(&config);
         let project_root = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
         let skills_root = crate::skills::skills_root(config.skills.path.as_deref(), &project_root);
@@ -140,7 +143,8 @@ impl App {
             home.clone(),
             antler_mcp::Lookup::new(config_file, &project_root),
         );
-        Ok(App {
+        let app = App {
+            extensions: Arc::from(Vec::new()),
             mcp,
             config,
             home,
@@ -156,7 +160,11 @@ impl App {
             token_caches: Arc::new(Mutex::new(HashMap::new())),
             model_override: None,
             memory,
-        })
+        };
+        for skipped in app.skipped_python_middlewares() {
+            tracing::warn!("{skipped}");
+        }
+        Ok(app)
     }
 
     /// Use `model` for every run instead of the configured ones.

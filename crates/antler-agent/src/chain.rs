@@ -6,9 +6,10 @@
 //! - the subagent segment (U…).
 //!
 //! Entries DeerFlow marks EXTRA that antler does not implement yet are skipped (the
-//! authorization guardrail S9, configured extension
-//! middlewares L18, TerminalResponse L19, ModelLengthFinishReason L20, SafetyFinishReason L21);
-//! the relative order of everything present is DeerFlow's.
+//! authorization guardrail S9); the relative order of everything present is DeerFlow's. The
+//! custom and configured middleware slots (L17/L18, U8) hold the Rust extensions registered on
+//! the [`App`] ([`crate::extensions`]), which are inserted last, at their placements; DeerFlow's
+//! Python entries there are skipped with a warning.
 
 use std::sync::Arc;
 
@@ -18,6 +19,8 @@ use antler_middleware::dangling_tool_call::DanglingToolCallMiddleware;
 use antler_middleware::deferred_tool_filter::DeferredToolFilterMiddleware;
 use antler_middleware::durable_context::{DurableContextMiddleware, DurableContextSettings};
 use antler_middleware::dynamic_context::{DynamicContextMiddleware, DynamicContextSettings};
+use antler_middleware::finish_reason::model_length::ModelLengthFinishReasonMiddleware;
+use antler_middleware::finish_reason::safety::SafetyFinishReasonMiddleware;
 use antler_middleware::guardrail::{provider_from_config, GuardrailMiddleware};
 use antler_middleware::input_sanitization::InputSanitizationMiddleware;
 use antler_middleware::llm_error_handling::{CircuitBreaker, LlmErrorHandlingMiddleware};
@@ -32,6 +35,7 @@ use antler_middleware::skill_tool_policy::SkillToolPolicyMiddleware;
 use antler_middleware::subagent_limit::SubagentLimitMiddleware;
 use antler_middleware::summarization::{BeforeSummarizationHook, DeerFlowSummarizationMiddleware};
 use antler_middleware::system_message_coalescing::SystemMessageCoalescingMiddleware;
+use antler_middleware::terminal_response::TerminalResponseMiddleware;
 use antler_middleware::thread_data::ThreadDataMiddleware;
 use antler_middleware::title::TitleMiddleware;
 use antler_middleware::todo::{TodoMiddleware, TodoSettings};
@@ -67,6 +71,8 @@ pub struct ChainParts {
             std::collections::HashMap<String, Arc<antler_models::tokens::CachedTokenCounter>>,
         >,
     >,
+    /// Rust middlewares registered on the app, inserted at their placements.
+    pub extensions: Arc<[crate::extensions::Extension]>,
 }
 
 impl ChainParts {
@@ -101,6 +107,7 @@ impl App {
                 extensions_config: self.project_root.join("extensions_config.json"),
             }),
             token_caches: self.token_caches.clone(),
+            extensions: self.extensions.clone(),
         }
     }
 }
@@ -273,9 +280,38 @@ pub fn lead_entries(
             TokenBudgetMiddleware::new(config.token_budget.clone()),
         ));
     }
+    // L17/L18: extensions, inserted below. L19-L21 run first in after_model (reverse order), on
+    // the raw terminal message; SafetyFinishReason before every other guard.
+    out.push(entry("L19", TerminalResponseMiddleware::new()));
+    out.push(entry("L20", ModelLengthFinishReasonMiddleware::new()));
+    if let Some(s) = safety_finish_reason(config)? {
+        out.push(entry("L21", s));
+    }
     // L22: always last.
     out.push(entry("L22", ClarificationMiddleware::new()));
-    Ok(out)
+    with_extensions(out, &parts, crate::extensions::Segment::Lead)
+}
+
+/// SafetyFinishReason (L21/U9) when `safety_finish_reason.enabled`.
+fn safety_finish_reason(
+    config: &Config,
+) -> Result<Option<SafetyFinishReasonMiddleware>, AgentError> {
+    SafetyFinishReasonMiddleware::from_config(&config.safety_finish_reason)
+        .map_err(AgentError::Config)
+}
+
+/// A `safety_finish_reason.detectors` antler cannot build is a config error at App start.
+pub fn check_safety_finish_reason(config: &Config) -> Result<(), AgentError> {
+    safety_finish_reason(config).map(|_| ())
+}
+
+fn with_extensions(
+    entries: Vec<ChainEntry>,
+    parts: &ChainParts,
+    segment: crate::extensions::Segment,
+) -> Result<Vec<ChainEntry>, AgentError> {
+    crate::extensions::apply(entries, &parts.extensions, segment)
+        .map_err(|e| AgentError::Config(e.to_string()))
 }
 
 /// McpRouting and DeferredToolFilter (L11/L12, U4/U5) when `tool_search` defers MCP tools;
@@ -433,13 +469,17 @@ pub fn subagent_entries(
     if budget.enabled {
         out.push(entry("U7", TokenBudgetMiddleware::new(budget)));
     }
+    // U8: extensions, inserted below. U9: after the loop and budget guards.
+    if let Some(s) = safety_finish_reason(&parts.config)? {
+        out.push(entry("U9", s));
+    }
     out.push(entry("U10", durable_context(parts)));
     // U11: the subagent's own model; no memory flush (subagents share the parent thread id).
     if let Some(s) = summarization(parts, run_model.clone(), model, Vec::new())? {
         out.push(entry("U11", s));
     }
     out.push(entry("U13", SystemMessageCoalescingMiddleware::new()));
-    Ok(out)
+    with_extensions(out, parts, crate::extensions::Segment::Subagent)
 }
 
 /// The lead agent's chain.

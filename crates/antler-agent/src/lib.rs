@@ -5,6 +5,7 @@
 pub mod agents;
 pub mod app;
 pub mod chain;
+pub mod extensions;
 pub mod mcp;
 pub mod memory;
 pub mod models;

@@ -449,6 +449,9 @@ async fn run(config_path: Option<&Path>, args: RunArgs) -> Result<u8, Failure> {
     match args.output {
         OutputFormat::Text => {
             text_sink.finish();
+            if let Some(reason) = &outcome.stop_reason {
+                warn_user(&stop_reason_note(reason));
+            }
             match outcome.status {
                 RunStatus::Success => {}
                 RunStatus::Interrupted => warn_user("run interrupted"),
@@ -466,6 +469,7 @@ async fn run(config_path: Option<&Path>, args: RunArgs) -> Result<u8, Failure> {
                 "status": outcome.status.as_str(),
                 "values": outcome.state.as_ref(),
                 "error": outcome.error,
+                "stop_reason": outcome.stop_reason,
             });
             println!("{obj}");
         }
@@ -478,6 +482,20 @@ async fn run(config_path: Option<&Path>, args: RunArgs) -> Result<u8, Failure> {
     } else {
         exit::OK
     })
+}
+
+/// What `antler run` says on stderr when a guard stopped the run early, so a capped answer is
+/// never passed off as a complete one.
+fn stop_reason_note(reason: &str) -> String {
+    let what = match reason {
+        "model_length_capped" => "the answer is incomplete: the model hit its output token limit (raise max_tokens for this model, or ask for a shorter answer)",
+        "safety_capped" => "the model provider stopped the answer on a safety signal; any tool calls in it were not run",
+        "loop_capped" => "the run was stopped because the agent kept repeating the same tool calls",
+        "token_capped" => "the run was stopped at its token budget",
+        "subagent_limit_capped" => "the run's subagent delegation limit was reached",
+        _ => "the run was stopped early by a guard",
+    };
+    format!("note: {what} (stop_reason: {reason})")
 }
 
 /// First Ctrl-C cancels the run cleanly; a second one exits at once.
@@ -514,30 +532,109 @@ fn print_chain(config_path: Option<&Path>, args: ChainArgs) -> Result<u8, Failur
     } else {
         app.lead_entries(&opts, None)?
     };
+    let segment = if args.subagent {
+        antler_agent::extensions::Segment::Subagent
+    } else {
+        antler_agent::extensions::Segment::Lead
+    };
+    let rows = chain_rows(&app, &entries, segment);
+    let skipped = app.skipped_python_middlewares();
     if args.output != OutputFormat::Text {
-        let v: Vec<serde_json::Value> = entries
+        let v: Vec<serde_json::Value> = rows
             .iter()
-            .map(|e| {
-                json!({
+            .map(|r| match r {
+                ChainRow::Entry(e) => json!({
                     "slot": e.slot,
                     "name": e.middleware.name(),
                     "hooks": e.middleware.hooks().names(),
-                })
+                }),
+                ChainRow::Deferred { slot, name, .. } => json!({
+                    "slot": slot,
+                    "name": name,
+                    "hooks": [],
+                    "deferred": "mcp",
+                }),
             })
             .collect();
         println!("{}", serde_json::Value::Array(v));
+        for s in &skipped {
+            warn_user(&format!("warning: {s}"));
+        }
         return Ok(exit::OK);
     }
-    for (i, e) in entries.iter().enumerate() {
-        println!(
-            "{:>2}. {:<4} {:<36} {}",
-            i + 1,
-            e.slot,
-            e.middleware.name(),
-            e.middleware.hooks().names().join(", ")
-        );
+    for (i, r) in rows.iter().enumerate() {
+        let (slot, name, hooks) = match r {
+            ChainRow::Entry(e) => (
+                e.slot,
+                e.middleware.name(),
+                e.middleware.hooks().names().join(", "),
+            ),
+            ChainRow::Deferred { slot, name, note } => (*slot, *name, (*note).to_owned()),
+        };
+        println!("{:>2}. {:<4} {:<36} {}", i + 1, slot, name, hooks);
+    }
+    for s in &skipped {
+        println!("    {s}");
     }
     Ok(exit::OK)
+}
+
+/// One line of `antler chain`.
+enum ChainRow<'a> {
+    Entry(&'a antler_agent::chain::ChainEntry),
+    /// A slot that exists only once MCP tools are loaded (the catalog is cold here).
+    Deferred {
+        slot: &'static str,
+        name: &'static str,
+        note: &'static str,
+    },
+}
+
+/// The chain's entries, plus McpRouting/DeferredToolFilter as "deferred (MCP)" when tool_search
+/// will defer MCP tools that are not loaded yet (`antler chain` does not start MCP servers).
+fn chain_rows<'a>(
+    app: &antler_agent::App,
+    entries: &'a [antler_agent::chain::ChainEntry],
+    segment: antler_agent::extensions::Segment,
+) -> Vec<ChainRow<'a>> {
+    use antler_agent::extensions::{position_of_absent, Segment};
+    let mut rows: Vec<ChainRow<'a>> = entries.iter().map(ChainRow::Entry).collect();
+    let (routing, filter) = match segment {
+        Segment::Lead => ("L11", "L12"),
+        Segment::Subagent => ("U4", "U5"),
+    };
+    let has_servers = || {
+        app.mcp
+            .lookup()
+            .resolve()
+            .ok()
+            .flatten()
+            .and_then(|f| antler_mcp::ExtensionsConfig::load(&f).ok())
+            .is_some_and(|x| x.enabled().next().is_some())
+    };
+    if !app.config.tool_search.enabled || entries.iter().any(|e| e.slot == filter) || !has_servers()
+    {
+        return rows;
+    }
+    let at = position_of_absent(entries, segment, routing);
+    rows.insert(
+        at,
+        ChainRow::Deferred {
+            slot: filter,
+            name: "DeferredToolFilterMiddleware",
+            note: "deferred (MCP): wrap_model, wrap_tool once MCP tools are loaded",
+        },
+    );
+    rows.insert(
+        at,
+        ChainRow::Deferred {
+            slot: routing,
+            name: "McpRoutingMiddleware",
+            note:
+                "deferred (MCP): before_model once MCP tools with routing.mode: prefer are loaded",
+        },
+    );
+    rows
 }
 
 #[allow(clippy::print_stdout)]
@@ -617,6 +714,21 @@ fn config_check(cli: Option<&Path>) -> Result<u8, Failure> {
         println!("  {line}");
     }
     println!("  {mcp_line}");
+    antler_agent::chain::check_safety_finish_reason(config)
+        .map_err(|e| Failure::usage(format!("{}: {e}", path.display())))?;
+    let ext_file = antler_mcp::Lookup::new(
+        Some(&path),
+        std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")),
+    )
+    .resolve()
+    .ok()
+    .flatten();
+    for s in antler_agent::extensions::configured_python_middlewares(
+        config.extensions.as_ref(),
+        ext_file.as_deref(),
+    ) {
+        println!("  middlewares: {s}");
+    }
     println!(
         "  sandbox: {} (allow_host_bash: {}, confine: {:?})",
         config.sandbox.use_, config.sandbox.allow_host_bash, config.sandbox.confine

@@ -60,6 +60,9 @@ fn the_default_lead_chain_is_pinned() {
             "L9 MemoryMiddleware",
             "L13 SystemMessageCoalescingMiddleware",
             "L15 LoopDetectionMiddleware",
+            "L19 TerminalResponseMiddleware",
+            "L20 ModelLengthFinishReasonMiddleware",
+            "L21 SafetyFinishReasonMiddleware",
             "L22 ClarificationMiddleware",
         ]
     );
@@ -102,6 +105,9 @@ fn the_everything_on_lead_chain_is_pinned() {
             "L14 SubagentLimitMiddleware",
             "L15 LoopDetectionMiddleware",
             "L16 TokenBudgetMiddleware",
+            "L19 TerminalResponseMiddleware",
+            "L20 ModelLengthFinishReasonMiddleware",
+            "L21 SafetyFinishReasonMiddleware",
             "L22 ClarificationMiddleware",
         ]
     );
@@ -131,6 +137,7 @@ fn the_subagent_chain_is_pinned() {
             "U2 SkillToolPolicyMiddleware",
             "U6 LoopDetectionMiddleware",
             "U7 TokenBudgetMiddleware",
+            "U9 SafetyFinishReasonMiddleware",
             "U10 DurableContextMiddleware",
             "U11 DeerFlowSummarizationMiddleware",
             "U13 SystemMessageCoalescingMiddleware",
@@ -164,4 +171,43 @@ fn read_before_write_is_removable_by_config() {
     assert!(!lead.iter().any(|e| e.starts_with("S12 ")), "{lead:?}");
     let sub = chain(&p, &["--subagent"]);
     assert!(!sub.iter().any(|e| e.starts_with("S12 ")), "{sub:?}");
+}
+
+#[test]
+fn cold_mcp_slots_show_as_deferred_and_python_middlewares_as_skipped() {
+    let mock = MockOpenAi::start_on_thread();
+    let p = Project::new(&mock, "tool_search:\n  enabled: true\n");
+    std::fs::write(
+        p.path().join("extensions_config.json"),
+        r#"{"mcpServers": {"docs": {"type": "stdio", "command": "true"}}, "middlewares": ["pkg.audit:AuditMiddleware"]}"#,
+    )
+    .unwrap();
+    let out = p.run(&["chain"]);
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    let at = |needle: &str| {
+        lines
+            .iter()
+            .position(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("{needle} missing:\n{text}"))
+    };
+    let (l9, l11, l12, l13) = (
+        at("L9   MemoryMiddleware"),
+        at("L11  McpRoutingMiddleware"),
+        at("L12  DeferredToolFilterMiddleware"),
+        at("L13  SystemMessageCoalescingMiddleware"),
+    );
+    assert!(l9 < l11 && l11 + 1 == l12 && l12 + 1 == l13, "{text}");
+    assert!(lines[l12].contains("deferred (MCP)"), "{text}");
+    assert!(
+        text.contains("skipped Python middleware 'pkg.audit:AuditMiddleware'"),
+        "{text}"
+    );
+    // JSON keeps one object per row; the placeholders say they are deferred.
+    let json = chain(&p, &[]);
+    assert!(json.contains(&"L12 DeferredToolFilterMiddleware".to_owned()));
+    let stderr =
+        String::from_utf8_lossy(&p.run(&["chain", "--output", "json"]).stderr).into_owned();
+    assert!(stderr.contains("pkg.audit:AuditMiddleware"), "{stderr}");
 }

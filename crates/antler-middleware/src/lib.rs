@@ -32,6 +32,9 @@
 //! | L14 | [`subagent_limit`] | after_model |
 //! | L15 | [`loop_detection`] | before_agent, after_model, after_agent, wrap_model |
 //! | L16 | [`token_budget`] | before_agent, after_model, after_agent, wrap_model |
+//! | L19 | [`terminal_response`] | before_agent, after_model, after_agent, wrap_model |
+//! | L20 | [`finish_reason::model_length`] | after_model |
+//! | L21/U9 | [`finish_reason::safety`] | after_model |
 //! | L22 | [`clarification`] | wrap_tool |
 //!
 //! A middleware sees only `antler-runtime`'s public API, never another middleware. Helpers
@@ -43,6 +46,7 @@ pub mod dangling_tool_call;
 pub mod deferred_tool_filter;
 pub mod durable_context;
 pub mod dynamic_context;
+pub mod finish_reason;
 pub mod guardrail;
 pub mod input_sanitization;
 pub mod llm_error_handling;
@@ -59,6 +63,7 @@ pub mod skill_tool_policy;
 pub mod subagent_limit;
 pub mod summarization;
 pub mod system_message_coalescing;
+pub mod terminal_response;
 pub mod thread_data;
 pub mod title;
 pub mod todo;

@@ -21,6 +21,13 @@ pub const LOOP_WARNING: &str = "loop_warning";
 pub const BUDGET_WARNING: &str = "budget_warning";
 /// Name of the plan-mode reminder message (Todo).
 pub const TODO_REMINDER: &str = "todo_reminder";
+/// Name of the hidden, request-only nudge TerminalResponse adds after an empty answer.
+pub const TERMINAL_RESPONSE_RECOVERY: &str = "terminal_response_recovery";
+/// `additional_kwargs` flag of a synthetic error answer (LLMErrorHandling, TerminalResponse): the
+/// run is marked `error`.
+pub const ERROR_FALLBACK: &str = "deerflow_error_fallback";
+/// `additional_kwargs` key of SafetyFinishReason's record on a repaired message.
+pub const SAFETY_TERMINATION: &str = "safety_termination";
 /// `additional_kwargs` key of the message that carries viewed images (ViewImage).
 pub const VIEW_IMAGE_CONTEXT: &str = "deerflow_view_image_context";
 /// `additional_kwargs` key: the user's text before Uploads prepended the file list.

@@ -5,6 +5,7 @@ mod budgets;
 mod context;
 mod dangling_incremental;
 mod deferred_tools;
+mod finish_guards;
 mod governance;
 mod loop_detection;
 mod mcp_routing;

@@ -1,0 +1,322 @@
+//! The terminal-answer guards end to end through `antler run` (spec 30 §TerminalResponse,
+//! §ModelLengthFinishReason, §SafetyFinishReason): a length-capped answer is kept and reported
+//! for every provider's spelling of the signal; a content-filtered tool call never runs and the
+//! user gets an explanation; an empty answer after tools is retried once, then answered with a
+//! visible error fallback.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use antler_test_support::{
+    AnthropicReply, GeminiPart, GeminiReply, MockAnthropic, MockGemini, MockOllama, MockOpenAi,
+    MockReply, MockResponses, OllamaReply, ResponsesReply,
+};
+use common::{kinds, visible, Project};
+use pretty_assertions::assert_eq;
+use serde_json::{json, Value};
+
+const FILES: &str = "sandbox:\n  use: deerflow.sandbox.local:LocalSandboxProvider\ntools:\n  - {name: ls, group: file:read, use: deerflow.sandbox.tools:ls_tool}\n  - {name: write_file, group: file:write, use: deerflow.sandbox.tools:write_file_tool}\nmemory:\n  enabled: false\n";
+
+fn project(model_yaml: &str) -> Project {
+    let p = Project::empty();
+    std::fs::write(
+        p.path().join("config.yaml"),
+        format!("models:\n{model_yaml}{FILES}"),
+    )
+    .unwrap();
+    p
+}
+
+fn last_ai(out: &Value) -> Value {
+    visible(&out["values"])
+        .into_iter()
+        .rev()
+        .find(|m| m["type"] == "ai")
+        .unwrap()
+}
+
+/// The run succeeded, kept the partial text and reported the cap.
+fn assert_capped(out: &Value, stderr: &str, provider: &str) {
+    assert_eq!(out["status"], "success", "{provider}: {out}\n{stderr}");
+    assert_eq!(
+        last_ai(out)["content"],
+        "The first half of the answer",
+        "{provider}"
+    );
+    assert_eq!(
+        out["stop_reason"], "model_length_capped",
+        "{provider}: {out}"
+    );
+}
+
+const PARTIAL: &str = "The first half of the answer";
+
+#[test]
+fn a_length_capped_answer_is_kept_and_reported_for_every_provider() {
+    // OpenAI-compatible, streamed and not: finish_reason length.
+    for streaming in [false, true] {
+        let mock = MockOpenAi::start_on_thread()
+            .with_replies([MockReply::text(PARTIAL).finish_reason("length")]);
+        let p = Project::new(&mock, &format!("    streaming: {streaming}\n"));
+        let (code, out, stderr) = p.run_json(&["write an essay"]);
+        assert_eq!(code, 0, "{stderr}");
+        assert_capped(&out, &stderr, "openai");
+    }
+    // Anthropic: stop_reason max_tokens.
+    let mock = MockAnthropic::start_on_thread()
+        .with_replies([AnthropicReply::text(PARTIAL).stop_reason("max_tokens")]);
+    let p = project(&format!(
+        "  - name: claude\n    use: langchain_anthropic:ChatAnthropic\n    model: claude-test\n    base_url: {}\n    api_key: $MOCK_KEY\n    max_tokens: 64\n",
+        mock.base_url()
+    ));
+    let (code, out, stderr) = p.run_json(&["write an essay"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_capped(&out, &stderr, "anthropic");
+    assert_eq!(
+        last_ai(&out)["response_metadata"]["stop_reason"],
+        "max_tokens"
+    );
+    // Gemini: finish_reason MAX_TOKENS.
+    let mock = MockGemini::start_on_thread()
+        .with_replies([GeminiReply::text(PARTIAL).finish_reason("MAX_TOKENS")]);
+    let p = project(&format!(
+        "  - name: gemini\n    use: langchain_google_genai:ChatGoogleGenerativeAI\n    model: gemini-2.5-flash\n    api_key: k\n    base_url: {}\n",
+        mock.base_url()
+    ));
+    let (code, out, stderr) = p.run_json(&["write an essay"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_capped(&out, &stderr, "gemini");
+    // Ollama: done_reason length.
+    let mock = MockOllama::start_on_thread()
+        .with_replies([OllamaReply::text(PARTIAL).done_reason("length")]);
+    let p = project(&format!(
+        "  - name: local\n    use: langchain_ollama:ChatOllama\n    model: qwen3:8b\n    base_url: {}\n",
+        mock.base_url()
+    ));
+    let (code, out, stderr) = p.run_json(&["write an essay"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_capped(&out, &stderr, "ollama");
+    // Responses API: status incomplete, incomplete_details.reason max_output_tokens.
+    let mock = MockResponses::start_on_thread()
+        .with_replies([ResponsesReply::text(PARTIAL).incomplete("max_output_tokens")]);
+    let p = project(&format!(
+        "  - name: gpt\n    use: langchain_openai:ChatOpenAI\n    model: gpt-5\n    api_key: $MOCK_KEY\n    base_url: {}\n    use_responses_api: true\n",
+        mock.base_url()
+    ));
+    let (code, out, stderr) = p.run_json(&["write an essay"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_capped(&out, &stderr, "responses");
+}
+
+#[test]
+fn text_output_says_a_capped_answer_is_incomplete() {
+    let mock = MockOpenAi::start_on_thread()
+        .with_replies([MockReply::text(PARTIAL).finish_reason("length")]);
+    let p = Project::new(&mock, "");
+    let out = p.run(&["run", "write an essay"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), PARTIAL);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("output token limit") && stderr.contains("model_length_capped"),
+        "{stderr}"
+    );
+}
+
+fn write_args() -> Value {
+    json!({"description": "save", "path": "/mnt/user-data/workspace/notes.txt", "content": "half of the"})
+}
+
+fn notes(p: &Project, out: &Value) -> std::path::PathBuf {
+    p.home()
+        .join("threads")
+        .join(out["thread_id"].as_str().unwrap())
+        .join("user-data/workspace/notes.txt")
+}
+
+#[test]
+fn a_content_filtered_tool_call_never_runs_and_the_user_is_told() {
+    let mock = MockOpenAi::start_on_thread().with_replies([MockReply::tool_call(
+        "call_w",
+        "write_file",
+        write_args(),
+    )
+    .finish_reason("content_filter")]);
+    let p = project(&format!(
+        "  - name: main\n    use: langchain_openai:ChatOpenAI\n    model: mock-model\n    base_url: {}\n    api_key: $MOCK_KEY\n",
+        mock.base_url()
+    ));
+    let out = p.run(&["run", "--output", "jsonl", "write a note"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let event = events
+        .iter()
+        .find(|e| e["event"] == "custom" && e["data"]["type"] == "safety_termination")
+        .expect("a safety_termination event");
+    assert_eq!(
+        event["data"]["suppressed_tool_call_names"],
+        json!(["write_file"])
+    );
+    assert_eq!(event["data"]["reason_value"], "content_filter");
+    let values = &events
+        .iter()
+        .rev()
+        .find(|e| e["event"] == "values")
+        .unwrap()["data"];
+    assert_eq!(kinds(values), ["human", "ai"]);
+    let ai = visible(values)[1].clone();
+    assert_eq!(ai["tool_calls"], json!([]));
+    assert!(ai["additional_kwargs"].get("tool_calls").is_none());
+    assert_eq!(ai["response_metadata"]["finish_reason"], "content_filter");
+    assert!(
+        ai["content"].as_str().unwrap().contains("safety signal"),
+        "{ai}"
+    );
+    assert_eq!(
+        ai["additional_kwargs"]["safety_termination"]["suppressed_tool_call_count"],
+        1
+    );
+    // One model call, and the truncated write never happened.
+    assert_eq!(mock.requests().len(), 1);
+    let thread = event["data"]["thread_id"].as_str().unwrap();
+    assert!(!thread.is_empty());
+    assert!(!p
+        .home()
+        .join("threads")
+        .join(thread)
+        .join("user-data/workspace/notes.txt")
+        .exists());
+}
+
+#[test]
+fn an_empty_safety_stop_is_explained_not_persisted_empty() {
+    // Gemini blocks with a function call half-written, then an empty SAFETY answer.
+    let mock = MockGemini::start_on_thread().with_replies([
+        GeminiReply::parts([GeminiPart::function_call("write_file", write_args())])
+            .finish_reason("SAFETY"),
+        GeminiReply::text("").finish_reason("SAFETY"),
+    ]);
+    let p = project(&format!(
+        "  - name: gemini\n    use: langchain_google_genai:ChatGoogleGenerativeAI\n    model: gemini-2.5-flash\n    api_key: k\n    base_url: {}\n",
+        mock.base_url()
+    ));
+    let (code, out, stderr) = p.run_json(&["write a note"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(out["stop_reason"], "safety_capped");
+    assert!(!notes(&p, &out).exists());
+    let ai = last_ai(&out);
+    assert_eq!(ai["tool_calls"], json!([]));
+    assert!(
+        ai["content"].as_str().unwrap().contains("were not run"),
+        "{ai}"
+    );
+    // The thread goes on: the next turn's empty answer is backfilled, never stored empty.
+    let thread = out["thread_id"].as_str().unwrap().to_owned();
+    let (code, out, stderr) = p.run_json(&["--thread-id", &thread, "try again"]);
+    assert_eq!(code, 0, "{stderr}");
+    let ai = last_ai(&out);
+    assert!(
+        ai["content"]
+            .as_str()
+            .unwrap()
+            .contains("returned no content"),
+        "{ai}"
+    );
+    assert_eq!(mock.requests().len(), 2);
+}
+
+#[test]
+fn an_empty_answer_after_tools_is_retried_once_with_a_hidden_nudge() {
+    let mock = MockOpenAi::start_on_thread().with_replies([
+        MockReply::tool_call(
+            "call_l",
+            "ls",
+            json!({"description": "list", "path": "/mnt/user-data/workspace"}),
+        ),
+        MockReply::text(""),
+        MockReply::text("The workspace is empty."),
+    ]);
+    let p = project(&format!(
+        "  - name: main\n    use: langchain_openai:ChatOpenAI\n    model: mock-model\n    base_url: {}\n    api_key: $MOCK_KEY\n",
+        mock.base_url()
+    ));
+    let (code, out, stderr) = p.run_json(&["what is in the workspace?"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(out["status"], "success", "{out}");
+    assert_eq!(kinds(&out["values"]), ["human", "ai", "tool", "ai"]);
+    assert_eq!(last_ai(&out)["content"], "The workspace is empty.");
+    let all = out["values"]["messages"].as_array().unwrap();
+    assert!(!all
+        .iter()
+        .any(|m| m["name"] == "terminal_response_recovery"));
+    assert!(!all
+        .iter()
+        .any(|m| m["type"] == "ai" && m["content"] == "" && m["tool_calls"] == json!([])));
+    let reqs = mock.requests();
+    assert_eq!(reqs.len(), 3);
+    let nudge = reqs[2].body["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(nudge["role"], "user");
+    assert!(
+        nudge["content"]
+            .as_str()
+            .unwrap()
+            .contains("<system_reminder>"),
+        "{nudge}"
+    );
+    // The retry request no longer carries the empty answer.
+    let assistants = reqs[2].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "assistant")
+        .count();
+    assert_eq!(assistants, 1);
+    mock.assert_no_violations();
+}
+
+#[test]
+fn a_second_empty_answer_ends_the_run_with_a_visible_error_fallback() {
+    let mock = MockOpenAi::start_on_thread().with_replies([
+        MockReply::tool_call(
+            "call_l",
+            "ls",
+            json!({"description": "list", "path": "/mnt/user-data/workspace"}),
+        ),
+        MockReply::text(""),
+        MockReply::text(""),
+    ]);
+    let p = project(&format!(
+        "  - name: main\n    use: langchain_openai:ChatOpenAI\n    model: mock-model\n    base_url: {}\n    api_key: $MOCK_KEY\n",
+        mock.base_url()
+    ));
+    let (code, out, stderr) = p.run_json(&["what is in the workspace?"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(out["status"], "error");
+    assert_eq!(
+        out["error"],
+        "Model returned an empty terminal response after one retry"
+    );
+    let ai = last_ai(&out);
+    assert!(
+        ai["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("The model completed the tool run but returned no final response"),
+        "{ai}"
+    );
+    assert_eq!(ai["additional_kwargs"]["deerflow_error_fallback"], true);
+    assert_eq!(mock.requests().len(), 3);
+}
