@@ -10,8 +10,8 @@
 //! Search has no separate index: a bucket holds at most `max_facts` (≤ 500) facts, loaded from
 //! one SQLite read, so ranking them in memory costs less than keeping a derived FTS index in
 //! step with every write. Matching follows DeerMem: the case-insensitive substring of the whole
-//! query first; when nothing contains it, the query's words OR-ed (DeerMem's tokenized FTS
-//! fallback), ranked by how many words a fact contains.
+//! query first; when nothing contains it, the query's words OR-ed as whole words (DeerMem's
+//! tokenized FTS query), ranked by how many of them a fact contains.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -41,7 +41,7 @@ pub const NAMES: [&str; 4] = [SEARCH, ADD, UPDATE, DELETE];
 
 const SEARCH_DESCRIPTION: &str = "Look up what is remembered about the user: preferences, corrections, background and other stored facts.
 
-Search before you assume something is unknown. Matching is case-insensitive: facts containing the whole query come first; otherwise facts containing any of its words, those with more of them first.
+Search before you assume something is unknown. Matching is case-insensitive: facts containing the whole query come first; otherwise facts containing any of its words (whole words), those with more of them first.
 
 Returns JSON {\"results\": [...], \"count\": n}; each result has id, content, category, confidence, createdAt and source. Use a result's id with memory_update or memory_delete.";
 
@@ -191,7 +191,8 @@ pub fn rank(facts: Vec<Fact>, query: &str, category: Option<&str>, limit: usize)
         hits = pool
             .into_iter()
             .filter_map(|(f, text)| {
-                let n = terms.iter().filter(|t| text.contains(t.as_str())).count();
+                // Whole words, as an FTS index matches tokens ("is" does not hit "this").
+                let n = words(&text).intersection(&terms).count();
                 (n > 0).then_some((n, f))
             })
             .collect();

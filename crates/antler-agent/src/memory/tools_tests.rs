@@ -292,6 +292,12 @@ fn ranking_falls_back_to_words_when_no_fact_contains_the_whole_query() {
         .map(|f| f.id)
         .collect();
     assert_eq!(ids, ["a"]);
+    // Words match whole: "use" is not "uses", "in" is not "Writes".
+    let ids: Vec<String> = rank(facts.clone(), "use in", None, 10)
+        .into_iter()
+        .map(|f| f.id)
+        .collect();
+    assert_eq!(ids, ["d"]);
     assert!(rank(facts.clone(), "  ", None, 10).is_empty());
     assert!(rank(facts.clone(), "rust", None, 0).is_empty());
     assert!(rank(facts, "rust", Some("preference"), 10).is_empty());
