@@ -14,7 +14,7 @@ use antler_protocol::{AiMessage, Content, InvalidToolCall, Object, ToolCall, Usa
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::providers::mapping::{decode_json, ensure_call_id, response_metadata};
+use crate::providers::mapping::{decode_json, ensure_call_id, error_in_answer, response_metadata};
 use crate::ModelError;
 
 /// Anthropic's `usage` object. Every field is optional: stream events carry partial copies.
@@ -264,12 +264,7 @@ pub(crate) fn parse_message(
     default_model: &str,
 ) -> Result<AiMessage, ModelError> {
     let wire: WireMessage = decode_json(body, "response is not a Messages API message")?;
-    if let Some(err) = wire.error.as_ref().filter(|e| !e.is_null()) {
-        return Err(ModelError::Decode(format!(
-            "provider answered 2xx with an error: {}",
-            error_text(err)
-        )));
-    }
+    error_in_answer(wire.error.as_ref(), error_text)?;
     if wire.kind.as_deref().is_some_and(|k| k != "message") {
         return Err(ModelError::Decode(format!(
             "response has type '{}', expected 'message'",

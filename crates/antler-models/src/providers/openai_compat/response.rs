@@ -9,7 +9,7 @@ use antler_protocol::{AiMessage, Content, InvalidToolCall, Object, ToolCall, Usa
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::providers::mapping::{decode_json, ensure_call_id, response_metadata};
+use crate::providers::mapping::{decode_json, ensure_call_id, error_in_answer, response_metadata};
 use crate::ModelError;
 
 /// Everything the final message is built from.
@@ -281,12 +281,7 @@ pub(crate) fn parse_completion(
     default_model: &str,
 ) -> Result<AiMessage, ModelError> {
     let wire: WireCompletion = decode_json(body, "response is not a chat completion")?;
-    if let Some(err) = &wire.error {
-        return Err(ModelError::Decode(format!(
-            "provider answered 2xx with an error: {}",
-            error_text(err)
-        )));
-    }
+    error_in_answer(wire.error.as_ref(), error_text)?;
     let Some(choice) = wire.choices.and_then(|c| c.into_iter().next()) else {
         return Err(ModelError::Decode("response has no choices".into()));
     };

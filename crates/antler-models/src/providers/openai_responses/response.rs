@@ -9,7 +9,7 @@ use antler_protocol::{AiMessage, Content, InvalidToolCall, Object, ToolCall, Usa
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::providers::mapping::{decode_json, response_metadata};
+use crate::providers::mapping::{decode_json, error_in_answer, response_metadata};
 use crate::ModelError;
 
 /// The Responses API's `usage`.
@@ -301,12 +301,7 @@ pub(crate) fn parse_response(
     default_model: &str,
 ) -> Result<AiMessage, ModelError> {
     let wire: WireResponse = decode_json(body, "response is not a Responses API response")?;
-    if let Some(err) = wire.error.as_ref().filter(|e| !e.is_null()) {
-        return Err(ModelError::Decode(format!(
-            "provider answered 2xx with an error: {}",
-            error_text(err)
-        )));
-    }
+    error_in_answer(wire.error.as_ref(), error_text)?;
     if wire.object.as_deref().is_some_and(|o| o != "response") {
         return Err(ModelError::Decode(format!(
             "response has object '{}', expected 'response'",
