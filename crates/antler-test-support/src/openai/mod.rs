@@ -9,6 +9,7 @@ mod invariants;
 mod reply;
 
 pub use invariants::tool_call_violations;
+pub(crate) use reply::MockUsage;
 pub use reply::{openai_error, MockToolCall, OpenAiAnswer};
 
 use crate::mock::{
@@ -76,9 +77,7 @@ impl MockWire for OpenAiWire {
     }
 
     fn set_usage(answer: &mut OpenAiAnswer, input: u64, output: u64) {
-        let u = answer.usage_mut();
-        u.input = input;
-        u.output = output;
+        answer.usage_mut().set(input, output);
     }
 
     fn authorized(req: &MockRequest, key: &str) -> bool {

@@ -54,9 +54,7 @@ impl MockWire for ResponsesWire {
     }
 
     fn set_usage(answer: &mut ResponsesAnswer, input: u64, output: u64) {
-        let u = answer.usage_mut();
-        u.input = input;
-        u.output = output;
+        answer.usage_mut().set(input, output);
     }
 
     fn authorized(req: &MockRequest, key: &str) -> bool {
