@@ -173,6 +173,22 @@ where
     }
 }
 
+/// Writes `tools` under `tools` when there are any, each as `wire` shapes it.
+pub(crate) fn serialize_tools<'a, M, W>(
+    m: &mut M,
+    tools: &'a [Arc<ToolSpec>],
+    wire: impl Fn(&'a Arc<ToolSpec>) -> W,
+) -> Result<(), M::Error>
+where
+    M: SerializeMap,
+    W: Serialize,
+{
+    if !tools.is_empty() {
+        m.serialize_entry("tools", &Each(tools, wire))?;
+    }
+    Ok(())
+}
+
 /// Ends a request body's map with what every wire format puts last: `tool_choice` when set,
 /// `stream: true` when streaming, then the remaining settings in order.
 pub(crate) fn end_body<M: SerializeMap>(
@@ -258,6 +274,20 @@ pub(crate) fn event_type(v: &Value, event: &SseEvent) -> String {
         .to_owned()
 }
 
+/// A provider's `error` as text: `"<kind>: <message>"` when the object names its kind under
+/// `kind_key`, else its `message`, else the error as sent.
+pub(crate) fn error_description(error: &Value, kind_key: Option<&str>) -> String {
+    let field = |k: &str| error.get(k).and_then(Value::as_str);
+    match (kind_key.and_then(field), field("message")) {
+        (Some(kind), Some(message)) => format!("{kind}: {message}"),
+        (None, Some(message)) => message.to_owned(),
+        _ => match error {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        },
+    }
+}
+
 /// A 2xx body's `error` (described by `text`) where the answer should be, as a
 /// [`ModelError::Decode`].
 pub(crate) fn error_in_answer(
@@ -270,6 +300,16 @@ pub(crate) fn error_in_answer(
             text(e)
         ))),
         None => Ok(()),
+    }
+}
+
+/// A 2xx body whose `field` (`type`, `object`) names another kind of object than `expected`.
+pub(crate) fn check_kind(field: &str, got: Option<&str>, expected: &str) -> Result<(), ModelError> {
+    match got {
+        Some(kind) if kind != expected => Err(ModelError::Decode(format!(
+            "response has {field} '{kind}', expected '{expected}'"
+        ))),
+        _ => Ok(()),
     }
 }
 

@@ -24,7 +24,7 @@ use serde_json::Value;
 use super::{AnthropicOptions, DEFAULT_MAX_TOKENS};
 use crate::providers::mapping::{
     self, answered_invalid_calls, base64_data_url, block_type, drop_keys, end_body, image_data,
-    image_url, merge_settings, non_blank, push_turn, Each, ToolSchema, TurnRole,
+    image_url, merge_settings, non_blank, push_turn, serialize_tools, ToolSchema, TurnRole,
 };
 use crate::{ChatRequest, ModelError};
 
@@ -272,7 +272,7 @@ pub struct WireBody<'a> {
     rest: Object,
 }
 
-impl<'a> Serialize for WireBody<'a> {
+impl Serialize for WireBody<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut m = s.serialize_map(None)?;
         m.serialize_entry("model", self.model)?;
@@ -284,12 +284,7 @@ impl<'a> Serialize for WireBody<'a> {
             m.serialize_entry("thinking", thinking)?;
         }
         m.serialize_entry("messages", &self.turns)?;
-        if !self.tools.is_empty() {
-            m.serialize_entry(
-                "tools",
-                &Each(self.tools, |t: &'a Arc<ToolSpec>| WireTool(t)),
-            )?;
-        }
+        serialize_tools(&mut m, self.tools, |t| WireTool(t))?;
         end_body(m, self.tool_choice.as_ref(), self.stream, &self.rest)
     }
 }

@@ -9,7 +9,9 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::THOUGHT_SIGNATURES_KEY;
-use crate::providers::mapping::{decode_json, error_in_answer, response_metadata};
+use crate::providers::mapping::{
+    decode_json, error_description, error_in_answer, response_metadata,
+};
 use crate::ModelError;
 
 /// `usageMetadata`.
@@ -303,15 +305,7 @@ fn keep_first(slot: &mut Option<String>, value: Option<String>) {
 
 /// The text of a Google `error` object (`"<status>: <message>"`).
 pub(crate) fn error_text(error: &Value) -> String {
-    let field = |k: &str| error.get(k).and_then(Value::as_str);
-    match (field("status"), field("message")) {
-        (Some(status), Some(message)) => format!("{status}: {message}"),
-        (None, Some(message)) => message.to_owned(),
-        _ => match error {
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
-        },
-    }
+    error_description(error, Some("status"))
 }
 
 /// Parse a 2xx non-streaming body.

@@ -15,7 +15,8 @@ use serde_json::Value;
 
 use super::OllamaOptions;
 use crate::providers::mapping::{
-    answered_invalid_calls, block_type, call_names, image_data, image_url, Each, ToolSchema,
+    answered_invalid_calls, block_type, call_names, image_data, image_url, serialize_tools,
+    ToolSchema,
 };
 use crate::ChatRequest;
 
@@ -68,17 +69,12 @@ pub struct WireBody<'a> {
     options: OllamaOptions,
 }
 
-impl<'a> Serialize for WireBody<'a> {
+impl Serialize for WireBody<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut m = s.serialize_map(None)?;
         m.serialize_entry("model", self.model)?;
         m.serialize_entry("messages", &Messages(self))?;
-        if !self.tools.is_empty() {
-            m.serialize_entry(
-                "tools",
-                &Each(self.tools, |t: &'a Arc<ToolSpec>| WireTool(t)),
-            )?;
-        }
+        serialize_tools(&mut m, self.tools, |t| WireTool(t))?;
         // Always said: Ollama streams when `stream` is absent.
         m.serialize_entry("stream", &self.stream)?;
         if let Some(think) = &self.options.think {

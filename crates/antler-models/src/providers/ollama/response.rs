@@ -8,7 +8,9 @@ use antler_protocol::{AiMessage, Content, InvalidToolCall, Object, ToolCall, Usa
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::providers::mapping::{decode_json, error_in_answer, response_metadata};
+use crate::providers::mapping::{
+    decode_json, error_description, error_in_answer, response_metadata,
+};
 use crate::ModelError;
 
 /// One response object (the whole answer, or one line of a stream).
@@ -216,14 +218,7 @@ impl Parts {
 
 /// Ollama's error text from `{"error": …}`.
 pub(crate) fn error_text(error: &Value) -> String {
-    match error {
-        Value::String(s) => s.clone(),
-        Value::Object(o) => match o.get("message").and_then(Value::as_str) {
-            Some(m) => m.to_owned(),
-            None => error.to_string(),
-        },
-        other => other.to_string(),
-    }
+    error_description(error, None)
 }
 
 /// Parse a 2xx non-streaming body.
