@@ -11,6 +11,13 @@ fn human(id: &str, text: &str) -> Message {
     m
 }
 
+/// A state holding `messages`, written as one update.
+fn state_of(messages: Vec<Message>) -> ThreadState {
+    let mut s = ThreadState::default();
+    s.apply(StateUpdate::messages(messages)).unwrap();
+    s
+}
+
 fn ids(state: &ThreadState) -> Vec<String> {
     state
         .messages
@@ -21,13 +28,7 @@ fn ids(state: &ThreadState) -> Vec<String> {
 
 #[test]
 fn add_messages_appends_replaces_and_removes() {
-    let mut s = ThreadState::default();
-    s.apply(StateUpdate::messages(vec![
-        human("a", "1"),
-        human("b", "2"),
-        human("c", "3"),
-    ]))
-    .unwrap();
+    let mut s = state_of(vec![human("a", "1"), human("b", "2"), human("c", "3")]);
     s.apply(StateUpdate::messages(vec![
         human("b", "2'"),
         human("d", "4"),
@@ -53,9 +54,7 @@ fn add_messages_assigns_ids() {
 
 #[test]
 fn remove_unknown_id_is_an_error_and_changes_nothing() {
-    let mut s = ThreadState::default();
-    s.apply(StateUpdate::messages(vec![human("a", "1")]))
-        .unwrap();
+    let mut s = state_of(vec![human("a", "1")]);
     let err = s
         .apply(StateUpdate::messages(vec![
             human("b", "2"),
@@ -68,12 +67,7 @@ fn remove_unknown_id_is_an_error_and_changes_nothing() {
 
 #[test]
 fn readd_after_remove_in_same_write_cancels_removal() {
-    let mut s = ThreadState::default();
-    s.apply(StateUpdate::messages(vec![
-        human("a", "1"),
-        human("b", "2"),
-    ]))
-    .unwrap();
+    let mut s = state_of(vec![human("a", "1"), human("b", "2")]);
     s.apply(StateUpdate::messages(vec![
         Message::remove("a"),
         human("a", "1'"),
@@ -85,12 +79,7 @@ fn readd_after_remove_in_same_write_cancels_removal() {
 
 #[test]
 fn remove_all_keeps_only_the_tail_without_dedup() {
-    let mut s = ThreadState::default();
-    s.apply(StateUpdate::messages(vec![
-        human("a", "1"),
-        human("b", "2"),
-    ]))
-    .unwrap();
+    let mut s = state_of(vec![human("a", "1"), human("b", "2")]);
     s.apply(StateUpdate::messages(vec![
         human("x", "dropped"),
         Message::remove_all(),
@@ -104,12 +93,7 @@ fn remove_all_keeps_only_the_tail_without_dedup() {
 
 #[test]
 fn change_log_records_upserts_removes_and_clear() {
-    let mut s = ThreadState::default();
-    s.apply(StateUpdate::messages(vec![
-        human("a", "1"),
-        human("b", "2"),
-    ]))
-    .unwrap();
+    let mut s = state_of(vec![human("a", "1"), human("b", "2")]);
     let first = s.messages.take_changes();
     assert_eq!(first.len(), 2);
     s.apply(StateUpdate::messages(vec![

@@ -469,26 +469,21 @@ fn recursive_owner_or_mode_on_root(words: &[String]) -> bool {
     if !matches!(cmd, "chown" | "chmod" | "chgrp" | "setfacl") {
         return false;
     }
-    let recursive = args.iter().any(|a| {
-        a == "--recursive" || (a.starts_with('-') && !a.starts_with("--") && a.contains('R'))
-    });
-    recursive
-        && args
-            .iter()
-            .filter(|a| !a.starts_with('-'))
-            .any(|a| DANGEROUS_TARGETS.contains(&normalize_target(a).as_str()))
+    recursive_on_dangerous_target(args, &['R'])
 }
 
 fn rm_recursive_root(words: &[String]) -> bool {
-    let Some(i) = command_index(words) else {
+    let Some(("rm", args)) = command_of(words) else {
         return false;
     };
-    if words[i].rsplit('/').next() != Some("rm") {
-        return false;
-    }
-    let args = &words[i + 1..];
+    recursive_on_dangerous_target(args, &['r', 'R'])
+}
+
+/// Whether `args` ask for a recursive run (`--recursive`, or a group of short options holding
+/// one of `flags`) on a dangerous target.
+fn recursive_on_dangerous_target(args: &[String], flags: &[char]) -> bool {
     let recursive = args.iter().any(|a| {
-        a == "--recursive" || (a.starts_with('-') && !a.starts_with("--") && a.contains(['r', 'R']))
+        a == "--recursive" || (a.starts_with('-') && !a.starts_with("--") && a.contains(flags))
     });
     recursive
         && args
@@ -498,13 +493,9 @@ fn rm_recursive_root(words: &[String]) -> bool {
 }
 
 fn find_delete_root(words: &[String]) -> bool {
-    let Some(i) = command_index(words) else {
+    let Some(("find", args)) = command_of(words) else {
         return false;
     };
-    if words[i].rsplit('/').next() != Some("find") {
-        return false;
-    }
-    let args = &words[i + 1..];
     let root = args
         .iter()
         .take_while(|a| !a.starts_with('-'))

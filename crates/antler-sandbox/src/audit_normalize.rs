@@ -141,20 +141,7 @@ fn ansi_c_strings(s: &str) -> String {
                 continue;
             }
         }
-        match c {
-            '\\' if !sq => {
-                // Keep an escaped character as written, whatever it is.
-                let w = rest[1..].chars().next().map_or(0, char::len_utf8);
-                out.push_str(&rest[..1 + w]);
-                rest = &rest[1 + w..];
-                continue;
-            }
-            '\'' if !dq => sq = !sq,
-            '"' if !sq => dq = !dq,
-            _ => {}
-        }
-        out.push(c);
-        rest = &rest[c.len_utf8()..];
+        copy_char(&mut rest, c, &mut out, &mut sq, &mut dq);
     }
     out
 }
@@ -241,19 +228,7 @@ fn literal_substitutions(s: &str) -> String {
                 }
             }
         }
-        match c {
-            '\\' if !sq => {
-                let w = rest[1..].chars().next().map_or(0, char::len_utf8);
-                out.push_str(&rest[..1 + w]);
-                rest = &rest[1 + w..];
-                continue;
-            }
-            '\'' if !dq => sq = !sq,
-            '"' if !sq => dq = !dq,
-            _ => {}
-        }
-        out.push(c);
-        rest = &rest[c.len_utf8()..];
+        copy_char(&mut rest, c, &mut out, &mut sq, &mut dq);
     }
     out
 }
@@ -467,6 +442,24 @@ fn expand_variables(s: &str) -> String {
         i += c.len_utf8();
     }
     out
+}
+
+/// Copy the character `c` that starts `rest` to `out` and step past it, tracking the quotes; a
+/// backslash outside single quotes keeps the character it escapes as written, whatever it is.
+fn copy_char(rest: &mut &str, c: char, out: &mut String, sq: &mut bool, dq: &mut bool) {
+    if c == '\\' && !*sq {
+        let w = rest[1..].chars().next().map_or(0, char::len_utf8);
+        out.push_str(&rest[..1 + w]);
+        *rest = &rest[1 + w..];
+        return;
+    }
+    match c {
+        '\'' if !*dq => *sq = !*sq,
+        '"' if !*sq => *dq = !*dq,
+        _ => {}
+    }
+    out.push(c);
+    *rest = &rest[c.len_utf8()..];
 }
 
 #[cfg(test)]

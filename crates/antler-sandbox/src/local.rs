@@ -375,18 +375,7 @@ impl Sandbox for LocalSandbox {
     }
 
     fn list_dir(&self, path: &str, max_depth: usize) -> Result<Vec<String>, SandboxError> {
-        let t = self.target(path, false)?;
-        let start = t
-            .root
-            .canonical(&t.rel, false)
-            .map_err(|e| SandboxError::from_io(path, e))?;
-        let meta = t
-            .root
-            .metadata(&start)
-            .map_err(|e| SandboxError::from_io(path, e))?;
-        if !meta.is_dir() {
-            return Err(SandboxError::NotADirectory(path.to_owned()));
-        }
+        let (t, start) = self.folder(path)?;
         let base = self.mapper.root(t.index).host();
         let mut out: Vec<String> = fsops::list_dir_in(&t.root, &start, max_depth)
             .into_iter()
@@ -445,18 +434,7 @@ impl Sandbox for LocalSandbox {
         include_dirs: bool,
         max_results: usize,
     ) -> Result<(Vec<String>, bool), SandboxError> {
-        let t = self.target(path, false)?;
-        let start = t
-            .root
-            .canonical(&t.rel, false)
-            .map_err(|e| SandboxError::from_io(path, e))?;
-        let meta = t
-            .root
-            .metadata(&start)
-            .map_err(|e| SandboxError::from_io(path, e))?;
-        if !meta.is_dir() {
-            return Err(SandboxError::NotADirectory(path.to_owned()));
-        }
+        let (t, start) = self.folder(path)?;
         let dir = t
             .root
             .open_dir(&start)
@@ -562,6 +540,24 @@ impl LocalSandbox {
     /// [`LocalSandbox::target`] for a write: refused on read-only mounts (also when the target
     /// really lies in a read-only mount nested inside this one), parent folders created beneath
     /// the root.
+    /// The folder `path` to read: its target and its canonical path below the root
+    /// (`NotADirectory` for a file).
+    fn folder(&self, path: &str) -> Result<(Target, PathBuf), SandboxError> {
+        let t = self.target(path, false)?;
+        let start = t
+            .root
+            .canonical(&t.rel, false)
+            .map_err(|e| SandboxError::from_io(path, e))?;
+        let meta = t
+            .root
+            .metadata(&start)
+            .map_err(|e| SandboxError::from_io(path, e))?;
+        if !meta.is_dir() {
+            return Err(SandboxError::NotADirectory(path.to_owned()));
+        }
+        Ok((t, start))
+    }
+
     fn writable_target(&self, path: &str) -> Result<Target, SandboxError> {
         let loc = self.mapper.locate(path)?;
         if loc.mapping.read_only {

@@ -39,16 +39,6 @@ fn confined(home: &std::path::Path, helper: Option<HelperCommand>) -> Arc<dyn Sa
     p.get(&id).unwrap()
 }
 
-async fn run(sb: &Arc<dyn Sandbox>, cmd: &str) -> String {
-    sb.execute_command(CommandRequest {
-        command: cmd.into(),
-        ..Default::default()
-    })
-    .await
-    .unwrap()
-    .text
-}
-
 async fn confined_bash_cannot_write_outside(helper: Option<HelperCommand>) {
     if let Some(why) = landlock_missing() {
         eprintln!("skipping: Landlock unavailable: {why}");

@@ -8,26 +8,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use antler_sandbox::{
-    CommandRequest, GrepQuery, LocalSandboxProvider, Mount, Sandbox, SandboxError, SandboxProvider,
-    SandboxSettings,
+    CommandRequest, GrepQuery, Mount, SandboxError, SandboxProvider, SandboxSettings,
 };
 use common::*;
 use pretty_assertions::assert_eq;
-
-fn sandbox(p: &LocalSandboxProvider, thread: &str) -> Arc<dyn Sandbox> {
-    let id = p.acquire(Some(thread), None).unwrap();
-    p.get(&id).unwrap()
-}
-
-async fn run(sb: &Arc<dyn Sandbox>, cmd: &str) -> String {
-    sb.execute_command(CommandRequest {
-        command: cmd.into(),
-        ..Default::default()
-    })
-    .await
-    .unwrap()
-    .text
-}
 
 #[test]
 fn ids_caching_and_isolation() {

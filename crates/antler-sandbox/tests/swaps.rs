@@ -9,15 +9,21 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use antler_sandbox::{GrepQuery, LocalSandboxProvider, Sandbox, SandboxError, SandboxProvider};
+use antler_sandbox::{GrepQuery, Sandbox, SandboxError};
 use common::*;
 use pretty_assertions::assert_eq;
 
 const CANARY: &str = "CANARY-CONTENT-7f3a";
 
-fn sandbox(p: &LocalSandboxProvider, thread: &str) -> Arc<dyn Sandbox> {
-    let id = p.acquire(Some(thread), None).unwrap();
-    p.get(&id).unwrap()
+/// A grep for every line (up to 100).
+fn any_line() -> GrepQuery {
+    GrepQuery {
+        pattern: ".".into(),
+        glob: None,
+        literal: false,
+        case_sensitive: false,
+        max_results: 100,
+    }
 }
 
 /// A directory outside the data home holding a secret file (and, for a swapped `user-data`,
@@ -123,13 +129,7 @@ fn assert_all_refused(sb: &Arc<dyn Sandbox>, virt: &str, target: Target, proc_co
         Ok(g) => panic!("{ctx} glob succeeded: {g:?}"),
         Err(e) => refused("glob", e),
     }
-    let q = GrepQuery {
-        pattern: ".".into(),
-        glob: None,
-        literal: false,
-        case_sensitive: false,
-        max_results: 100,
-    };
+    let q = any_line();
     match sb.grep(virt, &q) {
         Ok(m) => panic!("{ctx} grep succeeded: {m:?}"),
         Err(e) => refused("grep", e),
@@ -321,13 +321,7 @@ fn symlinks_inside_the_tree() {
         .glob("/mnt/user-data/workspace", "**/*", true, 100)
         .unwrap();
     assert!(g.iter().all(|p| !p.contains("secret")), "{g:?}");
-    let q = GrepQuery {
-        pattern: ".".into(),
-        glob: None,
-        literal: false,
-        case_sensitive: false,
-        max_results: 100,
-    };
+    let q = any_line();
     let (m, _) = sb.grep("/mnt/user-data/workspace", &q).unwrap();
     assert_eq!(m.len(), 1, "{m:?}");
     assert_eq!(m[0].path, "/mnt/user-data/workspace/real/r.txt");

@@ -58,8 +58,7 @@ impl Fixture {
     }
 
     fn sandbox(&self, thread: &str) -> Arc<dyn Sandbox> {
-        let id = self.provider.acquire(Some(thread), None).unwrap();
-        self.provider.get(&id).unwrap()
+        sandbox(&self.provider, thread)
     }
 
     fn path(&self, rel: &str) -> PathBuf {

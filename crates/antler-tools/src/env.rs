@@ -223,6 +223,16 @@ impl Prepared {
         }
     }
 
+    /// `Error: Permission denied: {path} (…)` when the policy refuses reading `path`.
+    pub(crate) fn check_read(&self, path: &str) -> Step<()> {
+        match &self.policy {
+            Some(policy) => policy
+                .check_read(path)
+                .map_err(|e| fail(format!("Error: Permission denied: {path} ({e})"))),
+            None => Ok(()),
+        }
+    }
+
     pub fn mask(&self, text: &str) -> String {
         let once = self.sandbox.mask(text);
         match &self.policy {
@@ -261,6 +271,27 @@ where
 /// `"{Type}: {message}"`, masked — DeerFlow's sanitized error detail.
 pub(crate) fn detail(p: &Prepared, e: &SandboxError) -> String {
     p.mask(&format!("{}: {e}", e.kind_name()))
+}
+
+/// A sandbox error while `doing` something that has no message of its own:
+/// `Error: Unexpected error {doing}: {detail}`.
+pub(crate) fn unexpected(p: &Prepared, doing: &str, e: &SandboxError) -> Fail {
+    fail(format!("Error: Unexpected error {doing}: {}", detail(p, e)))
+}
+
+/// The error of a tool that reads the folder `path` (`ls`, `glob`): a missing folder, a file,
+/// a refused path and a failed sandbox command have their own message, anything else is
+/// [`unexpected`].
+pub(crate) fn folder_error(p: &Prepared, path: &str, doing: &str, e: SandboxError) -> Fail {
+    match e {
+        SandboxError::NotFound(_) => fail(format!("Error: Directory not found: {path}")),
+        SandboxError::NotADirectory(_) => fail(format!("Error: Path is not a directory: {path}")),
+        SandboxError::PermissionDenied(r) => {
+            fail(format!("Error: Permission denied: {path} ({r})"))
+        }
+        SandboxError::Runtime(_) => fail(format!("Error: {e}")),
+        other => unexpected(p, doing, &other),
+    }
 }
 
 /// The text of the `description` argument every sandbox tool takes first (DeerFlow's "explain

@@ -1,12 +1,11 @@
 //! `glob` (spec 50 §4.3): paths matching a pattern under a folder.
 
 use antler_runtime::{ToolContext, ToolOutput, TypedSpec};
-use antler_sandbox::SandboxError;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
 use crate::env::{
-    blocking, clamp_results, detail, fail, prepare, sandbox_tool, why, Step, ToolEnv,
+    blocking, clamp_results, folder_error, prepare, sandbox_tool, why, Step, ToolEnv,
 };
 
 pub const DEFAULT_MAX_RESULTS: usize = 200;
@@ -58,28 +57,11 @@ impl GlobTool {
         let limit = clamp_results(a.max_results, DEFAULT_MAX_RESULTS, MAX_MAX_RESULTS)
             .min(self.configured_max);
         let p = prepare(&self.env, &ctx)?;
-        if let Some(policy) = &p.policy {
-            policy
-                .check_read(&path)
-                .map_err(|e| fail(format!("Error: Permission denied: {path} ({e})")))?;
-        }
+        p.check_read(&path)?;
         let (sb, vp, pat, dirs) = (p.sandbox.clone(), path.clone(), a.pattern, a.include_dirs);
         let (found, truncated) = blocking(move || sb.glob(&vp, &pat, dirs, limit))
             .await
-            .map_err(|e| match e {
-                SandboxError::NotFound(_) => fail(format!("Error: Directory not found: {path}")),
-                SandboxError::NotADirectory(_) => {
-                    fail(format!("Error: Path is not a directory: {path}"))
-                }
-                SandboxError::PermissionDenied(r) => {
-                    fail(format!("Error: Permission denied: {path} ({r})"))
-                }
-                SandboxError::Runtime(_) => fail(format!("Error: {e}")),
-                other => fail(format!(
-                    "Error: Unexpected error searching paths: {}",
-                    detail(&p, &other)
-                )),
-            })?;
+            .map_err(|e| folder_error(&p, &path, "searching paths", e))?;
         if found.is_empty() {
             return Ok(ToolOutput::text(format!("No files matched under {path}")));
         }

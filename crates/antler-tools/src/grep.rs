@@ -6,10 +6,13 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use crate::env::{
-    blocking, clamp_results, detail, fail, prepare, sandbox_tool, why, Step, ToolEnv,
+    blocking, clamp_results, fail, folder_error, prepare, sandbox_tool, unexpected, why, Step,
+    ToolEnv,
 };
 
 pub const DEFAULT_MAX_RESULTS: usize = 100;
+/// What grep's unexpected errors say it was doing.
+const SEARCHING: &str = "searching file contents";
 pub const MAX_MAX_RESULTS: usize = 500;
 
 /// `grep` arguments.
@@ -67,11 +70,7 @@ impl GrepTool {
         let limit = clamp_results(a.max_results, DEFAULT_MAX_RESULTS, MAX_MAX_RESULTS)
             .min(self.configured_max);
         let p = prepare(&self.env, &ctx)?;
-        if let Some(policy) = &p.policy {
-            policy
-                .check_read(&path)
-                .map_err(|e| fail(format!("Error: Permission denied: {path} ({e})")))?;
-        }
+        p.check_read(&path)?;
         let q = GrepQuery {
             pattern: a.pattern,
             glob: a.glob,
@@ -83,16 +82,10 @@ impl GrepTool {
         let (found, truncated) = blocking(move || sb.grep(&vp, &q))
             .await
             .map_err(|e| match e {
-                SandboxError::NotFound(_) => fail(format!("Error: Directory not found: {path}")),
                 SandboxError::InvalidRegex(_) => fail(format!("Error: {e}")),
-                SandboxError::PermissionDenied(r) => {
-                    fail(format!("Error: Permission denied: {path} ({r})"))
-                }
-                SandboxError::Runtime(_) => fail(format!("Error: {e}")),
-                other => fail(format!(
-                    "Error: Unexpected error searching file contents: {}",
-                    detail(&p, &other)
-                )),
+                // Unlike ls and glob, grep has no message of its own for a path that is a file.
+                SandboxError::NotADirectory(_) => unexpected(&p, SEARCHING, &e),
+                e => folder_error(&p, &path, SEARCHING, e),
             })?;
         if found.is_empty() {
             return Ok(ToolOutput::text(format!("No matches found under {path}")));

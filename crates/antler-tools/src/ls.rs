@@ -4,11 +4,10 @@ use antler_runtime::{ToolContext, ToolOutput, TypedSpec};
 use antler_sandbox::mapping::is_under;
 use antler_sandbox::paths::VIRTUAL_USER_DATA;
 use antler_sandbox::truncate::{head_truncate, LS_HINT};
-use antler_sandbox::SandboxError;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use crate::env::{blocking, detail, fail, prepare, sandbox_tool, why, Step, ToolEnv};
+use crate::env::{blocking, fail, folder_error, prepare, sandbox_tool, why, Step, ToolEnv};
 
 /// `ls` arguments.
 #[derive(Deserialize, JsonSchema)]
@@ -55,20 +54,7 @@ impl LsTool {
         let vp = path.clone();
         let entries = blocking(move || sb.list_dir(&vp, 2))
             .await
-            .map_err(|e| match e {
-                SandboxError::NotFound(_) => fail(format!("Error: Directory not found: {path}")),
-                SandboxError::NotADirectory(_) => {
-                    fail(format!("Error: Path is not a directory: {path}"))
-                }
-                SandboxError::PermissionDenied(r) => {
-                    fail(format!("Error: Permission denied: {path} ({r})"))
-                }
-                SandboxError::Runtime(_) => fail(format!("Error: {e}")),
-                other => fail(format!(
-                    "Error: Unexpected error listing directory: {}",
-                    detail(&p, &other)
-                )),
-            })?;
+            .map_err(|e| folder_error(&p, &path, "listing directory", e))?;
         if entries.is_empty() {
             return Ok(ToolOutput::text("(empty)"));
         }

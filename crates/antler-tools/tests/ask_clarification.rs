@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use antler_middleware::clarification::ClarificationMiddleware;
 use antler_models::{ScriptedModel, ScriptedReply};
-use antler_protocol::{Message, Object};
+use antler_protocol::{Message, Object, ThreadState, ToolMessage};
 use antler_runtime::*;
 use antler_tools::ask_clarification::{ask_clarification_tool, render_question, NAME};
 use pretty_assertions::assert_eq;
@@ -154,19 +154,16 @@ async fn run(chain: Chain) -> (RunOutcome, Arc<ScriptedModel>) {
     (out, model)
 }
 
+fn last_tool_message(state: &ThreadState) -> ToolMessage {
+    state.messages.last().unwrap().as_tool().unwrap().clone()
+}
+
 #[tokio::test]
 async fn without_the_middleware_the_tool_answers_and_return_direct_ends_the_run() {
     let (out, model) = run(Chain::empty()).await;
     assert_eq!(out.status, RunStatus::Success);
     assert_eq!(model.requests().len(), 1);
-    let last = out
-        .state
-        .messages
-        .last()
-        .unwrap()
-        .as_tool()
-        .unwrap()
-        .clone();
+    let last = last_tool_message(&out.state);
     assert_eq!(last.tool_call_id, "call_q9");
     assert_eq!(last.name.as_deref(), Some(NAME));
     assert_eq!(
@@ -182,14 +179,7 @@ async fn with_the_middleware_the_question_carries_its_card() {
         run(Chain::new(vec![Arc::new(ClarificationMiddleware::new())]).unwrap()).await;
     assert_eq!(out.status, RunStatus::Success);
     assert_eq!(model.requests().len(), 1);
-    let last = out
-        .state
-        .messages
-        .last()
-        .unwrap()
-        .as_tool()
-        .unwrap()
-        .clone();
+    let last = last_tool_message(&out.state);
     assert_eq!(last.id.as_deref(), Some("clarification:call_q9"));
     assert_eq!(
         last.content.text(),

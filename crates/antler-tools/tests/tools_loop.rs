@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use antler_models::ScriptedReply;
-use antler_protocol::{HumanMessage, Message, Object, ToolStatus};
+use antler_protocol::{HumanMessage, Message, Object, ThreadState, ToolStatus};
 use antler_runtime::{RunContext, Tool, ToolContext};
 use antler_sandbox::{Confine, ConfinementStatus, SandboxSettings};
 use harness::*;
@@ -19,6 +19,25 @@ fn calls(v: Vec<(&str, &str, serde_json::Value)>) -> ScriptedReply {
         v.into_iter()
             .map(|(i, n, a)| (i.to_owned(), n.to_owned(), a)),
     )
+}
+
+/// One model turn calling `tool` once per `(id, args)`.
+fn calls_to(tool: &str, v: Vec<(&str, serde_json::Value)>) -> ScriptedReply {
+    ScriptedReply::tool_calls(
+        v.into_iter()
+            .map(|(i, a)| (i.to_owned(), tool.to_owned(), a)),
+    )
+}
+
+/// Checks the result of each call: `Ok(text)` a success with that text, `Err(text)` an error.
+fn assert_results(state: &ThreadState, expected: &[(&str, Result<&str, &str>)]) {
+    for (id, want) in expected {
+        let t = last_tool(state, id);
+        match want {
+            Ok(text) => assert_eq!(ok(&t), *text, "{id}"),
+            Err(text) => assert_eq!(err(&t), *text, "{id}"),
+        }
+    }
 }
 
 // ---------------------------------------------------------------- bash
@@ -282,10 +301,12 @@ async fn the_audit_blocks_warns_and_logs_every_bash_call() {
             ])],
         )
         .await;
-    assert_eq!(ok(&last_tool(&out.state, "p")), "safe\n");
-    assert_eq!(
-        ok(&last_tool(&out.state, "w")),
-        "pip install requests\n\n\n⚠️ Warning: `echo pip install requests` is a medium-risk command that may modify the runtime environment."
+    assert_results(
+        &out.state,
+        &[
+            ("p", Ok("safe\n")),
+            ("w", Ok("pip install requests\n\n\n⚠️ Warning: `echo pip install requests` is a medium-risk command that may modify the runtime environment.")),
+        ],
     );
     let b = last_tool(&out.state, "b");
     assert_eq!(
@@ -401,36 +422,20 @@ async fn ls_lists_masks_and_reports_errors() {
         .run(
             "t1",
             vec![
-                calls(vec![
-                    ("w1", "write_file", json!({"description": "d", "path": "/mnt/user-data/workspace/src/a.py", "content": "print(1)\n"})),
-                    ("w2", "write_file", json!({"description": "d", "path": "/mnt/user-data/workspace/.upload-x.part", "content": "staging"})),
-                ]),
-                calls(vec![
-                    ("l1", "ls", json!({"description": "d", "path": "/mnt/user-data/workspace"})),
-                    ("l2", "ls", json!({"description": "d", "path": "/mnt/user-data/outputs"})),
-                    ("l3", "ls", json!({"description": "d", "path": "/mnt/user-data/workspace/nope"})),
-                    ("l4", "ls", json!({"description": "d", "path": "/etc"})),
-                    ("l5", "ls", json!({"description": "d", "path": "/mnt/user-data/workspace/src/a.py"})),
-                ]),
+                calls_to("write_file", vec![("w1", json!({"description": "d", "path": "/mnt/user-data/workspace/src/a.py", "content": "print(1)\n"})), ("w2", json!({"description": "d", "path": "/mnt/user-data/workspace/.upload-x.part", "content": "staging"}))]),
+                calls_to("ls", vec![("l1", json!({"description": "d", "path": "/mnt/user-data/workspace"})), ("l2", json!({"description": "d", "path": "/mnt/user-data/outputs"})), ("l3", json!({"description": "d", "path": "/mnt/user-data/workspace/nope"})), ("l4", json!({"description": "d", "path": "/etc"})), ("l5", json!({"description": "d", "path": "/mnt/user-data/workspace/src/a.py"}))]),
             ],
         )
         .await;
-    assert_eq!(
-        ok(&last_tool(&out.state, "l1")),
-        "/mnt/user-data/workspace/src/\n/mnt/user-data/workspace/src/a.py"
-    );
-    assert_eq!(ok(&last_tool(&out.state, "l2")), "(empty)");
-    assert_eq!(
-        err(&last_tool(&out.state, "l3")),
-        "Error: Directory not found: /mnt/user-data/workspace/nope"
-    );
-    assert_eq!(
-        err(&last_tool(&out.state, "l4")),
-        "Error: Permission denied: /etc (Only paths under /mnt/user-data/, /mnt/skills/, or configured mount paths are allowed)"
-    );
-    assert_eq!(
-        err(&last_tool(&out.state, "l5")),
-        "Error: Path is not a directory: /mnt/user-data/workspace/src/a.py"
+    assert_results(
+        &out.state,
+        &[
+            ("l1", Ok("/mnt/user-data/workspace/src/\n/mnt/user-data/workspace/src/a.py")),
+            ("l2", Ok("(empty)")),
+            ("l3", Err("Error: Directory not found: /mnt/user-data/workspace/nope")),
+            ("l4", Err("Error: Permission denied: /etc (Only paths under /mnt/user-data/, /mnt/skills/, or configured mount paths are allowed)")),
+            ("l5", Err("Error: Path is not a directory: /mnt/user-data/workspace/src/a.py")),
+        ],
     );
 }
 
@@ -459,27 +464,17 @@ async fn glob_and_grep_return_virtual_paths() {
             ])],
         )
         .await;
-    assert_eq!(
-        ok(&last_tool(&out.state, "g1")),
-        "Found 2 paths under /mnt/user-data/workspace\n1. /mnt/user-data/workspace/a.py\n2. /mnt/user-data/workspace/pkg/b.py"
+    assert_results(
+        &out.state,
+        &[
+            ("g1", Ok("Found 2 paths under /mnt/user-data/workspace\n1. /mnt/user-data/workspace/a.py\n2. /mnt/user-data/workspace/pkg/b.py")),
+            ("g2", Ok("Found 1 paths under /mnt/user-data/workspace (showing first 1)\n1. /mnt/user-data/workspace/a.py\nResults truncated. Narrow the path or pattern to see fewer matches.")),
+            ("g3", Ok("No files matched under /mnt/user-data/workspace")),
+            ("g4", Err("Error: Directory not found: /mnt/user-data/workspace/missing")),
+            ("r1", Ok("Found 2 matches under /mnt/user-data/workspace\n/mnt/user-data/workspace/a.py:2: TODO: one\n/mnt/user-data/workspace/pkg/b.py:1: todo two")),
+            ("r2", Ok("Found 1 matches under /mnt/user-data/workspace\n/mnt/user-data/workspace/a.py:2: TODO: one")),
+        ],
     );
-    assert_eq!(
-        ok(&last_tool(&out.state, "g2")),
-        "Found 1 paths under /mnt/user-data/workspace (showing first 1)\n1. /mnt/user-data/workspace/a.py\nResults truncated. Narrow the path or pattern to see fewer matches."
-    );
-    assert_eq!(
-        ok(&last_tool(&out.state, "g3")),
-        "No files matched under /mnt/user-data/workspace"
-    );
-    assert_eq!(
-        err(&last_tool(&out.state, "g4")),
-        "Error: Directory not found: /mnt/user-data/workspace/missing"
-    );
-    assert_eq!(
-        ok(&last_tool(&out.state, "r1")),
-        "Found 2 matches under /mnt/user-data/workspace\n/mnt/user-data/workspace/a.py:2: TODO: one\n/mnt/user-data/workspace/pkg/b.py:1: todo two"
-    );
-    assert_eq!(ok(&last_tool(&out.state, "r2")), "Found 1 matches under /mnt/user-data/workspace\n/mnt/user-data/workspace/a.py:2: TODO: one");
     assert!(err(&last_tool(&out.state, "r3")).starts_with("Error: Invalid regex pattern: "));
     assert_eq!(
         ok(&last_tool(&out.state, "r4")),
@@ -517,33 +512,20 @@ async fn read_file_ranges_limits_and_errors() {
     let (out, _) = h
         .run(
             "t1",
-            vec![calls(vec![
-                ("a", "read_file", json!({"description": "d", "path": p("lines.txt")})),
-                ("b", "read_file", json!({"description": "d", "path": p("lines.txt"), "start_line": 2, "end_line": 3})),
-                ("c", "read_file", json!({"description": "d", "path": p("lines.txt"), "start_line": 9})),
-                ("d", "read_file", json!({"description": "d", "path": p("lines.txt"), "start_line": 3, "end_line": 2})),
-                ("e", "read_file", json!({"description": "d", "path": p("empty.txt")})),
-                ("f", "read_file", json!({"description": "d", "path": p("long.txt")})),
-                ("g", "read_file", json!({"description": "d", "path": p("missing.txt")})),
-                ("h", "read_file", json!({"description": "d", "path": p("img.png")})),
-                ("i", "read_file", json!({"description": "d", "path": "/mnt/user-data/workspace"})),
-                ("j", "read_file", json!({"description": "d", "path": "/etc/passwd"})),
-                ("k", "read_file", json!({"description": "d", "path": "/mnt/user-data/workspace/../../../x"})),
-                ("l", "read_file", json!({"description": "d", "path": p("link.txt")})),
-                ("m", "read_file", json!({"description": "d", "path": p("huge.txt")})),
-                ("n", "read_file", json!({"description": "d", "path": p("huge.txt"), "start_line": 1, "end_line": 1})),
-            ])],
+            vec![calls_to("read_file", vec![("a", json!({"description": "d", "path": p("lines.txt")})), ("b", json!({"description": "d", "path": p("lines.txt"), "start_line": 2, "end_line": 3})), ("c", json!({"description": "d", "path": p("lines.txt"), "start_line": 9})), ("d", json!({"description": "d", "path": p("lines.txt"), "start_line": 3, "end_line": 2})), ("e", json!({"description": "d", "path": p("empty.txt")})), ("f", json!({"description": "d", "path": p("long.txt")})), ("g", json!({"description": "d", "path": p("missing.txt")})), ("h", json!({"description": "d", "path": p("img.png")})), ("i", json!({"description": "d", "path": "/mnt/user-data/workspace"})), ("j", json!({"description": "d", "path": "/etc/passwd"})), ("k", json!({"description": "d", "path": "/mnt/user-data/workspace/../../../x"})), ("l", json!({"description": "d", "path": p("link.txt")})), ("m", json!({"description": "d", "path": p("huge.txt")})), ("n", json!({"description": "d", "path": p("huge.txt"), "start_line": 1, "end_line": 1}))])],
         )
         .await;
     let s = &out.state;
-    assert_eq!(ok(&last_tool(s, "a")), "one\ntwo\nthree\n");
-    assert_eq!(ok(&last_tool(s, "b")), "two\nthree");
-    assert_eq!(ok(&last_tool(s, "c")), "(start_line exceeds file length)");
-    assert_eq!(
-        ok(&last_tool(s, "d")),
-        "(start_line > end_line — no lines in range)"
+    assert_results(
+        s,
+        &[
+            ("a", Ok("one\ntwo\nthree\n")),
+            ("b", Ok("two\nthree")),
+            ("c", Ok("(start_line exceeds file length)")),
+            ("d", Ok("(start_line > end_line — no lines in range)")),
+            ("e", Ok("(empty)")),
+        ],
     );
-    assert_eq!(ok(&last_tool(s, "e")), "(empty)");
     let f = ok(&last_tool(s, "f"));
     assert!(
         f.chars().count() <= 300
@@ -555,21 +537,14 @@ async fn read_file_ranges_limits_and_errors() {
         "Error: File not found: /mnt/user-data/workspace/missing.txt"
     );
     assert!(err(&last_tool(s, "h")).starts_with("Error: cannot read '/mnt/user-data/workspace/img.png' as text — it appears to be a binary file"));
-    assert_eq!(
-        err(&last_tool(s, "i")),
-        "Error: Path is a directory, not a file: /mnt/user-data/workspace"
-    );
-    assert_eq!(
-        err(&last_tool(s, "j")),
-        "Error: Permission denied reading file: /etc/passwd (Only paths under /mnt/user-data/, /mnt/skills/, or configured mount paths are allowed)"
-    );
-    assert_eq!(
-        err(&last_tool(s, "k")),
-        "Error: Permission denied reading file: /mnt/user-data/workspace/../../../x (Access denied: path traversal detected)"
-    );
-    assert_eq!(
-        err(&last_tool(s, "l")),
-        "Error: Permission denied reading file: /mnt/user-data/workspace/link.txt (Access denied: path traversal detected)"
+    assert_results(
+        s,
+        &[
+            ("i", Err("Error: Path is a directory, not a file: /mnt/user-data/workspace")),
+            ("j", Err("Error: Permission denied reading file: /etc/passwd (Only paths under /mnt/user-data/, /mnt/skills/, or configured mount paths are allowed)")),
+            ("k", Err("Error: Permission denied reading file: /mnt/user-data/workspace/../../../x (Access denied: path traversal detected)")),
+            ("l", Err("Error: Permission denied reading file: /mnt/user-data/workspace/link.txt (Access denied: path traversal detected)")),
+        ],
     );
     assert!(err(&last_tool(s, "m")).starts_with("Error: File is too large to read at once: /mnt/user-data/workspace/huge.txt (5000 bytes; the limit is 4096 bytes)."));
     // A line range streams past the whole-file limit; the output cap still applies.
@@ -592,30 +567,22 @@ async fn write_file_overwrites_appends_and_refuses_outside() {
             vec![
                 ScriptedReply::tool_call("a", "write_file", json!({"description": "d", "path": "/mnt/user-data/outputs/r.md", "content": "# R\n"})),
                 ScriptedReply::tool_call("b", "write_file", json!({"description": "d", "path": "/mnt/user-data/outputs/r.md", "content": "more\n", "append": true})),
-                calls(vec![
-                    ("c", "write_file", json!({"description": "d", "path": "/etc/antler-test", "content": "x"})),
-                    ("d", "write_file", json!({"description": "d", "path": "/mnt/skills/x/SKILL.md", "content": "x"})),
-                    ("e", "write_file", json!({"description": "d", "path": "/mnt/user-data/outputs/big.txt", "content": big})),
-                    ("f", "write_file", json!({"description": "d", "path": "/mnt/user-data/outputs", "content": "x"})),
-                    ("g", "write_file", json!({"description": "d", "path": "/mnt/user-data/../../escape.txt", "content": "x"})),
-                ]),
+                calls_to("write_file", vec![("c", json!({"description": "d", "path": "/etc/antler-test", "content": "x"})), ("d", json!({"description": "d", "path": "/mnt/skills/x/SKILL.md", "content": "x"})), ("e", json!({"description": "d", "path": "/mnt/user-data/outputs/big.txt", "content": big})), ("f", json!({"description": "d", "path": "/mnt/user-data/outputs", "content": "x"})), ("g", json!({"description": "d", "path": "/mnt/user-data/../../escape.txt", "content": "x"}))]),
             ],
         )
         .await;
     let s = &out.state;
-    assert_eq!(ok(&last_tool(s, "a")), "OK");
-    assert_eq!(ok(&last_tool(s, "b")), "OK");
+    assert_results(s, &[("a", Ok("OK")), ("b", Ok("OK"))]);
     assert_eq!(
         std::fs::read_to_string(h.thread_dir("t1").join("outputs/r.md")).unwrap(),
         "# R\nmore\n"
     );
-    assert_eq!(
-        err(&last_tool(s, "c")),
-        "Error: Permission denied writing to file: /etc/antler-test (Only paths under /mnt/user-data/, /mnt/skills/, or configured mount paths are allowed)"
-    );
-    assert_eq!(
-        err(&last_tool(s, "d")),
-        "Error: Permission denied writing to file: /mnt/skills/x/SKILL.md (Write access to skills path is not allowed: /mnt/skills/x/SKILL.md)"
+    assert_results(
+        s,
+        &[
+            ("c", Err("Error: Permission denied writing to file: /etc/antler-test (Only paths under /mnt/user-data/, /mnt/skills/, or configured mount paths are allowed)")),
+            ("d", Err("Error: Permission denied writing to file: /mnt/skills/x/SKILL.md (Write access to skills path is not allowed: /mnt/skills/x/SKILL.md)")),
+        ],
     );
     assert!(err(&last_tool(s, "e")).starts_with(
         "Error: write_file content (82944 bytes) exceeds the 81920-byte single-call limit."
@@ -649,19 +616,15 @@ async fn str_replace_requires_a_unique_match() {
         )
         .await;
     let s = &out.state;
-    assert_eq!(ok(&last_tool(s, "a")), "OK");
-    assert_eq!(
-        err(&last_tool(s, "b")),
-        "Error: String to replace appears 2 times in file: /mnt/user-data/workspace/f.txt; it must appear exactly once. Include more surrounding text in old_str, or set replace_all to true."
-    );
-    assert_eq!(
-        err(&last_tool(s, "c")),
-        "Error: String to replace not found in file: /mnt/user-data/workspace/f.txt"
-    );
-    assert_eq!(ok(&last_tool(s, "d")), "OK");
-    assert_eq!(
-        err(&last_tool(s, "e")),
-        "Error: File not found: /mnt/user-data/workspace/none.txt"
+    assert_results(
+        s,
+        &[
+            ("a", Ok("OK")),
+            ("b", Err("Error: String to replace appears 2 times in file: /mnt/user-data/workspace/f.txt; it must appear exactly once. Include more surrounding text in old_str, or set replace_all to true.")),
+            ("c", Err("Error: String to replace not found in file: /mnt/user-data/workspace/f.txt")),
+            ("d", Ok("OK")),
+            ("e", Err("Error: File not found: /mnt/user-data/workspace/none.txt")),
+        ],
     );
     assert!(err(&last_tool(s, "f"))
         .starts_with("Error: Permission denied accessing file: /mnt/skills/s/SKILL.md"));
@@ -718,19 +681,17 @@ async fn present_files_updates_artifacts_through_the_reducer() {
     let (out, _) = h
         .run(
             "t1",
-            vec![calls(vec![
-                ("p1", "present_files", json!({"filepaths": ["/mnt/user-data/outputs/a.md", "/mnt/user-data/outputs/b.md"]})),
-                ("p2", "present_files", json!({"filepaths": ["/mnt/user-data/outputs/b.md", "/mnt/user-data/outputs/sub/c.png"]})),
-                ("p3", "present_files", json!({"filepaths": [outd.join("a.md").to_string_lossy()]})),
-                ("e1", "present_files", json!({"filepaths": ["/mnt/user-data/outputs/a.md", "/mnt/user-data/workspace/w.txt"]})),
-                ("e2", "present_files", json!({"filepaths": ["/mnt/user-data/outputs/../../../etc/passwd"]})),
-                ("e3", "present_files", json!({"filepaths": ["/mnt/user-data/outputs/missing.md"]})),
-            ])],
+            vec![calls_to("present_files", vec![("p1", json!({"filepaths": ["/mnt/user-data/outputs/a.md", "/mnt/user-data/outputs/b.md"]})), ("p2", json!({"filepaths": ["/mnt/user-data/outputs/b.md", "/mnt/user-data/outputs/sub/c.png"]})), ("p3", json!({"filepaths": [outd.join("a.md").to_string_lossy()]})), ("e1", json!({"filepaths": ["/mnt/user-data/outputs/a.md", "/mnt/user-data/workspace/w.txt"]})), ("e2", json!({"filepaths": ["/mnt/user-data/outputs/../../../etc/passwd"]})), ("e3", json!({"filepaths": ["/mnt/user-data/outputs/missing.md"]}))])],
         )
         .await;
     let s = &out.state;
-    assert_eq!(ok(&last_tool(s, "p1")), "Successfully presented files");
-    assert_eq!(ok(&last_tool(s, "p3")), "Successfully presented files");
+    assert_results(
+        s,
+        &[
+            ("p1", Ok("Successfully presented files")),
+            ("p3", Ok("Successfully presented files")),
+        ],
+    );
     assert_eq!(
         s.artifacts,
         vec![
@@ -739,14 +700,13 @@ async fn present_files_updates_artifacts_through_the_reducer() {
             "/mnt/user-data/outputs/sub/c.png"
         ]
     );
-    assert_eq!(err(&last_tool(s, "e1")), "Error: Only files in /mnt/user-data/outputs can be presented: /mnt/user-data/workspace/w.txt");
-    assert_eq!(
-        err(&last_tool(s, "e2")),
-        "Error: Access denied: path traversal detected"
-    );
-    assert_eq!(
-        err(&last_tool(s, "e3")),
-        "Error: File not found: /mnt/user-data/outputs/missing.md"
+    assert_results(
+        s,
+        &[
+            ("e1", Err("Error: Only files in /mnt/user-data/outputs can be presented: /mnt/user-data/workspace/w.txt")),
+            ("e2", Err("Error: Access denied: path traversal detected")),
+            ("e3", Err("Error: File not found: /mnt/user-data/outputs/missing.md")),
+        ],
     );
 }
 
@@ -766,39 +726,33 @@ async fn view_image_checks_and_records_metadata_only() {
     let (out, _) = h
         .run(
             "t1",
-            vec![calls(vec![
-                (
-                    "a",
-                    "view_image",
-                    json!({"image_path": "/mnt/user-data/uploads/pic.png"}),
-                ),
-                ("b", "view_image", json!({"image_path": "/etc/x.png"})),
-                (
-                    "c",
-                    "view_image",
-                    json!({"image_path": "/mnt/user-data/uploads/escape.png"}),
-                ),
-                (
-                    "d",
-                    "view_image",
-                    json!({"image_path": "/mnt/user-data/uploads/none.png"}),
-                ),
-                (
-                    "e",
-                    "view_image",
-                    json!({"image_path": "/mnt/user-data/uploads/notes.txt"}),
-                ),
-                (
-                    "f",
-                    "view_image",
-                    json!({"image_path": "/mnt/user-data/uploads/fake.png"}),
-                ),
-                (
-                    "g",
-                    "view_image",
-                    json!({"image_path": "/mnt/user-data/uploads/junk.jpg"}),
-                ),
-            ])],
+            vec![calls_to(
+                "view_image",
+                vec![
+                    ("a", json!({"image_path": "/mnt/user-data/uploads/pic.png"})),
+                    ("b", json!({"image_path": "/etc/x.png"})),
+                    (
+                        "c",
+                        json!({"image_path": "/mnt/user-data/uploads/escape.png"}),
+                    ),
+                    (
+                        "d",
+                        json!({"image_path": "/mnt/user-data/uploads/none.png"}),
+                    ),
+                    (
+                        "e",
+                        json!({"image_path": "/mnt/user-data/uploads/notes.txt"}),
+                    ),
+                    (
+                        "f",
+                        json!({"image_path": "/mnt/user-data/uploads/fake.png"}),
+                    ),
+                    (
+                        "g",
+                        json!({"image_path": "/mnt/user-data/uploads/junk.jpg"}),
+                    ),
+                ],
+            )],
         )
         .await;
     let s = &out.state;
@@ -807,26 +761,16 @@ async fn view_image_checks_and_records_metadata_only() {
     assert_eq!(v["mime_type"], "image/png");
     assert_eq!(v["size"], 11);
     assert_eq!(s.viewed_images.len(), 1);
-    assert_eq!(err(&last_tool(s, "b")), "Error: Only image paths under /mnt/user-data/workspace, /mnt/user-data/uploads, /mnt/user-data/outputs are allowed");
-    assert_eq!(
-        err(&last_tool(s, "c")),
-        "Error: Access denied: path traversal detected"
-    );
-    assert_eq!(
-        err(&last_tool(s, "d")),
-        "Error: Image file not found: /mnt/user-data/uploads/none.png"
-    );
-    assert_eq!(
-        err(&last_tool(s, "e")),
-        "Error: Unsupported image format: .txt. Supported formats: .jpg, .jpeg, .png, .webp, .gif"
-    );
-    assert_eq!(
-        err(&last_tool(s, "f")),
-        "Error: Image contents are image/gif, but file extension indicates image/png"
-    );
-    assert_eq!(
-        err(&last_tool(s, "g")),
-        "Error: File contents do not match a supported image format"
+    assert_results(
+        s,
+        &[
+            ("b", Err("Error: Only image paths under /mnt/user-data/workspace, /mnt/user-data/uploads, /mnt/user-data/outputs are allowed")),
+            ("c", Err("Error: Access denied: path traversal detected")),
+            ("d", Err("Error: Image file not found: /mnt/user-data/uploads/none.png")),
+            ("e", Err("Error: Unsupported image format: .txt. Supported formats: .jpg, .jpeg, .png, .webp, .gif")),
+            ("f", Err("Error: Image contents are image/gif, but file extension indicates image/png")),
+            ("g", Err("Error: File contents do not match a supported image format")),
+        ],
     );
 }
 

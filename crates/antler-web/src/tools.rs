@@ -154,16 +154,14 @@ impl WebSearchTool {
                 "default": 5,
             });
         }
-        let spec = ToolSpec {
-            name: "web_search".into(),
-            description: "Search the web for information: current events, news, articles, \
-documentation and facts. Returns titles, URLs and snippets; use web_fetch on a result's URL to \
-read the page."
-                .into(),
-            parameters: json!({"type": "object", "properties": props, "required": ["query"]}),
-        };
         Self {
-            spec: Arc::new(spec),
+            spec: query_spec(
+                "web_search",
+                "Search the web for information: current events, news, articles, \
+documentation and facts. Returns titles, URLs and snippets; use web_fetch on a result's URL to \
+read the page.",
+                props,
+            ),
             backend,
             configured_max,
             cap,
@@ -194,6 +192,15 @@ impl Tool for WebSearchTool {
             cancellable(&ctx, self.backend.search(&query, max)).await,
         ))
     }
+}
+
+/// The spec of a search tool: `props` (`query` among them, required) and its description.
+fn query_spec(name: &str, description: &str, props: Value) -> Arc<ToolSpec> {
+    Arc::new(ToolSpec {
+        name: name.into(),
+        description: description.into(),
+        parameters: json!({"type": "object", "properties": props, "required": ["query"]}),
+    })
 }
 
 /// `web_fetch`.
@@ -282,16 +289,14 @@ impl ImageSearchTool {
             props["type_image"] = json!({"type": "string", "enum": ["photo", "clipart", "gif", "transparent", "line"], "description": "Image type filter. Use photo for realistic references."});
             props["layout"] = json!({"type": "string", "enum": ["Square", "Tall", "Wide"], "description": "Layout filter."});
         }
-        let spec = ToolSpec {
-            name: "image_search".into(),
-            description: "Search for images online. Use it before generating images to find \
-reference images for characters, portraits, objects, scenes, styles or anything that needs visual \
-accuracy. The returned image URLs can be used as references in image generation."
-                .into(),
-            parameters: json!({"type": "object", "properties": props, "required": ["query"]}),
-        };
         Self {
-            spec: Arc::new(spec),
+            spec: query_spec(
+                "image_search",
+                "Search for images online. Use it before generating images to find \
+reference images for characters, portraits, objects, scenes, styles or anything that needs visual \
+accuracy. The returned image URLs can be used as references in image generation.",
+                props,
+            ),
             backend,
             configured_max,
             cap,

@@ -71,14 +71,7 @@ impl Tripwire {
 
 #[tokio::test]
 async fn a_news_article_becomes_clean_markdown() {
-    let srv = Server::start(|_| {
-        respond(
-            200,
-            "text/html; charset=utf-8",
-            fixture("news-article.html"),
-        )
-    })
-    .await;
+    let srv = Server::html_fixture("news-article.html").await;
     let t = open_fetcher(json!({}));
     assert_eq!(t.name(), "web_fetch");
     assert!(t.returns_remote_content());
@@ -132,14 +125,7 @@ async fn a_docs_page_keeps_code_tables_and_resolves_links() {
 
 #[tokio::test]
 async fn a_cookie_banner_is_dropped() {
-    let srv = Server::start(|_| {
-        respond(
-            200,
-            "text/html; charset=utf-8",
-            fixture("cookie-banner.html"),
-        )
-    })
-    .await;
+    let srv = Server::html_fixture("cookie-banner.html").await;
     let (md, _) = call(&open_fetcher(json!({})), json!({"url": srv.url()})).await;
     assert!(md.contains("Six months ago a clean build"));
     assert!(!md.to_lowercase().contains("cookie"), "{md}");

@@ -18,6 +18,20 @@ fn builder() -> WebToolBuilder {
     WebToolBuilder::new().with_env(|_| None)
 }
 
+/// Tool `name` from `use_` configured with `opts`, the environment holding only `var=value`.
+fn keyed_tool(
+    (var, value): (&'static str, &'static str),
+    name: &str,
+    use_: &str,
+    opts: Value,
+) -> Arc<dyn Tool> {
+    WebToolBuilder::new()
+        .with_env(move |k| (k == var).then(|| value.to_owned()))
+        .build(name, use_, &extra(opts))
+        .unwrap()
+        .unwrap()
+}
+
 fn tool(use_: &str, opts: Value) -> Arc<dyn Tool> {
     builder().build("t", use_, &extra(opts)).unwrap().unwrap()
 }
@@ -302,15 +316,12 @@ async fn tavily_search_and_extract() {
         _ => json(404, &json!({"detail": {"error": "not found"}})),
     })
     .await;
-    let search = builder()
-        .with_env(|k| (k == "TAVILY_API_KEY").then(|| "tvly-env".to_owned()))
-        .build(
-            "web_search",
-            "deerflow.community.tavily.tools:web_search_tool",
-            &extra(json!({"base_url": srv.url(), "max_results": 3})),
-        )
-        .unwrap()
-        .unwrap();
+    let search = keyed_tool(
+        ("TAVILY_API_KEY", "tvly-env"),
+        "web_search",
+        "deerflow.community.tavily.tools:web_search_tool",
+        json!({"base_url": srv.url(), "max_results": 3}),
+    );
     let (text, status) = call(&search, json!({"query": "deer flow"})).await;
     assert_eq!(status, ToolStatus::Success);
     assert_eq!(
@@ -410,15 +421,12 @@ async fn brave_web_and_image_search() {
         ]
     );
 
-    let images = builder()
-        .with_env(|k| (k == "BRAVE_SEARCH_API_KEY").then(|| "env-key".to_owned()))
-        .build(
-            "image_search",
-            "deerflow.community.brave.tools:image_search_tool",
-            &extra(json!({"base_url": srv.url(), "country": "DE", "safesearch": "strict"})),
-        )
-        .unwrap()
-        .unwrap();
+    let images = keyed_tool(
+        ("BRAVE_SEARCH_API_KEY", "env-key"),
+        "image_search",
+        "deerflow.community.brave.tools:image_search_tool",
+        json!({"base_url": srv.url(), "country": "DE", "safesearch": "strict"}),
+    );
     let (text, _) = call(&images, json!({"query": "cats"})).await;
     let v = parse(&text);
     assert_eq!(v["total_results"], 2);
@@ -566,15 +574,12 @@ async fn exa_search_and_contents() {
         s.json(),
         json!({"query": "exa", "type": "neural", "numResults": 5, "contents": {"highlights": {"maxCharacters": 300}}})
     );
-    let f = builder()
-        .with_env(|k| (k == "EXA_API_KEY").then(|| "exa-env".to_owned()))
-        .build(
-            "web_fetch",
-            "deerflow.community.exa.tools:web_fetch_tool",
-            &extra(json!({"base_url": srv.url()})),
-        )
-        .unwrap()
-        .unwrap();
+    let f = keyed_tool(
+        ("EXA_API_KEY", "exa-env"),
+        "web_fetch",
+        "deerflow.community.exa.tools:web_fetch_tool",
+        json!({"base_url": srv.url()}),
+    );
     assert_eq!(
         call(&f, json!({"url": "https://93.184.216.34/"})).await,
         ("# Page\n\nbody text".to_owned(), ToolStatus::Success)
@@ -659,23 +664,13 @@ async fn firecrawl_without_a_key_and_with_errors() {
 
 #[tokio::test]
 async fn jina_posts_the_url_and_converts_the_html() {
-    let srv = Server::start(|_| {
-        respond(
-            200,
-            "text/html; charset=utf-8",
-            fixture("news-article.html"),
-        )
-    })
-    .await;
-    let t = builder()
-        .with_env(|k| (k == "JINA_API_KEY").then(|| "jina_key".to_owned()))
-        .build(
-            "web_fetch",
-            "deerflow.community.jina_ai.tools:web_fetch_tool",
-            &extra(json!({"base_url": srv.url(), "timeout": 7})),
-        )
-        .unwrap()
-        .unwrap();
+    let srv = Server::html_fixture("news-article.html").await;
+    let t = keyed_tool(
+        ("JINA_API_KEY", "jina_key"),
+        "web_fetch",
+        "deerflow.community.jina_ai.tools:web_fetch_tool",
+        json!({"base_url": srv.url(), "timeout": 7}),
+    );
     let (text, status) = call(&t, json!({"url": "https://93.184.216.34/uk/sea-wall"})).await;
     assert_eq!(status, ToolStatus::Success);
     assert!(text.starts_with(

@@ -20,8 +20,8 @@
 //! 1. `mod.rs`: a marker type (`pub struct Gemini;`), its `Options` (the configured settings
 //!    that shape the body; `Default` gives a new config's values), `impl WireFormat for Gemini`
 //!    with `PROVIDER`, `DEFAULT_BASE_URL`, `endpoint` (may depend on the model and on streaming)
-//!    and `headers` (auth and version headers; [`secret_header`] marks a key sensitive), and the
-//!    aliases `pub type GeminiConfig = HttpModelConfig<Gemini>` and
+//!    and `headers` (auth and version headers, when not a bearer key; [`secret_header`] marks a
+//!    key sensitive), and the aliases `pub type GeminiConfig = HttpModelConfig<Gemini>` and
 //!    `pub type GeminiModel = HttpChatModel<Gemini>`;
 //! 2. `request.rs`: `Body<'a>`, a `Serialize` view over the borrowed [`ChatRequest`] that writes
 //!    the API's shapes straight into the output buffer (never cloning the history);
@@ -41,7 +41,7 @@ use std::time::Duration;
 
 use antler_protocol::{AiMessage, AiMessageChunk, Content, Object};
 use async_trait::async_trait;
-use reqwest::header::{HeaderMap, HeaderValue, CONTENT_TYPE};
+use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION, CONTENT_TYPE};
 use serde::Serialize;
 
 use super::read::{read_stream, CallDeadline};
@@ -89,8 +89,13 @@ pub trait WireFormat: Sized + Send + Sync + 'static {
     fn endpoint(base_url: &str, model: &str, stream: bool) -> String;
 
     /// Auth and version headers (`Content-Type: application/json` is the driver's). `api_key`
-    /// is `None` when unset or empty.
-    fn headers(api_key: Option<&str>, headers: &mut HeaderMap) -> Result<(), ModelError>;
+    /// is `None` when unset or empty. By default `Authorization: Bearer <key>`, OpenAI's scheme.
+    fn headers(api_key: Option<&str>, headers: &mut HeaderMap) -> Result<(), ModelError> {
+        if let Some(key) = api_key {
+            headers.insert(AUTHORIZATION, secret_header(&format!("Bearer {key}"))?);
+        }
+        Ok(())
+    }
 
     /// Refuse settings the API would reject, before any request is made.
     fn validate(_options: &Self::Options) -> Result<(), ModelError> {
@@ -115,11 +120,7 @@ pub trait WireFormat: Sized + Send + Sync + 'static {
 /// Folds a stream's events into deltas for the sink and, at the end, the final message.
 pub trait StreamFold {
     /// Fold one event, forwarding deltas worth showing to `emit`; `Ok(true)` ends the stream.
-    fn on_event(
-        &mut self,
-        event: &SseEvent,
-        emit: &mut (dyn FnMut(AiMessageChunk) + Send),
-    ) -> Result<bool, ModelError>;
+    fn on_event(&mut self, event: &SseEvent, emit: ChunkSink<'_>) -> Result<bool, ModelError>;
 
     /// The provider said the answer is complete; a stall or break-off after this keeps it.
     fn finished(&self) -> bool;

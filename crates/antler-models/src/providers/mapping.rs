@@ -2,7 +2,7 @@
 //! into the configured body fields, tool schemas, which invalid tool calls may be replayed, and
 //! the small pieces of building messages and chunks from an answer.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use antler_protocol::{AiMessageChunk, Message, Object, ToolSpec};
@@ -11,6 +11,7 @@ use serde::ser::{SerializeMap, SerializeSeq};
 use serde::{Serialize, Serializer};
 use serde_json::Value;
 
+use super::driver::SseEvent;
 use super::http::truncate;
 use crate::ModelError;
 
@@ -48,6 +49,113 @@ pub(crate) fn drop_keys<'k>(
     }
 }
 
+/// One turn of a history for the APIs that want roles to alternate: its role and its items
+/// (blocks, parts), results (tool results, function responses) first.
+#[derive(Debug)]
+pub(crate) struct Turn<R, I> {
+    pub role: R,
+    pub items: Vec<I>,
+    /// How many leading items are results.
+    results: usize,
+}
+
+/// The role of a [`Turn`], serialized as its `role`; the items go under `ITEMS`.
+pub(crate) trait TurnRole: PartialEq + Serialize {
+    const ITEMS: &'static str;
+}
+
+impl<R: TurnRole, I: Serialize> Serialize for Turn<R, I> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(2))?;
+        m.serialize_entry("role", &self.role)?;
+        m.serialize_entry(R::ITEMS, &self.items)?;
+        m.end()
+    }
+}
+
+/// Add one message's `items` to the history as a turn of `role`, merged into the last turn
+/// when it has the same role; results (`is_result`) go after that turn's results and before
+/// its other items. A message without items adds nothing.
+pub(crate) fn push_turn<R: PartialEq, I>(
+    turns: &mut Vec<Turn<R, I>>,
+    role: R,
+    items: Vec<I>,
+    is_result: impl Fn(&I) -> bool,
+) {
+    if items.is_empty() {
+        return;
+    }
+    if turns.last().is_none_or(|t| t.role != role) {
+        turns.push(Turn {
+            role,
+            items: Vec::new(),
+            results: 0,
+        });
+    }
+    let Some(turn) = turns.last_mut() else {
+        return;
+    };
+    for item in items {
+        if is_result(&item) {
+            turn.items.insert(turn.results, item);
+            turn.results += 1;
+        } else {
+            turn.items.push(item);
+        }
+    }
+}
+
+/// A content block's `type` (`""` when it has none).
+pub(crate) fn block_type(block: &Object) -> &str {
+    block.get("type").and_then(Value::as_str).unwrap_or("")
+}
+
+/// A text that is not blank.
+pub(crate) fn non_blank(text: Option<&Value>) -> Option<&str> {
+    text.and_then(Value::as_str)
+        .filter(|t| !t.trim().is_empty())
+}
+
+/// The URL of an `image_url` block (`"image_url": "<url>"` or `{"url": "<url>"}`).
+pub(crate) fn image_url(block: &Object) -> Option<&str> {
+    match block.get("image_url") {
+        Some(Value::String(u)) => Some(u.as_str()),
+        Some(v) => v.get("url").and_then(Value::as_str),
+        None => None,
+    }
+}
+
+/// The inline data of LangChain's standard `image` block (`data`, or `base64`).
+pub(crate) fn image_data(block: &Object) -> Option<&str> {
+    block
+        .get("data")
+        .or_else(|| block.get("base64"))
+        .and_then(Value::as_str)
+}
+
+/// Tool-call id → tool name, over every call (valid or not) of the history's assistant
+/// messages, for APIs that name a tool result by its function.
+pub(crate) fn call_names(messages: &[Arc<Message>]) -> HashMap<&str, &str> {
+    let mut names = HashMap::new();
+    for ai in messages.iter().filter_map(|m| m.as_ai()) {
+        for c in &ai.tool_calls {
+            names.insert(c.id_str(), c.name.as_str());
+        }
+        for c in &ai.invalid_tool_calls {
+            if let (Some(id), Some(name)) = (c.id.as_deref(), c.name.as_deref()) {
+                names.insert(id, name);
+            }
+        }
+    }
+    names
+}
+
+/// The media type and data of a `data:<mime>;base64,<data>` URL.
+pub(crate) fn base64_data_url(url: &str) -> Option<(&str, &str)> {
+    let (meta, data) = url.strip_prefix("data:")?.split_once(',')?;
+    Some((meta.strip_suffix(";base64")?, data))
+}
+
 /// Serializes each element of a slice through a borrowed view, e.g. `Each(tools, WireTool)`.
 pub(crate) struct Each<'a, T, F>(pub &'a [T], pub F);
 
@@ -63,6 +171,22 @@ where
         }
         seq.end()
     }
+}
+
+/// Writes `tools` under `tools` when there are any, each as `wire` shapes it.
+pub(crate) fn serialize_tools<'a, M, W>(
+    m: &mut M,
+    tools: &'a [Arc<ToolSpec>],
+    wire: impl Fn(&'a Arc<ToolSpec>) -> W,
+) -> Result<(), M::Error>
+where
+    M: SerializeMap,
+    W: Serialize,
+{
+    if !tools.is_empty() {
+        m.serialize_entry("tools", &Each(tools, wire))?;
+    }
+    Ok(())
 }
 
 /// Ends a request body's map with what every wire format puts last: `tool_choice` when set,
@@ -126,6 +250,81 @@ pub(crate) fn decode_json<T: DeserializeOwned>(bytes: &[u8], what: &str) -> Resu
             truncate(&String::from_utf8_lossy(bytes), QUOTED_CHARS)
         ))
     })
+}
+
+/// The JSON shape `T` an event carries, `None` for an event without data; else as
+/// [`decode_json`].
+pub(crate) fn decode_event<T: DeserializeOwned>(
+    event: &SseEvent,
+    what: &str,
+) -> Result<Option<T>, ModelError> {
+    let data = event.data.trim();
+    if data.is_empty() {
+        return Ok(None);
+    }
+    decode_json(data.as_bytes(), what).map(Some)
+}
+
+/// A stream event's kind: its JSON `type`, else the SSE event name.
+pub(crate) fn event_type(v: &Value, event: &SseEvent) -> String {
+    v.get("type")
+        .and_then(Value::as_str)
+        .or(event.event.as_deref())
+        .unwrap_or("")
+        .to_owned()
+}
+
+/// A provider's `error` as text: `"<kind>: <message>"` when the object names its kind under
+/// `kind_key`, else its `message`, else the error as sent.
+pub(crate) fn error_description(error: &Value, kind_key: Option<&str>) -> String {
+    let field = |k: &str| error.get(k).and_then(Value::as_str);
+    match (kind_key.and_then(field), field("message")) {
+        (Some(kind), Some(message)) => format!("{kind}: {message}"),
+        (None, Some(message)) => message.to_owned(),
+        _ => match error {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        },
+    }
+}
+
+/// A 2xx body's `error` (described by `text`) where the answer should be, as a
+/// [`ModelError::Decode`].
+pub(crate) fn error_in_answer(
+    error: Option<&Value>,
+    text: impl FnOnce(&Value) -> String,
+) -> Result<(), ModelError> {
+    match error.filter(|e| !e.is_null()) {
+        Some(e) => Err(ModelError::Decode(format!(
+            "provider answered 2xx with an error: {}",
+            text(e)
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// A 2xx body whose `field` (`type`, `object`) names another kind of object than `expected`.
+pub(crate) fn check_kind(field: &str, got: Option<&str>, expected: &str) -> Result<(), ModelError> {
+    match got {
+        Some(kind) if kind != expected => Err(ModelError::Decode(format!(
+            "response has {field} '{kind}', expected '{expected}'"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// A stream chunk's `error` (described by `text`), as a [`ModelError::Stream`].
+pub(crate) fn error_mid_stream(
+    error: Option<&Value>,
+    text: impl FnOnce(&Value) -> String,
+) -> Result<(), ModelError> {
+    match error.filter(|e| !e.is_null()) {
+        Some(e) => Err(ModelError::Stream(format!(
+            "provider sent an error mid-stream: {}",
+            text(e)
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// Give a raw tool call without a usable `id` a generated `{prefix}<uuid>`, so its result can be

@@ -10,12 +10,11 @@
 use std::future::Future;
 use std::time::Duration;
 
-use antler_protocol::AiMessageChunk;
 use tokio::time::Instant;
 
 use super::driver::{Framing, StreamFold};
 use super::sse::SseDecoder;
-use crate::ModelError;
+use crate::{ChunkSink, ModelError};
 
 /// The end of a call's time budget, fixed when the call starts.
 #[derive(Clone, Copy, Debug)]
@@ -68,7 +67,7 @@ pub(crate) async fn read_stream<F: StreamFold>(
     resp: &mut reqwest::Response,
     framing: Framing,
     fold: &mut F,
-    emit: &mut (dyn FnMut(AiMessageChunk) + Send),
+    emit: ChunkSink<'_>,
     gap: Duration,
     deadline: &CallDeadline,
     model: &str,

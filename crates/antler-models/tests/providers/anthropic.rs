@@ -15,27 +15,11 @@ use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 
 use crate::common::{
-    anthropic_usage as usage, assert_fragments_rebuild, both, obj, reasoning_of, stream, text_of,
-    without_provider_id, Anthropic, Call, Vendor, MESSAGE_ID,
+    anthropic_usage as usage, assert_fragments_rebuild, both, obj, path_tool as tool, reasoning_of,
+    stream, text_of, without_provider_id, Anthropic, Call, Vendor, MESSAGE_ID,
 };
 
 const MODEL: &str = Anthropic::MODEL;
-
-fn config(mock: &MockAnthropic) -> AnthropicConfig {
-    Anthropic::config(mock)
-}
-
-fn model(mock: &MockAnthropic) -> AnthropicModel {
-    Anthropic::model(mock)
-}
-
-fn tool(name: &str) -> Arc<ToolSpec> {
-    Arc::new(ToolSpec {
-        name: name.into(),
-        description: format!("The {name} tool"),
-        parameters: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
-    })
-}
 
 #[tokio::test]
 async fn text_reply_without_streaming() {
@@ -43,7 +27,10 @@ async fn text_reply_without_streaming() {
         .await
         .require_api_key("sk-ant-test")
         .with_replies([AnthropicReply::text("Hello there, friend.").usage(12, 4)]);
-    let msg = model(&mock).invoke(Call::user("hi").req()).await.unwrap();
+    let msg = Anthropic::model(&mock)
+        .invoke(Call::user("hi").req())
+        .await
+        .unwrap();
     assert_eq!(
         msg,
         AiMessage {
@@ -93,7 +80,7 @@ async fn tool_use_round_trip_groups_results_and_flags_errors() {
             ]),
             AnthropicReply::text("Done."),
         ]);
-        let model = model(&mock);
+        let model = Anthropic::model(&mock);
         let mut call = Call::user("look");
         call.tools = vec![tool("ls"), tool("read_file")];
         let first = if streaming {
@@ -173,7 +160,7 @@ async fn parallel_tool_use_streams_chunks_by_call_index() {
     let mock = MockAnthropic::start()
         .await
         .with_replies([reply(), reply()]);
-    let model = model(&mock);
+    let model = Anthropic::model(&mock);
     let call = Call::user("look around");
     let (res, chunks) = stream(&model, &call).await;
     let msg = res.unwrap();
@@ -215,7 +202,7 @@ async fn thinking_blocks_are_kept_streamed_and_replayed_with_their_signature() {
             .await
             .with_replies([reply(), reply(), AnthropicReply::text("sure")]);
     let model = AnthropicModel::new(
-        config(&mock)
+        Anthropic::config(&mock)
             .with_max_tokens(8192)
             .with_thinking(json!({"type": "enabled", "budget_tokens": 2048})),
     )
@@ -268,7 +255,7 @@ async fn thinking_blocks_are_kept_streamed_and_replayed_with_their_signature() {
 async fn thinking_settings_are_checked_and_shape_the_request() {
     let mock = MockAnthropic::start().await;
     let bad = |thinking: Value, max: Option<u64>| {
-        let mut cfg = config(&mock).with_thinking(thinking);
+        let mut cfg = Anthropic::config(&mock).with_thinking(thinking);
         cfg.wire.max_tokens = max;
         AnthropicModel::new(cfg).unwrap_err()
     };
@@ -286,7 +273,7 @@ async fn thinking_settings_are_checked_and_shape_the_request() {
     }
 
     // Thinking on: temperature is not sent, a forced tool choice becomes the model's choice.
-    let mut cfg = config(&mock)
+    let mut cfg = Anthropic::config(&mock)
         .with_max_tokens(16000)
         .with_thinking(json!({"type": "enabled", "budget_tokens": 10000}));
     cfg.wire.temperature = Some(0.2);
@@ -304,7 +291,7 @@ async fn thinking_settings_are_checked_and_shape_the_request() {
     );
 
     // Disabled: sent as is; temperature kept; a per-call max_tokens below the budget is refused.
-    let mut cfg = config(&mock).with_thinking(json!({"type": "disabled"}));
+    let mut cfg = Anthropic::config(&mock).with_thinking(json!({"type": "disabled"}));
     cfg.wire.temperature = Some(0.2);
     let model = AnthropicModel::new(cfg).unwrap();
     model.invoke(Call::user("x").req()).await.unwrap();
@@ -313,7 +300,7 @@ async fn thinking_settings_are_checked_and_shape_the_request() {
     assert_eq!(body["temperature"], json!(0.2));
 
     let model = AnthropicModel::new(
-        config(&mock).with_thinking(json!({"type": "enabled", "budget_tokens": 2048})),
+        Anthropic::config(&mock).with_thinking(json!({"type": "enabled", "budget_tokens": 2048})),
     )
     .unwrap();
     let call = Call {
@@ -335,7 +322,7 @@ async fn usage_counts_cache_tokens_as_input() {
     let mock = MockAnthropic::start()
         .await
         .with_replies([reply(), reply()]);
-    let model = model(&mock);
+    let model = Anthropic::model(&mock);
     let call = Call::user("x");
     let expected = usage(100, 20, 300, 50);
     assert_eq!(expected.input_tokens, 450);
@@ -348,7 +335,7 @@ async fn usage_counts_cache_tokens_as_input() {
 #[tokio::test]
 async fn stop_reasons_map_to_finish_reasons() {
     let mock = MockAnthropic::start().await;
-    let model = model(&mock);
+    let model = Anthropic::model(&mock);
     for (stop, finish) in [
         ("refusal", "refusal"),
         ("max_tokens", "length"),
@@ -372,7 +359,7 @@ async fn undecodable_stream_events_are_decode_errors() {
             200,
             "event: message_start\ndata: {not json\n\n",
         )]);
-    let (res, _) = stream(&model(&mock), &Call::user("x")).await;
+    let (res, _) = stream(&Anthropic::model(&mock), &Call::user("x")).await;
     assert!(matches!(res, Err(ModelError::Decode(_))), "{res:?}");
 }
 
@@ -387,7 +374,7 @@ async fn sse_split_into_tiny_network_writes() {
         ])
         .sse_fragment_size(5)
         .chunk_delay(Duration::from_millis(1))]);
-    let (res, chunks) = stream(&model(&mock), &Call::user("x")).await;
+    let (res, chunks) = stream(&Anthropic::model(&mock), &Call::user("x")).await;
     let msg = res.unwrap();
     assert_eq!(text_of(&chunks), "héllo wörld");
     assert_eq!(reasoning_of(&chunks).concat(), "hmm ü");
@@ -418,7 +405,7 @@ async fn a_raw_stream_with_pings_and_unknown_events() {
     let mock = MockAnthropic::start()
         .await
         .with_replies([AnthropicReply::raw_body(200, body)]);
-    let (res, _) = stream(&model(&mock), &Call::user("x")).await;
+    let (res, _) = stream(&Anthropic::model(&mock), &Call::user("x")).await;
     let msg = res.unwrap();
     assert_eq!(msg.content, Content::Text("hi".into()));
     assert_eq!(msg.response_metadata["model_name"], json!("claude-raw"));
@@ -437,7 +424,7 @@ async fn malformed_tool_input_becomes_an_invalid_call_and_is_replayed_once_answe
     let mock = MockAnthropic::start()
         .await
         .with_replies([reply(), reply()]);
-    let model = model(&mock);
+    let model = Anthropic::model(&mock);
     let call = Call::user("go");
     let [invoked, streamed] = both(&model, &call).await;
     for msg in [&invoked, &streamed] {
@@ -479,7 +466,7 @@ async fn request_body_shape() {
     let mock = MockAnthropic::start()
         .await
         .with_replies([AnthropicReply::text("fine")]);
-    let mut cfg = config(&mock);
+    let mut cfg = Anthropic::config(&mock);
     cfg.base_url.push('/');
     cfg.wire.temperature = Some(0.7);
     cfg.wire.max_tokens = Some(512);
@@ -601,7 +588,7 @@ async fn request_body_shape() {
 #[tokio::test]
 async fn tool_choice_mapping_and_no_tools() {
     let mock = MockAnthropic::start().await;
-    let model = model(&mock);
+    let model = Anthropic::model(&mock);
     for (choice, expected) in [
         (json!("auto"), json!({"type": "auto"})),
         (json!("none"), json!({"type": "none"})),
@@ -664,7 +651,7 @@ async fn tool_use_blocks_of_cleared_calls_are_not_replayed() {
     };
     ai.set_tool_calls(Vec::new());
     let call = Call::user("go").then(ai).then(Message::human("and now?"));
-    model(&mock).invoke(call.req()).await.unwrap();
+    Anthropic::model(&mock).invoke(call.req()).await.unwrap();
     mock.assert_no_violations();
     assert_eq!(
         mock.last_request().unwrap().body["messages"][1],
@@ -681,7 +668,7 @@ async fn fallback_answers_from_the_request() {
     let call = Call::user("a")
         .then(Message::ai("b"))
         .then(Message::human("c"));
-    let msg = model(&mock).invoke(call.req()).await.unwrap();
+    let msg = Anthropic::model(&mock).invoke(call.req()).await.unwrap();
     assert_eq!(msg.content, Content::Text("3 turns".into()));
 }
 

@@ -130,6 +130,40 @@ pub fn without_provider_id(mut m: AiMessage) -> AiMessage {
     m
 }
 
+/// A tool taking one string `path`, described as "The {name} tool".
+pub fn path_tool(name: &str) -> Arc<ToolSpec> {
+    Arc::new(ToolSpec {
+        name: name.into(),
+        description: format!("The {name} tool"),
+        parameters: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
+    })
+}
+
+/// The history of [`Vendor::broken_history`]: a call `{prefix}lost` (to `bash`) nobody answers,
+/// a human turn, optionally an assistant turn "hm", then a result for the unknown call
+/// `{prefix}unknown`, named `result_name` when given.
+pub fn broken_call(prefix: &str, ai_turn: bool, result_name: Option<&str>) -> Call {
+    let dangling = AiMessage {
+        tool_calls: vec![ToolCall::new(
+            format!("{prefix}lost"),
+            "bash",
+            Object::new(),
+        )],
+        ..Default::default()
+    };
+    let mut call = Call::user("run it")
+        .then(dangling)
+        .then(Message::human("well?"));
+    if ai_turn {
+        call = call.then(Message::ai("hm"));
+    }
+    let mut result = ToolMessage::new(format!("{prefix}unknown"), "?");
+    if let Some(name) = result_name {
+        result = result.with_name(name);
+    }
+    call.then(result)
+}
+
 /// An HTTP error reply and what the model must make of it.
 pub struct HttpCase<M: MockWire> {
     pub reply: Reply<M>,
@@ -178,8 +212,8 @@ pub trait Vendor {
     /// Rate-limit and overload answers.
     fn retry_cases() -> Vec<HttpCase<Self::Mock>>;
 
-    /// 2xx bodies that are not an answer, and a piece of the error each gives.
-    fn undecodable() -> Vec<(Reply<Self::Mock>, &'static str)>;
+    /// Bodies of 2xx answers that are not an answer, and a piece of the error each gives.
+    fn undecodable() -> Vec<(String, &'static str)>;
 
     /// An error the provider sends mid-stream, and a piece of the error it gives.
     fn stream_error() -> (Value, &'static str);
@@ -232,19 +266,16 @@ impl Vendor for OpenAi {
         }]
     }
 
-    fn undecodable() -> Vec<(MockReply, &'static str)> {
+    fn undecodable() -> Vec<(String, &'static str)> {
         vec![
+            ("{not json".into(), "not a chat completion"),
             (
-                MockReply::raw_body(200, "{not json"),
-                "not a chat completion",
-            ),
-            (
-                MockReply::raw_body(200, r#"{"id":"x","object":"chat.completion"}"#),
+                r#"{"id":"x","object":"chat.completion"}"#.into(),
                 "no choices",
             ),
-            (MockReply::raw_body(200, r#"{"choices":[]}"#), "no choices"),
+            (r#"{"choices":[]}"#.into(), "no choices"),
             (
-                MockReply::raw_body(200, r#"{"error":{"message":"upstream overloaded"}}"#),
+                r#"{"error":{"message":"upstream overloaded"}}"#.into(),
                 "upstream overloaded",
             ),
         ]
@@ -263,15 +294,10 @@ impl Vendor for OpenAi {
     }
 
     fn broken_history() -> (Call, [&'static str; 2]) {
-        let dangling = AiMessage {
-            tool_calls: vec![ToolCall::new("call_lost", "bash", Object::new())],
-            ..Default::default()
-        };
-        let call = Call::user("run it")
-            .then(dangling)
-            .then(Message::human("well?"))
-            .then(ToolMessage::new("call_unknown", "?"));
-        (call, ["call_unknown", "call_lost"])
+        (
+            broken_call("call_", false, None),
+            ["call_unknown", "call_lost"],
+        )
     }
 }
 
@@ -322,28 +348,19 @@ impl Vendor for Anthropic {
         ]
     }
 
-    fn undecodable() -> Vec<(AnthropicReply, &'static str)> {
+    fn undecodable() -> Vec<(String, &'static str)> {
         vec![
+            ("{not json".into(), "not a Messages API message"),
             (
-                AnthropicReply::raw_body(200, "{not json"),
-                "not a Messages API message",
-            ),
-            (
-                AnthropicReply::raw_body(
-                    200,
-                    r#"{"id":"msg_1","type":"message","role":"assistant"}"#,
-                ),
+                r#"{"id":"msg_1","type":"message","role":"assistant"}"#.into(),
                 "no content",
             ),
             (
-                AnthropicReply::raw_body(
-                    200,
-                    &anthropic_error("api_error", "upstream overloaded").to_string(),
-                ),
+                anthropic_error("api_error", "upstream overloaded").to_string(),
                 "api_error: upstream overloaded",
             ),
             (
-                AnthropicReply::raw_body(200, r#"{"type":"completion","completion":"hi"}"#),
+                r#"{"type":"completion","completion":"hi"}"#.into(),
                 "type 'completion'",
             ),
         ]
@@ -362,16 +379,10 @@ impl Vendor for Anthropic {
     }
 
     fn broken_history() -> (Call, [&'static str; 2]) {
-        let dangling = AiMessage {
-            tool_calls: vec![ToolCall::new("toolu_lost", "bash", Object::new())],
-            ..Default::default()
-        };
-        let call = Call::user("run it")
-            .then(dangling)
-            .then(Message::human("well?"))
-            .then(Message::ai("hm"))
-            .then(ToolMessage::new("toolu_unknown", "?"));
-        (call, ["toolu_lost", "toolu_unknown"])
+        (
+            broken_call("toolu_", true, None),
+            ["toolu_lost", "toolu_unknown"],
+        )
     }
 }
 
@@ -434,21 +445,12 @@ impl Vendor for Gemini {
         ]
     }
 
-    fn undecodable() -> Vec<(GeminiReply, &'static str)> {
+    fn undecodable() -> Vec<(String, &'static str)> {
         vec![
+            ("{not json".into(), "not a GenerateContentResponse"),
+            (r#"{"candidates":[]}"#.into(), "no candidates"),
             (
-                GeminiReply::raw_body(200, "{not json"),
-                "not a GenerateContentResponse",
-            ),
-            (
-                GeminiReply::raw_body(200, r#"{"candidates":[]}"#),
-                "no candidates",
-            ),
-            (
-                GeminiReply::raw_body(
-                    200,
-                    &gemini_error(500, "upstream overloaded", "INTERNAL").to_string(),
-                ),
+                gemini_error(500, "upstream overloaded", "INTERNAL").to_string(),
                 "INTERNAL: upstream overloaded",
             ),
         ]
@@ -467,16 +469,10 @@ impl Vendor for Gemini {
     }
 
     fn broken_history() -> (Call, [&'static str; 2]) {
-        let dangling = AiMessage {
-            tool_calls: vec![ToolCall::new("call_lost", "bash", Object::new())],
-            ..Default::default()
-        };
-        let call = Call::user("run it")
-            .then(dangling)
-            .then(Message::human("well?"))
-            .then(Message::ai("hm"))
-            .then(ToolMessage::new("call_unknown", "?").with_name("mystery"));
-        (call, ["bash", "mystery"])
+        (
+            broken_call("call_", true, Some("mystery")),
+            ["bash", "mystery"],
+        )
     }
 }
 
@@ -516,18 +512,12 @@ impl Vendor for Ollama {
         ]
     }
 
-    fn undecodable() -> Vec<(OllamaReply, &'static str)> {
+    fn undecodable() -> Vec<(String, &'static str)> {
         vec![
+            ("{not json".into(), "not an Ollama chat response"),
+            (r#"{"model":"m","done":true}"#.into(), "no message"),
             (
-                OllamaReply::raw_body(200, "{not json"),
-                "not an Ollama chat response",
-            ),
-            (
-                OllamaReply::raw_body(200, r#"{"model":"m","done":true}"#),
-                "no message",
-            ),
-            (
-                OllamaReply::raw_body(200, r#"{"error":"upstream overloaded"}"#),
+                r#"{"error":"upstream overloaded"}"#.into(),
                 "upstream overloaded",
             ),
         ]
@@ -546,15 +536,10 @@ impl Vendor for Ollama {
     }
 
     fn broken_history() -> (Call, [&'static str; 2]) {
-        let dangling = AiMessage {
-            tool_calls: vec![ToolCall::new("call_lost", "bash", Object::new())],
-            ..Default::default()
-        };
-        let call = Call::user("run it")
-            .then(dangling)
-            .then(Message::human("well?"))
-            .then(ToolMessage::new("call_unknown", "?").with_name("mystery"));
-        (call, ["bash", "mystery"])
+        (
+            broken_call("call_", false, Some("mystery")),
+            ["bash", "mystery"],
+        )
     }
 }
 
@@ -599,28 +584,19 @@ impl Vendor for Responses {
         }]
     }
 
-    fn undecodable() -> Vec<(ResponsesReply, &'static str)> {
+    fn undecodable() -> Vec<(String, &'static str)> {
         vec![
+            ("{not json".into(), "not a Responses API response"),
             (
-                ResponsesReply::raw_body(200, "{not json"),
-                "not a Responses API response",
-            ),
-            (
-                ResponsesReply::raw_body(
-                    200,
-                    r#"{"id":"resp_1","object":"response","status":"completed"}"#,
-                ),
+                r#"{"id":"resp_1","object":"response","status":"completed"}"#.into(),
                 "no output",
             ),
             (
-                ResponsesReply::raw_body(
-                    200,
-                    r#"{"error":{"code":"server_error","message":"upstream overloaded"}}"#,
-                ),
+                r#"{"error":{"code":"server_error","message":"upstream overloaded"}}"#.into(),
                 "server_error: upstream overloaded",
             ),
             (
-                ResponsesReply::raw_body(200, r#"{"object":"chat.completion","choices":[]}"#),
+                r#"{"object":"chat.completion","choices":[]}"#.into(),
                 "object 'chat.completion'",
             ),
         ]
@@ -639,14 +615,9 @@ impl Vendor for Responses {
     }
 
     fn broken_history() -> (Call, [&'static str; 2]) {
-        let dangling = AiMessage {
-            tool_calls: vec![ToolCall::new("call_lost", "bash", Object::new())],
-            ..Default::default()
-        };
-        let call = Call::user("run it")
-            .then(dangling)
-            .then(Message::human("well?"))
-            .then(ToolMessage::new("call_unknown", "?"));
-        (call, ["call_unknown", "call_lost"])
+        (
+            broken_call("call_", false, None),
+            ["call_unknown", "call_lost"],
+        )
     }
 }

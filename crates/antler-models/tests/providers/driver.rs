@@ -125,7 +125,7 @@ async fn wrong_api_key_is_a_401_with_message_and_code<V: Vendor>() {
 
 async fn undecodable_success_bodies_are_decode_errors<V: Vendor>() {
     let cases = V::undecodable();
-    let mock = start::<V>(cases.iter().map(|(reply, _)| reply.clone())).await;
+    let mock = start::<V>(cases.iter().map(|(body, _)| Reply::raw_body(200, body))).await;
     let model = V::model(&mock);
     let call = Call::user("x");
     for (_, expected) in cases {

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use antler_models::providers::gemini::{GeminiConfig, GeminiModel, THOUGHT_SIGNATURES_KEY};
+use antler_models::providers::gemini::{GeminiModel, THOUGHT_SIGNATURES_KEY};
 use antler_models::ChatModel;
 use antler_protocol::{
     AiMessage, Content, Message, ToolCall, ToolMessage, ToolSpec, UsageMetadata,
@@ -15,25 +15,17 @@ use pretty_assertions::assert_eq;
 use serde_json::json;
 
 use crate::common::{
-    both, obj, reasoning_of, stream, text_of, without_provider_id, Call, Gemini, Vendor, MESSAGE_ID,
+    both, obj, path_tool, reasoning_of, stream, text_of, without_provider_id, Call, Gemini, Vendor,
+    MESSAGE_ID,
 };
 
 const MODEL: &str = Gemini::MODEL;
 
-fn config(mock: &MockGemini) -> GeminiConfig {
-    Gemini::config(mock)
-}
-
-fn model(mock: &MockGemini) -> GeminiModel {
-    Gemini::model(mock)
-}
-
+/// [`path_tool`] with a closed schema (`additionalProperties: false`), which Gemini is sent as is.
 fn tool(name: &str) -> Arc<ToolSpec> {
-    Arc::new(ToolSpec {
-        name: name.into(),
-        description: format!("The {name} tool"),
-        parameters: json!({"type": "object", "properties": {"path": {"type": "string"}}, "additionalProperties": false}),
-    })
+    let mut spec = path_tool(name);
+    Arc::make_mut(&mut spec).parameters["additionalProperties"] = json!(false);
+    spec
 }
 
 #[tokio::test]
@@ -42,7 +34,7 @@ async fn text_reply_request_shape_and_key_header() {
         .await
         .require_api_key(Gemini::API_KEY)
         .with_replies([GeminiReply::text("Hello there.").usage(12, 4)]);
-    let mut cfg = config(&mock);
+    let mut cfg = Gemini::config(&mock);
     cfg.wire.set("temperature", &json!(0.2));
     cfg.wire.set("max_tokens", &json!(512));
     cfg.wire.set("stop", &json!("END"));
@@ -109,7 +101,7 @@ async fn function_calls_round_trip_with_signatures_and_named_responses() {
                 ]),
                 GeminiReply::text("Done."),
             ]);
-        let model = model(&mock);
+        let model = Gemini::model(&mock);
         let mut call = Call::user("look");
         call.tools = vec![tool("ls"), tool("read_file")];
         let (first, chunks) = if streaming {
@@ -189,7 +181,7 @@ async fn a_call_replayed_without_its_signature_is_refused_by_the_strict_mock() {
     let call = Call::user("x")
         .then(unsigned)
         .then(ToolMessage::new("call_1", "ok"));
-    let err = model(&mock).invoke(call.req()).await.unwrap_err();
+    let err = Gemini::model(&mock).invoke(call.req()).await.unwrap_err();
     assert_eq!(err.status(), Some(400));
     assert!(mock.violations()[0].contains("thought_signature"));
 }
@@ -202,7 +194,7 @@ async fn thoughts_are_reasoning_content_and_thinking_config_is_sent() {
             .thought_and_cached_tokens(7, 4)
     };
     let mock = MockGemini::start().await.with_replies([reply(), reply()]);
-    let mut cfg = config(&mock);
+    let mut cfg = Gemini::config(&mock);
     cfg.wire.set("thinking_budget", &json!(1024));
     cfg.wire.set("include_thoughts", &json!(true));
     let model = GeminiModel::new(cfg).unwrap();
@@ -253,7 +245,7 @@ async fn finish_reasons_and_a_blocked_prompt_keep_geminis_values() {
         GeminiReply::blocked("PROHIBITED_CONTENT"),
         GeminiReply::blocked("PROHIBITED_CONTENT"),
     ]);
-    let model = model(&mock);
+    let model = Gemini::model(&mock);
     let call = Call::user("x");
     let length = model.invoke(call.req()).await.unwrap();
     assert_eq!(length.finish_reason(), Some("MAX_TOKENS"));
@@ -276,7 +268,7 @@ async fn finish_reasons_and_a_blocked_prompt_keep_geminis_values() {
 #[tokio::test]
 async fn tool_choice_maps_to_function_calling_config() {
     let mock = MockGemini::start().await;
-    let model = model(&mock);
+    let model = Gemini::model(&mock);
     let mut call = Call::user("x");
     call.tools = vec![tool("ls")];
     for (choice, expected) in [
@@ -311,7 +303,7 @@ async fn tool_choice_maps_to_function_calling_config() {
 #[tokio::test]
 async fn call_settings_and_images_shape_the_request() {
     let mock = MockGemini::start().await;
-    let model = model(&mock);
+    let model = Gemini::model(&mock);
     let mut call = Call {
         system: None,
         messages: vec![Arc::new(Message::human(Content::Blocks(vec![
@@ -345,7 +337,7 @@ async fn a_stream_split_into_tiny_writes_folds_like_the_unstreamed_answer() {
             .sse_fragment_size(7)
     };
     let mock = MockGemini::start().await.with_replies([reply(), reply()]);
-    let [invoked, streamed] = both(&model(&mock), &Call::user("count")).await;
+    let [invoked, streamed] = both(&Gemini::model(&mock), &Call::user("count")).await;
     assert_eq!(streamed.content, Content::Text("one two three".into()));
     assert_eq!(without_provider_id(streamed), without_provider_id(invoked));
 }

@@ -5,41 +5,25 @@
 
 use std::sync::Arc;
 
-use antler_models::providers::ollama::{OllamaConfig, OllamaModel};
+use antler_models::providers::ollama::OllamaModel;
 use antler_models::ChatModel;
-use antler_protocol::{
-    AiMessage, Content, InvalidToolCall, Message, ToolMessage, ToolSpec, UsageMetadata,
-};
+use antler_protocol::{AiMessage, Content, InvalidToolCall, Message, ToolMessage, UsageMetadata};
 use antler_test_support::{MockOllama, OllamaReply, OllamaToolCall};
 use pretty_assertions::assert_eq;
 use serde_json::json;
 
-use crate::common::{both, obj, reasoning_of, stream, text_of, Call, Ollama, Vendor, MESSAGE_ID};
+use crate::common::{
+    both, obj, path_tool as tool, reasoning_of, stream, text_of, Call, Ollama, Vendor, MESSAGE_ID,
+};
 
 const MODEL: &str = Ollama::MODEL;
-
-fn config(mock: &MockOllama) -> OllamaConfig {
-    Ollama::config(mock)
-}
-
-fn model(mock: &MockOllama) -> OllamaModel {
-    Ollama::model(mock)
-}
-
-fn tool(name: &str) -> Arc<ToolSpec> {
-    Arc::new(ToolSpec {
-        name: name.into(),
-        description: format!("The {name} tool"),
-        parameters: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
-    })
-}
 
 #[tokio::test]
 async fn text_reply_request_shape_and_options() {
     let mock = MockOllama::start()
         .await
         .with_replies([OllamaReply::text("Hello there.").usage(12, 4)]);
-    let mut cfg = config(&mock);
+    let mut cfg = Ollama::config(&mock);
     cfg.api_key = None;
     for (k, v) in [
         ("num_predict", json!(8192)),
@@ -108,7 +92,7 @@ async fn tool_calls_round_trip_with_object_arguments_and_tool_names() {
             ]),
             OllamaReply::text("Done."),
         ]);
-        let model = model(&mock);
+        let model = Ollama::model(&mock);
         let mut call = Call::user("look");
         call.tools = vec![tool("ls"), tool("read_file")];
         let (first, chunks) = if streaming {
@@ -176,7 +160,10 @@ async fn string_arguments_are_read_and_non_objects_become_invalid_calls() {
     let mock = MockOllama::start()
         .await
         .with_replies([OllamaReply::raw_body(200, raw)]);
-    let msg = model(&mock).invoke(Call::user("x").req()).await.unwrap();
+    let msg = Ollama::model(&mock)
+        .invoke(Call::user("x").req())
+        .await
+        .unwrap();
     assert_eq!(msg.tool_calls.len(), 1);
     assert_eq!(msg.tool_calls[0].args, obj(json!({"path": "/"})));
     let InvalidToolCall { name, args, .. } = &msg.invalid_tool_calls[0];
@@ -190,7 +177,7 @@ async fn string_arguments_are_read_and_non_objects_become_invalid_calls() {
 async fn thinking_is_reasoning_content_streamed_and_unstreamed() {
     let reply = || OllamaReply::thinking("Let me think it through.", "Forty-two.").usage(9, 6);
     let mock = MockOllama::start().await.with_replies([reply(), reply()]);
-    let mut cfg = config(&mock);
+    let mut cfg = Ollama::config(&mock);
     cfg.wire.set("reasoning", &json!(true));
     let model = OllamaModel::new(cfg).unwrap();
     let call = Call::user("why?");
@@ -211,7 +198,7 @@ async fn thinking_is_reasoning_content_streamed_and_unstreamed() {
 #[tokio::test]
 async fn images_are_bare_base64_and_call_settings_go_to_options() {
     let mock = MockOllama::start().await;
-    let model = model(&mock);
+    let model = Ollama::model(&mock);
     let mut call = Call {
         system: None,
         messages: vec![Arc::new(Message::human(Content::Blocks(vec![
@@ -242,7 +229,7 @@ async fn a_length_stop_and_tiny_writes() {
             .sse_fragment_size(5)
     };
     let mock = MockOllama::start().await.with_replies([reply(), reply()]);
-    let [invoked, streamed] = both(&model(&mock), &Call::user("x")).await;
+    let [invoked, streamed] = both(&Ollama::model(&mock), &Call::user("x")).await;
     assert_eq!(invoked, streamed);
     assert_eq!(streamed.finish_reason(), Some("length"));
     assert_eq!(streamed.content, Content::Text("cut off he".into()));

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use antler_models::providers::openai_compat::{OpenAiCompatConfig, OpenAiCompatModel};
+use antler_models::providers::openai_compat::OpenAiCompatModel;
 use antler_models::ChatModel;
 use antler_protocol::{
     AiMessage, Content, InvalidToolCall, Message, Object, ToolCall, ToolMessage, ToolSpec,
@@ -19,20 +19,15 @@ use crate::common::{
     Call, OpenAi, Vendor, MESSAGE_ID,
 };
 
-fn config(mock: &MockOpenAi) -> OpenAiCompatConfig {
-    OpenAi::config(mock)
-}
-
-fn model(mock: &MockOpenAi) -> OpenAiCompatModel {
-    OpenAi::model(mock)
-}
-
 #[tokio::test]
 async fn text_reply_without_streaming() {
     let mock = MockOpenAi::start()
         .await
         .with_replies([MockReply::text("Hello there, friend.").usage(12, 4)]);
-    let msg = model(&mock).invoke(Call::user("hi").req()).await.unwrap();
+    let msg = OpenAi::model(&mock)
+        .invoke(Call::user("hi").req())
+        .await
+        .unwrap();
     assert_eq!(
         msg,
         AiMessage {
@@ -71,7 +66,7 @@ async fn parallel_tool_calls_are_reassembled_by_index() {
         MockReply::text_and_tool_calls("Let me look.", calls()),
         MockReply::text_and_tool_calls("Let me look.", calls()),
     ]);
-    let model = model(&mock);
+    let model = OpenAi::model(&mock);
     let call = Call::user("look around");
     let (res, chunks) = stream(&model, &call).await;
     let msg = res.unwrap();
@@ -120,7 +115,7 @@ async fn reasoning_content_is_kept_streamed_and_not() {
             .reasoning_tokens(7)
             .usage(20, 10),
     ]);
-    let model = model(&mock);
+    let model = OpenAi::model(&mock);
     let call = Call::user("meaning?");
     let msg = model.invoke(call.req()).await.unwrap();
     assert_eq!(
@@ -159,7 +154,7 @@ async fn usage_details_from_the_final_usage_chunk() {
             .usage(1000, 50)
             .cached_tokens(768)
             .reasoning_tokens(3)]);
-    let (res, chunks) = stream(&model(&mock), &Call::user("x")).await;
+    let (res, chunks) = stream(&OpenAi::model(&mock), &Call::user("x")).await;
     let expected = usage(1000, 50, 768, 3);
     assert_eq!(res.unwrap().usage_metadata, Some(expected.clone()));
     assert_eq!(chunks.last().unwrap().usage_metadata, Some(expected));
@@ -170,7 +165,7 @@ async fn stream_without_usage_when_disabled() {
     let mock = MockOpenAi::start()
         .await
         .with_replies([MockReply::text("x")]);
-    let mut cfg = config(&mock);
+    let mut cfg = OpenAi::config(&mock);
     cfg.wire.stream_usage = false;
     let (res, _) = stream(&OpenAiCompatModel::new(cfg).unwrap(), &Call::user("x")).await;
     assert_eq!(res.unwrap().usage_metadata, None);
@@ -183,7 +178,7 @@ async fn raw_provider_tool_calls_are_kept_verbatim() {
     let raw =
         reply.chat_completion("gpt-test").unwrap()["choices"][0]["message"]["tool_calls"].clone();
     let mock = MockOpenAi::start().await.with_replies([reply]);
-    let msg = model(&mock)
+    let msg = OpenAi::model(&mock)
         .invoke(Call::user("search").req())
         .await
         .unwrap();
@@ -213,7 +208,7 @@ async fn malformed_arguments_become_invalid_tool_calls() {
         MockReply::tool_calls(calls()),
         MockReply::tool_calls(calls()),
     ]);
-    let model = model(&mock);
+    let model = OpenAi::model(&mock);
     let call = Call::user("go");
     for msg in [
         model.invoke(call.req()).await.unwrap(),
@@ -256,7 +251,7 @@ async fn malformed_arguments_become_invalid_tool_calls() {
 async fn a_missing_tool_call_id_is_generated_and_patched_into_the_raw_copy() {
     let reply = || MockReply::tool_calls([MockToolCall::without_id("ls", json!({"path": "/"}))]);
     let mock = MockOpenAi::start().await.with_replies([reply(), reply()]);
-    let model = model(&mock);
+    let model = OpenAi::model(&mock);
     let call = Call::user("go");
     for msg in [
         model.invoke(call.req()).await.unwrap(),
@@ -273,7 +268,7 @@ async fn request_body_shape() {
     let mock = MockOpenAi::start()
         .await
         .with_replies([MockReply::text("fine")]);
-    let mut cfg = config(&mock);
+    let mut cfg = OpenAi::config(&mock);
     cfg.base_url.push('/');
     cfg.wire.temperature = Some(0.7);
     cfg.wire.max_tokens = Some(512);
@@ -379,7 +374,7 @@ async fn request_body_shape() {
 #[tokio::test]
 async fn tool_choice_strings_and_no_tools() {
     let mock = MockOpenAi::start().await;
-    let model = model(&mock);
+    let model = OpenAi::model(&mock);
     let tool = Arc::new(ToolSpec {
         name: "ls".into(),
         description: String::new(),
@@ -429,7 +424,7 @@ async fn a_stream_ending_after_finish_reason_without_done_is_complete() {
     let mock = MockOpenAi::start()
         .await
         .with_replies([MockReply::raw_body(200, body)]);
-    let (res, _) = stream(&model(&mock), &Call::user("x")).await;
+    let (res, _) = stream(&OpenAi::model(&mock), &Call::user("x")).await;
     let msg = res.unwrap();
     assert_eq!(msg.content, Content::Text("hi".into()));
     assert_eq!(msg.finish_reason(), Some("stop"));
@@ -446,7 +441,7 @@ async fn sse_split_into_tiny_network_writes() {
         )
         .sse_fragment_size(5)
         .chunk_delay(Duration::from_millis(1))]);
-    let (res, chunks) = stream(&model(&mock), &Call::user("x")).await;
+    let (res, chunks) = stream(&OpenAi::model(&mock), &Call::user("x")).await;
     let msg = res.unwrap();
     assert_eq!(msg.content, Content::Text("héllo wörld".into()));
     assert_eq!(text_of(&chunks), "héllo wörld");
@@ -463,7 +458,7 @@ async fn sse_split_into_tiny_network_writes() {
 #[tokio::test]
 async fn invalid_tool_calls_are_replayed_only_when_answered() {
     let mock = MockOpenAi::start().await;
-    let model = model(&mock);
+    let model = OpenAi::model(&mock);
     let invalid = |id: &str| InvalidToolCall {
         kind: "invalid_tool_call".into(),
         id: Some(id.into()),
@@ -498,7 +493,10 @@ async fn fallback_generates_long_conversations() {
         let n = body["messages"].as_array().map_or(0, Vec::len);
         MockReply::text(format!("{n} messages"))
     });
-    let msg = model(&mock).invoke(Call::user("x").req()).await.unwrap();
+    let msg = OpenAi::model(&mock)
+        .invoke(Call::user("x").req())
+        .await
+        .unwrap();
     assert_eq!(msg.content, Content::Text("2 messages".into()));
 }
 
@@ -514,7 +512,7 @@ async fn tool_choice_from_settings_is_mapped_too() {
         settings: obj(json!({"tool_choice": {"name": "ls"}, "parallel_tool_calls": false})),
         ..Call::user("x")
     };
-    model(&mock).invoke(call.req()).await.unwrap();
+    OpenAi::model(&mock).invoke(call.req()).await.unwrap();
     let body = mock.last_request().unwrap().body;
     assert_eq!(
         body["tool_choice"],
@@ -526,7 +524,7 @@ async fn tool_choice_from_settings_is_mapped_too() {
 #[tokio::test]
 async fn a_stream_asks_for_the_usage_chunk() {
     let mock = MockOpenAi::start().await;
-    let (res, _) = stream(&model(&mock), &Call::user("x")).await;
+    let (res, _) = stream(&OpenAi::model(&mock), &Call::user("x")).await;
     res.unwrap();
     let body = &mock.requests()[0].body;
     assert_eq!(body["stream"], json!(true));

@@ -3,37 +3,19 @@
 //! content replayed), the typed stream events, `status`/`incomplete_details` and usage. What the
 //! driver does alike for every provider is in `driver.rs`.
 
-use std::sync::Arc;
-
-use antler_models::providers::openai_responses::{ResponsesConfig, ResponsesModel};
+use antler_models::providers::openai_responses::ResponsesModel;
 use antler_models::ChatModel;
-use antler_protocol::{AiMessage, Content, Message, ToolCall, ToolMessage, ToolSpec};
+use antler_protocol::{AiMessage, Content, Message, ToolCall, ToolMessage};
 use antler_test_support::{MockResponses, ResponsesItem, ResponsesReply};
 use pretty_assertions::assert_eq;
 use serde_json::json;
 
 use crate::common::{
-    assert_fragments_rebuild, both, obj, reasoning_of, stream, text_of, without_provider_id, Call,
-    Responses, Vendor, MESSAGE_ID,
+    assert_fragments_rebuild, both, obj, path_tool as tool, reasoning_of, stream, text_of,
+    without_provider_id, Call, Responses, Vendor, MESSAGE_ID,
 };
 
 const MODEL: &str = Responses::MODEL;
-
-fn config(mock: &MockResponses) -> ResponsesConfig {
-    Responses::config(mock)
-}
-
-fn model(mock: &MockResponses) -> ResponsesModel {
-    Responses::model(mock)
-}
-
-fn tool(name: &str) -> Arc<ToolSpec> {
-    Arc::new(ToolSpec {
-        name: name.into(),
-        description: format!("The {name} tool"),
-        parameters: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
-    })
-}
 
 #[tokio::test]
 async fn text_reply_request_shape() {
@@ -41,7 +23,7 @@ async fn text_reply_request_shape() {
         .await
         .require_api_key(Responses::API_KEY)
         .with_replies([ResponsesReply::text("Hello there.").usage(12, 4)]);
-    let mut cfg = config(&mock);
+    let mut cfg = Responses::config(&mock);
     cfg.wire.max_output_tokens = Some(256);
     cfg.wire.reasoning_effort = Some("low".into());
     let model = ResponsesModel::new(cfg).unwrap();
@@ -97,7 +79,7 @@ async fn function_calls_round_trip_paired_by_call_id() {
             ]),
             ResponsesReply::text("Done."),
         ]);
-        let model = model(&mock);
+        let model = Responses::model(&mock);
         let mut call = Call::user("look");
         call.tools = vec![tool("ls"), tool("read_file")];
         let (first, chunks) = if streaming {
@@ -160,7 +142,7 @@ async fn reasoning_items_are_blocks_with_summaries_and_replayed_encrypted() {
     let mock = MockResponses::start()
         .await
         .with_replies([reply(), reply()]);
-    let mut cfg = config(&mock);
+    let mut cfg = Responses::config(&mock);
     cfg.wire.extra = obj(json!({"store": false, "reasoning": {"summary": "auto"}}));
     let model = ResponsesModel::new(cfg).unwrap();
     let mut call = Call::user("go");
@@ -222,7 +204,7 @@ async fn reasoning_items_are_blocks_with_summaries_and_replayed_encrypted() {
 #[tokio::test]
 async fn reasoning_without_encrypted_content_is_not_replayed_when_nothing_is_stored() {
     let mock = MockResponses::start().await;
-    let mut cfg = config(&mock);
+    let mut cfg = Responses::config(&mock);
     cfg.wire.extra = obj(json!({"store": false}));
     let model = ResponsesModel::new(cfg).unwrap();
     let answer = AiMessage {
@@ -254,7 +236,7 @@ async fn incomplete_responses_map_to_length_and_content_filter() {
         ResponsesReply::text("cut sh").incomplete("max_output_tokens"),
         ResponsesReply::text("").incomplete("content_filter"),
     ]);
-    let model = model(&mock);
+    let model = Responses::model(&mock);
     let (length, _) = stream(&model, &Call::user("x")).await;
     let length = length.unwrap();
     assert_eq!(length.finish_reason(), Some("length"));
@@ -274,7 +256,7 @@ async fn a_failed_response_event_is_a_stream_error() {
     let mock = MockResponses::start()
         .await
         .with_replies([ResponsesReply::raw_body(200, raw)]);
-    let (res, _) = stream(&model(&mock), &Call::user("x")).await;
+    let (res, _) = stream(&Responses::model(&mock), &Call::user("x")).await;
     let err = res.unwrap_err();
     assert!(
         err.to_string().contains("server_error: The model crashed"),
@@ -286,7 +268,7 @@ async fn a_failed_response_event_is_a_stream_error() {
 #[tokio::test]
 async fn call_settings_rename_and_tool_choice_maps() {
     let mock = MockResponses::start().await;
-    let model = model(&mock);
+    let model = Responses::model(&mock);
     let mut call = Call::user("x");
     call.tools = vec![tool("ls")];
     call.tool_choice = Some(json!({"name": "ls"}));
@@ -315,6 +297,6 @@ async fn streamed_and_unstreamed_text_fold_alike_across_tiny_writes() {
     let mock = MockResponses::start()
         .await
         .with_replies([reply(), reply()]);
-    let [invoked, streamed] = both(&model(&mock), &Call::user("count")).await;
+    let [invoked, streamed] = both(&Responses::model(&mock), &Call::user("count")).await;
     assert_eq!(without_provider_id(streamed), without_provider_id(invoked));
 }

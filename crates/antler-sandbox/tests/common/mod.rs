@@ -7,14 +7,35 @@
 )]
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
-use antler_sandbox::{Confine, ConfinementStatus, LocalSandboxProvider, SandboxSettings};
+use antler_sandbox::{
+    CommandRequest, Confine, ConfinementStatus, LocalSandboxProvider, Sandbox, SandboxProvider,
+    SandboxSettings,
+};
 
 /// A data home outside `/tmp` (a confined command may write `/tmp`, so "outside" checks need
 /// a place that is not).
 pub fn home() -> tempfile::TempDir {
     tempfile::tempdir_in(scratch_base()).unwrap()
+}
+
+/// The sandbox of `thread`, acquired from `p`.
+pub fn sandbox(p: &LocalSandboxProvider, thread: &str) -> Arc<dyn Sandbox> {
+    let id = p.acquire(Some(thread), None).unwrap();
+    p.get(&id).unwrap()
+}
+
+/// The output of `cmd` run in `sb`.
+pub async fn run(sb: &Arc<dyn Sandbox>, cmd: &str) -> String {
+    sb.execute_command(CommandRequest {
+        command: cmd.into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap()
+    .text
 }
 
 pub fn unconfined() -> ConfinementStatus {

@@ -142,6 +142,15 @@ impl TestServer {
         Self::start_with(replies, Options::default()).await
     }
 
+    /// A server whose model answers only as [`GatedModel::open`] lets it.
+    pub async fn gated(replies: Vec<ScriptedReply>) -> TestServer {
+        let opts = Options {
+            open: false,
+            ..Options::default()
+        };
+        TestServer::start_with(replies, opts).await
+    }
+
     pub async fn start_with(replies: Vec<ScriptedReply>, opts: Options) -> TestServer {
         let home = scratch();
         let model = Arc::new(GatedModel {
@@ -195,20 +204,24 @@ impl TestServer {
         format!("{}{path}", self.base)
     }
 
+    /// Requests made with the bearer token `key`.
+    pub fn with_key<'a>(&'a self, key: &'a str) -> Caller<'a> {
+        Caller {
+            s: self,
+            key: Some(key),
+        }
+    }
+
+    fn anonymous(&self) -> Caller<'_> {
+        Caller { s: self, key: None }
+    }
+
     pub async fn get(&self, path: &str) -> (u16, Value) {
-        let r = self.client.get(self.url(path)).send().await.unwrap();
-        json_of(r).await
+        self.anonymous().get(path).await
     }
 
     pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
-        let r = self
-            .client
-            .post(self.url(path))
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        json_of(r).await
+        self.anonymous().post(path, body).await
     }
 
     pub async fn post_raw(&self, path: &str, body: &'static str) -> (u16, Value) {
@@ -224,19 +237,21 @@ impl TestServer {
     }
 
     pub async fn patch(&self, path: &str, body: Value) -> (u16, Value) {
-        let r = self
-            .client
-            .patch(self.url(path))
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        json_of(r).await
+        self.anonymous().patch(path, body).await
     }
 
     pub async fn delete(&self, path: &str) -> (u16, Value) {
-        let r = self.client.delete(self.url(path)).send().await.unwrap();
-        json_of(r).await
+        self.anonymous().delete(path).await
+    }
+
+    /// `POST /threads/{thread}/runs/stream`, the response unread.
+    pub async fn stream_req(&self, thread: &str, body: Value) -> reqwest::Response {
+        self.client
+            .post(self.url(&format!("/api/threads/{thread}/runs/stream")))
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
     }
 
     /// `POST /api/threads` with this id.
@@ -251,17 +266,53 @@ impl TestServer {
         thread: &str,
         body: Value,
     ) -> (reqwest::header::HeaderMap, Vec<Sse>) {
-        let r = self
-            .client
-            .post(self.url(&format!("/api/threads/{thread}/runs/stream")))
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
+        let r = self.stream_req(thread, body).await;
         assert_eq!(r.status().as_u16(), 200, "{:?}", r.text().await);
         let headers = r.headers().clone();
         let text = r.text().await.unwrap();
         (headers, parse_sse(&text))
+    }
+}
+
+/// Requests to a [`TestServer`] with a bearer token, or none; each answers its status and JSON.
+pub struct Caller<'a> {
+    s: &'a TestServer,
+    key: Option<&'a str>,
+}
+
+impl Caller<'_> {
+    pub async fn send(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        let mut req = self
+            .s
+            .client
+            .request(method.parse().unwrap(), self.s.url(path));
+        if let Some(k) = self.key {
+            req = req.bearer_auth(k);
+        }
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        json_of(req.send().await.unwrap()).await
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        self.send("GET", path, None).await
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        self.send("POST", path, Some(body)).await
+    }
+
+    pub async fn put(&self, path: &str, body: Value) -> (u16, Value) {
+        self.send("PUT", path, Some(body)).await
+    }
+
+    pub async fn patch(&self, path: &str, body: Value) -> (u16, Value) {
+        self.send("PATCH", path, Some(body)).await
+    }
+
+    pub async fn delete(&self, path: &str) -> (u16, Value) {
+        self.send("DELETE", path, None).await
     }
 }
 
@@ -388,6 +439,24 @@ pub fn names(events: &[Sse]) -> Vec<&str> {
 }
 
 /// A human input message body.
+/// A model that answers `answers`, one a call.
+pub fn texts(answers: &[&str]) -> Vec<ScriptedReply> {
+    answers.iter().map(|a| ScriptedReply::text(*a)).collect()
+}
+
+/// A model that lists the workspace (call `id`, described as `description`), then answers
+/// `text`.
+pub fn ls_then(id: &str, description: &str, text: &str) -> Vec<ScriptedReply> {
+    vec![
+        ScriptedReply::tool_call(
+            id,
+            "ls",
+            json!({"description": description, "path": "/mnt/user-data/workspace"}),
+        ),
+        ScriptedReply::text(text),
+    ]
+}
+
 pub fn say(text: &str) -> Value {
     json!({"messages": [{"type": "human", "content": [{"type": "text", "text": text}]}]})
 }
@@ -426,6 +495,28 @@ pub fn visible(messages: &Value) -> Vec<Value> {
             kw["hide_from_ui"] != true || kw.get("human_input_response").is_some()
         })
         .cloned()
+        .collect()
+}
+
+/// The data of the last `values` event.
+pub fn last_values(events: &[Sse]) -> &Value {
+    &events
+        .iter()
+        .rev()
+        .find(|e| e.event == "values")
+        .unwrap()
+        .data
+}
+
+/// The text of each visible message.
+pub fn visible_texts(messages: &Value) -> Vec<String> {
+    visible(messages)
+        .iter()
+        .map(|m| {
+            antler_protocol::Message::from_input(m.clone())
+                .unwrap()
+                .text()
+        })
         .collect()
 }
 

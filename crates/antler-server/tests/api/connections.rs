@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use antler_server::ServerConfig;
-use serde_json::json;
+use serde_json::{json, Value};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -37,6 +37,29 @@ fn fresh_client() -> reqwest::Client {
 }
 
 /// Everything the server sends until it closes the connection.
+/// Over `client`'s own connection: create thread `t1`, then stream a run on it with `body`.
+async fn stream_on_new_thread(
+    client: &reqwest::Client,
+    s: &TestServer,
+    body: Value,
+) -> reqwest::Response {
+    let r = client
+        .post(s.url("/api/threads"))
+        .json(&json!({"thread_id": "t1"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let r = client
+        .post(s.url("/api/threads/t1/runs/stream"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    r
+}
+
 async fn read_to_close(r: &mut (impl AsyncRead + Unpin)) -> Vec<u8> {
     let mut out = Vec::new();
     let mut buf = [0u8; 1024];
@@ -90,20 +113,7 @@ async fn a_stream_outlasting_the_header_timeout_runs_to_its_end() {
     opts.config.heartbeat = Duration::from_millis(50);
     let s = TestServer::start_with(vec![ScriptedReply::text("worth the wait")], opts).await;
     let client = fresh_client();
-    let r = client
-        .post(s.url("/api/threads"))
-        .json(&json!({"thread_id": "t1"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status().as_u16(), 200);
-    let r = client
-        .post(s.url("/api/threads/t1/runs/stream"))
-        .json(&json!({"input": say("a")}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status().as_u16(), 200);
+    let r = stream_on_new_thread(&client, &s, json!({"input": say("a")})).await;
     let mut reader = SseReader::new(r);
     // Twenty idle heartbeats 50 ms apart: the stream is open far past the header timeout.
     for _ in 0..20 {
@@ -154,20 +164,12 @@ async fn shutdown_ends_live_streams_and_closes_every_connection() {
     opts.shutdown = Some(stopped);
     let s = TestServer::start_with(vec![ScriptedReply::text("never")], opts).await;
     let client = fresh_client();
-    let r = client
-        .post(s.url("/api/threads"))
-        .json(&json!({"thread_id": "t1"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status().as_u16(), 200);
-    let r = client
-        .post(s.url("/api/threads/t1/runs/stream"))
-        .json(&json!({"input": say("a"), "on_disconnect": "continue"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status().as_u16(), 200);
+    let r = stream_on_new_thread(
+        &client,
+        &s,
+        json!({"input": say("a"), "on_disconnect": "continue"}),
+    )
+    .await;
     let mut reader = SseReader::new(r);
     reader.until("metadata").await;
     // An idle connection with unfinished headers must not hold the shutdown up for long either.

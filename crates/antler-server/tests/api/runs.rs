@@ -11,22 +11,9 @@ use serde_json::{json, Value};
 
 use crate::common::*;
 
-async fn stream_req(s: &TestServer, thread: &str, body: Value) -> reqwest::Response {
-    s.client
-        .post(s.url(&format!("/api/threads/{thread}/runs/stream")))
-        .json(&body)
-        .send()
-        .await
-        .unwrap()
-}
-
 #[tokio::test]
 async fn background_run_then_join_and_wait() {
-    let s = TestServer::start(vec![
-        ScriptedReply::text("bg answer"),
-        ScriptedReply::text("waited"),
-    ])
-    .await;
+    let s = TestServer::start(texts(&["bg answer", "waited"])).await;
     s.thread("t1").await;
     let r = s
         .client
@@ -132,7 +119,7 @@ async fn failed_runs_report_error_events_and_error_values() {
 
 #[tokio::test]
 async fn stateless_runs_create_their_thread() {
-    let s = TestServer::start(vec![ScriptedReply::text("a"), ScriptedReply::text("b")]).await;
+    let s = TestServer::start(texts(&["a", "b"])).await;
     let r = s
         .client
         .post(s.url("/api/langgraph/runs/stream"))
@@ -231,7 +218,7 @@ async fn admission_errors_are_4xx_and_create_no_run() {
 
 #[tokio::test]
 async fn recursion_limit_is_clamped_and_recorded() {
-    let s = TestServer::start(vec![ScriptedReply::text("a"), ScriptedReply::text("b")]).await;
+    let s = TestServer::start(texts(&["a", "b"])).await;
     s.thread("t1").await;
     let (h, _) = s
         .stream_run("t1", json!({"input": say("x"), "config": {"recursion_limit": 99999, "configurable": {"api_key": "sk-x"}}}))
@@ -255,21 +242,14 @@ async fn recursion_limit_is_clamped_and_recorded() {
 
 #[tokio::test]
 async fn cancel_is_202_then_idempotent_and_409_for_finished_runs() {
-    let s = TestServer::start_with(
-        vec![ScriptedReply::text("slow"), ScriptedReply::text("done")],
-        Options {
-            open: false,
-            ..Options::default()
-        },
-    )
-    .await;
+    let s = TestServer::gated(texts(&["slow", "done"])).await;
     s.thread("t1").await;
-    let r = stream_req(
-        &s,
-        "t1",
-        json!({"input": say("a"), "on_disconnect": "continue"}),
-    )
-    .await;
+    let r = s
+        .stream_req(
+            "t1",
+            json!({"input": say("a"), "on_disconnect": "continue"}),
+        )
+        .await;
     let (_, run) = ids_from_location(r.headers());
     let mut reader = SseReader::new(r);
     reader.until("values").await;
@@ -323,14 +303,7 @@ async fn cancel_is_202_then_idempotent_and_409_for_finished_runs() {
 
 #[tokio::test]
 async fn cancel_with_wait_answers_204_after_the_run_stopped() {
-    let s = TestServer::start_with(
-        vec![ScriptedReply::text("x")],
-        Options {
-            open: false,
-            ..Options::default()
-        },
-    )
-    .await;
+    let s = TestServer::gated(vec![ScriptedReply::text("x")]).await;
     s.thread("t1").await;
     let r = s
         .client
@@ -355,21 +328,15 @@ async fn cancel_with_wait_answers_204_after_the_run_stopped() {
 
 #[tokio::test]
 async fn rollback_restores_the_pre_run_state() {
-    let s = TestServer::start_with(
-        vec![
-            ScriptedReply::text("first answer"),
-            ScriptedReply::tool_call(
-                "c1",
-                "ls",
-                json!({"description": "d", "path": "/mnt/user-data/workspace"}),
-            ),
-            ScriptedReply::text("never"),
-        ],
-        Options {
-            open: false,
-            ..Options::default()
-        },
-    )
+    let s = TestServer::gated(vec![
+        ScriptedReply::text("first answer"),
+        ScriptedReply::tool_call(
+            "c1",
+            "ls",
+            json!({"description": "d", "path": "/mnt/user-data/workspace"}),
+        ),
+        ScriptedReply::text("never"),
+    ])
     .await;
     s.thread("t1").await;
     s.model.open(1);
@@ -377,12 +344,12 @@ async fn rollback_restores_the_pre_run_state() {
     let (_, before) = s.get("/api/threads/t1/state").await;
     // The second run calls a tool, then blocks on its next model call.
     s.model.open(1);
-    let r = stream_req(
-        &s,
-        "t1",
-        json!({"input": say("two"), "stream_mode": ["updates"], "on_disconnect": "continue"}),
-    )
-    .await;
+    let r = s
+        .stream_req(
+            "t1",
+            json!({"input": say("two"), "stream_mode": ["updates"], "on_disconnect": "continue"}),
+        )
+        .await;
     let (_, run) = ids_from_location(r.headers());
     let mut reader = SseReader::new(r);
     loop {
@@ -418,25 +385,14 @@ async fn rollback_restores_the_pre_run_state() {
 
 #[tokio::test]
 async fn multitask_reject_interrupt_and_rollback() {
-    let s = TestServer::start_with(
-        vec![
-            ScriptedReply::text("a"),
-            ScriptedReply::text("b"),
-            ScriptedReply::text("c"),
-        ],
-        Options {
-            open: false,
-            ..Options::default()
-        },
-    )
-    .await;
+    let s = TestServer::gated(texts(&["a", "b", "c"])).await;
     s.thread("t1").await;
-    let r = stream_req(
-        &s,
-        "t1",
-        json!({"input": say("first"), "on_disconnect": "continue"}),
-    )
-    .await;
+    let r = s
+        .stream_req(
+            "t1",
+            json!({"input": say("first"), "on_disconnect": "continue"}),
+        )
+        .await;
     let (_, first) = ids_from_location(r.headers());
     let mut first_stream = SseReader::new(r);
     first_stream.until("values").await;
@@ -467,9 +423,7 @@ async fn multitask_reject_interrupt_and_rollback() {
         .await;
     assert_eq!(code, 409);
     // interrupt: the old run ends interrupted, the new one runs after it finalized.
-    let r = stream_req(
-        &s,
-        "t1",
+    let r = s.stream_req("t1",
         json!({"input": say("third"), "multitask_strategy": "interrupt", "on_disconnect": "continue"}),
     )
     .await;
@@ -490,17 +444,7 @@ async fn multitask_reject_interrupt_and_rollback() {
 
 #[tokio::test]
 async fn enqueue_waits_for_the_active_run_then_runs() {
-    let s = TestServer::start_with(
-        vec![
-            ScriptedReply::text("first answer"),
-            ScriptedReply::text("second answer"),
-        ],
-        Options {
-            open: false,
-            ..Options::default()
-        },
-    )
-    .await;
+    let s = TestServer::gated(texts(&["first answer", "second answer"])).await;
     s.thread("t1").await;
     let r = s
         .client
@@ -541,14 +485,7 @@ async fn enqueue_waits_for_the_active_run_then_runs() {
     assert_eq!(code, 200);
     assert_eq!(run_status(&s, "t1", &first).await["status"], "success");
     assert_eq!(run_status(&s, "t1", &second).await["status"], "success");
-    let texts: Vec<String> = visible(&values["messages"])
-        .iter()
-        .map(|m| {
-            antler_protocol::Message::from_input(m.clone())
-                .unwrap()
-                .text()
-        })
-        .collect();
+    let texts: Vec<String> = visible_texts(&values["messages"]);
     assert_eq!(
         texts,
         ["first", "first answer", "second", "second answer"],
@@ -599,8 +536,8 @@ async fn a_clarification_ends_the_run_as_success_and_the_answer_is_a_new_run() {
             "kind": "human_input_response", "source": "ask_clarification",
             "request_id": "clarification:call_q9", "response_kind": "text", "value": "Next week"}}}]});
     let (_, events) = s.stream_run("t1", json!({"input": answer})).await;
-    let last_values = events.iter().rev().find(|e| e.event == "values").unwrap();
-    let msgs = visible(&last_values.data["messages"]);
+    let values = last_values(&events);
+    let msgs = visible(&values["messages"]);
     assert_eq!(msgs.last().unwrap()["content"], "Booked for next week.");
     assert_eq!(msgs[3]["additional_kwargs"]["hide_from_ui"], true);
     // The feed keeps the question's artifact and the hidden answer.
@@ -648,12 +585,7 @@ async fn a_resume_command_with_nothing_pending_changes_nothing() {
 
 #[tokio::test]
 async fn a_run_forks_from_a_given_checkpoint() {
-    let s = TestServer::start(vec![
-        ScriptedReply::text("one"),
-        ScriptedReply::text("two"),
-        ScriptedReply::text("redo"),
-    ])
-    .await;
+    let s = TestServer::start(texts(&["one", "two", "redo"])).await;
     s.thread("t1").await;
     s.stream_run("t1", json!({"input": say("first")})).await;
     let (_, mid) = s.get("/api/threads/t1/state").await;
@@ -664,20 +596,8 @@ async fn a_run_forks_from_a_given_checkpoint() {
             json!({"input": say("second, edited"), "checkpoint": {"thread_id": "t1", "checkpoint_ns": "", "checkpoint_id": mid["checkpoint_id"]}}),
         )
         .await;
-    let last = &events
-        .iter()
-        .rev()
-        .find(|e| e.event == "values")
-        .unwrap()
-        .data;
-    let texts: Vec<String> = visible(&last["messages"])
-        .iter()
-        .map(|m| {
-            antler_protocol::Message::from_input(m.clone())
-                .unwrap()
-                .text()
-        })
-        .collect();
+    let last = last_values(&events);
+    let texts: Vec<String> = visible_texts(&last["messages"]);
     assert_eq!(texts, ["first", "one", "second, edited", "redo"]);
 }
 
@@ -723,33 +643,20 @@ async fn restart_marks_unfinished_runs_as_error() {
 
 #[tokio::test]
 async fn multitask_rollback_restores_then_runs_the_new_input() {
-    let s = TestServer::start_with(
-        vec![
-            ScriptedReply::text("kept"),
-            ScriptedReply::text("dropped"),
-            ScriptedReply::text("new"),
-        ],
-        Options {
-            open: false,
-            ..Options::default()
-        },
-    )
-    .await;
+    let s = TestServer::gated(texts(&["kept", "dropped", "new"])).await;
     s.thread("t1").await;
     s.model.open(1);
     s.stream_run("t1", json!({"input": say("one")})).await;
-    let r = stream_req(
-        &s,
-        "t1",
-        json!({"input": say("two"), "on_disconnect": "continue"}),
-    )
-    .await;
+    let r = s
+        .stream_req(
+            "t1",
+            json!({"input": say("two"), "on_disconnect": "continue"}),
+        )
+        .await;
     let (_, old) = ids_from_location(r.headers());
     let mut old_stream = SseReader::new(r);
     old_stream.until("values").await;
-    let r = stream_req(
-        &s,
-        "t1",
+    let r = s.stream_req("t1",
         json!({"input": say("three"), "multitask_strategy": "rollback", "on_disconnect": "continue"}),
     )
     .await;
@@ -762,20 +669,8 @@ async fn multitask_rollback_restores_then_runs_the_new_input() {
     );
     s.model.open(1);
     let events = SseReader::new(r).rest().await;
-    let last = &events
-        .iter()
-        .rev()
-        .find(|e| e.event == "values")
-        .unwrap()
-        .data;
-    let texts: Vec<String> = visible(&last["messages"])
-        .iter()
-        .map(|m| {
-            antler_protocol::Message::from_input(m.clone())
-                .unwrap()
-                .text()
-        })
-        .collect();
+    let last = last_values(&events);
+    let texts: Vec<String> = visible_texts(&last["messages"]);
     assert_eq!(
         texts,
         ["one", "kept", "three", "dropped"],
@@ -785,15 +680,7 @@ async fn multitask_rollback_restores_then_runs_the_new_input() {
 
 #[tokio::test]
 async fn server_runs_are_journaled_before_their_end_event() {
-    let s = TestServer::start(vec![
-        ScriptedReply::tool_call(
-            "c1",
-            "ls",
-            json!({"description": "d", "path": "/mnt/user-data/workspace"}),
-        ),
-        ScriptedReply::text("done"),
-    ])
-    .await;
+    let s = TestServer::start(ls_then("c1", "d", "done")).await;
     s.thread("tj").await;
     s.stream_run("tj", json!({"input": say("look")})).await;
     let runs = s.state.app.store.list_runs("tj", 10).await.unwrap();
@@ -824,7 +711,7 @@ async fn server_runs_are_journaled_before_their_end_event() {
 
 #[tokio::test]
 async fn a_corrupt_head_checkpoint_is_repaired_under_serve_too() {
-    let s = TestServer::start(vec![ScriptedReply::text("one"), ScriptedReply::text("two")]).await;
+    let s = TestServer::start(texts(&["one", "two"])).await;
     s.thread("hurt").await;
     s.stream_run("hurt", json!({"input": say("first")})).await;
     let store = &s.state.app.store;
@@ -849,20 +736,8 @@ async fn a_corrupt_head_checkpoint_is_repaired_under_serve_too() {
     assert_eq!(names(&events).last(), Some(&"end"));
     assert!(!names(&events).contains(&"error"), "{events:?}");
     assert_eq!(run_status(&s, "hurt", &run).await["status"], "success");
-    let last = &events
-        .iter()
-        .rev()
-        .find(|e| e.event == "values")
-        .unwrap()
-        .data;
-    let texts: Vec<String> = visible(&last["messages"])
-        .iter()
-        .map(|m| {
-            antler_protocol::Message::from_input(m.clone())
-                .unwrap()
-                .text()
-        })
-        .collect();
+    let last = last_values(&events);
+    let texts: Vec<String> = visible_texts(&last["messages"]);
     assert_eq!(texts, ["first", "one", "second", "two"]);
     let journal = store
         .list_run_events(&run, antler_store::EventQuery::default())

@@ -12,21 +12,22 @@ use crate::gateway::upload;
 const ALICE: &str = "alice-key-0123456789";
 const BOB: &str = "bob-key-0123456789ab";
 
+/// The keys of the two users most tests use.
+fn alice_and_bob() -> Vec<ApiKey> {
+    [(ALICE, "alice"), (BOB, "bob")]
+        .map(|(key, user_id)| ApiKey {
+            key: key.into(),
+            user_id: user_id.into(),
+        })
+        .into()
+}
+
 async fn keyed() -> TestServer {
     TestServer::start_with(
         vec![ScriptedReply::text("hello alice")],
         Options {
             config: ServerConfig {
-                api_keys: vec![
-                    ApiKey {
-                        key: ALICE.into(),
-                        user_id: "alice".into(),
-                    },
-                    ApiKey {
-                        key: BOB.into(),
-                        user_id: "bob".into(),
-                    },
-                ],
+                api_keys: alice_and_bob(),
                 ..Options::default().config
             },
             ..Options::default()
@@ -35,35 +36,18 @@ async fn keyed() -> TestServer {
     .await
 }
 
-async fn call(
-    s: &TestServer,
-    method: &str,
-    path: &str,
-    key: Option<&str>,
-    body: Option<Value>,
-) -> (u16, Value) {
-    let mut req = s.client.request(method.parse().unwrap(), s.url(path));
-    if let Some(k) = key {
-        req = req.bearer_auth(k);
-    }
-    if let Some(b) = body {
-        req = req.json(&b);
-    }
-    json_of(req.send().await.unwrap()).await
-}
-
 #[tokio::test]
 async fn keys_are_required_and_threads_are_private() {
     let s = keyed().await;
     // No key: 401 with the auth error shape; /health and the setup probe stay public.
-    let (code, e) = call(&s, "GET", "/api/models", None, None).await;
+    let (code, e) = s.get("/api/models").await;
     assert_eq!(code, 401);
     assert_eq!(e["detail"]["code"], "not_authenticated");
-    let (code, _) = call(&s, "GET", "/api/models", Some("wrong-key-0123456789"), None).await;
+    let (code, _) = s.with_key("wrong-key-0123456789").get("/api/models").await;
     assert_eq!(code, 401);
-    let (code, _) = call(&s, "GET", "/health", None, None).await;
+    let (code, _) = s.get("/health").await;
     assert_eq!(code, 200);
-    let (code, _) = call(&s, "GET", "/api/v1/auth/setup-status", None, None).await;
+    let (code, _) = s.get("/api/v1/auth/setup-status").await;
     assert_eq!(code, 200);
     // x-api-key works too (langgraph-sdk's LANGGRAPH_API_KEY).
     let r = s
@@ -76,28 +60,20 @@ async fn keys_are_required_and_threads_are_private() {
     let (code, me) = json_of(r).await;
     assert_eq!((code, me["id"].as_str()), (200, Some("alice")));
 
-    let (code, _) = call(
-        &s,
-        "POST",
-        "/api/threads",
-        Some(ALICE),
-        Some(json!({"thread_id": "a1"})),
-    )
-    .await;
+    let (code, _) = s
+        .with_key(ALICE)
+        .post("/api/threads", json!({"thread_id": "a1"}))
+        .await;
     assert_eq!(code, 200);
-    let (code, _) = call(
-        &s,
-        "POST",
-        "/api/threads/a1/runs/wait",
-        Some(ALICE),
-        Some(json!({"input": say("hi")})),
-    )
-    .await;
+    let (code, _) = s
+        .with_key(ALICE)
+        .post("/api/threads/a1/runs/wait", json!({"input": say("hi")}))
+        .await;
     assert_eq!(code, 200);
-    let (_, runs) = call(&s, "GET", "/api/threads/a1/runs", Some(ALICE), None).await;
+    let (_, runs) = s.with_key(ALICE).get("/api/threads/a1/runs").await;
     let run = runs[0]["run_id"].as_str().unwrap().to_owned();
     // Alice's files live under her user folder.
-    let (_, st) = call(&s, "GET", "/api/threads/a1/state", Some(ALICE), None).await;
+    let (_, st) = s.with_key(ALICE).get("/api/threads/a1/state").await;
     let ws = st["values"]["thread_data"]["workspace_path"]
         .as_str()
         .unwrap();
@@ -140,59 +116,36 @@ async fn keys_are_required_and_threads_are_private() {
         ("GET", "/api/threads/a1/uploads/list".to_owned(), None),
         ("GET", "/api/threads/a1/token-usage".to_owned(), None),
     ] {
-        let (code, e) = call(&s, method, &path, Some(BOB), body).await;
+        let (code, e) = s.with_key(BOB).send(method, &path, body).await;
         assert_eq!(code, 404, "{method} {path}: {e}");
         assert!(e["detail"].is_string(), "{e}");
     }
-    let (code, h) = call(
-        &s,
-        "POST",
-        "/api/threads/a1/history",
-        Some(BOB),
-        Some(json!({})),
-    )
-    .await;
+    let (code, h) = s
+        .with_key(BOB)
+        .post("/api/threads/a1/history", json!({}))
+        .await;
     assert_eq!((code, h), (200, json!([])));
-    let (_, list) = call(
-        &s,
-        "POST",
-        "/api/threads/search",
-        Some(BOB),
-        Some(json!({})),
-    )
-    .await;
+    let (_, list) = s.with_key(BOB).post("/api/threads/search", json!({})).await;
     assert_eq!(list, json!([]));
-    let (_, list) = call(
-        &s,
-        "POST",
-        "/api/threads/search",
-        Some(ALICE),
-        Some(json!({})),
-    )
-    .await;
+    let (_, list) = s
+        .with_key(ALICE)
+        .post("/api/threads/search", json!({}))
+        .await;
     assert_eq!(list.as_array().unwrap().len(), 1);
     // Bob cannot take over Alice's id either.
-    let (code, _) = call(
-        &s,
-        "POST",
-        "/api/threads",
-        Some(BOB),
-        Some(json!({"thread_id": "a1"})),
-    )
-    .await;
+    let (code, _) = s
+        .with_key(BOB)
+        .post("/api/threads", json!({"thread_id": "a1"}))
+        .await;
     assert_eq!(code, 409);
     // Nor read her files through the artifact route.
-    let (code, _) = call(
-        &s,
-        "GET",
-        "/api/threads/a1/artifacts/mnt/user-data/uploads/x",
-        Some(BOB),
-        None,
-    )
-    .await;
+    let (code, _) = s
+        .with_key(BOB)
+        .get("/api/threads/a1/artifacts/mnt/user-data/uploads/x")
+        .await;
     assert_eq!(code, 404);
     // Alice still can.
-    let (code, t) = call(&s, "GET", "/api/threads/a1", Some(ALICE), None).await;
+    let (code, t) = s.with_key(ALICE).get("/api/threads/a1").await;
     assert_eq!((code, t["status"].as_str()), (200, Some("idle")));
 }
 
@@ -391,16 +344,7 @@ async fn keyed_with_files() -> TestServer {
         replies,
         Options {
             config: ServerConfig {
-                api_keys: vec![
-                    ApiKey {
-                        key: ALICE.into(),
-                        user_id: "alice".into(),
-                    },
-                    ApiKey {
-                        key: BOB.into(),
-                        user_id: "bob".into(),
-                    },
-                ],
+                api_keys: alice_and_bob(),
                 ..Options::default().config
             },
             extra_tools: vec![
@@ -439,24 +383,19 @@ fn tool_text(values: &Value, call_id: &str) -> String {
 /// through a run. Returns her sandbox id and thread folders as her state records them.
 async fn alice_saves_a_secret(s: &TestServer) -> (String, Value) {
     for (key, thread) in [(ALICE, "a1"), (BOB, "b1")] {
-        let (code, _) = call(
-            s,
-            "POST",
-            "/api/threads",
-            Some(key),
-            Some(json!({"thread_id": thread})),
-        )
-        .await;
+        let (code, _) = s
+            .with_key(key)
+            .post("/api/threads", json!({"thread_id": thread}))
+            .await;
         assert_eq!(code, 200);
     }
-    let (code, done) = call(
-        s,
-        "POST",
-        "/api/threads/a1/runs/wait",
-        Some(ALICE),
-        Some(json!({"input": say("keep this safe")})),
-    )
-    .await;
+    let (code, done) = s
+        .with_key(ALICE)
+        .post(
+            "/api/threads/a1/runs/wait",
+            json!({"input": say("keep this safe")}),
+        )
+        .await;
     assert_eq!(code, 200, "{done}");
     let alice_ws = s
         .home
@@ -483,14 +422,13 @@ async fn clients_cannot_write_the_sandbox_or_thread_folders() {
         ("sandbox", json!({"sandbox_id": alice_sandbox})),
         ("thread_data", alice_data.clone()),
     ] {
-        let (code, e) = call(
-            &s,
-            "POST",
-            "/api/threads/b1/state",
-            Some(BOB),
-            Some(json!({"values": {field: value, "title": "mine"}})),
-        )
-        .await;
+        let (code, e) = s
+            .with_key(BOB)
+            .post(
+                "/api/threads/b1/state",
+                json!({"values": {field: value, "title": "mine"}}),
+            )
+            .await;
         assert_eq!(code, 422, "{field}: {e}");
         assert_eq!(
             e,
@@ -505,14 +443,10 @@ async fn clients_cannot_write_the_sandbox_or_thread_folders() {
         let mut input = say("read her files");
         input[field] = value;
         for route in ["runs/wait", "runs/stream", "runs"] {
-            let (code, e) = call(
-                &s,
-                "POST",
-                &format!("/api/threads/b1/{route}"),
-                Some(BOB),
-                Some(json!({"input": input})),
-            )
-            .await;
+            let (code, e) = s
+                .with_key(BOB)
+                .post(&format!("/api/threads/b1/{route}"), json!({"input": input}))
+                .await;
             assert_eq!(code, 422, "{route} {field}: {e}");
             assert_eq!(
                 e,
@@ -520,21 +454,20 @@ async fn clients_cannot_write_the_sandbox_or_thread_folders() {
             );
         }
     }
-    let (code, e) = call(
-        &s,
-        "POST",
-        "/api/runs/wait",
-        Some(BOB),
-        Some(json!({"input": {"messages": [], "sandbox": {"sandbox_id": alice_sandbox}}})),
-    )
-    .await;
+    let (code, e) = s
+        .with_key(BOB)
+        .post(
+            "/api/runs/wait",
+            json!({"input": {"messages": [], "sandbox": {"sandbox_id": alice_sandbox}}}),
+        )
+        .await;
     assert_eq!(code, 422, "{e}");
     // Nothing of it reached Bob's thread, and no run was admitted.
-    let (_, st) = call(&s, "GET", "/api/threads/b1/state", Some(BOB), None).await;
+    let (_, st) = s.with_key(BOB).get("/api/threads/b1/state").await;
     assert_eq!(st["values"]["sandbox"], Value::Null, "{st}");
     assert_eq!(st["values"]["thread_data"], Value::Null, "{st}");
     assert_eq!(st["values"]["title"], Value::Null, "{st}");
-    let (_, runs) = call(&s, "GET", "/api/threads/b1/runs", Some(BOB), None).await;
+    let (_, runs) = s.with_key(BOB).get("/api/threads/b1/runs").await;
     assert_eq!(runs, json!([]));
 }
 
@@ -571,17 +504,16 @@ async fn a_forged_checkpoint_does_not_reach_another_users_sandbox() {
         })
         .await
         .unwrap();
-    let (_, st) = call(&s, "GET", "/api/threads/b1/state", Some(BOB), None).await;
+    let (_, st) = s.with_key(BOB).get("/api/threads/b1/state").await;
     assert_eq!(st["values"]["sandbox"]["sandbox_id"], json!(alice_sandbox));
 
-    let (code, done) = call(
-        &s,
-        "POST",
-        "/api/threads/b1/runs/wait",
-        Some(BOB),
-        Some(json!({"input": say("read her files")})),
-    )
-    .await;
+    let (code, done) = s
+        .with_key(BOB)
+        .post(
+            "/api/threads/b1/runs/wait",
+            json!({"input": say("read her files")}),
+        )
+        .await;
     assert_eq!(code, 200, "{done}");
     let read = tool_text(&done, "bob-r");
     assert!(!read.contains(SECRET), "Bob read Alice's file: {read}");
@@ -617,60 +549,49 @@ async fn per_user_agents_belong_to_their_owner() {
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("config.yaml"), "name: scribe\n").unwrap();
     for (key, thread) in [(ALICE, "a1"), (BOB, "b1")] {
-        let (code, _) = call(
-            &s,
-            "POST",
-            "/api/threads",
-            Some(key),
-            Some(json!({"thread_id": thread})),
-        )
-        .await;
+        let (code, _) = s
+            .with_key(key)
+            .post("/api/threads", json!({"thread_id": thread}))
+            .await;
         assert_eq!(code, 200);
     }
     let status_of_last = |thread: &'static str, key: &'static str| {
         let s = &s;
         async move {
-            let (_, runs) = call(
-                s,
-                "GET",
-                &format!("/api/threads/{thread}/runs"),
-                Some(key),
-                None,
-            )
-            .await;
+            let (_, runs) = s
+                .with_key(key)
+                .get(&format!("/api/threads/{thread}/runs"))
+                .await;
             runs[0]["status"].as_str().unwrap().to_owned()
         }
     };
     // Bob runs his own agent.
-    let (code, e) = call(
-        &s,
-        "POST",
-        "/api/threads/b1/runs/wait",
-        Some(BOB),
-        Some(json!({"input": say("hi"), "assistant_id": "scribe"})),
-    )
-    .await;
+    let (code, e) = s
+        .with_key(BOB)
+        .post(
+            "/api/threads/b1/runs/wait",
+            json!({"input": say("hi"), "assistant_id": "scribe"}),
+        )
+        .await;
     assert_eq!(code, 200, "{e}");
     assert_eq!(status_of_last("b1", BOB).await, "success");
     // Alice cannot name it as an assistant…
-    let (code, _) = call(
-        &s,
-        "POST",
-        "/api/threads/a1/runs/wait",
-        Some(ALICE),
-        Some(json!({"input": say("hi"), "assistant_id": "scribe"})),
-    )
-    .await;
+    let (code, _) = s
+        .with_key(ALICE)
+        .post(
+            "/api/threads/a1/runs/wait",
+            json!({"input": say("hi"), "assistant_id": "scribe"}),
+        )
+        .await;
     assert_eq!(code, 404);
     // …nor load it through the run context.
-    let (code, _) = call(
-        &s,
-        "POST",
-        "/api/threads/a1/runs/wait",
-        Some(ALICE),
-        Some(json!({"input": say("hi"), "context": {"agent_name": "scribe"}})),
-    )
-    .await;
+    let (code, _) = s
+        .with_key(ALICE)
+        .post(
+            "/api/threads/a1/runs/wait",
+            json!({"input": say("hi"), "context": {"agent_name": "scribe"}}),
+        )
+        .await;
     assert_eq!(code, 200);
     assert_eq!(status_of_last("a1", ALICE).await, "error");
 }
@@ -850,19 +771,22 @@ async fn artifact_symlinks_inside_the_tree() {
 async fn with_several_users_the_mcp_config_is_not_writable_over_the_api() {
     let s = keyed().await;
     let evil = json!({"mcp_servers": {"x": {"command": "sh", "args": ["-c", "cat /etc/passwd"]}}});
-    let (status, body) = call(&s, "PUT", "/api/mcp/config", Some(BOB), Some(evil)).await;
+    let (status, body) = s.with_key(BOB).put("/api/mcp/config", evil).await;
     assert_eq!(status, 403, "{body}");
     assert!(
         body["detail"].as_str().unwrap_or("").contains("host-wide"),
         "{body}"
     );
     let toggle = json!({"server_name": "x", "enabled": true});
-    let (status, _) = call(&s, "PATCH", "/api/mcp/config", Some(ALICE), Some(toggle)).await;
+    let (status, _) = s.with_key(ALICE).patch("/api/mcp/config", toggle).await;
     assert_eq!(status, 403);
-    let (status, _) = call(&s, "POST", "/api/mcp/cache/reset", Some(BOB), None).await;
+    let (status, _) = s
+        .with_key(BOB)
+        .send("POST", "/api/mcp/cache/reset", None)
+        .await;
     assert_eq!(status, 403);
     // Reading stays open (secrets masked) and shows nothing was written.
-    let (status, body) = call(&s, "GET", "/api/mcp/config", Some(BOB), None).await;
+    let (status, body) = s.with_key(BOB).get("/api/mcp/config").await;
     assert_eq!(status, 200, "{body}");
     assert!(body["mcp_servers"].get("x").is_none(), "{body}");
 }

@@ -19,14 +19,11 @@ fn seq_of(id: &str) -> u64 {
 
 #[tokio::test]
 async fn a_tool_run_streams_as_langgraph_frames_it() {
-    let s = TestServer::start(vec![
-        ScriptedReply::tool_call(
-            "call_k2",
-            "ls",
-            json!({"description": "List uploads", "path": "/mnt/user-data/workspace"}),
-        ),
-        ScriptedReply::text("The folder has three entries."),
-    ])
+    let s = TestServer::start(ls_then(
+        "call_k2",
+        "List uploads",
+        "The folder has three entries.",
+    ))
     .await;
     s.thread("t1").await;
     let (h, events) = s
@@ -123,12 +120,7 @@ async fn a_tool_run_streams_as_langgraph_frames_it() {
     assert!(updates
         .iter()
         .any(|u| u.get("ThreadDataMiddleware.before_agent").is_some()));
-    let final_values = &events
-        .iter()
-        .rev()
-        .find(|e| e.event == "values")
-        .unwrap()
-        .data;
+    let final_values = last_values(&events);
     let ids: HashSet<&str> = final_values["messages"]
         .as_array()
         .unwrap()
@@ -181,13 +173,7 @@ async fn only_requested_modes_are_sent() {
 }
 
 async fn start_stream(s: &TestServer, thread: &str, body: Value) -> (String, SseReader) {
-    let r = s
-        .client
-        .post(s.url(&format!("/api/threads/{thread}/runs/stream")))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let r = s.stream_req(thread, body).await;
     assert_eq!(r.status().as_u16(), 200);
     let (_, run) = ids_from_location(r.headers());
     (run, SseReader::new(r))
@@ -217,14 +203,7 @@ async fn join(
 
 #[tokio::test]
 async fn rejoin_replays_then_follows_and_several_clients_watch_one_run() {
-    let s = TestServer::start_with(
-        vec![ScriptedReply::text("one two three four")],
-        Options {
-            open: false,
-            ..Options::default()
-        },
-    )
-    .await;
+    let s = TestServer::gated(vec![ScriptedReply::text("one two three four")]).await;
     s.thread("t1").await;
     let (run, mut first) = start_stream(
         &s,
@@ -321,14 +300,7 @@ async fn a_cursor_older_than_the_window_gets_a_gap() {
 
 #[tokio::test]
 async fn disconnect_cancels_unless_the_client_said_continue() {
-    let s = TestServer::start_with(
-        vec![ScriptedReply::text("never"), ScriptedReply::text("kept")],
-        Options {
-            open: false,
-            ..Options::default()
-        },
-    )
-    .await;
+    let s = TestServer::gated(texts(&["never", "kept"])).await;
     s.thread("t1").await;
     // Default on_disconnect (cancel): dropping the stream interrupts the run.
     let (run, mut r) = start_stream(&s, "t1", json!({"input": say("a")})).await;
@@ -467,12 +439,7 @@ async fn two_hundred_concurrent_streams_lose_no_event() {
             .filter(|e| e.event == "messages" && e.data[0]["type"] == "AIMessageChunk")
             .map(|e| e.data[0]["content"].as_str().unwrap().to_owned())
             .collect();
-        let last = &events
-            .iter()
-            .rev()
-            .find(|e| e.event == "values")
-            .unwrap()
-            .data;
+        let last = last_values(&events);
         let answer = visible(&last["messages"]).last().unwrap()["content"].clone();
         assert_eq!(json!(streamed), answer);
     }

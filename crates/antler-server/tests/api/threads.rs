@@ -149,15 +149,7 @@ async fn rename_through_state_update_replaces_channels() {
 
 #[tokio::test]
 async fn history_has_no_checkpoint_objects_and_stamps_runs() {
-    let s = TestServer::start(vec![
-        ScriptedReply::tool_call(
-            "call_1",
-            "ls",
-            json!({"description": "list", "path": "/mnt/user-data/workspace"}),
-        ),
-        ScriptedReply::text("two folders"),
-    ])
-    .await;
+    let s = TestServer::start(ls_then("call_1", "list", "two folders")).await;
     s.thread("t1").await;
     let (h, _) = s.stream_run("t1", json!({"input": say("list")})).await;
     let (_, run_id) = ids_from_location(&h);

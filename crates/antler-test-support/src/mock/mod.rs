@@ -60,6 +60,13 @@ impl MockRequest {
             .map(|(_, v)| v.as_str())
     }
 
+    /// Whether the request carries `Authorization: Bearer <key>`.
+    pub fn has_bearer(&self, key: &str) -> bool {
+        self.header("authorization")
+            .and_then(|v| v.strip_prefix("Bearer "))
+            == Some(key)
+    }
+
     /// The body's `messages` (empty when absent).
     pub fn messages(&self) -> &[Value] {
         self.body

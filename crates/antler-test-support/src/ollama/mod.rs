@@ -65,9 +65,7 @@ impl MockWire for OllamaWire {
     }
 
     fn authorized(req: &MockRequest, key: &str) -> bool {
-        req.header("authorization")
-            .and_then(|v| v.strip_prefix("Bearer "))
-            == Some(key)
+        req.has_bearer(key)
     }
 
     fn route(method: &Method, path: &str) -> Route {

@@ -9,6 +9,7 @@ mod invariants;
 mod reply;
 
 pub use invariants::tool_call_violations;
+pub(crate) use reply::MockUsage;
 pub use reply::{openai_error, MockToolCall, OpenAiAnswer};
 
 use crate::mock::{
@@ -16,6 +17,34 @@ use crate::mock::{
 };
 use crate::sse::{sse_frame, SSE_DONE};
 use reply::Render;
+
+/// OpenAI's answers to the mock's failures (shared by Chat Completions and the Responses API,
+/// which differ only in the wrong-key message).
+pub(crate) fn openai_failure(failure: Failure<'_>, unauthorized: &str) -> (u16, Value) {
+    let invalid = |message: &str| openai_error(message, "invalid_request_error", None);
+    match failure {
+        Failure::Unauthorized => (
+            401,
+            openai_error(
+                unauthorized,
+                "invalid_request_error",
+                Some("invalid_api_key"),
+            ),
+        ),
+        Failure::NotFound { method, path } => {
+            (404, invalid(&format!("Invalid URL ({method} {path})")))
+        }
+        Failure::BadJson => (
+            400,
+            invalid("We could not parse the JSON body of your request."),
+        ),
+        Failure::Invalid(message) => (400, invalid(message)),
+        Failure::ShuttingDown => (
+            503,
+            openai_error("server shutting down", "server_error", None),
+        ),
+    }
+}
 
 /// The Chat Completions wire of the mock server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,15 +77,11 @@ impl MockWire for OpenAiWire {
     }
 
     fn set_usage(answer: &mut OpenAiAnswer, input: u64, output: u64) {
-        let u = answer.usage_mut();
-        u.input = input;
-        u.output = output;
+        answer.usage_mut().set(input, output);
     }
 
     fn authorized(req: &MockRequest, key: &str) -> bool {
-        req.header("authorization")
-            .and_then(|v| v.strip_prefix("Bearer "))
-            == Some(key)
+        req.has_bearer(key)
     }
 
     fn route(method: &Method, path: &str) -> Route {
@@ -73,29 +98,10 @@ impl MockWire for OpenAiWire {
     }
 
     fn failure(failure: Failure<'_>) -> (u16, Value) {
-        let invalid = |message: &str| openai_error(message, "invalid_request_error", None);
-        match failure {
-            Failure::Unauthorized => (
-                401,
-                openai_error(
-                    "Incorrect API key provided. You can find your API key at https://platform.openai.com/account/api-keys.",
-                    "invalid_request_error",
-                    Some("invalid_api_key"),
-                ),
-            ),
-            Failure::NotFound { method, path } => {
-                (404, invalid(&format!("Invalid URL ({method} {path})")))
-            }
-            Failure::BadJson => (
-                400,
-                invalid("We could not parse the JSON body of your request."),
-            ),
-            Failure::Invalid(message) => (400, invalid(message)),
-            Failure::ShuttingDown => (
-                503,
-                openai_error("server shutting down", "server_error", None),
-            ),
-        }
+        openai_failure(
+            failure,
+            "Incorrect API key provided. You can find your API key at https://platform.openai.com/account/api-keys.",
+        )
     }
 
     fn violations(body: &Value, strict_order: bool) -> Vec<String> {

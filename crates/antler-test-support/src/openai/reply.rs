@@ -46,12 +46,21 @@ fn arguments_text(args: Value) -> String {
     }
 }
 
+/// Scripted token counts in OpenAI's terms (Chat Completions and the Responses API alike).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub(crate) struct MockUsage {
     pub input: u64,
     pub output: u64,
     pub cached: u64,
     pub reasoning: u64,
+}
+
+impl MockUsage {
+    /// Report `input` prompt and `output` completion tokens.
+    pub(crate) fn set(&mut self, input: u64, output: u64) {
+        self.input = input;
+        self.output = output;
+    }
 }
 
 /// A scripted assistant message in OpenAI's terms.

@@ -28,7 +28,7 @@ pub use reply::{ResponsesAnswer, ResponsesItem};
 use crate::mock::{
     prompt_bytes, request_model, Failure, MockRequest, MockServer, MockWire, Reply, Route,
 };
-use crate::openai::openai_error;
+use crate::openai::{openai_error, openai_failure};
 use reply::Render;
 
 /// The Responses API wire of the mock server.
@@ -54,15 +54,11 @@ impl MockWire for ResponsesWire {
     }
 
     fn set_usage(answer: &mut ResponsesAnswer, input: u64, output: u64) {
-        let u = answer.usage_mut();
-        u.input = input;
-        u.output = output;
+        answer.usage_mut().set(input, output);
     }
 
     fn authorized(req: &MockRequest, key: &str) -> bool {
-        req.header("authorization")
-            .and_then(|v| v.strip_prefix("Bearer "))
-            == Some(key)
+        req.has_bearer(key)
     }
 
     fn route(method: &Method, path: &str) -> Route {
@@ -74,29 +70,7 @@ impl MockWire for ResponsesWire {
     }
 
     fn failure(failure: Failure<'_>) -> (u16, Value) {
-        let invalid = |message: &str| openai_error(message, "invalid_request_error", None);
-        match failure {
-            Failure::Unauthorized => (
-                401,
-                openai_error(
-                    "Incorrect API key provided.",
-                    "invalid_request_error",
-                    Some("invalid_api_key"),
-                ),
-            ),
-            Failure::NotFound { method, path } => {
-                (404, invalid(&format!("Invalid URL ({method} {path})")))
-            }
-            Failure::BadJson => (
-                400,
-                invalid("We could not parse the JSON body of your request."),
-            ),
-            Failure::Invalid(message) => (400, invalid(message)),
-            Failure::ShuttingDown => (
-                503,
-                openai_error("server shutting down", "server_error", None),
-            ),
-        }
+        openai_failure(failure, "Incorrect API key provided.")
     }
 
     /// Fields the API requires or refuses before it looks at the input items.

@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 
 use super::ResponsesReply;
 use crate::mock::{estimated_tokens, split_even, split_text};
+use crate::openai::MockUsage;
 
 /// One output item of a scripted answer.
 #[derive(Clone, Debug, PartialEq)]
@@ -101,14 +102,6 @@ impl ResponsesItem {
             }),
         }
     }
-}
-
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub(crate) struct MockUsage {
-    pub input: u64,
-    pub output: u64,
-    pub cached: u64,
-    pub reasoning: u64,
 }
 
 /// A scripted response in the Responses API's terms.

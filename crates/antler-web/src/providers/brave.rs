@@ -10,7 +10,9 @@
 use reqwest::header::ACCEPT;
 use serde_json::{json, Map, Value};
 
-use super::{clean_query, safe_public_url, str_field, url_present, Reply, IMAGE_USAGE_HINT};
+use super::{
+    clean_query, image_results, query_results, safe_public_url, str_field, url_present, Reply,
+};
 use crate::http::{Api, ApiError};
 
 /// Brave's `count` caps.
@@ -103,7 +105,7 @@ impl Brave {
                 })
             })
             .collect();
-        Reply::pretty(&json!({"query": query, "total_results": results.len(), "results": results}))
+        query_results(&query, results)
     }
 
     pub async fn image_search(&self, query: &str, max_results: usize) -> Reply {
@@ -195,11 +197,6 @@ impl Brave {
         if results.is_empty() {
             return Reply::query_error("No safe image URLs found", &query, false);
         }
-        Reply::pretty(&json!({
-            "query": query,
-            "total_results": results.len(),
-            "results": results,
-            "usage_hint": IMAGE_USAGE_HINT,
-        }))
+        image_results(&query, results)
     }
 }

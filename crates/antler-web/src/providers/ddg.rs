@@ -21,7 +21,7 @@ use regex::Regex;
 use reqwest::header::{ACCEPT, REFERER, USER_AGENT};
 use serde_json::{json, Value};
 
-use super::{str_field, Reply, IMAGE_USAGE_HINT};
+use super::{image_results, query_results, str_field, Reply};
 use crate::http::{Api, ApiError};
 
 /// DuckDuckGo serves its HTML endpoints to browsers.
@@ -222,11 +222,7 @@ impl DuckDuckGo {
             .iter()
             .map(|h| json!({"title": h.title, "url": h.url, "content": h.snippet}))
             .collect();
-        Reply::pretty(&json!({
-            "query": query,
-            "total_results": results.len(),
-            "results": results,
-        }))
+        query_results(query, results)
     }
 
     /// `image_search`: `{query, total_results, results: [{title, image_url, thumbnail_url}],
@@ -247,12 +243,7 @@ impl DuckDuckGo {
                         })
                     })
                     .collect();
-                Reply::pretty(&json!({
-                    "query": query,
-                    "total_results": results.len(),
-                    "results": results,
-                    "usage_hint": IMAGE_USAGE_HINT,
-                }))
+                image_results(query, results)
             }
             Err(e) => {
                 tracing::warn!(error = %e, "DuckDuckGo image search failed");

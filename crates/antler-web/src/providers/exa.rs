@@ -8,7 +8,7 @@
 use reqwest::header::CONTENT_TYPE;
 use serde_json::{json, Value};
 
-use super::{str_field, truncate_chars, Reply};
+use super::{first_page, items_at, str_field, Reply};
 use crate::http::Api;
 
 #[derive(Debug, Clone)]
@@ -58,23 +58,17 @@ impl Exa {
             Ok(d) => d,
             Err(r) => return r,
         };
-        let results: Vec<Value> = data
-            .get("results")
-            .and_then(Value::as_array)
-            .map(|items| {
-                items
-                    .iter()
-                    .map(|r| {
-                        let snippet = r
-                            .get("highlights")
-                            .and_then(Value::as_array)
-                            .map(|h| h.iter().filter_map(Value::as_str).collect::<Vec<_>>().join("\n"))
-                            .unwrap_or_default();
-                        json!({"title": str_field(r, "title"), "url": str_field(r, "url"), "snippet": snippet})
-                    })
-                    .collect()
+        let results: Vec<Value> = items_at(&data, "/results")
+            .iter()
+            .map(|r| {
+                let snippet = r
+                    .get("highlights")
+                    .and_then(Value::as_array)
+                    .map(|h| h.iter().filter_map(Value::as_str).collect::<Vec<_>>().join("\n"))
+                    .unwrap_or_default();
+                json!({"title": str_field(r, "title"), "url": str_field(r, "url"), "snippet": snippet})
             })
-            .unwrap_or_default();
+            .collect();
         Reply::pretty(&Value::Array(results))
     }
 
@@ -84,21 +78,6 @@ impl Exa {
             Ok(d) => d,
             Err(r) => return r,
         };
-        match data
-            .get("results")
-            .and_then(Value::as_array)
-            .and_then(|a| a.first())
-        {
-            Some(r) => {
-                let title = Some(str_field(r, "title"))
-                    .filter(|t| !t.is_empty())
-                    .unwrap_or("Untitled");
-                Reply::ok(format!(
-                    "# {title}\n\n{}",
-                    truncate_chars(str_field(r, "text"), 4096)
-                ))
-            }
-            None => Reply::err("Error: No results found"),
-        }
+        first_page(&data, "text")
     }
 }

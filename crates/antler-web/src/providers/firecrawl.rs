@@ -7,7 +7,7 @@
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE};
 use serde_json::{json, Value};
 
-use super::{str_field, truncate_chars, Reply};
+use super::{search_results, str_field, truncate_chars, Reply};
 use crate::http::Api;
 
 #[derive(Debug, Clone)]
@@ -58,23 +58,7 @@ impl Firecrawl {
             Ok(d) => d,
             Err(r) => return r,
         };
-        let results: Vec<Value> = data
-            .pointer("/data/web")
-            .and_then(Value::as_array)
-            .map(|items| {
-                items
-                    .iter()
-                    .map(|r| {
-                        json!({
-                            "title": str_field(r, "title"),
-                            "url": str_field(r, "url"),
-                            "snippet": str_field(r, "description"),
-                        })
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        Reply::pretty(&Value::Array(results))
+        search_results(&data, "/data/web", "description", usize::MAX)
     }
 
     pub async fn web_fetch(&self, url: &str) -> Reply {

@@ -13,7 +13,7 @@ pub mod searxng;
 pub mod serper;
 pub mod tavily;
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 /// `image_search` arguments (DuckDuckGo's filters are ignored by providers without them).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -96,6 +96,47 @@ pub fn str_field<'a>(v: &'a Value, key: &str) -> &'a str {
     v.get(key).and_then(Value::as_str).unwrap_or("")
 }
 
+/// The array at JSON `pointer` of `body` (empty when absent or not an array).
+pub fn items_at<'a>(body: &'a Value, pointer: &str) -> &'a [Value] {
+    body.pointer(pointer)
+        .and_then(Value::as_array)
+        .map_or(&[], Vec::as_slice)
+}
+
+/// DeerFlow's search results, `[{title, url, snippet}]` pretty-printed: the first `max` items at
+/// `pointer`, their snippet from the vendor's field `snippet_key`.
+pub fn search_results(body: &Value, pointer: &str, snippet_key: &str, max: usize) -> Reply {
+    let results: Vec<Value> = items_at(body, pointer)
+        .iter()
+        .take(max)
+        .map(|r| {
+            json!({
+                "title": str_field(r, "title"),
+                "url": str_field(r, "url"),
+                "snippet": str_field(r, snippet_key),
+            })
+        })
+        .collect();
+    Reply::pretty(&Value::Array(results))
+}
+
+/// A fetched page as DeerFlow returns it, `# {title}\n\n{text}` (title `Untitled` when blank,
+/// text cut at 4096 characters), from the first of `body.results`, its text at `text_key`.
+pub fn first_page(body: &Value, text_key: &str) -> Reply {
+    match items_at(body, "/results").first() {
+        Some(r) => {
+            let title = Some(str_field(r, "title"))
+                .filter(|t| !t.is_empty())
+                .unwrap_or("Untitled");
+            Reply::ok(format!(
+                "# {title}\n\n{}",
+                truncate_chars(str_field(r, text_key), 4096)
+            ))
+        }
+        None => Reply::err("Error: No results found"),
+    }
+}
+
 /// `max_results` as DeerFlow clamps it: invalid or < 1 → `default`, capped at `cap`.
 pub fn clamp_results(value: Option<i64>, default: usize, cap: usize) -> usize {
     match value {
@@ -143,6 +184,21 @@ pub fn safe_public_url(v: Option<&Value>) -> String {
 pub fn url_present(v: Option<&Value>) -> bool {
     v.and_then(Value::as_str)
         .is_some_and(|s| !s.trim().is_empty())
+}
+
+/// DeerFlow's answer to a web search: `{query, total_results, results}`.
+pub fn query_results(query: &str, results: Vec<Value>) -> Reply {
+    Reply::pretty(&json!({"query": query, "total_results": results.len(), "results": results}))
+}
+
+/// DeerFlow's answer to an image search: `{query, total_results, results, usage_hint}`.
+pub fn image_results(query: &str, results: Vec<Value>) -> Reply {
+    Reply::pretty(&json!({
+        "query": query,
+        "total_results": results.len(),
+        "results": results,
+        "usage_hint": IMAGE_USAGE_HINT,
+    }))
 }
 
 /// The usage hint DeerFlow's image tools add.

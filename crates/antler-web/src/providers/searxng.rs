@@ -5,9 +5,8 @@
 //! `http://localhost:8088` as in DeerFlow.
 
 use reqwest::header::ACCEPT;
-use serde_json::{json, Value};
 
-use super::{str_field, Reply};
+use super::{search_results, Reply};
 use crate::http::Api;
 
 #[derive(Debug, Clone)]
@@ -37,23 +36,6 @@ impl Searxng {
                 return Reply::query_error(&format!("SearXNG search failed: {e}"), query, true);
             }
         };
-        let results: Vec<Value> = body
-            .get("results")
-            .and_then(Value::as_array)
-            .map(|items| {
-                items
-                    .iter()
-                    .take(max_results)
-                    .map(|r| {
-                        json!({
-                            "title": str_field(r, "title"),
-                            "url": str_field(r, "url"),
-                            "snippet": str_field(r, "content"),
-                        })
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        Reply::pretty(&Value::Array(results))
+        search_results(&body, "/results", "content", max_results)
     }
 }

@@ -8,7 +8,9 @@
 use reqwest::header::CONTENT_TYPE;
 use serde_json::{json, Value};
 
-use super::{clean_query, safe_public_url, str_field, url_present, Reply, IMAGE_USAGE_HINT};
+use super::{
+    clean_query, image_results, query_results, safe_public_url, str_field, url_present, Reply,
+};
 use crate::http::{Api, ApiError};
 
 /// Serper's result cap.
@@ -94,7 +96,7 @@ impl Serper {
                 })
             })
             .collect();
-        Reply::pretty(&json!({"query": query, "total_results": results.len(), "results": results}))
+        query_results(&query, results)
     }
 
     pub async fn image_search(&self, query: &str, max_results: usize) -> Reply {
@@ -140,11 +142,6 @@ impl Serper {
         if results.is_empty() {
             return Reply::query_error("No safe image URLs found", &query, false);
         }
-        Reply::pretty(&json!({
-            "query": query,
-            "total_results": results.len(),
-            "results": results,
-            "usage_hint": IMAGE_USAGE_HINT,
-        }))
+        image_results(&query, results)
     }
 }

@@ -7,7 +7,7 @@
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE};
 use serde_json::{json, Value};
 
-use super::{str_field, truncate_chars, Reply};
+use super::{first_page, items_at, search_results, str_field, Reply};
 use crate::http::{Api, ApiError};
 
 #[derive(Debug, Clone)]
@@ -51,25 +51,7 @@ impl Tavily {
             json!({"query": query, "max_results": max_results}),
         );
         match self.api.json(req).await {
-            Ok(body) => {
-                let results: Vec<Value> = body
-                    .get("results")
-                    .and_then(Value::as_array)
-                    .map(|items| {
-                        items
-                            .iter()
-                            .map(|r| {
-                                json!({
-                                    "title": str_field(r, "title"),
-                                    "url": str_field(r, "url"),
-                                    "snippet": str_field(r, "content"),
-                                })
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                Reply::pretty(&Value::Array(results))
-            }
+            Ok(body) => search_results(&body, "/results", "content", usize::MAX),
             Err(e) => {
                 tracing::warn!(error = %e, "Tavily search failed");
                 Reply::err(Self::failure(&e))
@@ -83,28 +65,9 @@ impl Tavily {
             Ok(b) => b,
             Err(e) => return Reply::err(Self::failure(&e)),
         };
-        if let Some(f) = body
-            .get("failed_results")
-            .and_then(Value::as_array)
-            .and_then(|a| a.first())
-        {
+        if let Some(f) = items_at(&body, "/failed_results").first() {
             return Reply::error_text(format!("Error: {}", str_field(f, "error")));
         }
-        match body
-            .get("results")
-            .and_then(Value::as_array)
-            .and_then(|a| a.first())
-        {
-            Some(r) => {
-                let title = Some(str_field(r, "title"))
-                    .filter(|t| !t.is_empty())
-                    .unwrap_or("Untitled");
-                Reply::ok(format!(
-                    "# {title}\n\n{}",
-                    truncate_chars(str_field(r, "raw_content"), 4096)
-                ))
-            }
-            None => Reply::err("Error: No results found"),
-        }
+        first_page(&body, "raw_content")
     }
 }

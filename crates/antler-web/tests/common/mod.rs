@@ -65,6 +65,11 @@ impl Server {
         Self::start_on("127.0.0.1:0", handler).await
     }
 
+    /// A server answering every request with the HTML fixture `name`.
+    pub async fn html_fixture(name: &'static str) -> Server {
+        Self::start(move |_| respond(200, "text/html; charset=utf-8", fixture(name))).await
+    }
+
     pub async fn start_on(
         bind: &str,
         handler: impl Fn(&Seen) -> Response<Body> + Send + Sync + 'static,

@@ -23,7 +23,8 @@ use serde_json::Value;
 
 use super::{AnthropicOptions, DEFAULT_MAX_TOKENS};
 use crate::providers::mapping::{
-    answered_invalid_calls, drop_keys, end_body, merge_settings, Each, ToolSchema,
+    self, answered_invalid_calls, base64_data_url, block_type, drop_keys, end_body, image_data,
+    image_url, merge_settings, non_blank, push_turn, serialize_tools, ToolSchema, TurnRole,
 };
 use crate::{ChatRequest, ModelError};
 
@@ -271,7 +272,7 @@ pub struct WireBody<'a> {
     rest: Object,
 }
 
-impl<'a> Serialize for WireBody<'a> {
+impl Serialize for WireBody<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut m = s.serialize_map(None)?;
         m.serialize_entry("model", self.model)?;
@@ -283,12 +284,7 @@ impl<'a> Serialize for WireBody<'a> {
             m.serialize_entry("thinking", thinking)?;
         }
         m.serialize_entry("messages", &self.turns)?;
-        if !self.tools.is_empty() {
-            m.serialize_entry(
-                "tools",
-                &Each(self.tools, |t: &'a Arc<ToolSpec>| WireTool(t)),
-            )?;
-        }
+        serialize_tools(&mut m, self.tools, |t| WireTool(t))?;
         end_body(m, self.tool_choice.as_ref(), self.stream, &self.rest)
     }
 }
@@ -308,10 +304,15 @@ impl Serialize for WireTool<'_> {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
 enum Role {
     User,
     Assistant,
+}
+
+impl TurnRole for Role {
+    const ITEMS: &'static str = "content";
 }
 
 /// One content block of the outgoing request, borrowed from the history.
@@ -341,26 +342,7 @@ enum ImageSource<'a> {
     Url(&'a str),
 }
 
-/// One `user` or `assistant` entry of `messages`.
-struct Turn<'a> {
-    role: Role,
-    blocks: Vec<Block<'a>>,
-    /// How many leading blocks are tool results.
-    results: usize,
-}
-
-impl<'a> Turn<'a> {
-    fn add(&mut self, blocks: Vec<Block<'a>>) {
-        for block in blocks {
-            if matches!(block, Block::ToolResult { .. }) {
-                self.blocks.insert(self.results, block);
-                self.results += 1;
-            } else {
-                self.blocks.push(block);
-            }
-        }
-    }
-}
+type Turn<'a> = mapping::Turn<Role, Block<'a>>;
 
 /// Group the history into alternating turns (system and remove messages skipped, messages that
 /// contribute no block skipped, same-role neighbours merged).
@@ -388,39 +370,17 @@ fn turns(messages: &[Arc<Message>]) -> Vec<Turn<'_>> {
             }
             Message::System(_) | Message::Remove(_) => continue,
         };
-        if blocks.is_empty() {
-            continue;
-        }
-        match out.last_mut() {
-            Some(turn) if turn.role == role => turn.add(blocks),
-            _ => {
-                let mut turn = Turn {
-                    role,
-                    blocks: Vec::new(),
-                    results: 0,
-                };
-                turn.add(blocks);
-                out.push(turn);
-            }
-        }
+        push_turn(&mut out, role, blocks, |b| {
+            matches!(b, Block::ToolResult { .. })
+        });
     }
     out
 }
 
-fn kind(block: &Object) -> &str {
-    block.get("type").and_then(Value::as_str).unwrap_or("")
-}
-
-fn non_blank(text: Option<&Value>) -> Option<&str> {
-    text.and_then(Value::as_str)
-        .filter(|t| !t.trim().is_empty())
-}
-
 /// `data:<mime>;base64,<data>` or an http(s) URL.
 fn image_source(url: &str) -> Option<ImageSource<'_>> {
-    if let Some(rest) = url.strip_prefix("data:") {
-        let (meta, data) = rest.split_once(',')?;
-        let media_type = meta.strip_suffix(";base64")?;
+    if url.starts_with("data:") {
+        let (media_type, data) = base64_data_url(url)?;
         return Some(ImageSource::Base64 { media_type, data });
     }
     (url.starts_with("https://") || url.starts_with("http://")).then_some(ImageSource::Url(url))
@@ -446,7 +406,7 @@ fn user_blocks<'a>(content: &'a Content, out: &mut Vec<Block<'a>>) {
             Value::Object(obj) => obj,
             _ => continue,
         };
-        match kind(obj) {
+        match block_type(obj) {
             "text" => {
                 if non_blank(obj.get("text")).is_some() {
                     out.push(Block::Pick(obj, TEXT_KEYS));
@@ -458,11 +418,7 @@ fn user_blocks<'a>(content: &'a Content, out: &mut Vec<Block<'a>>) {
                 }
             }
             "image_url" => {
-                let url = match obj.get("image_url") {
-                    Some(Value::String(u)) => Some(u.as_str()),
-                    Some(v) => v.get("url").and_then(Value::as_str),
-                    None => None,
-                };
+                let url = image_url(obj);
                 match url.and_then(image_source) {
                     Some(source) => out.push(Block::Image(source)),
                     None => tracing::debug!("dropping an image_url block without a usable url"),
@@ -471,10 +427,7 @@ fn user_blocks<'a>(content: &'a Content, out: &mut Vec<Block<'a>>) {
             "image" if obj.contains_key("source") => out.push(Block::Pick(obj, IMAGE_KEYS)),
             "image" => {
                 // LangChain's standard image block: base64 data + mime type, or a URL.
-                let data = obj
-                    .get("data")
-                    .or_else(|| obj.get("base64"))
-                    .and_then(Value::as_str);
+                let data = image_data(obj);
                 let mime = obj.get("mime_type").and_then(Value::as_str);
                 match (data, mime, obj.get("url").and_then(Value::as_str)) {
                     (Some(data), Some(media_type), _) => {
@@ -491,7 +444,7 @@ fn user_blocks<'a>(content: &'a Content, out: &mut Vec<Block<'a>>) {
             "thinking" | "redacted_thinking" | "reasoning" | "reasoning_content" | "tool_use"
             | "tool_call" | "tool_result" => {
                 tracing::debug!(
-                    kind = kind(obj),
+                    kind = block_type(obj),
                     "dropping a model-side block from user content"
                 );
             }
@@ -540,7 +493,7 @@ fn assistant_blocks<'a>(
                     Value::Object(obj) => obj,
                     _ => continue,
                 };
-                match kind(obj) {
+                match block_type(obj) {
                     "text" => {
                         if non_blank(obj.get("text")).is_some() {
                             out.push(Block::Pick(obj, TEXT_KEYS));
@@ -586,19 +539,6 @@ fn assistant_blocks<'a>(
                 });
             }
         }
-    }
-}
-
-impl Serialize for Turn<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut m = s.serialize_map(Some(2))?;
-        let role = match self.role {
-            Role::User => "user",
-            Role::Assistant => "assistant",
-        };
-        m.serialize_entry("role", role)?;
-        m.serialize_entry("content", &self.blocks)?;
-        m.end()
     }
 }
 

@@ -14,7 +14,9 @@ use antler_protocol::{AiMessage, Content, InvalidToolCall, Object, ToolCall, Usa
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::providers::mapping::{decode_json, ensure_call_id, response_metadata};
+use crate::providers::mapping::{
+    check_kind, decode_json, ensure_call_id, error_description, error_in_answer, response_metadata,
+};
 use crate::ModelError;
 
 /// Anthropic's `usage` object. Every field is optional: stream events carry partial copies.
@@ -246,15 +248,7 @@ struct WireMessage {
 
 /// The provider's description of an `error` object (`"<type>: <message>"`).
 pub(crate) fn error_text(error: &Value) -> String {
-    let field = |k: &str| error.get(k).and_then(Value::as_str);
-    match (field("type"), field("message")) {
-        (Some(kind), Some(message)) => format!("{kind}: {message}"),
-        (None, Some(message)) => message.to_owned(),
-        _ => match error {
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
-        },
-    }
+    error_description(error, Some("type"))
 }
 
 /// Parse a 2xx non-streaming body.
@@ -264,18 +258,8 @@ pub(crate) fn parse_message(
     default_model: &str,
 ) -> Result<AiMessage, ModelError> {
     let wire: WireMessage = decode_json(body, "response is not a Messages API message")?;
-    if let Some(err) = wire.error.as_ref().filter(|e| !e.is_null()) {
-        return Err(ModelError::Decode(format!(
-            "provider answered 2xx with an error: {}",
-            error_text(err)
-        )));
-    }
-    if wire.kind.as_deref().is_some_and(|k| k != "message") {
-        return Err(ModelError::Decode(format!(
-            "response has type '{}', expected 'message'",
-            wire.kind.unwrap_or_default()
-        )));
-    }
+    error_in_answer(wire.error.as_ref(), error_text)?;
+    check_kind("type", wire.kind.as_deref(), "message")?;
     let Some(blocks) = wire.content else {
         return Err(ModelError::Decode("response has no content".into()));
     };

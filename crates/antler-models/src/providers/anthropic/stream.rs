@@ -8,13 +8,13 @@
 
 use std::collections::BTreeMap;
 
-use antler_protocol::{AiMessage, AiMessageChunk, Content, Object, ToolCallChunk};
+use antler_protocol::{AiMessage, Content, Object, ToolCallChunk};
 use serde_json::Value;
 
 use super::response::{error_text, BadInput, Parts, WireUsage};
 use crate::providers::driver::{SseEvent, StreamFold};
-use crate::providers::mapping::{append_str, decode_json, delta_chunk, has_payload};
-use crate::ModelError;
+use crate::providers::mapping::{append_str, decode_event, delta_chunk, event_type, has_payload};
+use crate::{ChunkSink, ModelError};
 
 /// One content block being rebuilt.
 #[derive(Debug)]
@@ -64,12 +64,7 @@ impl<'a> Fold<'a> {
         }
     }
 
-    fn on_block_start(
-        &mut self,
-        index: u64,
-        value: Object,
-        emit: &mut (dyn FnMut(AiMessageChunk) + Send),
-    ) {
+    fn on_block_start(&mut self, index: u64, value: Object, emit: ChunkSink<'_>) {
         let kind = value.get("type").and_then(Value::as_str).unwrap_or("");
         let mut out = delta_chunk(self.message_id);
         let mut tool_index = None;
@@ -122,12 +117,7 @@ impl<'a> Fold<'a> {
         }
     }
 
-    fn on_delta(
-        &mut self,
-        index: u64,
-        delta: Value,
-        emit: &mut (dyn FnMut(AiMessageChunk) + Send),
-    ) {
+    fn on_delta(&mut self, index: u64, delta: Value, emit: ChunkSink<'_>) {
         let mut out = delta_chunk(self.message_id);
         let Some(block) = self.blocks.get_mut(&index) else {
             tracing::debug!(
@@ -206,22 +196,11 @@ fn parse_input(json: &str) -> Result<Option<Object>, String> {
 
 impl StreamFold for Fold<'_> {
     /// `Ok(true)` on `message_stop`.
-    fn on_event(
-        &mut self,
-        event: &SseEvent,
-        emit: &mut (dyn FnMut(AiMessageChunk) + Send),
-    ) -> Result<bool, ModelError> {
-        let data = event.data.trim();
-        if data.is_empty() {
+    fn on_event(&mut self, event: &SseEvent, emit: ChunkSink<'_>) -> Result<bool, ModelError> {
+        let Some(mut v) = decode_event::<Value>(event, "stream event is not JSON")? else {
             return Ok(false);
-        }
-        let mut v: Value = decode_json(data.as_bytes(), "stream event is not JSON")?;
-        let kind = v
-            .get("type")
-            .and_then(Value::as_str)
-            .or(event.event.as_deref())
-            .unwrap_or("")
-            .to_owned();
+        };
+        let kind = event_type(&v, event);
         match kind.as_str() {
             "message_start" => {
                 let Some(Value::Object(mut message)) = v.get_mut("message").map(Value::take) else {
@@ -266,7 +245,9 @@ impl StreamFold for Fold<'_> {
             }
             "message_stop" => return Ok(true),
             "error" => {
-                let text = v.get("error").map_or_else(|| data.to_owned(), error_text);
+                let text = v
+                    .get("error")
+                    .map_or_else(|| event.data.trim().to_owned(), error_text);
                 return Err(ModelError::Stream(format!(
                     "provider sent an error event: {text}"
                 )));

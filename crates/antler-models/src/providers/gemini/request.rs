@@ -13,7 +13,6 @@
 //!   share one turn, results first;
 //! - same-role neighbours merge; blank text and empty turns are dropped (the API rejects them).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use antler_protocol::{AiMessage, Content, Message, Object, ToolSpec, ToolStatus};
@@ -22,7 +21,10 @@ use serde::{Serialize, Serializer};
 use serde_json::Value;
 
 use super::{GeminiOptions, THOUGHT_SIGNATURES_KEY};
-use crate::providers::mapping::{answered_invalid_calls, ToolSchema};
+use crate::providers::mapping::{
+    self, answered_invalid_calls, base64_data_url, block_type, call_names, image_data, image_url,
+    non_blank, push_turn, ToolSchema, TurnRole,
+};
 use crate::ChatRequest;
 
 /// The request body of one call.
@@ -195,10 +197,15 @@ impl Serialize for Decl<'_> {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
 enum Role {
     User,
     Model,
+}
+
+impl TurnRole for Role {
+    const ITEMS: &'static str = "parts";
 }
 
 /// One part of the outgoing request, borrowed from the history.
@@ -224,44 +231,14 @@ enum Part<'a> {
     },
 }
 
-struct Turn<'a> {
-    role: Role,
-    parts: Vec<Part<'a>>,
-    /// How many leading parts are function responses.
-    responses: usize,
-}
-
-impl<'a> Turn<'a> {
-    fn add(&mut self, parts: Vec<Part<'a>>) {
-        for part in parts {
-            if matches!(part, Part::Response { .. }) {
-                self.parts.insert(self.responses, part);
-                self.responses += 1;
-            } else {
-                self.parts.push(part);
-            }
-        }
-    }
-}
+type Turn<'a> = mapping::Turn<Role, Part<'a>>;
 
 /// Group the history into turns (system and remove messages skipped, messages that contribute
 /// no part skipped, same-role neighbours merged).
 fn turns(messages: &[Arc<Message>]) -> Vec<Turn<'_>> {
     let answered = answered_invalid_calls(messages);
     // Tool-call id → function name, for naming the responses.
-    let mut names: HashMap<&str, &str> = HashMap::new();
-    for msg in messages {
-        if let Some(ai) = msg.as_ai() {
-            for c in &ai.tool_calls {
-                names.insert(c.id_str(), &c.name);
-            }
-            for c in &ai.invalid_tool_calls {
-                if let (Some(id), Some(name)) = (c.id.as_deref(), c.name.as_deref()) {
-                    names.insert(id, name);
-                }
-            }
-        }
-    }
+    let names = call_names(messages);
     let mut out: Vec<Turn<'_>> = Vec::new();
     for msg in messages {
         let mut parts = Vec::new();
@@ -289,39 +266,17 @@ fn turns(messages: &[Arc<Message>]) -> Vec<Turn<'_>> {
             }
             Message::System(_) | Message::Remove(_) => continue,
         };
-        if parts.is_empty() {
-            continue;
-        }
-        match out.last_mut() {
-            Some(turn) if turn.role == role => turn.add(parts),
-            _ => {
-                let mut turn = Turn {
-                    role,
-                    parts: Vec::new(),
-                    responses: 0,
-                };
-                turn.add(parts);
-                out.push(turn);
-            }
-        }
+        push_turn(&mut out, role, parts, |p| {
+            matches!(p, Part::Response { .. })
+        });
     }
     out
 }
 
-fn kind(block: &Object) -> &str {
-    block.get("type").and_then(Value::as_str).unwrap_or("")
-}
-
-fn non_blank(text: Option<&Value>) -> Option<&str> {
-    text.and_then(Value::as_str)
-        .filter(|t| !t.trim().is_empty())
-}
-
 /// `data:<mime>;base64,<data>` → inline data; an http(s) URL → file data.
 fn image_part(url: &str) -> Option<Part<'_>> {
-    if let Some(rest) = url.strip_prefix("data:") {
-        let (meta, data) = rest.split_once(',')?;
-        let mime_type = meta.strip_suffix(";base64")?;
+    if url.starts_with("data:") {
+        let (mime_type, data) = base64_data_url(url)?;
         return Some(Part::Inline { mime_type, data });
     }
     (url.starts_with("https://") || url.starts_with("http://") || url.starts_with("gs://"))
@@ -347,28 +302,21 @@ fn user_parts<'a>(content: &'a Content, out: &mut Vec<Part<'a>>) {
             Value::Object(obj) => obj,
             _ => continue,
         };
-        match kind(obj) {
+        match block_type(obj) {
             "text" | "input_text" | "output_text" => {
                 if let Some(t) = non_blank(obj.get("text")) {
                     out.push(Part::Text(t));
                 }
             }
             "image_url" => {
-                let url = match obj.get("image_url") {
-                    Some(Value::String(u)) => Some(u.as_str()),
-                    Some(v) => v.get("url").and_then(Value::as_str),
-                    None => None,
-                };
+                let url = image_url(obj);
                 match url.and_then(image_part) {
                     Some(part) => out.push(part),
                     None => tracing::debug!("dropping an image_url block without a usable url"),
                 }
             }
             "image" => {
-                let data = obj
-                    .get("data")
-                    .or_else(|| obj.get("base64"))
-                    .and_then(Value::as_str);
+                let data = image_data(obj);
                 let mime = obj.get("mime_type").and_then(Value::as_str);
                 match (data, mime, obj.get("url").and_then(Value::as_str)) {
                     (Some(data), Some(mime_type), _) => {
@@ -404,7 +352,7 @@ fn model_parts<'a>(
             for block in blocks {
                 match block {
                     Value::String(t) if !t.trim().is_empty() => out.push(Part::Text(t)),
-                    Value::Object(obj) if matches!(kind(obj), "text" | "output_text") => {
+                    Value::Object(obj) if matches!(block_type(obj), "text" | "output_text") => {
                         if let Some(t) = non_blank(obj.get("text")) {
                             out.push(Part::Text(t));
                         }
@@ -437,19 +385,6 @@ fn model_parts<'a>(
                 });
             }
         }
-    }
-}
-
-impl Serialize for Turn<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut m = s.serialize_map(Some(2))?;
-        let role = match self.role {
-            Role::User => "user",
-            Role::Model => "model",
-        };
-        m.serialize_entry("role", role)?;
-        m.serialize_entry("parts", &self.parts)?;
-        m.end()
     }
 }
 

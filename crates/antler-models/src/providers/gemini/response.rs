@@ -9,7 +9,9 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::THOUGHT_SIGNATURES_KEY;
-use crate::providers::mapping::{decode_json, response_metadata};
+use crate::providers::mapping::{
+    decode_json, error_description, error_in_answer, response_metadata,
+};
 use crate::ModelError;
 
 /// `usageMetadata`.
@@ -217,18 +219,12 @@ impl Parts {
                 signatures.insert(call.id.clone(), Value::String(sig));
             }
             match (call.args, call.name) {
-                (None | Some(Value::Null), Some(name)) => tool_calls.push(ToolCall {
-                    name,
-                    args: Object::new(),
-                    id: Some(call.id),
-                    kind: "tool_call".into(),
-                }),
-                (Some(Value::Object(args)), Some(name)) => tool_calls.push(ToolCall {
-                    name,
-                    args,
-                    id: Some(call.id),
-                    kind: "tool_call".into(),
-                }),
+                (None | Some(Value::Null), Some(name)) => {
+                    tool_calls.push(ToolCall::new(call.id, name, Object::new()))
+                }
+                (Some(Value::Object(args)), Some(name)) => {
+                    tool_calls.push(ToolCall::new(call.id, name, args))
+                }
                 (args, name) => invalid_tool_calls.push(InvalidToolCall {
                     kind: "invalid_tool_call".into(),
                     error: Some(if name.is_none() {
@@ -309,15 +305,7 @@ fn keep_first(slot: &mut Option<String>, value: Option<String>) {
 
 /// The text of a Google `error` object (`"<status>: <message>"`).
 pub(crate) fn error_text(error: &Value) -> String {
-    let field = |k: &str| error.get(k).and_then(Value::as_str);
-    match (field("status"), field("message")) {
-        (Some(status), Some(message)) => format!("{status}: {message}"),
-        (None, Some(message)) => message.to_owned(),
-        _ => match error {
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
-        },
-    }
+    error_description(error, Some("status"))
 }
 
 /// Parse a 2xx non-streaming body.
@@ -327,12 +315,7 @@ pub(crate) fn parse_response(
     default_model: &str,
 ) -> Result<AiMessage, ModelError> {
     let wire: WireResponse = decode_json(body, "response is not a GenerateContentResponse")?;
-    if let Some(err) = wire.error.as_ref().filter(|e| !e.is_null()) {
-        return Err(ModelError::Decode(format!(
-            "provider answered 2xx with an error: {}",
-            error_text(err)
-        )));
-    }
+    error_in_answer(wire.error.as_ref(), error_text)?;
     if wire.candidates.as_ref().is_none_or(Vec::is_empty) && wire.prompt_feedback.is_none() {
         return Err(ModelError::Decode("response has no candidates".into()));
     }

@@ -5,13 +5,15 @@
 //! call), the last chunk carries `finishReason` and the full `usageMetadata`. The stream has no
 //! end marker: it ends when the body does.
 
-use antler_protocol::{AiMessage, AiMessageChunk, Content, ToolCallChunk};
+use antler_protocol::{AiMessage, Content, ToolCallChunk};
 use serde_json::Value;
 
 use super::response::{error_text, PartEvent, Parts, WireResponse};
 use crate::providers::driver::{SseEvent, StreamFold};
-use crate::providers::mapping::{append_str, decode_json, delta_chunk, has_payload};
-use crate::ModelError;
+use crate::providers::mapping::{
+    append_str, decode_event, delta_chunk, error_mid_stream, has_payload,
+};
+use crate::{ChunkSink, ModelError};
 
 /// Accumulates a streamed answer.
 #[derive(Debug)]
@@ -30,25 +32,13 @@ impl<'a> Fold<'a> {
 }
 
 impl StreamFold for Fold<'_> {
-    fn on_event(
-        &mut self,
-        event: &SseEvent,
-        emit: &mut (dyn FnMut(AiMessageChunk) + Send),
-    ) -> Result<bool, ModelError> {
-        let data = event.data.trim();
-        if data.is_empty() {
+    fn on_event(&mut self, event: &SseEvent, emit: ChunkSink<'_>) -> Result<bool, ModelError> {
+        let Some(wire) =
+            decode_event::<WireResponse>(event, "stream chunk is not a GenerateContentResponse")?
+        else {
             return Ok(false);
-        }
-        let wire: WireResponse = decode_json(
-            data.as_bytes(),
-            "stream chunk is not a GenerateContentResponse",
-        )?;
-        if let Some(err) = wire.error.as_ref().filter(|e| !e.is_null()) {
-            return Err(ModelError::Stream(format!(
-                "provider sent an error mid-stream: {}",
-                error_text(err)
-            )));
-        }
+        };
+        error_mid_stream(wire.error.as_ref(), error_text)?;
         let mut out = delta_chunk(self.message_id);
         let mut text = String::new();
         self.parts.absorb(wire, |part| match part {

@@ -27,10 +27,9 @@
 //! front of it. Errors are `{"error": "…"}`, over HTTP or as a stream line.
 
 use antler_protocol::{AiMessage, Object};
-use reqwest::header::{HeaderMap, AUTHORIZATION};
 use serde_json::Value;
 
-use super::driver::{secret_header, Framing, HttpChatModel, HttpModelConfig, WireFormat};
+use super::driver::{Framing, HttpChatModel, HttpModelConfig, WireFormat};
 use crate::{ChatRequest, ModelError};
 
 mod request;
@@ -148,13 +147,6 @@ impl WireFormat for OllamaChat {
             .or_else(|| base.strip_suffix("/api"))
             .unwrap_or(base);
         format!("{root}/api/chat")
-    }
-
-    fn headers(api_key: Option<&str>, headers: &mut HeaderMap) -> Result<(), ModelError> {
-        if let Some(key) = api_key {
-            headers.insert(AUTHORIZATION, secret_header(&format!("Bearer {key}"))?);
-        }
-        Ok(())
     }
 
     fn body<'a>(

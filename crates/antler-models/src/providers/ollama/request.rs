@@ -14,7 +14,10 @@ use serde::{Serialize, Serializer};
 use serde_json::Value;
 
 use super::OllamaOptions;
-use crate::providers::mapping::{answered_invalid_calls, Each, ToolSchema};
+use crate::providers::mapping::{
+    answered_invalid_calls, block_type, call_names, image_data, image_url, serialize_tools,
+    ToolSchema,
+};
 use crate::ChatRequest;
 
 /// The request body of one call.
@@ -40,19 +43,7 @@ pub(crate) fn body<'a>(
             }
         }
     }
-    let mut names: HashMap<&'a str, &'a str> = HashMap::new();
-    for msg in req.messages {
-        if let Some(ai) = msg.as_ai() {
-            for c in &ai.tool_calls {
-                names.insert(c.id_str(), &c.name);
-            }
-            for c in &ai.invalid_tool_calls {
-                if let (Some(id), Some(name)) = (c.id.as_deref(), c.name.as_deref()) {
-                    names.insert(id, name);
-                }
-            }
-        }
-    }
+    let names = call_names(req.messages);
     WireBody {
         model,
         system: req.system.filter(|s| !s.is_empty()),
@@ -78,17 +69,12 @@ pub struct WireBody<'a> {
     options: OllamaOptions,
 }
 
-impl<'a> Serialize for WireBody<'a> {
+impl Serialize for WireBody<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut m = s.serialize_map(None)?;
         m.serialize_entry("model", self.model)?;
         m.serialize_entry("messages", &Messages(self))?;
-        if !self.tools.is_empty() {
-            m.serialize_entry(
-                "tools",
-                &Each(self.tools, |t: &'a Arc<ToolSpec>| WireTool(t)),
-            )?;
-        }
+        serialize_tools(&mut m, self.tools, |t| WireTool(t))?;
         // Always said: Ollama streams when `stream` is absent.
         m.serialize_entry("stream", &self.stream)?;
         if let Some(think) = &self.options.think {
@@ -218,18 +204,9 @@ fn images(content: &Content) -> Vec<&str> {
         let Some(obj) = block.as_object() else {
             continue;
         };
-        let kind = obj.get("type").and_then(Value::as_str).unwrap_or("");
-        let data = match kind {
-            "image_url" => match obj.get("image_url") {
-                Some(Value::String(u)) => Some(u.as_str()),
-                Some(v) => v.get("url").and_then(Value::as_str),
-                None => None,
-            },
-            "image" => obj
-                .get("data")
-                .or_else(|| obj.get("base64"))
-                .or_else(|| obj.get("url"))
-                .and_then(Value::as_str),
+        let data = match block_type(obj) {
+            "image_url" => image_url(obj),
+            "image" => image_data(obj).or_else(|| obj.get("url").and_then(Value::as_str)),
             _ => None,
         };
         match data {

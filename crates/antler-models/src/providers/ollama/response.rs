@@ -8,7 +8,9 @@ use antler_protocol::{AiMessage, Content, InvalidToolCall, Object, ToolCall, Usa
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::providers::mapping::{decode_json, response_metadata};
+use crate::providers::mapping::{
+    decode_json, error_description, error_in_answer, response_metadata,
+};
 use crate::ModelError;
 
 /// One response object (the whole answer, or one line of a stream).
@@ -161,12 +163,7 @@ impl Parts {
                 Some(other) => Err(other.to_string()),
             };
             match (args, call.name) {
-                (Ok(args), Some(name)) => tool_calls.push(ToolCall {
-                    name,
-                    args,
-                    id: Some(call.id),
-                    kind: "tool_call".into(),
-                }),
+                (Ok(args), Some(name)) => tool_calls.push(ToolCall::new(call.id, name, args)),
                 (args, name) => invalid_tool_calls.push(InvalidToolCall {
                     kind: "invalid_tool_call".into(),
                     error: Some(if name.is_none() {
@@ -221,14 +218,7 @@ impl Parts {
 
 /// Ollama's error text from `{"error": …}`.
 pub(crate) fn error_text(error: &Value) -> String {
-    match error {
-        Value::String(s) => s.clone(),
-        Value::Object(o) => match o.get("message").and_then(Value::as_str) {
-            Some(m) => m.to_owned(),
-            None => error.to_string(),
-        },
-        other => other.to_string(),
-    }
+    error_description(error, None)
 }
 
 /// Parse a 2xx non-streaming body.
@@ -238,12 +228,7 @@ pub(crate) fn parse_chat(
     default_model: &str,
 ) -> Result<AiMessage, ModelError> {
     let wire: WireChat = decode_json(body, "response is not an Ollama chat response")?;
-    if let Some(err) = wire.error.as_ref().filter(|e| !e.is_null()) {
-        return Err(ModelError::Decode(format!(
-            "provider answered 2xx with an error: {}",
-            error_text(err)
-        )));
-    }
+    error_in_answer(wire.error.as_ref(), error_text)?;
     if wire.message.is_none() {
         return Err(ModelError::Decode("response has no message".into()));
     }

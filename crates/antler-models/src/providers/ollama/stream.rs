@@ -5,13 +5,13 @@
 //! and the line with `done: true` carries `done_reason` and the eval counts and ends the stream.
 //! A line `{"error": "…"}` is a failure mid-stream.
 
-use antler_protocol::{AiMessage, AiMessageChunk, Content, ToolCallChunk};
+use antler_protocol::{AiMessage, Content, ToolCallChunk};
 use serde_json::Value;
 
 use super::response::{error_text, Parts, WireChat};
 use crate::providers::driver::{SseEvent, StreamFold};
-use crate::providers::mapping::{decode_json, delta_chunk, has_payload};
-use crate::ModelError;
+use crate::providers::mapping::{decode_event, delta_chunk, error_mid_stream, has_payload};
+use crate::{ChunkSink, ModelError};
 
 /// Accumulates a streamed answer.
 #[derive(Debug)]
@@ -31,25 +31,13 @@ impl<'a> Fold<'a> {
 
 impl StreamFold for Fold<'_> {
     /// `Ok(true)` on the `done` line.
-    fn on_event(
-        &mut self,
-        event: &SseEvent,
-        emit: &mut (dyn FnMut(AiMessageChunk) + Send),
-    ) -> Result<bool, ModelError> {
-        let data = event.data.trim();
-        if data.is_empty() {
+    fn on_event(&mut self, event: &SseEvent, emit: ChunkSink<'_>) -> Result<bool, ModelError> {
+        let Some(wire) =
+            decode_event::<WireChat>(event, "stream line is not an Ollama chat response")?
+        else {
             return Ok(false);
-        }
-        let wire: WireChat = decode_json(
-            data.as_bytes(),
-            "stream line is not an Ollama chat response",
-        )?;
-        if let Some(err) = wire.error.as_ref().filter(|e| !e.is_null()) {
-            return Err(ModelError::Stream(format!(
-                "provider sent an error mid-stream: {}",
-                error_text(err)
-            )));
-        }
+        };
+        error_mid_stream(wire.error.as_ref(), error_text)?;
         let (text, thinking, first_new) = self.parts.absorb(wire);
         let mut out = delta_chunk(self.message_id);
         if !text.is_empty() {

@@ -22,9 +22,8 @@
 //! events (SSE comments do not count). Either way the whole call ends at `call_timeout`.
 
 use antler_protocol::{AiMessage, Object};
-use reqwest::header::{HeaderMap, AUTHORIZATION};
 
-use super::driver::{secret_header, HttpChatModel, HttpModelConfig, WireFormat};
+use super::driver::{HttpChatModel, HttpModelConfig, WireFormat};
 use crate::{ChatRequest, ModelError};
 
 mod request;
@@ -93,13 +92,6 @@ impl WireFormat for ChatCompletions {
     /// `{base_url}/chat/completions`.
     fn endpoint(base_url: &str, _model: &str, _stream: bool) -> String {
         format!("{}/chat/completions", base_url.trim_end_matches('/'))
-    }
-
-    fn headers(api_key: Option<&str>, headers: &mut HeaderMap) -> Result<(), ModelError> {
-        if let Some(key) = api_key {
-            headers.insert(AUTHORIZATION, secret_header(&format!("Bearer {key}"))?);
-        }
-        Ok(())
     }
 
     fn body<'a>(

@@ -9,7 +9,9 @@ use antler_protocol::{AiMessage, Content, InvalidToolCall, Object, ToolCall, Usa
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::providers::mapping::{decode_json, ensure_call_id, response_metadata};
+use crate::providers::mapping::{
+    decode_json, ensure_call_id, error_description, error_in_answer, response_metadata,
+};
 use crate::ModelError;
 
 /// Everything the final message is built from.
@@ -264,14 +266,7 @@ pub(crate) fn content_of(value: Option<Value>) -> Content {
 
 /// The provider's error description from an `{"error": …}` object or string.
 pub(crate) fn error_text(error: &Value) -> String {
-    match error {
-        Value::String(s) => s.clone(),
-        Value::Object(o) => match o.get("message").and_then(Value::as_str) {
-            Some(m) => m.to_owned(),
-            None => error.to_string(),
-        },
-        other => other.to_string(),
-    }
+    error_description(error, None)
 }
 
 /// Parse a 2xx non-streaming body.
@@ -281,12 +276,7 @@ pub(crate) fn parse_completion(
     default_model: &str,
 ) -> Result<AiMessage, ModelError> {
     let wire: WireCompletion = decode_json(body, "response is not a chat completion")?;
-    if let Some(err) = &wire.error {
-        return Err(ModelError::Decode(format!(
-            "provider answered 2xx with an error: {}",
-            error_text(err)
-        )));
-    }
+    error_in_answer(wire.error.as_ref(), error_text)?;
     let Some(choice) = wire.choices.and_then(|c| c.into_iter().next()) else {
         return Err(ModelError::Decode("response has no choices".into()));
     };

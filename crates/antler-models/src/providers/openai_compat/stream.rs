@@ -2,14 +2,16 @@
 
 use std::collections::BTreeMap;
 
-use antler_protocol::{AiMessage, AiMessageChunk, Content, Object, ToolCallChunk};
+use antler_protocol::{AiMessage, Content, Object, ToolCallChunk};
 use serde::Deserialize;
 use serde_json::Value;
 
 use super::response::{error_text, reasoning_text, Parts, WireUsage};
 use crate::providers::driver::{SseEvent, StreamFold};
-use crate::providers::mapping::{append_str, decode_json, delta_chunk, has_payload};
-use crate::ModelError;
+use crate::providers::mapping::{
+    append_str, decode_event, delta_chunk, error_mid_stream, has_payload,
+};
+use crate::{ChunkSink, ModelError};
 
 #[derive(Debug, Deserialize)]
 struct WireChunk {
@@ -161,11 +163,7 @@ fn keep_first(slot: &mut Option<String>, value: Option<String>) {
 impl StreamFold for Fold<'_> {
     /// Fold one event; a delta worth forwarding (content, reasoning or tool-call fragments) goes
     /// to `emit`. `Ok(true)` on `data: [DONE]`.
-    fn on_event(
-        &mut self,
-        event: &SseEvent,
-        emit: &mut (dyn FnMut(AiMessageChunk) + Send),
-    ) -> Result<bool, ModelError> {
+    fn on_event(&mut self, event: &SseEvent, emit: ChunkSink<'_>) -> Result<bool, ModelError> {
         let data = event.data.trim();
         if data == "[DONE]" {
             return Ok(true);
@@ -179,19 +177,12 @@ impl StreamFold for Fold<'_> {
                 "provider sent an error event: {msg}"
             )));
         }
-        if data.is_empty() {
+        let Some(chunk) =
+            decode_event::<WireChunk>(event, "stream event is not a chat completion chunk")?
+        else {
             return Ok(false);
-        }
-        let chunk: WireChunk = decode_json(
-            data.as_bytes(),
-            "stream event is not a chat completion chunk",
-        )?;
-        if let Some(err) = chunk.error.as_ref().filter(|e| !e.is_null()) {
-            return Err(ModelError::Stream(format!(
-                "provider sent an error mid-stream: {}",
-                error_text(err)
-            )));
-        }
+        };
+        error_mid_stream(chunk.error.as_ref(), error_text)?;
         keep_first(&mut self.provider_id, chunk.id);
         keep_first(&mut self.model, chunk.model);
         keep_first(&mut self.system_fingerprint, chunk.system_fingerprint);

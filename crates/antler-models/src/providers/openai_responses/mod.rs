@@ -28,9 +28,8 @@
 //! `response.completed`) and folds them into the message the non-streaming path returns.
 
 use antler_protocol::{AiMessage, Object};
-use reqwest::header::{HeaderMap, AUTHORIZATION};
 
-use super::driver::{secret_header, HttpChatModel, HttpModelConfig, WireFormat};
+use super::driver::{HttpChatModel, HttpModelConfig, WireFormat};
 use crate::{ChatRequest, ModelError};
 
 mod request;
@@ -75,13 +74,6 @@ impl WireFormat for Responses {
     /// `{base_url}/responses`.
     fn endpoint(base_url: &str, _model: &str, _stream: bool) -> String {
         format!("{}/responses", base_url.trim().trim_end_matches('/'))
-    }
-
-    fn headers(api_key: Option<&str>, headers: &mut HeaderMap) -> Result<(), ModelError> {
-        if let Some(key) = api_key {
-            headers.insert(AUTHORIZATION, secret_header(&format!("Bearer {key}"))?);
-        }
-        Ok(())
     }
 
     fn body<'a>(

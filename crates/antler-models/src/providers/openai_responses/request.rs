@@ -19,7 +19,7 @@ use serde_json::Value;
 
 use super::ResponsesOptions;
 use crate::providers::mapping::{
-    answered_invalid_calls, drop_keys, end_body, merge_settings, Each, ToolSchema,
+    answered_invalid_calls, drop_keys, end_body, merge_settings, serialize_tools, ToolSchema,
 };
 use crate::ChatRequest;
 
@@ -147,17 +147,12 @@ pub struct WireBody<'a> {
     params: Object,
 }
 
-impl<'a> Serialize for WireBody<'a> {
+impl Serialize for WireBody<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut m = s.serialize_map(None)?;
         m.serialize_entry("model", self.model)?;
         m.serialize_entry("input", &self.input)?;
-        if !self.tools.is_empty() {
-            m.serialize_entry(
-                "tools",
-                &Each(self.tools, |t: &'a Arc<ToolSpec>| WireTool(t)),
-            )?;
-        }
+        serialize_tools(&mut m, self.tools, |t| WireTool(t))?;
         end_body(m, self.tool_choice.as_ref(), self.stream, &self.params)
     }
 }

@@ -9,7 +9,9 @@ use antler_protocol::{AiMessage, Content, InvalidToolCall, Object, ToolCall, Usa
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::providers::mapping::{decode_json, response_metadata};
+use crate::providers::mapping::{
+    check_kind, decode_json, error_description, error_in_answer, response_metadata,
+};
 use crate::ModelError;
 
 /// The Responses API's `usage`.
@@ -283,15 +285,7 @@ impl Parts {
 
 /// The text of an `error` object (`"<code>: <message>"`).
 pub(crate) fn error_text(error: &Value) -> String {
-    let field = |k: &str| error.get(k).and_then(Value::as_str);
-    match (field("code"), field("message")) {
-        (Some(code), Some(message)) => format!("{code}: {message}"),
-        (None, Some(message)) => message.to_owned(),
-        _ => match error {
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
-        },
-    }
+    error_description(error, Some("code"))
 }
 
 /// Parse a 2xx non-streaming body.
@@ -301,18 +295,8 @@ pub(crate) fn parse_response(
     default_model: &str,
 ) -> Result<AiMessage, ModelError> {
     let wire: WireResponse = decode_json(body, "response is not a Responses API response")?;
-    if let Some(err) = wire.error.as_ref().filter(|e| !e.is_null()) {
-        return Err(ModelError::Decode(format!(
-            "provider answered 2xx with an error: {}",
-            error_text(err)
-        )));
-    }
-    if wire.object.as_deref().is_some_and(|o| o != "response") {
-        return Err(ModelError::Decode(format!(
-            "response has object '{}', expected 'response'",
-            wire.object.unwrap_or_default()
-        )));
-    }
+    error_in_answer(wire.error.as_ref(), error_text)?;
+    check_kind("object", wire.object.as_deref(), "response")?;
     if wire.output.is_none() {
         return Err(ModelError::Decode("response has no output".into()));
     }

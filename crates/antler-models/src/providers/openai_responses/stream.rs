@@ -11,13 +11,13 @@
 
 use std::collections::BTreeMap;
 
-use antler_protocol::{AiMessage, AiMessageChunk, Content, Object, ToolCallChunk};
+use antler_protocol::{AiMessage, Content, Object, ToolCallChunk};
 use serde_json::Value;
 
 use super::response::{error_text, Parts, WireResponse};
 use crate::providers::driver::{SseEvent, StreamFold};
-use crate::providers::mapping::{append_str, decode_json, delta_chunk, has_payload};
-use crate::ModelError;
+use crate::providers::mapping::{append_str, decode_event, delta_chunk, event_type, has_payload};
+use crate::{ChunkSink, ModelError};
 
 /// One output item being rebuilt.
 #[derive(Debug)]
@@ -77,22 +77,14 @@ fn append_at(list: &mut Value, index: usize, kind: &str, delta: &str) {
 
 impl StreamFold for Fold<'_> {
     /// `Ok(true)` on `response.completed` / `response.incomplete`.
-    fn on_event(
-        &mut self,
-        event: &SseEvent,
-        emit: &mut (dyn FnMut(AiMessageChunk) + Send),
-    ) -> Result<bool, ModelError> {
-        let data = event.data.trim();
-        if data.is_empty() || data == "[DONE]" {
+    fn on_event(&mut self, event: &SseEvent, emit: ChunkSink<'_>) -> Result<bool, ModelError> {
+        if event.data.trim() == "[DONE]" {
             return Ok(false);
         }
-        let mut v: Value = decode_json(data.as_bytes(), "stream event is not JSON")?;
-        let kind = v
-            .get("type")
-            .and_then(Value::as_str)
-            .or(event.event.as_deref())
-            .unwrap_or("")
-            .to_owned();
+        let Some(mut v) = decode_event::<Value>(event, "stream event is not JSON")? else {
+            return Ok(false);
+        };
+        let kind = event_type(&v, event);
         let mut out = delta_chunk(self.message_id);
         let text = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
         match kind.as_str() {
