@@ -62,50 +62,53 @@ fn a_length_capped_answer_is_kept_and_reported_for_every_provider() {
         assert_eq!(code, 0, "{stderr}");
         assert_capped(&out, &stderr, "openai");
     }
-    // Anthropic: stop_reason max_tokens.
-    let mock = MockAnthropic::start_on_thread()
-        .with_replies([AnthropicReply::text(PARTIAL).stop_reason("max_tokens")]);
-    let p = project(&format!(
-        "  - name: claude\n    use: langchain_anthropic:ChatAnthropic\n    model: claude-test\n    base_url: {}\n    api_key: $MOCK_KEY\n    max_tokens: 64\n",
-        mock.base_url()
-    ));
-    let (code, out, stderr) = p.run_json(&["write an essay"]);
-    assert_eq!(code, 0, "{stderr}");
-    assert_capped(&out, &stderr, "anthropic");
-    assert_eq!(
-        last_ai(&out)["response_metadata"]["stop_reason"],
-        "max_tokens"
-    );
-    // Gemini: finish_reason MAX_TOKENS.
-    let mock = MockGemini::start_on_thread()
-        .with_replies([GeminiReply::text(PARTIAL).finish_reason("MAX_TOKENS")]);
-    let p = project(&format!(
-        "  - name: gemini\n    use: langchain_google_genai:ChatGoogleGenerativeAI\n    model: gemini-2.5-flash\n    api_key: k\n    base_url: {}\n",
-        mock.base_url()
-    ));
-    let (code, out, stderr) = p.run_json(&["write an essay"]);
-    assert_eq!(code, 0, "{stderr}");
-    assert_capped(&out, &stderr, "gemini");
-    // Ollama: done_reason length.
-    let mock = MockOllama::start_on_thread()
-        .with_replies([OllamaReply::text(PARTIAL).done_reason("length")]);
-    let p = project(&format!(
-        "  - name: local\n    use: langchain_ollama:ChatOllama\n    model: qwen3:8b\n    base_url: {}\n",
-        mock.base_url()
-    ));
-    let (code, out, stderr) = p.run_json(&["write an essay"]);
-    assert_eq!(code, 0, "{stderr}");
-    assert_capped(&out, &stderr, "ollama");
-    // Responses API: status incomplete, incomplete_details.reason max_output_tokens.
-    let mock = MockResponses::start_on_thread()
-        .with_replies([ResponsesReply::text(PARTIAL).incomplete("max_output_tokens")]);
-    let p = project(&format!(
-        "  - name: gpt\n    use: langchain_openai:ChatOpenAI\n    model: gpt-5\n    api_key: $MOCK_KEY\n    base_url: {}\n    use_responses_api: true\n",
-        mock.base_url()
-    ));
-    let (code, out, stderr) = p.run_json(&["write an essay"]);
-    assert_eq!(code, 0, "{stderr}");
-    assert_capped(&out, &stderr, "responses");
+    // Every other provider, streamed and not (the stream's last event carries the reason).
+    for streaming in [false, true] {
+        // Anthropic: stop_reason max_tokens.
+        let mock = MockAnthropic::start_on_thread()
+            .with_replies([AnthropicReply::text(PARTIAL).stop_reason("max_tokens")]);
+        let p = project(&format!(
+            "  - name: claude\n    use: langchain_anthropic:ChatAnthropic\n    model: claude-test\n    base_url: {}\n    api_key: $MOCK_KEY\n    max_tokens: 64\n    streaming: {streaming}\n",
+            mock.base_url()
+        ));
+        let (code, out, stderr) = p.run_json(&["write an essay"]);
+        assert_eq!(code, 0, "{stderr}");
+        assert_capped(&out, &stderr, "anthropic");
+        assert_eq!(
+            last_ai(&out)["response_metadata"]["stop_reason"],
+            "max_tokens"
+        );
+        // Gemini: finish_reason MAX_TOKENS.
+        let mock = MockGemini::start_on_thread()
+            .with_replies([GeminiReply::text(PARTIAL).finish_reason("MAX_TOKENS")]);
+        let p = project(&format!(
+            "  - name: gemini\n    use: langchain_google_genai:ChatGoogleGenerativeAI\n    model: gemini-2.5-flash\n    api_key: k\n    base_url: {}\n    streaming: {streaming}\n",
+            mock.base_url()
+        ));
+        let (code, out, stderr) = p.run_json(&["write an essay"]);
+        assert_eq!(code, 0, "{stderr}");
+        assert_capped(&out, &stderr, "gemini");
+        // Ollama: done_reason length.
+        let mock = MockOllama::start_on_thread()
+            .with_replies([OllamaReply::text(PARTIAL).done_reason("length")]);
+        let p = project(&format!(
+            "  - name: local\n    use: langchain_ollama:ChatOllama\n    model: qwen3:8b\n    base_url: {}\n    streaming: {streaming}\n",
+            mock.base_url()
+        ));
+        let (code, out, stderr) = p.run_json(&["write an essay"]);
+        assert_eq!(code, 0, "{stderr}");
+        assert_capped(&out, &stderr, "ollama");
+        // Responses API: status incomplete, incomplete_details.reason max_output_tokens.
+        let mock = MockResponses::start_on_thread()
+            .with_replies([ResponsesReply::text(PARTIAL).incomplete("max_output_tokens")]);
+        let p = project(&format!(
+            "  - name: gpt\n    use: langchain_openai:ChatOpenAI\n    model: gpt-5\n    api_key: $MOCK_KEY\n    base_url: {}\n    use_responses_api: true\n    streaming: {streaming}\n",
+            mock.base_url()
+        ));
+        let (code, out, stderr) = p.run_json(&["write an essay"]);
+        assert_eq!(code, 0, "{stderr}");
+        assert_capped(&out, &stderr, "responses");
+    }
 }
 
 #[test]

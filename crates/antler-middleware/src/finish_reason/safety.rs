@@ -22,7 +22,7 @@
 use std::sync::Arc;
 
 use antler_config::SafetyFinishReasonConfig;
-use antler_protocol::{markers, AiMessage, Message, StateUpdate, ThreadState};
+use antler_protocol::{markers, AiMessage, Content, Message, StateUpdate, ThreadState};
 use antler_runtime::{
     keys, HookOutput, HookSet, Middleware, MiddlewareError, RunContext, RunEvent,
 };
@@ -103,12 +103,28 @@ impl SafetyFinishReasonMiddleware {
         let Some(Message::Ai(last)) = state.messages.last() else {
             return None;
         };
-        let blank = last.content.text().trim().is_empty();
+        let blank = is_blank(&last.content);
         if last.tool_calls.is_empty() && !blank {
             return None;
         }
         let t = first_hit(&self.detectors, last)?;
         Some((patched(last, &t), t))
+    }
+}
+
+/// Whether the text of `content` (LangChain's: strings and `text` fields of blocks) is blank,
+/// without building it — this runs on every model response.
+fn is_blank(content: &Content) -> bool {
+    match content {
+        Content::Text(s) => s.trim().is_empty(),
+        Content::Blocks(blocks) => blocks.iter().all(|b| match b {
+            Value::String(s) => s.trim().is_empty(),
+            Value::Object(o) => o
+                .get("text")
+                .and_then(Value::as_str)
+                .is_none_or(|t| t.trim().is_empty()),
+            _ => true,
+        }),
     }
 }
 

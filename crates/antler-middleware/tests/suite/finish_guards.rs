@@ -320,6 +320,38 @@ async fn the_budget_is_once_per_run_even_when_the_retry_calls_a_tool() {
 }
 
 #[tokio::test]
+async fn a_failed_retry_attempt_sends_the_nudge_again() {
+    // LLMErrorHandling (outer) may retry the recovery call: every attempt must carry the nudge,
+    // and only a call that went through spends it.
+    let mw = Arc::new(TerminalResponseMiddleware::new());
+    let run = run_ctx("t", "r");
+    let st = after_tools(ai("", json!({})));
+    mw.after_model(&st, &run).await.unwrap();
+    let model = Arc::new(ScriptedModel::new([
+        ScriptedReply::Error(antler_models::ModelError::Http {
+            status: 503,
+            retry_after: None,
+            message: "busy".into(),
+            code: None,
+            body: String::new(),
+        }),
+        ScriptedReply::text("answer"),
+        ScriptedReply::text("later"),
+    ]));
+    let chain = Chain::new(vec![mw as Arc<dyn Middleware>]).unwrap();
+    let req = || crate::common::state_request(model.clone(), run.clone(), st.clone());
+    assert!(chain.call_model(req()).await.is_err());
+    assert!(chain.call_model(req()).await.is_ok());
+    assert!(chain.call_model(req()).await.is_ok());
+    let nudged: Vec<bool> = model
+        .requests()
+        .iter()
+        .map(|r| r.messages.last().is_some_and(is_recovery))
+        .collect();
+    assert_eq!(nudged, [true, true, false]);
+}
+
+#[tokio::test]
 async fn an_empty_answer_without_a_tool_result_is_not_retried() {
     let model = Arc::new(ScriptedModel::new([empty()]));
     let (out, _) = run_agent(model.clone(), tail_chain()).await;
