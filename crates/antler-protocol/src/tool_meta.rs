@@ -161,6 +161,59 @@ impl ToolMeta {
     }
 }
 
+/// Words an error page's title wraps its reason phrase in.
+const PAGE_FILLER: &[&str] = &[
+    "http",
+    "error",
+    "page",
+    "the",
+    "file",
+    "or",
+    "directory",
+    "url",
+    "resource",
+];
+
+/// `web_fetch` of an error page: its first line reduced to a bare HTTP reason phrase
+/// (`# 404 Not Found`, `Error 403: Forbidden`), else `None` ("404 Ways to Cook Rice" is a page).
+fn error_page(text: &str) -> Option<Classification> {
+    let first = text.lines().map(str::trim).find(|l| !l.is_empty())?;
+    let lower = first.trim_start_matches('#').to_lowercase();
+    let words: Vec<&str> = lower
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .collect();
+    let start = words
+        .iter()
+        .position(|w| {
+            let code = w.len() == 3
+                && w.bytes().all(|b| b.is_ascii_digit())
+                && (w.starts_with('4') || w.starts_with('5'));
+            !(code || PAGE_FILLER.contains(w))
+        })
+        .unwrap_or(words.len());
+    let phrase = words[start..]
+        .iter()
+        .filter(|w| !PAGE_FILLER.contains(w))
+        .copied()
+        .collect::<Vec<_>>()
+        .join(" ");
+    Some(match phrase.as_str() {
+        "unauthorized" | "proxy authentication required" => ("auth", false, "stop"),
+        "forbidden" | "access denied" | "permission denied" => {
+            ("permission", true, "try_alternative")
+        }
+        "not found" => ("not_found", true, "rewrite_query"),
+        "too many requests" => ("rate_limited", false, "summarize"),
+        "internal server" | "not implemented" => ("internal", false, "stop"),
+        "bad gateway"
+        | "service unavailable"
+        | "service temporarily unavailable"
+        | "gateway timeout" => ("transient", false, "try_alternative"),
+        _ => return None,
+    })
+}
+
 /// Whether a JSON `error` field says something went wrong.
 fn meaningful_error(v: &Value) -> Option<String> {
     match v {
@@ -209,6 +262,17 @@ pub fn infer(msg: &ToolMessage) -> ToolMeta {
     }
     if let Some(Some(err)) = json_error() {
         return ToolMeta::error(&err, "tool_return");
+    }
+    if msg.name.as_deref() == Some("web_fetch") {
+        if let Some((kind, recoverable, action)) = error_page(text) {
+            return ToolMeta {
+                status: "error".into(),
+                error_type: Some(kind.into()),
+                recoverable_by_model: recoverable,
+                recommended_next_action: action.into(),
+                source: "content_analysis".into(),
+            };
+        }
     }
     let lower = text.to_lowercase();
     if PARTIAL_MARKERS.iter().any(|m| lower.contains(m)) {
@@ -289,6 +353,43 @@ mod tests {
         );
         let m = infer(&tm(r#"{"a": 1}"#, ToolStatus::Error));
         assert_eq!(m.error_type.as_deref(), Some("unknown"));
+    }
+
+    #[test]
+    fn web_fetch_error_pages_are_errors_but_pages_about_numbers_are_not() {
+        let fetch = |text: &str| {
+            let mut m = tm(text, ToolStatus::Success);
+            m.name = Some("web_fetch".into());
+            infer(&m)
+        };
+        for (page, kind) in [
+            ("# 404 Not Found\n\nnginx", "not_found"),
+            ("Error 403: Forbidden", "permission"),
+            ("\n## 503 Service Temporarily Unavailable", "transient"),
+            ("500 Internal Server Error", "internal"),
+            ("HTTP 429 Too Many Requests", "rate_limited"),
+            ("401 Unauthorized", "auth"),
+        ] {
+            let m = fetch(page);
+            assert_eq!(
+                (
+                    m.status.as_str(),
+                    m.error_type.as_deref(),
+                    m.source.as_str()
+                ),
+                ("error", Some(kind), "content_analysis"),
+                "{page}"
+            );
+        }
+        assert_eq!(
+            fetch("# 404 Ways to Cook Rice\nboil water").status,
+            "success"
+        );
+        // Only web_fetch results are read as pages.
+        assert_eq!(
+            infer(&tm("# 404 Not Found", ToolStatus::Success)).status,
+            "success"
+        );
     }
 
     #[test]
