@@ -152,11 +152,15 @@ async fn main() {
             .iter()
             .rposition(|m| m["role"] == "user" && m["content"].to_string().contains("steps="))
             .unwrap_or(0);
+        // The content may be a string or a list of parts: read the digits after `steps=`.
         let want: usize = msgs
             .get(start)
-            .and_then(|m| m["content"].as_str())
-            .and_then(|s| s.rsplit("steps=").next())
-            .and_then(|s| s.trim().parse().ok())
+            .map(|m| m["content"].to_string())
+            .and_then(|s| {
+                let tail = s.rsplit("steps=").next()?.to_owned();
+                let digits: String = tail.chars().take_while(char::is_ascii_digit).collect();
+                digits.parse().ok()
+            })
             .unwrap_or(0);
         let done = msgs[start..].iter().filter(|m| m["role"] == "tool").count();
         if done < want {
