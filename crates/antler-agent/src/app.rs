@@ -49,6 +49,34 @@ pub struct App {
     pub mcp: antler_mcp::McpManager,
     /// Rust middlewares inserted into every chain built (see [`crate::extensions`]).
     pub(crate) extensions: Arc<[crate::extensions::Extension]>,
+    /// What [`App::lead_agent_for`] builds per configuration rather than per turn.
+    lead_cache: Mutex<LeadCache>,
+}
+
+/// Entries kept per kind in [`LeadCache`]; configurations are few, a miss only rebuilds.
+const LEAD_CACHE_ENTRIES: usize = 32;
+
+/// The lead agent's per-configuration parts, shared (`Arc`) by every run with that
+/// configuration instead of rebuilt, and held, once per concurrent run.
+#[derive(Default)]
+struct LeadCache {
+    prompts: HashMap<prompt::PromptOptions, Arc<str>>,
+    /// Tool sets, valid for the MCP catalog they were built from (compared by identity: a
+    /// changed `extensions_config.json` gives a new catalog, hence a rebuild).
+    tools: Vec<(
+        ToolsKey,
+        Arc<antler_mcp::Catalog>,
+        antler_runtime::ToolRegistry,
+    )>,
+}
+
+/// Everything [`toolset::lead_tools`] reads besides the app's fixed config and the MCP catalog.
+#[derive(Clone, PartialEq, Eq)]
+struct ToolsKey {
+    supports_vision: bool,
+    plan_mode: bool,
+    non_interactive: bool,
+    tool_groups: Option<Vec<String>>,
 }
 
 fn db_path(config: &Config, home: &Path) -> Option<PathBuf> {
@@ -160,6 +188,7 @@ impl App {
             token_caches: Arc::new(Mutex::new(HashMap::new())),
             model_override: None,
             memory,
+            lead_cache: Mutex::new(LeadCache::default()),
         };
         for skipped in app.skipped_python_middlewares() {
             tracing::warn!("{skipped}");
@@ -328,7 +357,7 @@ impl App {
         let opts = &self.resolved_options(opts, user)?;
         let model = self.model(opts.model_name.as_deref(), opts.thinking_enabled)?;
         let tool_groups = custom.as_ref().and_then(|a| a.tool_groups.clone());
-        let tools = toolset::lead_tools(self, model.info(), opts, tool_groups.as_deref())?;
+        let tools = self.lead_tools_cached(model.info(), opts, tool_groups)?;
         let chain = chain::lead_chain(
             self,
             model.info(),
@@ -359,11 +388,133 @@ impl App {
             memory_tools: self.memory.settings().tool_mode(),
         };
         let mut agent = Agent::new(model)
-            .with_system_prompt(prompt::system_prompt(&prompt_opts))
+            .with_system_prompt(self.system_prompt_cached(prompt_opts))
             .with_tools(tools)
             .with_chain(chain)
             .with_checkpointer(Arc::new(self.store.clone()));
         agent.model_settings = custom.map(|a| a.model_settings).unwrap_or_default();
         Ok(agent)
+    }
+
+    fn lead_cache(&self) -> std::sync::MutexGuard<'_, LeadCache> {
+        self.lead_cache.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The rendered prompt for `opts`, one shared copy per distinct prompt.
+    fn system_prompt_cached(&self, opts: prompt::PromptOptions) -> Arc<str> {
+        if let Some(p) = self.lead_cache().prompts.get(&opts) {
+            return p.clone();
+        }
+        let p: Arc<str> = prompt::system_prompt(&opts).into();
+        let mut cache = self.lead_cache();
+        if cache.prompts.len() >= LEAD_CACHE_ENTRIES {
+            cache.prompts.clear();
+        }
+        cache.prompts.insert(opts, p.clone());
+        p
+    }
+
+    /// The lead tool set, shared between runs of one configuration. Runs with subagents build
+    /// their own: the `task` tool's executor is per run.
+    fn lead_tools_cached(
+        &self,
+        model: &antler_models::ModelInfo,
+        opts: &RunOptions,
+        tool_groups: Option<Vec<String>>,
+    ) -> Result<antler_runtime::ToolRegistry, AgentError> {
+        if opts.subagent_enabled {
+            return toolset::lead_tools(self, model, opts, tool_groups.as_deref());
+        }
+        let key = ToolsKey {
+            supports_vision: model.supports_vision,
+            plan_mode: opts.is_plan_mode,
+            non_interactive: opts
+                .extra
+                .get("non_interactive")
+                .and_then(serde_json::Value::as_bool)
+                .unwrap_or(false),
+            tool_groups,
+        };
+        let catalog = self.mcp.snapshot();
+        let hit = self
+            .lead_cache()
+            .tools
+            .iter()
+            .find(|(k, c, _)| *k == key && Arc::ptr_eq(c, &catalog))
+            .map(|(_, _, reg)| reg.clone());
+        if let Some(reg) = hit {
+            return Ok(reg);
+        }
+        let reg = toolset::lead_tools(self, model, opts, key.tool_groups.as_deref())?;
+        let mut cache = self.lead_cache();
+        // Entries for a replaced catalog can never hit again.
+        cache.tools.retain(|(_, c, _)| Arc::ptr_eq(c, &catalog));
+        if cache.tools.len() >= LEAD_CACHE_ENTRIES {
+            cache.tools.remove(0);
+        }
+        cache.tools.push((key, catalog, reg.clone()));
+        Ok(reg)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use antler_models::{ScriptedModel, ScriptedReply};
+
+    fn app(home: &Path) -> App {
+        let mut config = Config {
+            models: vec![serde_json::from_value(serde_json::json!({"name": "main", "model": "scripted", "api_key": "k", "base_url": "http://127.0.0.1:9/v1"})).unwrap()],
+            ..Config::default()
+        };
+        config.memory.enabled = false;
+        App::open(config, home)
+            .unwrap()
+            .with_model_override(Arc::new(ScriptedModel::new(vec![ScriptedReply::text("x")])))
+    }
+
+    fn names(a: &Agent) -> Vec<String> {
+        a.tools.names().map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn runs_of_one_configuration_share_prompt_and_tools() {
+        let home = tempfile::tempdir().unwrap();
+        let app = app(home.path());
+        let opts = RunOptions::default();
+        let a = app.lead_agent(&opts).unwrap();
+        let b = app.lead_agent(&opts).unwrap();
+        let (pa, pb) = (
+            a.system_prompt.clone().unwrap(),
+            b.system_prompt.clone().unwrap(),
+        );
+        assert!(Arc::ptr_eq(&pa, &pb), "one prompt copy");
+        assert!(a
+            .tools
+            .specs()
+            .iter()
+            .zip(b.tools.specs())
+            .all(|(x, y)| Arc::ptr_eq(x, y)));
+        // What varies gets its own parts, as a fresh build would.
+        let plan = RunOptions {
+            is_plan_mode: true,
+            ..RunOptions::default()
+        };
+        let p = app.lead_agent(&plan).unwrap();
+        assert!(names(&p).iter().any(|n| n == "write_todos"));
+        assert!(!names(&a).iter().any(|n| n == "write_todos"));
+        let fresh = toolset::lead_tools(&app, a.model.info(), &plan, None).unwrap();
+        assert_eq!(
+            names(&p),
+            fresh.names().map(str::to_owned).collect::<Vec<_>>()
+        );
+        let sub = RunOptions {
+            subagent_enabled: true,
+            ..RunOptions::default()
+        };
+        let s = app.lead_agent(&sub).unwrap();
+        assert!(names(&s).iter().any(|n| n == "task"));
+        assert!(!Arc::ptr_eq(&s.system_prompt.clone().unwrap(), &pa));
     }
 }

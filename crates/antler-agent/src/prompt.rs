@@ -4,8 +4,8 @@
 //! provider prefix caches hit. Anything that changes per turn (date, memory, uploads, todos)
 //! reaches the model through hidden messages instead.
 
-/// What the prompt varies with.
-#[derive(Clone, Debug, Default)]
+/// What the prompt varies with (a cache key: equal options render the same prompt).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct PromptOptions {
     /// `None` for the default agent.
     pub agent_name: Option<String>,

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use antler_sandbox::{
-    CommandRequest, GrepQuery, Mount, SandboxError, SandboxProvider, SandboxSettings,
+    CommandRequest, GrepQuery, Mount, Sandbox, SandboxError, SandboxProvider, SandboxSettings,
 };
 use common::*;
 use pretty_assertions::assert_eq;

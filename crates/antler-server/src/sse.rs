@@ -7,13 +7,20 @@
 //! reference-count bump per event and a slow client never slows the run. A subscriber whose
 //! cursor falls out of the retained window gets one `gap` event and the stream closes; `end` (no
 //! id) closes every stream of a finished run; `: heartbeat` comments keep idle streams alive.
+//!
+//! `values` events are the exception: the buffer keeps the state snapshot itself (an
+//! `Arc<ThreadState>` whose messages it shares with the run) and frames it when a subscriber that
+//! wants `values` reads it. Serializing the whole state after every superstep is the dominant
+//! per-step cost at long histories, and most runs (`/runs/wait`, background runs nobody joins)
+//! never deliver it; the bytes a late joiner gets are the same either way, since the snapshot is
+//! immutable.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use antler_protocol::StreamModes;
+use antler_protocol::{StreamModes, ThreadState};
 use bytes::{Bytes, BytesMut};
 use serde_json::json;
 use tokio::sync::watch;
@@ -50,13 +57,42 @@ impl Kind {
     }
 }
 
-/// One framed event.
+/// One retained event.
 #[derive(Clone, Debug)]
 pub struct Frame {
     pub seq: u64,
     pub id: Arc<str>,
     pub kind: Kind,
-    pub bytes: Bytes,
+    payload: Payload,
+    /// What retaining it costs, counted against the buffer's byte bound.
+    cost: usize,
+}
+
+/// A frame's body: ready bytes, or a state snapshot framed on delivery.
+#[derive(Clone, Debug)]
+enum Payload {
+    Ready(Bytes),
+    Values(Arc<ThreadState>),
+}
+
+/// Retained cost of a state snapshot held for replay: what it keeps alive once the run moved on
+/// (its own message index and pointer arrays; message bodies are shared with later states), not
+/// its serialized size.
+fn snapshot_cost(state: &ThreadState) -> usize {
+    const PER_MESSAGE: usize = 64;
+    512 + PER_MESSAGE * state.messages.len()
+}
+
+impl Frame {
+    /// The frame's SSE bytes (a `values` snapshot is serialized here).
+    pub fn bytes(&self) -> Bytes {
+        match &self.payload {
+            Payload::Ready(b) => b.clone(),
+            Payload::Values(state) => {
+                frame_bytes("values", &crate::wire::state_string(state), &self.id)
+            }
+        }
+    }
 }
 
 /// Parse an event id `<unix_ms>-<seq>` into its sequence number.
@@ -153,6 +189,15 @@ impl RunBuffer {
 
     /// Frame and append one event; returns its id (`None` once closed).
     pub fn push(&self, kind: Kind, name: &str, data: &str) -> Option<Arc<str>> {
+        self.append(kind, |id| Payload::Ready(frame_bytes(name, data, id)))
+    }
+
+    /// Append a `values` event holding `state`; it is serialized only when delivered.
+    pub fn push_values(&self, state: Arc<ThreadState>) -> Option<Arc<str>> {
+        self.append(Kind::Values, |_| Payload::Values(state))
+    }
+
+    fn append(&self, kind: Kind, payload: impl FnOnce(&str) -> Payload) -> Option<Arc<str>> {
         let id: Arc<str> = {
             let mut st = self.lock();
             if st.closed {
@@ -162,17 +207,22 @@ impl RunBuffer {
             st.next_seq += 1;
             let id: Arc<str> =
                 Arc::from(format!("{}-{seq}", chrono::Utc::now().timestamp_millis()));
-            let bytes = frame_bytes(name, data, &id);
-            st.bytes += bytes.len();
+            let payload = payload(&id);
+            let cost = match &payload {
+                Payload::Ready(b) => b.len(),
+                Payload::Values(state) => snapshot_cost(state),
+            };
+            st.bytes += cost;
             st.frames.push_back(Frame {
                 seq,
                 id: id.clone(),
                 kind,
-                bytes,
+                payload,
+                cost,
             });
             while st.bytes > self.max_bytes && st.frames.len() > MIN_RETAINED_EVENTS {
                 if let Some(old) = st.frames.pop_front() {
-                    st.bytes -= old.bytes.len();
+                    st.bytes -= old.cost;
                 }
             }
             id
@@ -196,7 +246,7 @@ impl RunBuffer {
         self.lock().next_seq
     }
 
-    /// Bytes currently retained.
+    /// Bytes currently retained (a `values` snapshot counts what holding it costs).
     pub fn retained_bytes(&self) -> usize {
         self.lock().bytes
     }
@@ -317,12 +367,13 @@ impl Subscriber {
                             .collect();
                         match wanted.len() {
                             0 => continue,
-                            1 => return Some(wanted[0].bytes.clone()),
+                            1 => return Some(wanted[0].bytes()),
                             _ => {
-                                let len = wanted.iter().map(|f| f.bytes.len()).sum();
+                                let parts: Vec<Bytes> = wanted.iter().map(|f| f.bytes()).collect();
+                                let len = parts.iter().map(Bytes::len).sum();
                                 let mut out = BytesMut::with_capacity(len);
-                                for f in wanted {
-                                    out.extend_from_slice(&f.bytes);
+                                for p in parts {
+                                    out.extend_from_slice(&p);
                                 }
                                 return Some(out.freeze());
                             }
@@ -450,6 +501,62 @@ mod tests {
             .as_str()
             .unwrap()
             .ends_with("-10"));
+    }
+
+    fn long_state(n: usize) -> Arc<ThreadState> {
+        let mut state = ThreadState::default();
+        for i in 0..n {
+            state.messages.push(antler_protocol::Message::human(format!(
+                "message {i} {}",
+                "x".repeat(200)
+            )));
+        }
+        Arc::new(state)
+    }
+
+    #[tokio::test]
+    async fn values_snapshots_are_framed_on_delivery_as_when_emitted() {
+        let buf = RunBuffer::new("r1", usize::MAX);
+        let state = long_state(3);
+        let id = buf.push_values(state.clone()).unwrap();
+        buf.close();
+        let out =
+            collect(buf.subscribe(Cursor::Earliest, None, Duration::from_secs(60), None)).await;
+        let expected = frame_bytes("values", &crate::wire::state_string(&state), &id);
+        assert_eq!(
+            out,
+            format!("{}event: end\ndata: null\n\n", text(&expected))
+        );
+        // A subscriber that did not ask for `values` never sees it.
+        let none = collect(buf.subscribe(
+            Cursor::Earliest,
+            Some(StreamModes {
+                updates: true,
+                ..StreamModes::NONE
+            }),
+            Duration::from_secs(60),
+            None,
+        ))
+        .await;
+        assert_eq!(none, "event: end\ndata: null\n\n");
+    }
+
+    #[test]
+    fn retained_values_cost_far_less_than_their_json_and_stay_bounded() {
+        let state = long_state(1000);
+        let json_len = crate::wire::state_string(&state).len();
+        let max = 16 << 20;
+        let buf = RunBuffer::new("r1", max);
+        for _ in 0..(4 * MIN_RETAINED_EVENTS) {
+            buf.push_values(state.clone());
+            buf.push(Kind::Custom, "custom", "{}");
+        }
+        // 1,000 snapshots of a 1,000-message state: pointer arrays held, not 1,000 × its JSON.
+        assert!(snapshot_cost(&state) * 4 < json_len, "{json_len}");
+        assert!(buf.retained_bytes() <= max, "{}", buf.retained_bytes());
+        let st = buf.lock();
+        assert!(st.frames.len() >= MIN_RETAINED_EVENTS);
+        assert_eq!(st.bytes, st.frames.iter().map(|f| f.cost).sum::<usize>());
     }
 
     #[tokio::test(start_paused = true)]

@@ -10,6 +10,11 @@
 //!
 //! An in-memory database has no second connection to read from, so there reads go through the
 //! writer too.
+//!
+//! Small writes on a run's hot path (checkpoints) may instead run on the caller's thread when
+//! the writer is idle ([`Db::write_inline`]): the connection is behind a mutex the writer holds
+//! only while it runs a batch, so an idle writer costs the caller no thread hand-off (two
+//! wake-ups per write). Under contention the job queues as usual and joins a group commit.
 
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
@@ -145,6 +150,8 @@ impl ReadPool {
 pub(crate) struct Db {
     path: PathBuf,
     writer: mpsc::Sender<Job>,
+    /// The read-write connection; the writer thread holds it while it runs a batch.
+    conn: Arc<Mutex<Connection>>,
     readers: Option<Arc<ReadPool>>,
 }
 
@@ -190,9 +197,11 @@ impl Db {
     ) -> Result<Db, StoreError> {
         let (tx, rx) = mpsc::channel::<Job>();
         let thread_path = path.clone();
+        let conn = Arc::new(Mutex::new(conn));
+        let writer_conn = conn.clone();
         std::thread::Builder::new()
             .name("antler-store-writer".into())
-            .spawn(move || writer_loop(&conn, &thread_path, &rx))
+            .spawn(move || writer_loop(&writer_conn, &thread_path, &rx))
             .map_err(|e| StoreError::Open {
                 path: path.clone(),
                 kind: crate::error::Failure::Other,
@@ -201,6 +210,7 @@ impl Db {
         Ok(Db {
             path,
             writer: tx,
+            conn,
             readers,
         })
     }
@@ -222,6 +232,52 @@ impl Db {
         F: FnOnce(&Cx<'_>) -> Result<R, StoreError> + Send + 'static,
     {
         self.send(f, false).await
+    }
+
+    /// As [`Db::write`], but run on the calling thread when the writer is idle (no batch in
+    /// progress), skipping the hand-off to the writer thread. For small, frequent writes only:
+    /// the caller blocks for the write's duration.
+    pub async fn write_inline<R, F>(&self, f: F) -> Result<R, StoreError>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Cx<'_>) -> Result<R, StoreError> + Send + 'static,
+    {
+        let (reply, mut rx) = oneshot::channel();
+        let job: Job = Box::new(Pending {
+            f: Some(f),
+            result: None,
+            reply,
+            raw: false,
+        });
+        if let Some(job) = self.try_run_here(job) {
+            self.writer.send(job).map_err(|_| self.closed())?;
+            return rx.await.map_err(|_| self.closed())?;
+        }
+        // The job replied before `run_begun` returned.
+        rx.try_recv().map_err(|_| self.closed())?
+    }
+
+    /// Run `job` on this thread if the connection and the database's write lock are free at
+    /// once; otherwise hand it back for the writer thread.
+    fn try_run_here(&self, job: Job) -> Option<Job> {
+        let conn = match self.conn.try_lock() {
+            Ok(conn) => conn,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return Some(job),
+        };
+        // Another process holding the write lock must not block this thread for the busy
+        // timeout: then the writer thread waits for it instead.
+        match begin_now(&conn) {
+            Ok(()) => {
+                run_begun(&conn, &self.path, vec![job]);
+                None
+            }
+            Err(e) if is_busy(&e) => Some(job),
+            Err(e) => {
+                job.finish(Err(StoreError::sqlite(&self.path, "begin a write", &e)));
+                None
+            }
+        }
     }
 
     /// Run `f` on the writer connection outside any transaction (connection pragmas).
@@ -303,8 +359,11 @@ fn configure(conn: &Connection, path: &Path, wal: bool) -> Result<(), StoreError
     Ok(())
 }
 
-fn writer_loop(conn: &Connection, path: &Path, rx: &mpsc::Receiver<Job>) {
+fn writer_loop(conn: &Mutex<Connection>, path: &Path, rx: &mpsc::Receiver<Job>) {
     while let Ok(first) = rx.recv() {
+        // Held for the whole batch: inline writers queue behind it meanwhile.
+        let conn = conn.lock().unwrap_or_else(|e| e.into_inner());
+        let conn = &*conn;
         let mut batch = Vec::new();
         let mut next = Some(first);
         while let Some(job) = next.take() {
@@ -329,19 +388,79 @@ fn writer_loop(conn: &Connection, path: &Path, rx: &mpsc::Receiver<Job>) {
     }
 }
 
-fn run_batch(conn: &Connection, path: &Path, mut batch: Vec<Job>) {
-    let cx = Cx { conn, path };
-    let fail_all = |batch: Vec<Job>, err: StoreError| {
-        for job in batch {
-            job.finish(Err(err.clone()));
-        }
-    };
-    if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+/// Run one of the writer's fixed transaction-control statements, prepared once per connection
+/// (`execute_batch` would parse it again for every job).
+fn control(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([]).map(|_| ())
+}
+
+/// `BEGIN IMMEDIATE` without waiting for another connection's write lock.
+fn begin_now(conn: &Connection) -> rusqlite::Result<()> {
+    conn.busy_timeout(Duration::ZERO)?;
+    let begun = control(conn, "BEGIN IMMEDIATE");
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    begun
+}
+
+fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    )
+}
+
+fn fail_all(batch: Vec<Job>, err: StoreError) {
+    for job in batch {
+        job.finish(Err(err.clone()));
+    }
+}
+
+fn run_batch(conn: &Connection, path: &Path, batch: Vec<Job>) {
+    if let Err(e) = control(conn, "BEGIN IMMEDIATE") {
         return fail_all(batch, StoreError::sqlite(path, "begin a write", &e));
+    }
+    run_begun(conn, path, batch);
+}
+
+/// Run `batch` in the transaction just begun, then commit (or roll back) and reply.
+fn run_begun(conn: &Connection, path: &Path, mut batch: Vec<Job>) {
+    let cx = Cx { conn, path };
+    // A job alone in its batch needs no savepoint: if it fails, the whole transaction (its
+    // work only) rolls back, which is what the savepoint would have done.
+    if batch.len() == 1 {
+        let ok = batch.iter_mut().all(|job| job.run(&cx));
+        if !ok || conn.is_autocommit() {
+            let err = batch
+                .iter()
+                .find_map(|j| j.error())
+                .unwrap_or_else(|| StoreError::Sqlite {
+                    path: path.to_path_buf(),
+                    op: "write",
+                    kind: crate::error::Failure::Io,
+                    cause: "SQLite rolled the transaction back".into(),
+                });
+            if !conn.is_autocommit() {
+                let _ = control(conn, "ROLLBACK");
+            }
+            return fail_all(batch, err);
+        }
+        return match control(conn, "COMMIT") {
+            Ok(()) => {
+                for job in batch {
+                    job.finish(Ok(()));
+                }
+            }
+            Err(e) => {
+                if !conn.is_autocommit() {
+                    let _ = control(conn, "ROLLBACK");
+                }
+                fail_all(batch, StoreError::sqlite(path, "commit", &e));
+            }
+        };
     }
     let mut broken = None;
     for job in &mut batch {
-        if let Err(e) = conn.execute_batch("SAVEPOINT job") {
+        if let Err(e) = control(conn, "SAVEPOINT job") {
             job.fail(StoreError::sqlite(path, "begin a write", &e));
             continue;
         }
@@ -358,22 +477,22 @@ fn run_batch(conn: &Connection, path: &Path, mut batch: Vec<Job>) {
             break;
         }
         let end = if ok {
-            "RELEASE job"
+            control(conn, "RELEASE job")
         } else {
-            "ROLLBACK TO job; RELEASE job"
+            control(conn, "ROLLBACK TO job").and_then(|()| control(conn, "RELEASE job"))
         };
-        if let Err(e) = conn.execute_batch(end) {
+        if let Err(e) = end {
             broken = Some(StoreError::sqlite(path, "end a write", &e));
             break;
         }
     }
     if let Some(err) = broken {
         if !conn.is_autocommit() {
-            let _ = conn.execute_batch("ROLLBACK");
+            let _ = control(conn, "ROLLBACK");
         }
         return fail_all(batch, err);
     }
-    match conn.execute_batch("COMMIT") {
+    match control(conn, "COMMIT") {
         Ok(()) => {
             for job in batch {
                 job.finish(Ok(()));
@@ -381,7 +500,7 @@ fn run_batch(conn: &Connection, path: &Path, mut batch: Vec<Job>) {
         }
         Err(e) => {
             if !conn.is_autocommit() {
-                let _ = conn.execute_batch("ROLLBACK");
+                let _ = control(conn, "ROLLBACK");
             }
             fail_all(batch, StoreError::sqlite(path, "commit", &e));
         }

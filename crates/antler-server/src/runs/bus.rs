@@ -10,7 +10,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use antler_protocol::StreamModes;
+use antler_protocol::{StreamModes, ThreadState};
 use bytes::Bytes;
 use futures::stream::BoxStream;
 use futures::StreamExt;
@@ -24,6 +24,13 @@ pub type Subscription = BoxStream<'static, Result<Bytes, Infallible>>;
 pub trait RunEvents: Send + Sync {
     /// Frame and publish one event (`data`: one line of JSON); its id, `None` once closed.
     fn publish(&self, kind: Kind, name: &str, data: &str) -> Option<Arc<str>>;
+
+    /// Publish a `values` event. A bus that keeps events in memory holds the snapshot and
+    /// serializes it only for subscribers that want `values`; one that ships events elsewhere
+    /// frames it now.
+    fn publish_values(&self, state: Arc<ThreadState>) -> Option<Arc<str>> {
+        self.publish(Kind::Values, "values", &crate::wire::state_string(&state))
+    }
 
     /// No more events: subscribers drain what is left, then get `end`.
     fn close(&self);
@@ -48,6 +55,10 @@ pub trait EventBus: Send + Sync {
 impl RunEvents for RunBuffer {
     fn publish(&self, kind: Kind, name: &str, data: &str) -> Option<Arc<str>> {
         self.push(kind, name, data)
+    }
+
+    fn publish_values(&self, state: Arc<ThreadState>) -> Option<Arc<str>> {
+        self.push_values(state)
     }
 
     fn close(&self) {

@@ -22,8 +22,9 @@ use crate::error::ApiError;
 use crate::sse::Kind;
 use crate::{wire, AppState, User};
 
-/// Frames a run's events into its buffer as they are emitted: O(event size) per event; a full
-/// state is serialized only for `values`, which the runtime builds only when asked for.
+/// Frames a run's events into its buffer as they are emitted: O(event size) per event. `values`
+/// (built by the runtime only when the modes ask for it) go in as state snapshots, serialized
+/// only when a subscriber receives them.
 pub struct BufferSink {
     buffer: Arc<dyn RunEvents>,
     modes: StreamModes,
@@ -85,9 +86,9 @@ impl EventSink for BufferSink {
 
     fn emit(&self, event: StreamEvent) {
         match &event {
+            // Kept as a snapshot: serialized only if a subscriber that wants `values` reads it.
             StreamEvent::Values(state) => {
-                self.buffer
-                    .publish(Kind::Values, "values", &wire::state_string(state));
+                self.buffer.publish_values(state.clone());
             }
             StreamEvent::Updates { node, update } => {
                 self.buffer

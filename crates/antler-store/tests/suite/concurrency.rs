@@ -78,3 +78,35 @@ async fn a_write_does_not_wait_for_an_open_reader() {
     drop(tx);
     assert_eq!(store.latest("t").await.unwrap().unwrap().state, state);
 }
+
+/// A checkpoint write runs on the caller's thread only when it can take the write lock at
+/// once: while another connection (another process) holds it, the write waits on the writer
+/// thread and this thread stays free — here, free to release that lock.
+#[tokio::test(flavor = "current_thread")]
+async fn a_write_behind_another_process_lock_does_not_block_the_caller() {
+    let (dir, store) = temp_store();
+    let mut w = ThreadWriter::new("t");
+    let mut state = ThreadState::default();
+    state.apply(StateUpdate::message(msg("a", "a"))).unwrap();
+    w.commit(&store, &mut state).await;
+
+    let mut other = rusqlite::Connection::open(dir.path().join("db").join("antler.db")).unwrap();
+    let tx = other
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .unwrap();
+    state.apply(StateUpdate::message(msg("b", "b"))).unwrap();
+    let write = w.write_for(&mut state);
+    let put = {
+        let store = store.clone();
+        tokio::spawn(async move { store.put(write).await })
+    };
+    for _ in 0..20 {
+        tokio::task::yield_now().await;
+    }
+    // Had the put blocked this (only) thread on the lock, we would not get here before it
+    // timed out with an error.
+    assert!(!put.is_finished(), "the put cannot have committed yet");
+    tx.commit().unwrap();
+    put.await.unwrap().unwrap();
+    assert_eq!(store.latest("t").await.unwrap().unwrap().state, state);
+}
