@@ -146,17 +146,28 @@ struct LineSplitter {
 impl LineSplitter {
     fn feed(&mut self, mut chunk: &[u8]) {
         while let Some(i) = chunk.iter().position(|&b| b == b'\n') {
-            self.partial.extend_from_slice(&chunk[..i]);
+            self.push(&chunk[..i]);
             self.flush();
             chunk = &chunk[i + 1..];
         }
-        self.partial.extend_from_slice(chunk);
-        while self.partial.len() >= crate::sandbox::OutputLines::MAX_LINE {
-            let rest = self
-                .partial
-                .split_off(crate::sandbox::OutputLines::MAX_LINE);
+        self.push(chunk);
+    }
+
+    /// Append `bytes` to the pending line, sending full [`MAX_LINE`] pieces on the way, so a
+    /// long line is cut the same whether it arrives in one read or in many.
+    ///
+    /// [`MAX_LINE`]: crate::sandbox::OutputLines::MAX_LINE
+    fn push(&mut self, mut bytes: &[u8]) {
+        const MAX: usize = crate::sandbox::OutputLines::MAX_LINE;
+        loop {
+            let room = MAX - self.partial.len();
+            if bytes.len() <= room {
+                self.partial.extend_from_slice(bytes);
+                return;
+            }
+            self.partial.extend_from_slice(&bytes[..room]);
+            bytes = &bytes[room..];
             self.flush();
-            self.partial = rest;
         }
     }
 
@@ -374,6 +385,44 @@ pub fn assemble_output(res: &ExecResult, timeout: Duration) -> String {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+
+    /// The lines a splitter sends for `reads`, fed one read at a time.
+    fn split(reads: &[&[u8]]) -> Vec<String> {
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let sink = got.clone();
+        let mut s = LineSplitter {
+            sink: crate::sandbox::OutputLines::new(move |l| {
+                sink.lock().unwrap().push(l.to_owned())
+            }),
+            partial: Vec::new(),
+        };
+        for r in reads {
+            s.feed(r);
+        }
+        if !s.partial.is_empty() {
+            s.flush();
+        }
+        let out = got.lock().unwrap().clone();
+        out
+    }
+
+    #[test]
+    fn long_lines_are_cut_alike_in_one_read_or_many() {
+        const MAX: usize = crate::sandbox::OutputLines::MAX_LINE;
+        let mut text = vec![b'x'; 2 * MAX + 808];
+        text.push(b'\n');
+        text.extend_from_slice(b"short\r\n");
+        text.extend(std::iter::repeat_n(b'y', MAX));
+        text.push(b'\n');
+        let lens = |lines: Vec<String>| lines.iter().map(String::len).collect::<Vec<_>>();
+        let want = vec![MAX, MAX, 808, 5, MAX];
+        assert_eq!(lens(split(&[&text])), want);
+        let bytes: Vec<&[u8]> = text.chunks(1000).collect();
+        assert_eq!(lens(split(&bytes)), want);
+        let bytes: Vec<&[u8]> = text.chunks(1).collect();
+        assert_eq!(lens(split(&bytes)), want);
+        assert_eq!(split(&[b"a\nb"]), ["a", "b"]);
+    }
 
     #[test]
     fn durations_read_naturally() {
