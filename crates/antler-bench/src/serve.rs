@@ -15,7 +15,8 @@
 //! - **C** `threads` threads × `thread-steps` steps at once (one run per thread, all in flight
 //!   over one connection pool, bounded by `concurrency`): wall time, steps/s, peak RSS.
 //! - **E** SQLite bytes per step: one thread, `e-steps` steps in runs of `steps`; the growth of
-//!   the data home's database files (db, wal, shm) between a clean stop before and after, / steps.
+//!   the data home's database files (db, wal, shm) from before the steps (the schema and the
+//!   empty thread, after a clean stop) to after them (live, and after a clean stop), / steps.
 //!
 //! Every workload gets a fresh server, so peak RSS is that workload's.
 
@@ -161,7 +162,6 @@ struct Server {
     child: tokio::process::Child,
     pid: u32,
     base: String,
-    home: PathBuf,
 }
 
 /// `(utime + stime)` of a process, its own threads only (children excluded).
@@ -216,12 +216,7 @@ impl Server {
             .with_context(|| format!("start {}", antler.display()))?;
         let pid = child.id().context("no pid")?;
         let base = format!("http://127.0.0.1:{port}/api");
-        let mut server = Server {
-            child,
-            pid,
-            base,
-            home: home.to_owned(),
-        };
+        let mut server = Server { child, pid, base };
         let health = format!("http://127.0.0.1:{port}/health");
         for _ in 0..400 {
             if client.get(&health).send().await.is_ok() {
@@ -259,7 +254,6 @@ impl Server {
                 bail!("antler serve did not stop on SIGTERM");
             }
         }
-        let _ = &self.home;
         Ok(())
     }
 }
