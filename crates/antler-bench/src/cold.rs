@@ -82,10 +82,18 @@ struct Sample {
     peak_rss_kib: u64,
 }
 
-fn sample(antler: &Path, dir: &Path, arrivals: &mpsc::Receiver<Instant>) -> anyhow::Result<Sample> {
+/// One `antler run` in a fresh working folder; `home`: an existing data home to use (its database
+/// already created and migrated), else a new one.
+fn sample(
+    antler: &Path,
+    dir: &Path,
+    home: Option<&Path>,
+    arrivals: &mpsc::Receiver<Instant>,
+) -> anyhow::Result<Sample> {
     let me = std::env::current_exe()?;
     while arrivals.try_recv().is_ok() {}
-    let home = tempfile::tempdir_in(dir)?;
+    let work = tempfile::tempdir_in(dir)?;
+    let data_home = home.map_or_else(|| work.path().join(".antler"), Path::to_owned);
     let start = Instant::now();
     let out = Command::new(me)
         .arg("--reap")
@@ -93,8 +101,8 @@ fn sample(antler: &Path, dir: &Path, arrivals: &mpsc::Receiver<Instant>) -> anyh
         .args(["run", "--config"])
         .arg(dir.join("config.yaml"))
         .args(["--output", "json", "hello"])
-        .current_dir(home.path())
-        .env("ANTLER_HOME", home.path().join(".antler"))
+        .current_dir(work.path())
+        .env("ANTLER_HOME", &data_home)
         .stdin(Stdio::null())
         .output()?;
     let wall = start.elapsed();
@@ -137,8 +145,16 @@ fn summary(values: &mut [f64]) -> (f64, f64, f64) {
     (crate::median(values), lo, hi)
 }
 
-/// `--cold [--antler PATH] [--samples N] [--trigger-tokens N]`.
-pub fn run(antler: Option<PathBuf>, samples: usize, trigger_tokens: usize) -> anyhow::Result<()> {
+/// `--cold [--antler PATH] [--samples N] [--trigger-tokens N] [--existing-home]`. With
+/// `--existing-home` every sample uses one data home that a first, unmeasured run created (the
+/// usual case: only the first run ever creates and migrates the database); without it each
+/// sample starts from nothing.
+pub fn run(
+    antler: Option<PathBuf>,
+    samples: usize,
+    trigger_tokens: usize,
+    existing_home: bool,
+) -> anyhow::Result<()> {
     let antler = match antler {
         Some(p) => p,
         None => std::env::current_exe()?
@@ -161,18 +177,22 @@ pub fn run(antler: Option<PathBuf>, samples: usize, trigger_tokens: usize) -> an
         dir.path().join("config.yaml"),
         config(&base_url, trigger_tokens),
     )?;
-    // One unmeasured run warms the page cache (binary, shared libraries).
-    sample(&antler, dir.path(), &rx)?;
+    let shared_home = dir.path().join("shared-home");
+    let home = existing_home.then_some(shared_home.as_path());
+    // One unmeasured run warms the page cache (binary, shared libraries) and, with
+    // `--existing-home`, creates the shared data home.
+    sample(&antler, dir.path(), home, &rx)?;
     let (mut first, mut wall, mut rss) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..samples {
-        let s = sample(&antler, dir.path(), &rx)?;
+        let s = sample(&antler, dir.path(), home, &rx)?;
         first.push(s.first_request.as_secs_f64() * 1e3);
         wall.push(s.wall.as_secs_f64() * 1e3);
         rss.push(s.peak_rss_kib as f64 / 1024.0);
     }
     println!(
-        "antler-bench --cold: {} ({samples} samples; summarization trigger {trigger_tokens} tokens, 4 tools, SQLite)",
-        antler.display()
+        "antler-bench --cold: {} ({samples} samples; summarization trigger {trigger_tokens} tokens, 4 tools, SQLite in {})",
+        antler.display(),
+        if existing_home { "an existing data home" } else { "a new data home each" }
     );
     for (name, unit, values) in [
         ("start → first model request", "ms", &mut first),

@@ -5,8 +5,13 @@
 //!   SQLite checkpoints. Measured as process CPU time (all threads: the runtime and the SQLite writer), so the
 //!   figure is the harness's own work, not waiting.
 //! - **bytes**: SQLite checkpoint payload bytes written per step at each history length.
-//! - **cold** (`--cold [--antler PATH] [--trigger-tokens N]`): a fresh `antler run` process per sample — start to first
+//! - **cold** (`--cold [--antler PATH] [--trigger-tokens N] [--existing-home]`): a fresh `antler run` process per sample — start to first
 //!   model request, the whole 0-step run, peak RSS (see `cold.rs`).
+//! - **serve** (`--serve [--antler PATH] [--workloads a1,b,c,e] [--samples N] [--steps N]
+//!   [--runs N] [--history N] [--threads N] [--thread-steps N] [--concurrency N] [--c-samples N]
+//!   [--e-steps N] [--retention-secs N]`): a real `antler serve` against a scripted model on
+//!   127.0.0.1 — harness CPU per step (A1), by history and peak RSS (B), many threads at once
+//!   (C), SQLite bytes per step (E); see `serve.rs`.
 //!
 //! Per-step figures are marginal: the CPU of a run with N tool rounds minus that of a run with
 //! none, divided by N, so one-time run setup (loading the thread) is reported apart as
@@ -17,81 +22,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use antler_models::{ScriptedModel, ScriptedReply};
-use antler_protocol::{
-    AiMessage, Message, Object, StateUpdate, ThreadState, ToolCall, ToolMessage, ToolSpec,
-};
+use antler_bench::{chain_agent, history, model, noop_tool};
+use antler_protocol::{Message, StateUpdate, ThreadState};
 use antler_runtime::{
     Agent, Checkpointer, MemoryCheckpointer, NullSink, RunContext, RunInput, RunOptions, RunStatus,
-    Tool, ToolContext, ToolError, ToolOutput, ToolRegistry,
+    ToolRegistry,
 };
-use async_trait::async_trait;
-use serde_json::json;
 
 mod cold;
-
-struct Noop(Arc<ToolSpec>);
-
-#[async_trait]
-impl Tool for Noop {
-    fn spec(&self) -> &Arc<ToolSpec> {
-        &self.0
-    }
-    async fn call(&self, _: Object, _: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
-        Ok(ToolOutput::text("ok"))
-    }
-}
-
-fn noop_tool() -> Arc<dyn Tool> {
-    Arc::new(Noop(Arc::new(ToolSpec {
-        name: "bash".into(),
-        description: "no-op".into(),
-        parameters: json!({"type": "object", "properties": {"command": {"type": "string"}}}),
-    })))
-}
-
-/// A realistic history: rounds of human → ai(tool call) → tool → ai, ~300 bytes each.
-fn history(n: usize) -> Vec<Message> {
-    let filler = "lorem ipsum dolor sit amet ".repeat(10);
-    let mut out = Vec::with_capacity(n);
-    let mut i = 0;
-    while out.len() < n {
-        let k = out.len() % 4;
-        let m = match k {
-            0 => Message::human(format!("question {i}: {filler}")),
-            1 => {
-                let mut args = Object::new();
-                args.insert("command".into(), json!(format!("echo {i}")));
-                Message::Ai(AiMessage {
-                    tool_calls: vec![ToolCall::new(format!("h{i}"), "bash", args)],
-                    ..Default::default()
-                })
-            }
-            2 => ToolMessage::new(format!("h{i}"), format!("{i} {filler}")).into(),
-            _ => {
-                i += 1;
-                Message::ai(format!("answer {i}: {filler}"))
-            }
-        };
-        out.push(m);
-    }
-    out
-}
-
-/// A model that calls the no-op tool `steps` times, then answers.
-fn model(steps: usize) -> Arc<ScriptedModel> {
-    let mut replies = Vec::with_capacity(steps + 1);
-    for s in 0..steps {
-        replies.push(ScriptedReply::tool_call(
-            &format!("c{s}"),
-            "bash",
-            // Distinct arguments: repeated identical calls would trip loop detection.
-            json!({"command": format!("echo {s}")}),
-        ));
-    }
-    replies.push(ScriptedReply::text("done"));
-    Arc::new(ScriptedModel::new(replies).without_recording())
-}
+mod serve;
 
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
@@ -212,30 +151,6 @@ fn sample(
     })
 }
 
-/// The full lead chain (DeerFlow's middleware order, summarization and token budget on) over a
-/// scripted model: the agent `App` builds, with the thread's history seeded in memory.
-fn chain_agent(steps: usize, dir: &std::path::Path) -> anyhow::Result<Agent> {
-    let env = |k: &str| match k {
-        "OPENAI_API_KEY" => Some("sk-bench".to_owned()),
-        _ => None,
-    };
-    let mut config = antler_config::Config::zero_config(&env)?;
-    config.summarization.enabled = true;
-    // Large enough never to fire: the trigger is still evaluated (token counting) every step.
-    config.summarization.trigger = vec![antler_config::ContextSize::Tokens(10_000_000)];
-    config.token_budget.enabled = true;
-    config.token_budget.max_tokens = 100_000_000;
-    config.loop_detection.tool_freq_warn = 10_000;
-    config.loop_detection.tool_freq_hard_limit = 10_000;
-    config.database.backend = antler_config::DatabaseBackend::Memory;
-    let app = antler_agent::App::open(config, dir.join("home"))?.with_model_override(model(steps));
-    let opts = app.run_options(&antler_agent::TurnRequest::default());
-    let mut agent = app.lead_agent(&opts)?;
-    agent.checkpointer = None;
-    agent.tools = Arc::new(ToolRegistry::new().with(noop_tool()));
-    Ok(agent)
-}
-
 /// Marginal CPU per step of the full chain at a history length.
 fn chain_sample(hist: usize, steps: usize, dir: &std::path::Path) -> anyhow::Result<Duration> {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -293,7 +208,43 @@ fn main() -> anyhow::Result<()> {
             antler,
             flag("--samples", 21),
             flag("--trigger-tokens", 32000),
+            args.iter().any(|a| a == "--existing-home"),
         );
+    }
+    if args.iter().any(|a| a == "--serve") {
+        let value = |name: &str| {
+            args.iter()
+                .position(|a| a == name)
+                .and_then(|i| args.get(i + 1))
+                .cloned()
+        };
+        let antler = match value("--antler") {
+            Some(p) => std::path::PathBuf::from(p),
+            None => std::env::current_exe()?
+                .parent()
+                .ok_or_else(|| anyhow::anyhow!("no folder beside the bench"))?
+                .join("antler"),
+        };
+        let threads = flag("--threads", 1000);
+        return serve::run_all(serve::Opts {
+            antler,
+            workloads: value("--workloads")
+                .unwrap_or_else(|| "a1,b,c,e".to_owned())
+                .split(',')
+                .map(|w| w.trim().to_ascii_lowercase())
+                .filter(|w| !w.is_empty())
+                .collect(),
+            samples: flag("--samples", 7),
+            steps: flag("--steps", 10),
+            runs: flag("--runs", 10),
+            history: flag("--history", 1000),
+            threads,
+            thread_steps: flag("--thread-steps", 10),
+            concurrency: flag("--concurrency", threads),
+            c_samples: flag("--c-samples", 3),
+            e_steps: flag("--e-steps", 500),
+            retention_secs: flag("--retention-secs", 60) as u64,
+        });
     }
     let dir = tempfile::tempdir()?;
     if args.iter().any(|a| a == "--chain") {

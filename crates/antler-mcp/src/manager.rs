@@ -194,7 +194,8 @@ impl McpManager {
     }
 
     pub fn with_pool_cap(home: impl Into<PathBuf>, lookup: Lookup, cap: usize) -> Self {
-        let http = reqwest::Client::builder()
+        // The shared TLS config: building this client reads no root certificate (start-up).
+        let http = antler_models::tls::client_builder()
             .connect_timeout(Duration::from_secs(30))
             .build()
             .unwrap_or_default();

@@ -12,6 +12,7 @@ use serde_json::Value;
 
 pub mod providers;
 pub mod scripted;
+pub mod tls;
 pub mod tokens;
 
 pub use scripted::{RecordedRequest, ScriptedModel, ScriptedReply};

@@ -308,7 +308,7 @@ impl<W: WireFormat> HttpChatModel<W> {
             cfg.api_key.as_deref().filter(|k| !k.is_empty()),
             &mut headers,
         )?;
-        let mut client = reqwest::Client::builder().connect_timeout(cfg.connect_timeout);
+        let mut client = crate::tls::client_builder().connect_timeout(cfg.connect_timeout);
         if loopback {
             // A local server (Ollama, vLLM, a proxy, a test mock) is never reached through an
             // env proxy.

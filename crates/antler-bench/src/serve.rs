@@ -1,0 +1,644 @@
+//! Server workloads (issue 15, PERFORMANCE.md): a real `antler serve` process on 127.0.0.1 with
+//! a temp data home (SQLite), a scripted OpenAI-compatible model in this process, and a bounded
+//! loopback client.
+//!
+//! A *step* is one model call that answers with one real `bash` tool call (`echo hi N`), and the
+//! tool's execution; a run of `s` steps ends with one more model call that answers text. Each
+//! run's first human message says how many steps it wants (`bench-steps=s`), so the model is
+//! stateless: it counts the tool results after that message.
+//!
+//! - **A1** harness CPU per step, fresh thread: the server process's CPU (utime + stime from
+//!   `/proc/PID/stat`; the bash children are not included) of `runs` runs of `steps` steps minus
+//!   that of `runs` runs of 0 steps, divided by the steps.
+//! - **B** the same on threads seeded (through `POST /threads/{id}/state`) with 10 and with
+//!   `history` messages, and the server's peak RSS (VmHWM) after the long-history samples.
+//! - **C** `threads` threads × `thread-steps` steps at once (one run per thread, all in flight
+//!   over one connection pool, bounded by `concurrency`): wall time, steps/s, peak RSS.
+//! - **E** SQLite bytes per step: one thread, `e-steps` steps in runs of `steps`; the growth of
+//!   the data home's database files (db, wal, shm) from before the steps (the schema and the
+//!   empty thread, after a clean stop) to after them (live, and after a clean stop), / steps.
+//!
+//! Every workload gets a fresh server, so peak RSS is that workload's.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context};
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Value};
+
+/// What `--serve` runs and how big.
+pub struct Opts {
+    pub antler: PathBuf,
+    pub workloads: Vec<String>,
+    pub samples: usize,
+    /// Steps per run in A1, B and E.
+    pub steps: usize,
+    /// Runs per A1/B sample (per side: with steps and without).
+    pub runs: usize,
+    /// B's long history, in messages.
+    pub history: usize,
+    /// C: threads, steps per thread, client requests in flight, samples.
+    pub threads: usize,
+    pub thread_steps: usize,
+    pub concurrency: usize,
+    pub c_samples: usize,
+    /// E: steps in the one thread.
+    pub e_steps: usize,
+    /// `antler serve --retention-secs` (finished runs' replay buffers).
+    pub retention_secs: u64,
+}
+
+// ---------------------------------------------------------------------------------------------
+// The scripted model.
+
+#[derive(Default)]
+struct Model {
+    calls: AtomicU64,
+    ids: AtomicU64,
+}
+
+fn content_text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p["text"].as_str())
+            .collect::<Vec<_>>()
+            .join(""),
+        _ => String::new(),
+    }
+}
+
+/// Steps asked for by the run's human message, and tool results since then.
+fn progress(body: &Value) -> Option<(usize, usize)> {
+    let messages = body["messages"].as_array()?;
+    let (at, wanted) = messages.iter().enumerate().rev().find_map(|(i, m)| {
+        if m["role"] != "user" {
+            return None;
+        }
+        let text = content_text(&m["content"]);
+        let n = text.split("bench-steps=").nth(1)?;
+        let digits: String = n.chars().take_while(char::is_ascii_digit).collect();
+        Some((i, digits.parse().ok()?))
+    })?;
+    let done = messages[at..]
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .count();
+    Some((wanted, done))
+}
+
+async fn chat(State(model): State<Arc<Model>>, Json(body): Json<Value>) -> Response {
+    model.calls.fetch_add(1, Ordering::Relaxed);
+    if body["stream"] == true {
+        return (
+            StatusCode::BAD_REQUEST,
+            "the bench model answers stream: false only",
+        )
+            .into_response();
+    }
+    let Some((wanted, done)) = progress(&body) else {
+        return (StatusCode::BAD_REQUEST, "no bench-steps= in the request").into_response();
+    };
+    let message = if done < wanted {
+        let id = model.ids.fetch_add(1, Ordering::Relaxed);
+        // Distinct commands: identical repeated calls would trip loop detection.
+        let args = json!({"description": "bench step", "command": format!("echo hi {done}")});
+        json!({"role": "assistant", "content": null, "tool_calls": [{
+            "id": format!("call_{id}"), "type": "function",
+            "function": {"name": "bash", "arguments": args.to_string()},
+        }]})
+    } else {
+        json!({"role": "assistant", "content": "done"})
+    };
+    let finish = if done < wanted { "tool_calls" } else { "stop" };
+    Json(json!({
+        "id": "chatcmpl-bench", "object": "chat.completion", "created": 0, "model": "mock-model",
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12},
+    }))
+    .into_response()
+}
+
+async fn start_model() -> anyhow::Result<(String, Arc<Model>)> {
+    let model = Arc::new(Model::default());
+    let app = axum::Router::new()
+        .route("/v1/chat/completions", axum::routing::post(chat))
+        .with_state(model.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}/v1", listener.local_addr()?);
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Ok((url, model))
+}
+
+fn config(model_url: &str) -> String {
+    // The bash tool on the host sandbox; summarization on with a trigger it never reaches (the
+    // trigger is still evaluated every step); title and memory off: they call the model after
+    // the answer, which is not part of a step. Loop detection's per-tool limits raised: E runs
+    // hundreds of bash calls in one thread.
+    format!(
+        "models:\n  - name: main\n    use: langchain_openai:ChatOpenAI\n    model: mock-model\n    base_url: {model_url}\n    api_key: sk-bench\n    streaming: false\n\
+         tools:\n  - {{name: bash, group: bash, use: deerflow.sandbox.tools:bash_tool}}\n\
+         sandbox:\n  use: deerflow.sandbox.local:LocalSandboxProvider\n  allow_host_bash: true\n\
+         summarization:\n  enabled: true\n  trigger:\n    - {{type: tokens, value: 100000000}}\n\
+         loop_detection:\n  tool_freq_warn: 1000000\n  tool_freq_hard_limit: 1000000\n\
+         title:\n  enabled: false\n\
+         memory:\n  enabled: false\n"
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// The server process.
+
+struct Server {
+    child: tokio::process::Child,
+    pid: u32,
+    base: String,
+}
+
+/// `(utime + stime)` of a process, its own threads only (children excluded).
+fn cpu(pid: u32) -> anyhow::Result<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the parenthesised command name: state is field 3, utime 14, stime 15.
+    let rest = stat.rsplit_once(')').context("bad /proc stat")?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = f.get(11).context("no utime")?.parse::<u64>()?
+        + f.get(12).context("no stime")?.parse::<u64>()?;
+    // USER_HZ is 100 on Linux whatever the kernel's tick rate.
+    Ok(Duration::from_millis(ticks * 10))
+}
+
+/// A `/proc/PID/status` field in KiB (VmHWM, VmRSS).
+fn status_kib(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with(field))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+impl Server {
+    async fn start(
+        antler: &Path,
+        work: &Path,
+        home: &Path,
+        client: &reqwest::Client,
+        retention_secs: u64,
+    ) -> anyhow::Result<Server> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let log = std::fs::File::create(work.join("serve.log"))?;
+        let child = tokio::process::Command::new(antler)
+            .args(["serve", "--config"])
+            .arg(work.join("config.yaml"))
+            .args(["--port", &port.to_string()])
+            .args(["--retention-secs", &retention_secs.to_string()])
+            .current_dir(work)
+            .env("ANTLER_HOME", home)
+            .env_remove("ANTLER_API_KEY")
+            .env_remove("ANTLER_API_KEYS")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("start {}", antler.display()))?;
+        let pid = child.id().context("no pid")?;
+        let base = format!("http://127.0.0.1:{port}/api");
+        let mut server = Server { child, pid, base };
+        let health = format!("http://127.0.0.1:{port}/health");
+        for _ in 0..400 {
+            if client.get(&health).send().await.is_ok() {
+                return Ok(server);
+            }
+            if let Some(status) = server.child.try_wait()? {
+                bail!(
+                    "antler serve exited ({status}): {}",
+                    std::fs::read_to_string(work.join("serve.log")).unwrap_or_default()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        bail!("antler serve did not answer /health")
+    }
+
+    fn cpu(&self) -> anyhow::Result<Duration> {
+        cpu(self.pid)
+    }
+
+    fn peak_rss_mib(&self) -> f64 {
+        status_kib(self.pid, "VmHWM:") as f64 / 1024.0
+    }
+
+    /// SIGTERM and wait: a clean stop folds the WAL into the database.
+    async fn stop(mut self) -> anyhow::Result<()> {
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.pid)?);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM)?;
+        match tokio::time::timeout(Duration::from_secs(20), self.child.wait()).await {
+            Ok(status) => {
+                status?;
+            }
+            Err(_) => {
+                self.child.kill().await?;
+                bail!("antler serve did not stop on SIGTERM");
+            }
+        }
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The client.
+
+async fn post(client: &reqwest::Client, url: String, body: Value) -> anyhow::Result<Value> {
+    let resp = client.post(&url).json(&body).send().await?;
+    let status = resp.status();
+    let text = resp.text().await?;
+    ensure!(status.is_success(), "POST {url}: {status}: {text}");
+    Ok(serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+async fn create_thread(client: &reqwest::Client, base: &str, id: &str) -> anyhow::Result<()> {
+    post(client, format!("{base}/threads"), json!({"thread_id": id})).await?;
+    Ok(())
+}
+
+/// LangGraph message dicts for a realistic history: rounds of human → ai(tool call) → tool →
+/// ai, ~300 bytes each (the shape `antler-bench`'s in-process figures use).
+fn history(n: usize) -> Vec<Value> {
+    let filler = "lorem ipsum dolor sit amet ".repeat(10);
+    let mut out = Vec::with_capacity(n);
+    let mut i = 0;
+    while out.len() < n {
+        out.push(match out.len() % 4 {
+            0 => json!({"type": "human", "content": format!("question {i}: {filler}")}),
+            1 => json!({"type": "ai", "content": "", "tool_calls": [
+                {"id": format!("h{i}"), "name": "bash", "args": {"command": format!("echo {i}")}}]}),
+            2 => json!({"type": "tool", "tool_call_id": format!("h{i}"), "name": "bash",
+                "content": format!("{i} {filler}")}),
+            _ => {
+                i += 1;
+                json!({"type": "ai", "content": format!("answer {i}: {filler}")})
+            }
+        });
+    }
+    out
+}
+
+async fn seed(client: &reqwest::Client, base: &str, id: &str, n: usize) -> anyhow::Result<()> {
+    create_thread(client, base, id).await?;
+    if n > 0 {
+        post(
+            client,
+            format!("{base}/threads/{id}/state"),
+            json!({"values": {"messages": history(n)}}),
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// One run of `steps` steps on a thread, through `/runs/wait`; checks every step ran.
+async fn run(
+    client: &reqwest::Client,
+    base: &str,
+    thread: &str,
+    steps: usize,
+) -> anyhow::Result<()> {
+    let out = post(
+        client,
+        format!("{base}/threads/{thread}/runs/wait"),
+        json!({
+            "assistant_id": "lead_agent",
+            "input": {"messages": [{"type": "human", "content": format!("bench-steps={steps}")}]},
+            "config": {"recursion_limit": 4 * steps + 50},
+        }),
+    )
+    .await?;
+    let messages = out["messages"]
+        .as_array()
+        .context("no messages in the run's result")?;
+    let start = messages
+        .iter()
+        .rposition(|m| m["type"] == "human" && content_text(&m["content"]).contains("bench-steps="))
+        .context("the run's input is not in the result")?;
+    let tail = &messages[start..];
+    let tools: Vec<&Value> = tail.iter().filter(|m| m["type"] == "tool").collect();
+    ensure!(
+        tools.len() == steps && tail.last().is_some_and(|m| m["type"] == "ai"),
+        "run on {thread}: {} of {steps} tool results; last message {:?}",
+        tools.len(),
+        tail.last()
+    );
+    if let Some(t) = tools.first() {
+        let text = content_text(&t["content"]);
+        ensure!(text.contains("hi 0"), "bash did not run: {text:?}");
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Workloads.
+
+fn summary(values: &[f64]) -> (f64, f64, f64) {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let lo = v.first().copied().unwrap_or(0.0);
+    let hi = v.last().copied().unwrap_or(0.0);
+    (crate::median(&mut v), lo, hi)
+}
+
+fn row(name: &str, unit: &str, values: &[f64]) {
+    let (med, lo, hi) = summary(values);
+    println!("{name:<34} {med:>10.3} {unit:<6} ({lo:.3}–{hi:.3})");
+}
+
+struct Bench {
+    opts: Opts,
+    work: tempfile::TempDir,
+    client: reqwest::Client,
+    serial: AtomicU64,
+}
+
+impl Bench {
+    async fn server(&self, tag: &str) -> anyhow::Result<Server> {
+        let home = self.work.path().join(format!("home-{tag}"));
+        Server::start(
+            &self.opts.antler,
+            self.work.path(),
+            &home,
+            &self.client,
+            self.opts.retention_secs,
+        )
+        .await
+    }
+
+    fn thread_id(&self, tag: &str) -> String {
+        format!("{tag}-{}", self.serial.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// Marginal server CPU per step (ms) on threads seeded with `hist` messages.
+    async fn cpu_per_step(&self, server: &Server, hist: usize) -> anyhow::Result<f64> {
+        let (runs, steps) = (self.opts.runs, self.opts.steps);
+        let mut cost = [Duration::ZERO; 2];
+        for (side, s) in [0, steps].into_iter().enumerate() {
+            let mut threads = Vec::with_capacity(runs);
+            for _ in 0..runs {
+                let id = self.thread_id("t");
+                seed(&self.client, &server.base, &id, hist).await?;
+                threads.push(id);
+            }
+            let before = server.cpu()?;
+            for t in &threads {
+                run(&self.client, &server.base, t, s).await?;
+            }
+            cost[side] = server.cpu()?.saturating_sub(before);
+        }
+        Ok(cost[1].saturating_sub(cost[0]).as_secs_f64() * 1e3 / (runs * steps) as f64)
+    }
+
+    /// Unmeasured runs: the first request builds the agent's shared parts, the sandbox, the
+    /// connection pools.
+    async fn warm(&self, server: &Server) -> anyhow::Result<()> {
+        for _ in 0..3 {
+            let id = self.thread_id("warm");
+            seed(&self.client, &server.base, &id, 4).await?;
+            run(&self.client, &server.base, &id, 2).await?;
+        }
+        Ok(())
+    }
+
+    async fn a1(&self) -> anyhow::Result<()> {
+        let server = self.server("a1").await?;
+        self.warm(&server).await?;
+        let mut v = Vec::new();
+        for _ in 0..self.opts.samples {
+            v.push(self.cpu_per_step(&server, 0).await?);
+        }
+        println!(
+            "\nA1 harness CPU per step, fresh thread, SQLite (server process only; {} samples of {} runs × {} steps)",
+            self.opts.samples, self.opts.runs, self.opts.steps
+        );
+        row("CPU per step", "ms", &v);
+        row("peak RSS", "MiB", &[server.peak_rss_mib()]);
+        server.stop().await
+    }
+
+    async fn b(&self) -> anyhow::Result<()> {
+        let server = self.server("b").await?;
+        self.warm(&server).await?;
+        let (mut short, mut long) = (Vec::new(), Vec::new());
+        for _ in 0..self.opts.samples {
+            short.push(self.cpu_per_step(&server, 10).await?);
+        }
+        let rss_short = server.peak_rss_mib();
+        for _ in 0..self.opts.samples {
+            long.push(self.cpu_per_step(&server, self.opts.history).await?);
+        }
+        let rss_long = server.peak_rss_mib();
+        println!(
+            "\nB CPU per step by history (server process only; {} samples of {} runs × {} steps)",
+            self.opts.samples, self.opts.runs, self.opts.steps
+        );
+        row("CPU per step, 10 messages", "ms", &short);
+        row(
+            &format!("CPU per step, {} messages", self.opts.history),
+            "ms",
+            &long,
+        );
+        let ratio = summary(&long).0 / summary(&short).0.max(1e-9);
+        println!("{:<34} {ratio:>10.2}×", "ratio (medians)");
+        row("peak RSS after 10-message runs", "MiB", &[rss_short]);
+        row(
+            &format!("peak RSS after {}-message runs", self.opts.history),
+            "MiB",
+            &[rss_long],
+        );
+        server.stop().await
+    }
+
+    async fn c_sample(&self, n: usize) -> anyhow::Result<(f64, f64, f64, f64)> {
+        let server = self.server(&format!("c{n}")).await?;
+        self.warm(&server).await?;
+        let threads: Vec<String> = (0..self.opts.threads)
+            .map(|_| self.thread_id("c"))
+            .collect();
+        for t in &threads {
+            create_thread(&self.client, &server.base, t).await?;
+        }
+        let gate = Arc::new(tokio::sync::Semaphore::new(self.opts.concurrency.max(1)));
+        let steps = self.opts.thread_steps;
+        let cpu0 = server.cpu()?;
+        let wall = Instant::now();
+        let tasks: Vec<_> = threads
+            .into_iter()
+            .map(|t| {
+                let (client, base, gate) = (self.client.clone(), server.base.clone(), gate.clone());
+                tokio::spawn(async move {
+                    let _permit = gate.acquire_owned().await?;
+                    run(&client, &base, &t, steps).await
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await??;
+        }
+        let wall = wall.elapsed().as_secs_f64();
+        let cpu = server.cpu()?.saturating_sub(cpu0).as_secs_f64();
+        let total = (self.opts.threads * steps) as f64;
+        let rss = server.peak_rss_mib();
+        server.stop().await?;
+        Ok((wall, total / wall, rss, cpu * 1e3 / total))
+    }
+
+    async fn c(&self) -> anyhow::Result<()> {
+        let (mut wall, mut rate, mut rss, mut cpu) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for n in 0..self.opts.c_samples {
+            let s = self.c_sample(n).await?;
+            wall.push(s.0);
+            rate.push(s.1);
+            rss.push(s.2);
+            cpu.push(s.3);
+        }
+        println!(
+            "\nC {} threads × {} steps at once ({} in flight; {} samples, a fresh server each)",
+            self.opts.threads, self.opts.thread_steps, self.opts.concurrency, self.opts.c_samples
+        );
+        row("wall", "s", &wall);
+        row("steps/s", "", &rate);
+        row("server peak RSS", "MiB", &rss);
+        row("server CPU per step", "ms", &cpu);
+        Ok(())
+    }
+
+    async fn e(&self) -> anyhow::Result<()> {
+        let home = self.work.path().join("home-e");
+        let thread = self.thread_id("e");
+        // Before: the schema and the empty thread, after a clean stop.
+        let server = self.server("e").await?;
+        create_thread(&self.client, &server.base, &thread).await?;
+        server.stop().await?;
+        let before = db_bytes(&home)?;
+        let server = self.server("e").await?;
+        let steps = self.opts.steps.max(1);
+        let runs = self.opts.e_steps.div_ceil(steps);
+        for _ in 0..runs {
+            run(&self.client, &server.base, &thread, steps).await?;
+        }
+        let live = db_bytes(&home)?;
+        server.stop().await?;
+        let after = db_bytes(&home)?;
+        let total = (runs * steps) as f64;
+        println!(
+            "\nE SQLite bytes per step: one thread, {} steps in runs of {steps} (db + wal + shm)",
+            runs * steps
+        );
+        println!(
+            "{:<34} {:>10.0} B",
+            "growth per step after a clean stop",
+            after.saturating_sub(before) as f64 / total
+        );
+        println!(
+            "{:<34} {:>10.0} B",
+            "growth per step while running",
+            live.saturating_sub(before) as f64 / total
+        );
+        println!(
+            "{:<34} {:>10.2} MiB",
+            "database files",
+            after as f64 / 1048576.0
+        );
+        Ok(())
+    }
+}
+
+/// Bytes of every SQLite file under the data home (database, WAL, shared memory, journals).
+fn db_bytes(dir: &Path) -> anyhow::Result<u64> {
+    let mut total = 0;
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries {
+            let e = e?;
+            let meta = e.metadata()?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            if meta.is_dir() {
+                stack.push(e.path());
+            } else if [
+                ".db",
+                ".db-wal",
+                ".db-shm",
+                ".db-journal",
+                ".sqlite",
+                ".sqlite-wal",
+            ]
+            .iter()
+            .any(|s| name.ends_with(s))
+            {
+                total += meta.len();
+            }
+        }
+    }
+    Ok(total)
+}
+
+/// `--serve`: the workloads in `opts.workloads` (a1, b, c, e), one table each.
+pub fn run_all(opts: Opts) -> anyhow::Result<()> {
+    if !opts.antler.exists() {
+        bail!(
+            "{} not found: build it (cargo build --release -p antler-cli) or pass --antler PATH",
+            opts.antler.display()
+        );
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let (model_url, model) = start_model().await?;
+        let work = tempfile::tempdir()?;
+        std::fs::write(work.path().join("config.yaml"), config(&model_url))?;
+        let client = reqwest::Client::builder()
+            .pool_max_idle_per_host(opts.concurrency.max(opts.threads).max(1))
+            .timeout(Duration::from_secs(600))
+            .build()?;
+        println!(
+            "antler-bench --serve: {} (scripted model on 127.0.0.1, one bash call per step, SQLite)",
+            opts.antler.display()
+        );
+        let bench = Bench {
+            opts,
+            work,
+            client,
+            serial: AtomicU64::new(0),
+        };
+        for w in bench.opts.workloads.clone() {
+            match w.as_str() {
+                "a1" => bench.a1().await?,
+                "b" => bench.b().await?,
+                "c" => bench.c().await?,
+                "e" => bench.e().await?,
+                other => bail!("unknown workload {other:?} (a1, b, c, e)"),
+            }
+        }
+        println!(
+            "\n(model calls answered: {})",
+            model.calls.load(Ordering::Relaxed)
+        );
+        Ok(())
+    })
+}
