@@ -322,7 +322,8 @@ async fn run(
         json!({
             "assistant_id": "lead_agent",
             "input": {"messages": [{"type": "human", "content": format!("bench-steps={steps}")}]},
-            "config": {"recursion_limit": 4 * steps + 50},
+            // Every hook node counts as a superstep (about a dozen per tool round).
+            "config": {"recursion_limit": 16 * steps + 50},
         }),
     )
     .await?;
