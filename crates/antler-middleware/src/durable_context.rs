@@ -104,32 +104,7 @@ impl DurableContextMiddleware {
 // ---------------------------------------------------------------------------------------------
 
 /// POSIX path normalization (`//`, `.`, `..`), as `posixpath.normpath`.
-pub fn normpath(path: &str) -> String {
-    if path.is_empty() {
-        return ".".to_owned();
-    }
-    let absolute = path.starts_with('/');
-    let mut parts: Vec<&str> = Vec::new();
-    for seg in path.split('/') {
-        match seg {
-            "" | "." => {}
-            ".." => {
-                if parts.last().is_some_and(|p| *p != "..") {
-                    parts.pop();
-                } else if !absolute {
-                    parts.push("..");
-                }
-            }
-            s => parts.push(s),
-        }
-    }
-    let joined = parts.join("/");
-    match (absolute, joined.is_empty()) {
-        (true, _) => format!("/{joined}"),
-        (false, true) => ".".to_owned(),
-        (false, false) => joined,
-    }
-}
+pub use crate::posix::normalize_path as normpath;
 
 fn under_root(path: &str, root: &str) -> Option<String> {
     let p = normpath(path);

@@ -227,15 +227,16 @@ impl Middleware for SkillActivationMiddleware {
             .enumerate()
             .rev()
             .find(|(_, m)| m.is_real_user_message())
-            .and_then(|(i, m)| Some((i, m.as_human()?.clone())));
-        let Some((index, target)) = found else {
+            .and_then(|(i, m)| Some((i, m.as_human()?)));
+        let Some((index, human)) = found else {
             return next.run(req).await;
         };
-        let text = command_text(&target);
-        // The cheap test first: most turns are not slash commands.
+        let text = command_text(human);
+        // The cheap test first: most turns are not slash commands (and copy nothing).
         let Some((name, remaining)) = parse_slash(&text) else {
             return next.run(req).await;
         };
+        let target = human.clone();
         let key = run_key(&target, &text);
         if already_activated(&req.messages, index, &target)
             || req.run.get(&ACTIVATION_RUN).as_deref() == Some(key.as_str())
