@@ -225,6 +225,15 @@ impl App {
         self.memory.flush(None).await
     }
 
+    /// Before the process exits: fold the write-ahead log into the database file and truncate
+    /// it, so a stopped home holds its data in `antler.db` alone (the log otherwise stays at
+    /// its high-water mark, ~4 MiB, because background tasks keep the store open until exit).
+    pub async fn close_store(&self) {
+        if let Err(e) = self.store.checkpoint_wal().await {
+            tracing::warn!(error = %e, "could not checkpoint the write-ahead log at shutdown");
+        }
+    }
+
     /// Resolve a model by config name (`None` = the default). An unknown name is an error.
     pub fn model(
         &self,

@@ -640,6 +640,10 @@ pub fn run_all(opts: Opts) -> anyhow::Result<()> {
             "\n(model calls answered: {})",
             model.calls.load(Ordering::Relaxed)
         );
+        if std::env::var_os("ANTLER_BENCH_KEEP").is_some() {
+            // Profiling: leave the data homes behind to inspect with sqlite3.
+            println!("data homes kept in {}", bench.work.keep().display());
+        }
         Ok(())
     })
 }

@@ -446,6 +446,7 @@ async fn run(config_path: Option<&Path>, args: RunArgs) -> Result<u8, Failure> {
             outcome.run_id
         ));
     }
+    app.close_store().await;
     match args.output {
         OutputFormat::Text => {
             text_sink.finish();

@@ -104,5 +104,6 @@ pub(crate) async fn serve(config_path: Option<&Path>, args: &ServeArgs) -> Resul
     if !app.flush_memory().await {
         warn_user("memory: not every pending update was written before shutdown");
     }
+    app.close_store().await;
     Ok(exit::OK)
 }

@@ -717,3 +717,27 @@ fn ctrl_c_marks_the_run_interrupted_in_the_record_and_the_journal() {
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(out["status"], "success", "{out}");
 }
+
+#[test]
+fn a_finished_run_leaves_its_data_in_the_database_file_alone() {
+    let mock = mock();
+    let p = Project::new(&mock, BASH_ON);
+    let (code, out, stderr) = p.run_json(&["--thread-id", "folded", &format!("{TASK} go")]);
+    assert_eq!(code, 0, "{stderr}");
+    // The write-ahead log was folded into antler.db at exit: nothing is left in it …
+    let wal = p.home().join("antler.db-wal");
+    let wal_len = std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
+    assert_eq!(wal_len, 0, "{} still holds {wal_len} bytes", wal.display());
+    // … and a copy of the database file alone has the whole thread.
+    let copy = p.path().join("copy.db");
+    std::fs::copy(p.home().join("antler.db"), &copy).unwrap();
+    let rt = runtime();
+    let store = SqliteStore::open(&copy).unwrap();
+    let head = rt
+        .block_on(store.latest_checkpoint("folded"))
+        .unwrap()
+        .expect("a checkpoint in the copied file");
+    let answered = out["values"]["messages"].as_array().map_or(0, Vec::len);
+    assert!(answered > STEPS, "{out}");
+    assert_eq!(head.state.messages.len(), answered);
+}
