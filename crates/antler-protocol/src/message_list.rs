@@ -45,8 +45,10 @@ pub struct Messages {
     msgs: Arc<Vec<Arc<Message>>>,
     /// Stable position key of each message, parallel to `msgs`.
     ords: Vec<u64>,
-    /// id → index of the last message with that id.
+    /// id → index of the last message with that id (empty while `unindexed`).
     index: HashMap<Arc<str>, usize>,
+    /// A [`Messages::snapshot`]: no index; lookups scan and the first write rebuilds it.
+    unindexed: bool,
     next_ord: u64,
     changes: Vec<Change>,
 }
@@ -80,6 +82,7 @@ impl Messages {
             msgs: Arc::new(msgs),
             ords,
             index: HashMap::new(),
+            unindexed: false,
             next_ord,
             changes: Vec::new(),
         };
@@ -103,13 +106,30 @@ impl Messages {
             next_ord: msgs.len() as u64,
             msgs: Arc::new(msgs),
             index: HashMap::new(),
+            unindexed: false,
             changes: Vec::new(),
         };
         list.reindex();
         list
     }
 
+    /// A copy for reading only (a `values` event held for replay): it shares the list and
+    /// copies the position keys, but leaves out the id index and the change log. Holding a
+    /// clone of the whole list would make the live list's next write copy its index — a hash
+    /// insert per message, every superstep; this costs one `u64` per message, once.
+    pub fn snapshot(&self) -> Messages {
+        Messages {
+            msgs: self.msgs.clone(),
+            ords: self.ords.clone(),
+            index: HashMap::new(),
+            unindexed: true,
+            next_ord: self.next_ord,
+            changes: Vec::new(),
+        }
+    }
+
     fn reindex(&mut self) {
+        self.unindexed = false;
         self.index.clear();
         for (i, m) in self.msgs.iter().enumerate() {
             if let Some(id) = m.id() {
@@ -165,13 +185,16 @@ impl Messages {
     }
 
     pub fn by_id(&self, id: &str) -> Option<&Message> {
-        self.index
-            .get(id)
-            .and_then(|&i| self.msgs.get(i))
+        self.position(id)
+            .and_then(|i| self.msgs.get(i))
             .map(|m| m.as_ref())
     }
 
+    /// Index of the last message with `id`.
     pub fn position(&self, id: &str) -> Option<usize> {
+        if self.unindexed {
+            return self.msgs.iter().rposition(|m| m.id() == Some(id));
+        }
         self.index.get(id).copied()
     }
 
@@ -206,6 +229,9 @@ impl Messages {
     /// discards everything before it; a known id replaces in place; a `remove` of a known id
     /// drops every occurrence; removing an unknown id is an error and leaves the list untouched.
     pub fn add(&mut self, write: Vec<Message>) -> Result<(), AddMessagesError> {
+        if self.unindexed {
+            self.reindex();
+        }
         let mut write = write;
         for m in &mut write {
             if m.id().is_none() {

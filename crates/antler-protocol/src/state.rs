@@ -318,6 +318,47 @@ impl StateUpdate {
 }
 
 impl ThreadState {
+    /// A copy for a `values` event held for replay: the message list is shared and carries no
+    /// id index (see [`Messages::snapshot`]); every other channel is cloned. Holding it does
+    /// not make the live state's next write copy the whole state.
+    pub fn snapshot(&self) -> ThreadState {
+        // Destructured so that a new channel cannot be forgotten here.
+        let ThreadState {
+            messages,
+            title,
+            artifacts,
+            todos,
+            goal,
+            uploaded_files,
+            viewed_images,
+            thread_data,
+            sandbox,
+            summary_text,
+            promoted,
+            delegations,
+            skill_context,
+            background_tasks,
+            extensions,
+        } = self;
+        ThreadState {
+            messages: messages.snapshot(),
+            title: title.clone(),
+            artifacts: artifacts.clone(),
+            todos: todos.clone(),
+            goal: goal.clone(),
+            uploaded_files: uploaded_files.clone(),
+            viewed_images: viewed_images.clone(),
+            thread_data: thread_data.clone(),
+            sandbox: sandbox.clone(),
+            summary_text: summary_text.clone(),
+            promoted: promoted.clone(),
+            delegations: delegations.clone(),
+            skill_context: skill_context.clone(),
+            background_tasks: background_tasks.clone(),
+            extensions: extensions.clone(),
+        }
+    }
+
     /// Apply one write through the reducers. On error nothing is applied.
     pub fn apply(&mut self, update: StateUpdate) -> Result<(), ReducerError> {
         // Check the only fallible non-message reducer before touching anything.

@@ -386,3 +386,51 @@ proptest! {
         prop_assert_eq!(snapshot(&s), once);
     }
 }
+
+#[test]
+fn a_snapshot_reads_like_the_state_and_stays_as_it_was() {
+    let mut live = state_of(vec![
+        human("a", "one"),
+        human("b", "two"),
+        human("c", "three"),
+    ]);
+    live.title = Some("t".into());
+    live.messages.take_changes();
+    let snap = live.snapshot();
+    // Same JSON, same lookups, no change log of its own.
+    assert_eq!(
+        serde_json::to_value(&snap).unwrap(),
+        serde_json::to_value(&live).unwrap()
+    );
+    assert_eq!(snap.messages.position("c"), Some(2));
+    assert_eq!(
+        snap.messages.by_id("b").map(Message::text),
+        Some("two".into())
+    );
+    assert_eq!(snap.messages.position("zzz"), None);
+    assert_eq!(snap.messages.ords(), live.messages.ords());
+    assert!(snap.messages.pending_changes().is_empty());
+    // The live state moves on; the snapshot does not.
+    live.apply(StateUpdate::messages(vec![human("d", "four")]))
+        .unwrap();
+    live.apply(StateUpdate::messages(vec![human("b", "TWO")]))
+        .unwrap();
+    assert_eq!(ids(&snap), ["a", "b", "c"]);
+    assert_eq!(
+        snap.messages.by_id("b").map(Message::text),
+        Some("two".into())
+    );
+    assert_eq!(
+        live.messages.by_id("b").map(Message::text),
+        Some("TWO".into())
+    );
+    // A write to a snapshot rebuilds its index first: a known id still replaces in place.
+    let mut copy = snap.clone();
+    copy.apply(StateUpdate::messages(vec![human("b", "2")]))
+        .unwrap();
+    assert_eq!(ids(&copy), ["a", "b", "c"]);
+    assert_eq!(
+        copy.messages.by_id("b").map(Message::text),
+        Some("2".into())
+    );
+}

@@ -190,9 +190,13 @@ impl Emitter {
         })
     }
 
+    /// A `values` event: a snapshot that shares the messages, not the live state itself — a
+    /// consumer that holds it for replay would otherwise make the run's next write copy the
+    /// whole state (its message index included), every superstep.
     pub(crate) fn values(&self, state: &Arc<ThreadState>) {
         if self.modes.values {
-            self.sink.emit(StreamEvent::Values(state.clone()));
+            self.sink
+                .emit(StreamEvent::Values(Arc::new(state.snapshot())));
         }
     }
 

@@ -76,10 +76,10 @@ enum Payload {
 }
 
 /// Retained cost of a state snapshot held for replay: what it keeps alive once the run moved on
-/// (its own message index and pointer arrays; message bodies are shared with later states), not
-/// its serialized size.
+/// (its position keys and, after the run's next write, its own pointer array; a snapshot has no
+/// id index and message bodies are shared with later states), not its serialized size.
 fn snapshot_cost(state: &ThreadState) -> usize {
-    const PER_MESSAGE: usize = 64;
+    const PER_MESSAGE: usize = 16;
     512 + PER_MESSAGE * state.messages.len()
 }
 
