@@ -18,11 +18,7 @@ pub fn sandbox_settings(config: &Config, _home: &Path) -> SandboxSettings {
     let s = &config.sandbox;
     SandboxSettings {
         allow_host_bash: s.allow_host_bash,
-        confine: match s.confine {
-            antler_config::Confine::Auto => antler_sandbox::Confine::Auto,
-            antler_config::Confine::Off => antler_sandbox::Confine::Off,
-            antler_config::Confine::Required => antler_sandbox::Confine::Required,
-        },
+        confine: s.confine,
         bash_output_max_chars: s.bash_output_max_chars,
         read_file_output_max_chars: s.read_file_output_max_chars,
         ls_output_max_chars: s.ls_output_max_chars,
@@ -39,10 +35,7 @@ pub fn sandbox_settings(config: &Config, _home: &Path) -> SandboxSettings {
         // Set by App::open to the resolved skills root when it exists.
         skills_host_path: None,
         skills_container_path: config.skills.container_path.clone(),
-        network: match s.network {
-            antler_config::NetworkPolicy::Allow => antler_sandbox::Network::Allow,
-            antler_config::NetworkPolicy::Deny => antler_sandbox::Network::Deny,
-        },
+        network: s.network,
         limits: antler_sandbox::Limits {
             memory: s.limits.memory.map(|b| b.0),
             processes: s.limits.processes,

@@ -15,7 +15,7 @@ pub const LOCAL_SANDBOX_USE_LONG: &str =
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Confine {
-    /// Confine when the kernel supports it, run unconfined otherwise.
+    /// Confine when the kernel supports it; otherwise run unconfined and say so in the log.
     #[default]
     Auto,
     /// Never confine.
@@ -31,7 +31,8 @@ pub enum NetworkPolicy {
     /// The host's network (DeerFlow's local sandbox behaviour).
     #[default]
     Allow,
-    /// No network for bash and its children.
+    /// No network for bash and its children: a private network namespace (not even loopback)
+    /// where namespaces are available, and Landlock's TCP rules (bind/connect denied) in any case.
     Deny,
 }
 

@@ -147,17 +147,10 @@ impl Config {
                     .to_owned(),
             );
         }
-        let mut seen: HashMap<&str, usize> = HashMap::new();
+        let mut seen = FirstByName::default();
         for (index, model) in self.models.iter().enumerate() {
             let prefix = format!("models[{index}]");
-            if let Some(first) = seen.get(model.name.as_str()) {
-                warnings.push(format!(
-                    "{prefix}.name: '{}' repeats models[{first}]; the first entry wins",
-                    model.name
-                ));
-            } else {
-                seen.insert(&model.name, index);
-            }
+            seen.note("models", index, &model.name, warnings);
             if let Some(window) = model.context_window {
                 above(&format!("{prefix}.context_window"), window, 0)?;
             }
@@ -193,16 +186,9 @@ impl Config {
     }
 
     fn check_tools(&self, warnings: &mut Vec<String>) {
-        let mut seen: HashMap<&str, usize> = HashMap::new();
+        let mut seen = FirstByName::default();
         for (index, tool) in self.tools.iter().enumerate() {
-            if let Some(first) = seen.get(tool.name.as_str()) {
-                warnings.push(format!(
-                    "tools[{index}].name: '{}' repeats tools[{first}]; the first entry wins",
-                    tool.name
-                ));
-            } else {
-                seen.insert(&tool.name, index);
-            }
+            seen.note("tools", index, &tool.name, warnings);
         }
     }
 
@@ -499,5 +485,23 @@ impl Config {
             }
         }
         Ok(())
+    }
+}
+
+/// The first entry of a section to take each `name`; later ones are warned about (DeerFlow
+/// keeps the first).
+#[derive(Default)]
+struct FirstByName<'a>(HashMap<&'a str, usize>);
+
+impl<'a> FirstByName<'a> {
+    fn note(&mut self, section: &str, index: usize, name: &'a str, warnings: &mut Vec<String>) {
+        match self.0.get(name) {
+            Some(first) => warnings.push(format!(
+                "{section}[{index}].name: '{name}' repeats {section}[{first}]; the first entry wins"
+            )),
+            None => {
+                self.0.insert(name, index);
+            }
+        }
     }
 }

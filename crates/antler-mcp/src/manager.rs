@@ -444,16 +444,7 @@ impl Inner {
             Ok(tools)
         })
         .await
-        .map_err(|e| match e {
-            McpError::Timeout(d) => McpError::Start(
-                server.name.clone(),
-                format!(
-                    "no answer within session_init_timeout ({}s)",
-                    d.as_secs_f64()
-                ),
-            ),
-            other => other,
-        })
+        .map_err(|e| init_timeout_as_start(server, e))
     }
 
     /// The session a call of `server` in `scope` uses, started when there is none or it died.
@@ -485,16 +476,7 @@ impl Inner {
             connect(server, place, &self.http, auth),
         )
         .await
-        .map_err(|e| match e {
-            McpError::Timeout(d) => McpError::Start(
-                server.name.clone(),
-                format!(
-                    "no answer within session_init_timeout ({}s)",
-                    d.as_secs_f64()
-                ),
-            ),
-            other => other,
-        })?;
+        .map_err(|e| init_timeout_as_start(server, e))?;
         let session = Arc::new(session);
         *g = Some(session.clone());
         Ok(session)
@@ -627,5 +609,19 @@ impl Tool for McpTool {
                 Ok(ToolOutput::error(e.to_string()))
             }
         }
+    }
+}
+
+/// A session start that hit `session_init_timeout`, as the start failure of `server` it is.
+fn init_timeout_as_start(server: &ServerConfig, e: McpError) -> McpError {
+    match e {
+        McpError::Timeout(d) => McpError::Start(
+            server.name.clone(),
+            format!(
+                "no answer within session_init_timeout ({}s)",
+                d.as_secs_f64()
+            ),
+        ),
+        other => other,
     }
 }

@@ -8,30 +8,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-/// `sandbox.confine` (antler extension): Linux Landlock confinement of `bash`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Confine {
-    /// Confine when the kernel supports Landlock; otherwise run unconfined and say so in the log.
-    #[default]
-    Auto,
-    /// Never confine.
-    Off,
-    /// Refuse to run `bash` when confinement cannot be enforced.
-    Required,
-}
-
-/// `sandbox.network` (antler extension): whether bash and its children may use the network.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Network {
-    /// As DeerFlow's local sandbox: the host's network.
-    #[default]
-    Allow,
-    /// No network: a private network namespace (not even loopback) where namespaces are
-    /// available, and Landlock's TCP rules (bind/connect denied) in any case.
-    Deny,
-}
+// `sandbox.confine` and `sandbox.network` are the config's own enums, so the mapping from
+// `config.yaml` is a copy and the two cannot drift.
+pub use antler_config::{Confine, NetworkPolicy as Network};
 
 /// `sandbox.limits` (antler extension): resource caps on what one thread's bash may use. `None`
 /// means no cap. Memory and processes are enforced by a cgroup for the thread's sandbox when

@@ -91,6 +91,14 @@ impl Api {
         &self.client
     }
 
+    /// A `POST` of `body` as JSON to `{base}{path}`, the provider's auth still to add.
+    pub fn post_json(&self, base: &str, path: &str, body: &serde_json::Value) -> RequestBuilder {
+        self.client
+            .post(format!("{base}{path}"))
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .json(body)
+    }
+
     /// Send, read the body (bounded) and fail on a non-2xx status.
     pub async fn send(&self, req: RequestBuilder) -> Result<(HeaderMap, Vec<u8>), ApiError> {
         let resp = req.send().await.map_err(|e| self.transport(e))?;

@@ -42,15 +42,148 @@ fn parse(text: &str) -> Value {
 
 // ------------------------------------------------------------------ DuckDuckGo
 
+/// `template` with every `{{key}}` replaced by its value.
+fn fill(template: &str, vars: &[(&str, &str)]) -> String {
+    vars.iter().fold(template.to_owned(), |out, (key, value)| {
+        out.replace(&format!("{{{{{key}}}}}"), value)
+    })
+}
+
+fn fixture_text(name: &str) -> String {
+    String::from_utf8(fixture(name)).unwrap()
+}
+
+/// A result page of DuckDuckGo's HTML endpoint for `query`: the page chrome of
+/// `ddg-html-page.html` around `results` (cards and the "Next" form, or the no-result card).
+fn ddg_page(query: &str, results: &str) -> Vec<u8> {
+    fill(
+        &fixture_text("ddg-html-page.html"),
+        &[("query", query), ("results", results)],
+    )
+    .into_bytes()
+}
+
+/// One `ddg-html-result.html` card: `(href, title, site, snippet)`; `href` on duckduckgo.com's
+/// `y.js` makes it an ad card.
+fn ddg_cards(cards: &[(&str, &str, &str, &str)]) -> String {
+    let template = fixture_text("ddg-html-result.html");
+    cards
+        .iter()
+        .map(|&(href, title, site, snippet)| {
+            let ad = href.starts_with("https://duckduckgo.com/y.js");
+            let (kind, badge) = if ad {
+                (
+                    "result--ad  result--ad--small",
+                    "\n            <span class=\"badge--ad\">Ad</span>",
+                )
+            } else {
+                ("web-result ", "")
+            };
+            fill(
+                &template,
+                &[
+                    ("kind", kind),
+                    ("href", href),
+                    ("title", title),
+                    ("badge", badge),
+                    ("site", site),
+                    ("snippet", snippet),
+                ],
+            )
+        })
+        .collect()
+}
+
+/// The "Next" form of a result page, asking for offset `s`.
+fn ddg_next(query: &str, s: &str, dc: &str) -> String {
+    fill(
+        &fixture_text("ddg-html-next.html"),
+        &[("query", query), ("s", s), ("dc", dc)],
+    )
+}
+
+/// Page one of "rust async runtime": an ad, redirect and direct links, a "Next" form.
+fn ddg_results_page1() -> Vec<u8> {
+    let q = "rust async runtime";
+    let cards = ddg_cards(&[
+        (
+            "https://duckduckgo.com/y.js?ad_domain=example.com&amp;ad_provider=bingv7aa&amp;ad_type=txad&amp;u3=https%3A%2F%2Fwww.bing.com%2Faclick",
+            "Rust Training Courses - Learn Rust Fast",
+            "example.com",
+            "Official-looking ad copy.",
+        ),
+        (
+            "//duckduckgo.com/l/?uddg=https%3A%2F%2Ftokio.rs%2F&amp;rut=8f2a4c",
+            "Tokio - An asynchronous Rust runtime",
+            "tokio.rs",
+            "<b>Tokio</b> is an event-driven, non-blocking I/O platform for writing asynchronous applications with the <b>Rust</b> programming language.",
+        ),
+        (
+            "https://rust-lang.github.io/async-book/",
+            "Asynchronous Programming in Rust",
+            "rust-lang.github.io/async-book",
+            "This book aims to be a thorough guide to <b>asynchronous</b> programming in <b>Rust</b>, from beginner to advanced.",
+        ),
+        (
+            "//duckduckgo.com/l/?uddg=https%3A%2F%2Fdocs.rs%2Fasync-std%2Flatest%2Fasync_std%2F&amp;rut=8f2a4c",
+            "async_std - Rust",
+            "docs.rs/async-std/latest/async_std",
+            "Async version of the <b>Rust</b> standard library. async-std is a foundation of portable <b>Rust</b> software.",
+        ),
+    ]);
+    ddg_page(q, &format!("{cards}\n{}", ddg_next(q, "10", "11")))
+}
+
+/// Page two: a new result, a repeat of page one's tokio.rs, another new one.
+fn ddg_results_page2() -> Vec<u8> {
+    let q = "rust async runtime";
+    let cards = ddg_cards(&[
+        (
+            "//duckduckgo.com/l/?uddg=https%3A%2F%2Fgithub.com%2Fsmol-rs%2Fsmol&amp;rut=8f2a4c",
+            "GitHub - smol-rs/smol: A small and fast async runtime",
+            "github.com/smol-rs/smol",
+            "A small and fast <b>async runtime</b>. This crate simply re-exports other smaller async crates.",
+        ),
+        (
+            "//duckduckgo.com/l/?uddg=https%3A%2F%2Ftokio.rs%2F&amp;rut=8f2a4c",
+            "Tokio - An asynchronous Rust runtime",
+            "tokio.rs",
+            "duplicate of page one",
+        ),
+        (
+            "//duckduckgo.com/l/?uddg=https%3A%2F%2Fwithout.boats%2Fblog%2Fwhy-async-rust%2F&amp;rut=8f2a4c",
+            "Why async Rust?",
+            "without.boats/blog/why-async-rust",
+            "A history of the design of <b>async</b>/await in <b>Rust</b> &amp; its <b>runtime</b> model.",
+        ),
+    ]);
+    ddg_page(q, &format!("{cards}\n{}", ddg_next(q, "25", "26")))
+}
+
+/// The page DuckDuckGo answers when nothing matches: the `result--no-result` card.
+fn ddg_no_results_page() -> Vec<u8> {
+    ddg_page(
+        "zxqv nothing here",
+        r#"            <div class="result results_links results_links_deep result--no-result">
+          <div class="links_main links_deep result__body">
+          <div class="no-results">No  results.</div>
+          </div>
+        </div>
+
+
+"#,
+    )
+}
+
 #[tokio::test]
 async fn ddg_search_posts_the_html_form_and_follows_the_next_page() {
     let srv = Server::start(|seen| {
         let page = if seen.form().iter().any(|(k, v)| k == "s" && v == "10") {
-            "ddg-html-results-page2.html"
+            ddg_results_page2()
         } else {
-            "ddg-html-results.html"
+            ddg_results_page1()
         };
-        respond(200, "text/html; charset=UTF-8", fixture(page))
+        respond(200, "text/html; charset=UTF-8", page)
     })
     .await;
     let t = tool(
@@ -118,7 +251,7 @@ async fn ddg_search_posts_the_html_form_and_follows_the_next_page() {
 
 #[tokio::test]
 async fn ddg_config_max_results_wins_and_one_page_is_enough() {
-    let srv = Server::start(|_| respond(200, "text/html", fixture("ddg-html-results.html"))).await;
+    let srv = Server::start(|_| respond(200, "text/html", ddg_results_page1())).await;
     let t = tool(
         "deerflow.community.ddg_search.tools:web_search_tool",
         json!({"base_url": srv.url(), "max_results": 2}),
@@ -137,7 +270,7 @@ async fn ddg_config_max_results_wins_and_one_page_is_enough() {
 #[tokio::test]
 async fn ddg_no_results_bot_check_and_http_errors() {
     let srv = Server::start(|seen| match seen.form()[0].1.as_str() {
-        "nothing" => respond(200, "text/html", fixture("ddg-html-no-results.html")),
+        "nothing" => respond(200, "text/html", ddg_no_results_page()),
         "bot" => respond(202, "text/html", fixture("ddg-html-anomaly.html")),
         _ => respond(503, "text/html", "<h1>Service Unavailable</h1>"),
     })

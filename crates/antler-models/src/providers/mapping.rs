@@ -294,11 +294,29 @@ pub(crate) fn error_in_answer(
     error: Option<&Value>,
     text: impl FnOnce(&Value) -> String,
 ) -> Result<(), ModelError> {
+    error_present(error, text, |t| {
+        ModelError::Decode(format!("provider answered 2xx with an error: {t}"))
+    })
+}
+
+/// A stream chunk's `error` (described by `text`), as a [`ModelError::Stream`].
+pub(crate) fn error_mid_stream(
+    error: Option<&Value>,
+    text: impl FnOnce(&Value) -> String,
+) -> Result<(), ModelError> {
+    error_present(error, text, |t| {
+        ModelError::Stream(format!("provider sent an error mid-stream: {t}"))
+    })
+}
+
+/// `Err(wrap(text(error)))` when `error` is there and not `null`.
+fn error_present(
+    error: Option<&Value>,
+    text: impl FnOnce(&Value) -> String,
+    wrap: impl FnOnce(String) -> ModelError,
+) -> Result<(), ModelError> {
     match error.filter(|e| !e.is_null()) {
-        Some(e) => Err(ModelError::Decode(format!(
-            "provider answered 2xx with an error: {}",
-            text(e)
-        ))),
+        Some(e) => Err(wrap(text(e))),
         None => Ok(()),
     }
 }
@@ -310,20 +328,6 @@ pub(crate) fn check_kind(field: &str, got: Option<&str>, expected: &str) -> Resu
             "response has {field} '{kind}', expected '{expected}'"
         ))),
         _ => Ok(()),
-    }
-}
-
-/// A stream chunk's `error` (described by `text`), as a [`ModelError::Stream`].
-pub(crate) fn error_mid_stream(
-    error: Option<&Value>,
-    text: impl FnOnce(&Value) -> String,
-) -> Result<(), ModelError> {
-    match error.filter(|e| !e.is_null()) {
-        Some(e) => Err(ModelError::Stream(format!(
-            "provider sent an error mid-stream: {}",
-            text(e)
-        ))),
-        None => Ok(()),
     }
 }
 

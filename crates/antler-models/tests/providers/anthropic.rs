@@ -15,8 +15,9 @@ use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 
 use crate::common::{
-    anthropic_usage as usage, assert_fragments_rebuild, both, obj, path_tool as tool, reasoning_of,
-    stream, text_of, without_provider_id, Anthropic, Call, Vendor, MESSAGE_ID,
+    answer, anthropic_usage as usage, assert_fragments_rebuild, assert_post, both, obj,
+    path_tool as tool, reasoning_of, stream, text_of, without_provider_id, Anthropic, Call, Vendor,
+    MESSAGE_ID,
 };
 
 const MODEL: &str = Anthropic::MODEL;
@@ -49,10 +50,7 @@ async fn text_reply_without_streaming() {
     );
 
     let req = mock.last_request().unwrap();
-    assert_eq!(
-        (req.method.as_str(), req.path.as_str()),
-        ("POST", "/v1/messages")
-    );
+    assert_post(&req, "/v1/messages");
     assert_eq!(req.header("x-api-key"), Some("sk-ant-test"));
     assert_eq!(req.header("anthropic-version"), Some("2023-06-01"));
     assert_eq!(req.header("content-type"), Some("application/json"));
@@ -83,11 +81,7 @@ async fn tool_use_round_trip_groups_results_and_flags_errors() {
         let model = Anthropic::model(&mock);
         let mut call = Call::user("look");
         call.tools = vec![tool("ls"), tool("read_file")];
-        let first = if streaming {
-            stream(&model, &call).await.0.unwrap()
-        } else {
-            model.invoke(call.req()).await.unwrap()
-        };
+        let first = answer(&model, &call, streaming).await.0;
         assert_eq!(first.finish_reason(), Some("tool_calls"));
         assert_eq!(first.response_metadata["stop_reason"], json!("tool_use"));
         assert_eq!(

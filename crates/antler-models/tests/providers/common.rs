@@ -15,12 +15,28 @@ use antler_protocol::{
 };
 use antler_test_support::{
     anthropic_error, gemini_error, ollama_error, openai_error, AnthropicReply, AnthropicWire,
-    GeminiReply, GeminiWire, MockReply, MockServer, MockWire, OllamaReply, OllamaWire, OpenAiWire,
-    Reply, ResponsesReply, ResponsesWire,
+    GeminiReply, GeminiWire, MockReply, MockRequest, MockServer, MockWire, OllamaReply, OllamaWire,
+    OpenAiWire, Reply, ResponsesReply, ResponsesWire,
 };
 use serde_json::{json, Value};
 
 pub const MESSAGE_ID: &str = "lc_run--test-1";
+
+/// The "Hello there." answer of the text-reply tests, with `metadata` and `usage`.
+pub fn hello_there(metadata: Value, usage: UsageMetadata) -> AiMessage {
+    AiMessage {
+        content: "Hello there.".into(),
+        response_metadata: obj(metadata),
+        id: Some(MESSAGE_ID.into()),
+        usage_metadata: Some(usage),
+        ..Default::default()
+    }
+}
+
+/// `req` was a `POST` to `path`.
+pub fn assert_post(req: &MockRequest, path: &str) {
+    assert_eq!((req.method.as_str(), req.path.as_str()), ("POST", path));
+}
 
 pub fn secs(n: u64) -> std::time::Duration {
     std::time::Duration::from_secs(n)
@@ -78,6 +94,20 @@ pub async fn stream<W: WireFormat>(
     let mut sink = |c: AiMessageChunk| chunks.push(c);
     let res = model.stream(call.req(), &mut sink).await;
     (res, chunks)
+}
+
+/// One answer to `call`: streamed (with every chunk the sink received) or invoked (no chunks).
+pub async fn answer<W: WireFormat>(
+    model: &HttpChatModel<W>,
+    call: &Call,
+    streaming: bool,
+) -> (AiMessage, Vec<AiMessageChunk>) {
+    if streaming {
+        let (res, chunks) = stream(model, call).await;
+        (res.unwrap(), chunks)
+    } else {
+        (model.invoke(call.req()).await.unwrap(), Vec::new())
+    }
 }
 
 /// Invoke and stream the same call (the mock needs two replies queued); both results.

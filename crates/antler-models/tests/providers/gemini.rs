@@ -15,8 +15,8 @@ use pretty_assertions::assert_eq;
 use serde_json::json;
 
 use crate::common::{
-    both, obj, path_tool, reasoning_of, stream, text_of, without_provider_id, Call, Gemini, Vendor,
-    MESSAGE_ID,
+    answer, assert_post, both, hello_there, obj, path_tool, reasoning_of, stream, text_of,
+    without_provider_id, Call, Gemini, Vendor,
 };
 
 const MODEL: &str = Gemini::MODEL;
@@ -47,24 +47,18 @@ async fn text_reply_request_shape_and_key_header() {
     let msg = model.invoke(call.req()).await.unwrap();
     assert_eq!(
         msg,
-        AiMessage {
-            content: "Hello there.".into(),
-            response_metadata: obj(json!({
+        hello_there(
+            json!({
                 "finish_reason": "STOP",
                 "model_name": MODEL,
                 "id": "resp-mock-1",
                 "model_version": "gemini-mock-001",
-            })),
-            id: Some(MESSAGE_ID.into()),
-            usage_metadata: Some(UsageMetadata::new(12, 4)),
-            ..Default::default()
-        }
+            }),
+            UsageMetadata::new(12, 4)
+        )
     );
     let req = mock.last_request().unwrap();
-    assert_eq!(
-        (req.method.as_str(), req.path.as_str()),
-        ("POST", "/v1beta/models/gemini-test:generateContent")
-    );
+    assert_post(&req, "/v1beta/models/gemini-test:generateContent");
     assert_eq!(req.header("x-goog-api-key"), Some(Gemini::API_KEY));
     assert_eq!(req.header("authorization"), None);
     assert_eq!(
@@ -104,12 +98,7 @@ async fn function_calls_round_trip_with_signatures_and_named_responses() {
         let model = Gemini::model(&mock);
         let mut call = Call::user("look");
         call.tools = vec![tool("ls"), tool("read_file")];
-        let (first, chunks) = if streaming {
-            let (res, chunks) = stream(&model, &call).await;
-            (res.unwrap(), chunks)
-        } else {
-            (model.invoke(call.req()).await.unwrap(), Vec::new())
-        };
+        let (first, chunks) = answer(&model, &call, streaming).await;
         assert_eq!(first.finish_reason(), Some("STOP"));
         assert_eq!(first.content, Content::Text("Checking both.".into()));
         let names: Vec<_> = first.tool_calls.iter().map(|c| c.name.as_str()).collect();

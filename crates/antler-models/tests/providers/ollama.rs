@@ -7,13 +7,14 @@ use std::sync::Arc;
 
 use antler_models::providers::ollama::OllamaModel;
 use antler_models::ChatModel;
-use antler_protocol::{AiMessage, Content, InvalidToolCall, Message, ToolMessage, UsageMetadata};
+use antler_protocol::{Content, InvalidToolCall, Message, ToolMessage, UsageMetadata};
 use antler_test_support::{MockOllama, OllamaReply, OllamaToolCall};
 use pretty_assertions::assert_eq;
 use serde_json::json;
 
 use crate::common::{
-    both, obj, path_tool as tool, reasoning_of, stream, text_of, Call, Ollama, Vendor, MESSAGE_ID,
+    answer, assert_post, both, hello_there, obj, path_tool as tool, reasoning_of, stream, text_of,
+    Call, Ollama, Vendor,
 };
 
 const MODEL: &str = Ollama::MODEL;
@@ -41,9 +42,8 @@ async fn text_reply_request_shape_and_options() {
         .unwrap();
     assert_eq!(
         msg,
-        AiMessage {
-            content: "Hello there.".into(),
-            response_metadata: obj(json!({
+        hello_there(
+            json!({
                 "finish_reason": "stop",
                 "model_name": MODEL,
                 "done_reason": "stop",
@@ -52,17 +52,12 @@ async fn text_reply_request_shape_and_options() {
                 "load_duration": 100_000,
                 "prompt_eval_duration": 200_000,
                 "eval_duration": 700_000,
-            })),
-            id: Some(MESSAGE_ID.into()),
-            usage_metadata: Some(UsageMetadata::new(12, 4)),
-            ..Default::default()
-        }
+            }),
+            UsageMetadata::new(12, 4)
+        )
     );
     let req = mock.last_request().unwrap();
-    assert_eq!(
-        (req.method.as_str(), req.path.as_str()),
-        ("POST", "/api/chat")
-    );
+    assert_post(&req, "/api/chat");
     assert_eq!(req.header("authorization"), None);
     assert_eq!(
         req.body,
@@ -95,12 +90,7 @@ async fn tool_calls_round_trip_with_object_arguments_and_tool_names() {
         let model = Ollama::model(&mock);
         let mut call = Call::user("look");
         call.tools = vec![tool("ls"), tool("read_file")];
-        let (first, chunks) = if streaming {
-            let (res, chunks) = stream(&model, &call).await;
-            (res.unwrap(), chunks)
-        } else {
-            (model.invoke(call.req()).await.unwrap(), Vec::new())
-        };
+        let (first, chunks) = answer(&model, &call, streaming).await;
         assert_eq!(first.finish_reason(), Some("tool_calls"));
         assert_eq!(first.response_metadata["done_reason"], "stop");
         let names: Vec<_> = first.tool_calls.iter().map(|c| c.name.as_str()).collect();

@@ -11,8 +11,8 @@ use pretty_assertions::assert_eq;
 use serde_json::json;
 
 use crate::common::{
-    assert_fragments_rebuild, both, obj, path_tool as tool, reasoning_of, stream, text_of,
-    without_provider_id, Call, Responses, Vendor, MESSAGE_ID,
+    answer, assert_fragments_rebuild, assert_post, both, hello_there, obj, path_tool as tool,
+    reasoning_of, stream, text_of, without_provider_id, Call, Responses, Vendor,
 };
 
 const MODEL: &str = Responses::MODEL;
@@ -33,24 +33,18 @@ async fn text_reply_request_shape() {
         .unwrap();
     assert_eq!(
         msg,
-        AiMessage {
-            content: "Hello there.".into(),
-            response_metadata: obj(json!({
+        hello_there(
+            json!({
                 "finish_reason": "stop",
                 "model_name": MODEL,
                 "id": "resp_mock_1",
                 "status": "completed",
-            })),
-            id: Some(MESSAGE_ID.into()),
-            usage_metadata: Some(Responses::usage(12, 4)),
-            ..Default::default()
-        }
+            }),
+            Responses::usage(12, 4)
+        )
     );
     let req = mock.last_request().unwrap();
-    assert_eq!(
-        (req.method.as_str(), req.path.as_str()),
-        ("POST", "/v1/responses")
-    );
+    assert_post(&req, "/v1/responses");
     assert_eq!(req.header("authorization"), Some("Bearer sk-test"));
     assert_eq!(
         req.body,
@@ -82,12 +76,7 @@ async fn function_calls_round_trip_paired_by_call_id() {
         let model = Responses::model(&mock);
         let mut call = Call::user("look");
         call.tools = vec![tool("ls"), tool("read_file")];
-        let (first, chunks) = if streaming {
-            let (res, chunks) = stream(&model, &call).await;
-            (res.unwrap(), chunks)
-        } else {
-            (model.invoke(call.req()).await.unwrap(), Vec::new())
-        };
+        let (first, chunks) = answer(&model, &call, streaming).await;
         if streaming {
             assert_fragments_rebuild(&chunks, &[json!({"path": "/mnt"}), json!({"path": "/x"})]);
             assert_eq!(text_of(&chunks), "Checking both.");

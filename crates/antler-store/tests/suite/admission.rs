@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use antler_store::runs::{ORPHANED, ROLLED_BACK};
 use antler_store::{
-    Admission, AdmitOptions, EventQuery, Heartbeat, LeaseOwner, MultitaskStrategy, RunFinish,
-    RunRecord, RunStatus, StoreError,
+    Admission, AdmitOptions, AdmitOutcome, EventQuery, Heartbeat, LeaseOwner, MultitaskStrategy,
+    RunFinish, RunRecord, RunStatus, SqliteStore, StoreError,
 };
 use pretty_assertions::assert_eq;
 use serde_json::json;
@@ -14,6 +14,11 @@ use super::temp_store;
 
 fn opts(strategy: MultitaskStrategy) -> AdmitOptions {
     AdmitOptions::new(strategy)
+}
+
+/// Admit `run` with `strategy` and the default options; the admission itself must not fail.
+async fn admit(store: &SqliteStore, run: RunRecord, strategy: MultitaskStrategy) -> AdmitOutcome {
+    store.admit_run(run, opts(strategy)).await.unwrap()
 }
 
 fn started(a: Admission) -> RunRecord {
@@ -40,13 +45,12 @@ fn far_future() -> i64 {
 #[tokio::test]
 async fn a_free_thread_starts_the_run_under_a_lease() {
     let (_d, store) = temp_store();
-    let out = store
-        .admit_run(
-            RunRecord::new("r1", "t", "lead_agent"),
-            opts(MultitaskStrategy::Reject),
-        )
-        .await
-        .unwrap();
+    let out = admit(
+        &store,
+        RunRecord::new("r1", "t", "lead_agent"),
+        MultitaskStrategy::Reject,
+    )
+    .await;
     assert!(out.displaced.is_empty() && out.reclaimed.is_empty());
     let run = started(out.admission);
     assert_eq!(run.status, RunStatus::Running);
@@ -59,53 +63,48 @@ async fn a_free_thread_starts_the_run_under_a_lease() {
 #[tokio::test]
 async fn reject_refuses_a_second_run_and_writes_nothing() {
     let (_d, store) = temp_store();
-    store
-        .admit_run(
-            RunRecord::new("r1", "t", "a"),
-            opts(MultitaskStrategy::Reject),
-        )
-        .await
-        .unwrap();
-    let out = store
-        .admit_run(
-            RunRecord::new("r2", "t", "a"),
-            opts(MultitaskStrategy::Reject),
-        )
-        .await
-        .unwrap();
+    admit(
+        &store,
+        RunRecord::new("r1", "t", "a"),
+        MultitaskStrategy::Reject,
+    )
+    .await;
+    let out = admit(
+        &store,
+        RunRecord::new("r2", "t", "a"),
+        MultitaskStrategy::Reject,
+    )
+    .await;
     match out.admission {
         Admission::Rejected { active } => assert_eq!(active.run_id, "r1"),
         other => panic!("{other:?}"),
     }
     assert_eq!(store.get_run("r2").await.unwrap(), None);
     // Another thread is unaffected.
-    let other = store
-        .admit_run(
-            RunRecord::new("r3", "u", "a"),
-            opts(MultitaskStrategy::Reject),
-        )
-        .await
-        .unwrap();
+    let other = admit(
+        &store,
+        RunRecord::new("r3", "u", "a"),
+        MultitaskStrategy::Reject,
+    )
+    .await;
     started(other.admission);
 }
 
 #[tokio::test]
 async fn interrupt_stops_the_old_run_and_starts_the_new_one_atomically() {
     let (_d, store) = temp_store();
-    store
-        .admit_run(
-            RunRecord::new("r1", "t", "a"),
-            opts(MultitaskStrategy::Reject),
-        )
-        .await
-        .unwrap();
-    let out = store
-        .admit_run(
-            RunRecord::new("r2", "t", "a"),
-            opts(MultitaskStrategy::Interrupt),
-        )
-        .await
-        .unwrap();
+    admit(
+        &store,
+        RunRecord::new("r1", "t", "a"),
+        MultitaskStrategy::Reject,
+    )
+    .await;
+    let out = admit(
+        &store,
+        RunRecord::new("r2", "t", "a"),
+        MultitaskStrategy::Interrupt,
+    )
+    .await;
     let new = started(out.admission);
     assert_eq!(new.multitask_strategy, "interrupt");
     assert_eq!(out.displaced.len(), 1);
@@ -145,13 +144,12 @@ async fn rollback_marks_the_old_run_error() {
         .admit_run(first, opts(MultitaskStrategy::Reject))
         .await
         .unwrap();
-    let out = store
-        .admit_run(
-            RunRecord::new("r2", "t", "a"),
-            opts(MultitaskStrategy::Rollback),
-        )
-        .await
-        .unwrap();
+    let out = admit(
+        &store,
+        RunRecord::new("r2", "t", "a"),
+        MultitaskStrategy::Rollback,
+    )
+    .await;
     started(out.admission);
     // The caller finds the rollback point on the displaced run.
     assert_eq!(
@@ -170,13 +168,12 @@ async fn enqueue_waits_its_turn_in_order() {
     let (_d, store) = temp_store();
     let owner = LeaseOwner::current();
     let lease = Duration::from_secs(30);
-    store
-        .admit_run(
-            RunRecord::new("r1", "t", "a"),
-            opts(MultitaskStrategy::Reject),
-        )
-        .await
-        .unwrap();
+    admit(
+        &store,
+        RunRecord::new("r1", "t", "a"),
+        MultitaskStrategy::Reject,
+    )
+    .await;
     for id in ["r2", "r3"] {
         let out = store
             .admit_run(
@@ -219,13 +216,12 @@ async fn a_dead_owner_is_reclaimed_at_admission_and_journaled() {
     store.create_run(orphan).await.unwrap();
     assert!(!dead_owner().is_alive());
 
-    let out = store
-        .admit_run(
-            RunRecord::new("next", "t", "a"),
-            opts(MultitaskStrategy::Reject),
-        )
-        .await
-        .unwrap();
+    let out = admit(
+        &store,
+        RunRecord::new("next", "t", "a"),
+        MultitaskStrategy::Reject,
+    )
+    .await;
     started(out.admission);
     assert_eq!(out.reclaimed.len(), 1);
     let old = store.get_run("crashed").await.unwrap().unwrap();
@@ -315,35 +311,32 @@ async fn reclaim_marks_only_runs_nobody_drives() {
         .is_empty());
     // A lease-less run idle for long is reclaimed by admission on its own thread; a fresh one
     // still holds its thread.
-    let out = store
-        .admit_run(
-            RunRecord::new("after-legacy", "t5", "a"),
-            opts(MultitaskStrategy::Reject),
-        )
-        .await
-        .unwrap();
+    let out = admit(
+        &store,
+        RunRecord::new("after-legacy", "t5", "a"),
+        MultitaskStrategy::Reject,
+    )
+    .await;
     assert_eq!(out.reclaimed.len(), 1);
     started(out.admission);
-    let out = store
-        .admit_run(
-            RunRecord::new("blocked", "t6", "a"),
-            opts(MultitaskStrategy::Reject),
-        )
-        .await
-        .unwrap();
+    let out = admit(
+        &store,
+        RunRecord::new("blocked", "t6", "a"),
+        MultitaskStrategy::Reject,
+    )
+    .await;
     assert!(matches!(out.admission, Admission::Rejected { .. }));
 }
 
 #[tokio::test]
 async fn heartbeat_and_finish_belong_to_the_lease_holder() {
     let (_d, store) = temp_store();
-    let out = store
-        .admit_run(
-            RunRecord::new("r1", "t", "a"),
-            opts(MultitaskStrategy::Reject),
-        )
-        .await
-        .unwrap();
+    let out = admit(
+        &store,
+        RunRecord::new("r1", "t", "a"),
+        MultitaskStrategy::Reject,
+    )
+    .await;
     let before = started(out.admission).lease_expires_at.unwrap();
     let me = LeaseOwner::current();
     assert_eq!(
@@ -400,14 +393,13 @@ async fn heartbeat_and_finish_belong_to_the_lease_holder() {
     assert!(done.ended_at.is_some() && done.lease_expires_at.is_none());
     // Finished: the thread is free again.
     started(
-        store
-            .admit_run(
-                RunRecord::new("r2", "t", "a"),
-                opts(MultitaskStrategy::Reject),
-            )
-            .await
-            .unwrap()
-            .admission,
+        admit(
+            &store,
+            RunRecord::new("r2", "t", "a"),
+            MultitaskStrategy::Reject,
+        )
+        .await
+        .admission,
     );
 }
 

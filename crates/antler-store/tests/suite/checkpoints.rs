@@ -8,7 +8,7 @@ use antler_store::{SqliteStore, StoreError};
 use pretty_assertions::assert_eq;
 use proptest::prelude::*;
 
-use super::{meta, msg, temp_store, ThreadWriter};
+use super::{latest_message_count, meta, msg, temp_store, ThreadWriter};
 
 /// Whole-state equality plus the stored position keys.
 fn assert_same(loaded: &ThreadState, expected: &ThreadState, what: &str) {
@@ -430,17 +430,7 @@ async fn step_bytes(store: &SqliteStore, history: usize) -> u64 {
         w.commit(store, &mut state).await;
         worst = worst.max(store.stats().checkpoint_bytes - before);
     }
-    assert_eq!(
-        store
-            .latest(&thread)
-            .await
-            .unwrap()
-            .unwrap()
-            .state
-            .messages
-            .len(),
-        history + 3
-    );
+    assert_eq!(latest_message_count(store, &thread).await, history + 3);
     worst
 }
 

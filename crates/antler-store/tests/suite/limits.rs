@@ -6,7 +6,7 @@ use antler_store::{
 };
 use serde_json::json;
 
-use super::{msg, temp_store, ThreadWriter};
+use super::{default_memory_revision, msg, temp_store, ThreadWriter};
 
 fn big_event(run: &str, i: usize) -> NewRunEvent {
     NewRunEvent::new(
@@ -22,11 +22,7 @@ async fn counts(store: &SqliteStore) -> (u64, usize, i64) {
     (
         store.count_run_messages("t").await.unwrap(),
         store.list_runs("t", 100).await.unwrap().len(),
-        store
-            .load_memory("u", "__default__")
-            .await
-            .unwrap()
-            .revision,
+        default_memory_revision(store, "u").await,
     )
 }
 

@@ -4,7 +4,7 @@ use antler_store::{MemoryChange, MemorySave, StoreError};
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 
-use super::temp_store;
+use super::{default_memory_revision, temp_store};
 
 fn fact(id: &str, content: &str) -> Value {
     json!({"id": id, "content": content, "category": "preference", "confidence": 0.9})
@@ -129,14 +129,7 @@ async fn bad_fact_ids_are_refused_before_writing() {
         .await
         .unwrap_err();
     assert!(matches!(err, StoreError::Encode { .. }), "{err}");
-    assert_eq!(
-        store
-            .load_memory("u", "__default__")
-            .await
-            .unwrap()
-            .revision,
-        0
-    );
+    assert_eq!(default_memory_revision(&store, "u").await, 0);
 }
 
 #[tokio::test]

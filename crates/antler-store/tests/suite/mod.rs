@@ -32,6 +32,21 @@ pub fn meta(thread: &str, id: &str, parent: Option<&str>, step: i64) -> Checkpoi
     }
 }
 
+/// How many messages the thread's latest checkpoint holds (it must have one).
+pub async fn latest_message_count(store: &SqliteStore, thread: &str) -> usize {
+    let latest = store.latest(thread).await.unwrap().unwrap();
+    latest.state.messages.len()
+}
+
+/// The revision of `user`'s memory for the default agent.
+pub async fn default_memory_revision(store: &SqliteStore, user: &str) -> i64 {
+    store
+        .load_memory(user, "__default__")
+        .await
+        .unwrap()
+        .revision
+}
+
 /// A message with a fixed id.
 pub fn msg(id: &str, text: &str) -> Message {
     let mut m = Message::human(text);

@@ -9,7 +9,7 @@ use antler_store::{
 use pretty_assertions::assert_eq;
 use serde_json::json;
 
-use super::{msg, temp_store, ThreadWriter};
+use super::{latest_message_count, msg, temp_store, ThreadWriter};
 
 fn ids(threads: &[ThreadRecord]) -> Vec<&str> {
     threads.iter().map(|t| t.thread_id.as_str()).collect()
@@ -138,17 +138,7 @@ async fn delete_thread_removes_checkpoints_and_runs() {
     assert!(!store.delete_thread("t").await.unwrap());
 
     assert!(store.get_thread("keep").await.unwrap().is_some());
-    assert_eq!(
-        store
-            .latest("keep")
-            .await
-            .unwrap()
-            .unwrap()
-            .state
-            .messages
-            .len(),
-        3
-    );
+    assert_eq!(latest_message_count(&store, "keep").await, 3);
     assert_eq!(store.list_runs("keep", 10).await.unwrap().len(), 1);
 }
 

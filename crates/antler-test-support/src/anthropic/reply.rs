@@ -6,6 +6,7 @@
 use serde_json::{json, Value};
 
 use super::AnthropicReply;
+pub(crate) use crate::mock::IdRender as Render;
 use crate::mock::{estimated_tokens, split_even, split_text};
 
 /// One content block of a scripted answer.
@@ -303,31 +304,13 @@ impl AnthropicReply {
     /// The answer as a complete `message` object (`None` for errors, raw bodies and hangs).
     pub fn message(&self, model: &str) -> Option<Value> {
         self.answer_ref()
-            .map(|a| a.message_json(&Render::standalone(model)))
+            .map(|a| a.message_json(&Render::standalone("msg_mock", model)))
     }
 
     /// The answer as stream events, `ping` included (`None` for errors, raw bodies and hangs).
     pub fn events(&self, model: &str) -> Option<Vec<Value>> {
         self.answer_ref()
-            .map(|a| a.events_json(&Render::standalone(model)))
-    }
-}
-
-/// Per-answer values of the wire objects.
-pub struct Render {
-    pub(crate) id: String,
-    pub(crate) model: String,
-    /// Size of the request's `system` and `messages`, for the usage estimate.
-    pub(crate) prompt_bytes: usize,
-}
-
-impl Render {
-    fn standalone(model: &str) -> Self {
-        Render {
-            id: "msg_mock".into(),
-            model: model.into(),
-            prompt_bytes: 0,
-        }
+            .map(|a| a.events_json(&Render::standalone("msg_mock", model)))
     }
 }
 

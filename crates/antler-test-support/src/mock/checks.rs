@@ -59,3 +59,16 @@ pub(crate) fn prompt_bytes(request: &Value, keys: &[&str]) -> usize {
         .map(|v| v.to_string().len())
         .sum()
 }
+
+/// `found` holds exactly one problem per `expected` piece, in order, each containing its piece.
+#[cfg(test)]
+#[allow(clippy::panic)]
+pub(crate) fn assert_problems(found: &[String], expected: &[&str]) {
+    assert_eq!(found.len(), expected.len(), "{found:#?}");
+    for (i, (problem, piece)) in found.iter().zip(expected).enumerate() {
+        assert!(
+            problem.contains(piece),
+            "problem {i}: {problem:?} does not contain {piece:?}"
+        );
+    }
+}

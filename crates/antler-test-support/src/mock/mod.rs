@@ -29,9 +29,11 @@ mod checks;
 mod reply;
 mod wire;
 
+#[cfg(test)]
+pub(crate) use checks::assert_problems;
 pub(crate) use checks::{prompt_bytes, request_messages, request_model, CallIds};
 pub use reply::Reply;
-pub(crate) use reply::{estimated_tokens, split_even, split_text};
+pub(crate) use reply::{estimated_tokens, split_even, split_text, IdRender};
 pub use wire::{Failure, MockWire, Route};
 
 use reply::ReplyBody;

@@ -211,6 +211,25 @@ pub(crate) fn estimated_tokens(bytes: usize) -> u64 {
     (bytes as u64 / 4).max(1)
 }
 
+/// Per-answer values of the wires whose objects carry an id and the model (Anthropic, Responses).
+pub struct IdRender {
+    pub(crate) id: String,
+    pub(crate) model: String,
+    /// Size of the request's prompt fields, for the usage estimate.
+    pub(crate) prompt_bytes: usize,
+}
+
+impl IdRender {
+    /// The values of an answer rendered outside a server (no request to size).
+    pub(crate) fn standalone(id: &str, model: &str) -> Self {
+        IdRender {
+            id: id.into(),
+            model: model.into(),
+            prompt_bytes: 0,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -113,6 +113,8 @@ mod tests {
 
     use serde_json::json;
 
+    use crate::mock::assert_problems;
+
     use super::ollama_violations;
 
     fn call(name: &str) -> serde_json::Value {
@@ -145,11 +147,15 @@ mod tests {
             {"role": "tool", "content": "?", "tool_name": "zzz"},
         ]});
         let v = ollama_violations(&body);
-        assert_eq!(v.len(), 5, "{v:#?}");
-        assert!(v[0].contains("cannot unmarshal array"));
-        assert!(v[1].contains("illegal base64"));
-        assert!(v[2].contains("api.ToolCallFunctionArguments"));
-        assert!(v[3].contains("tool call `b` has no tool message before messages[3]"));
-        assert!(v[4].contains("`zzz` does not answer"));
+        assert_problems(
+            &v,
+            &[
+                "cannot unmarshal array",
+                "illegal base64",
+                "api.ToolCallFunctionArguments",
+                "tool call `b` has no tool message before messages[3]",
+                "`zzz` does not answer",
+            ],
+        );
     }
 }

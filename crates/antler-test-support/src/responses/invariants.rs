@@ -116,6 +116,8 @@ mod tests {
 
     use serde_json::json;
 
+    use crate::mock::assert_problems;
+
     use super::responses_violations;
 
     fn call(id: &str) -> serde_json::Value {
@@ -149,13 +151,17 @@ mod tests {
             {"type": "reasoning", "id": "rs_2"},
         ]});
         let v = responses_violations(&body);
-        assert_eq!(v.len(), 7, "{v:#?}");
-        assert!(v[0].contains("not persisted"));
-        assert!(v[1].contains("answered more than once"));
-        assert!(v[2].contains("No tool call found"));
-        assert!(v[3].contains("'input[7].summary'"));
-        assert!(v[4].contains("without its required following item"));
-        assert!(v[5].contains("'rs_2' not found"));
-        assert!(v[6].contains("No tool output found for function call b"));
+        assert_problems(
+            &v,
+            &[
+                "not persisted",
+                "answered more than once",
+                "No tool call found",
+                "'input[7].summary'",
+                "without its required following item",
+                "'rs_2' not found",
+                "No tool output found for function call b",
+            ],
+        );
     }
 }

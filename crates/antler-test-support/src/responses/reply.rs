@@ -8,6 +8,7 @@
 use serde_json::{json, Value};
 
 use super::ResponsesReply;
+pub(crate) use crate::mock::IdRender as Render;
 use crate::mock::{estimated_tokens, split_even, split_text};
 use crate::openai::MockUsage;
 
@@ -277,30 +278,12 @@ impl ResponsesReply {
     /// The answer as a `response` object (`None` for errors, raw bodies and hangs).
     pub fn response(&self, model: &str) -> Option<Value> {
         self.answer_ref()
-            .map(|a| a.response_json(&Render::standalone(model)))
+            .map(|a| a.response_json(&Render::standalone("resp_mock", model)))
     }
 
     /// The answer as stream events (`None` for errors, raw bodies and hangs).
     pub fn events(&self, model: &str) -> Option<Vec<Value>> {
         self.answer_ref()
-            .map(|a| a.events_json(&Render::standalone(model)))
-    }
-}
-
-/// Per-answer values of the wire objects.
-pub struct Render {
-    pub(crate) id: String,
-    pub(crate) model: String,
-    /// Size of the request's `input` and `instructions`, for the usage estimate.
-    pub(crate) prompt_bytes: usize,
-}
-
-impl Render {
-    fn standalone(model: &str) -> Self {
-        Render {
-            id: "resp_mock".into(),
-            model: model.into(),
-            prompt_bytes: 0,
-        }
+            .map(|a| a.events_json(&Render::standalone("resp_mock", model)))
     }
 }

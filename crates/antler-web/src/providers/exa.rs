@@ -5,7 +5,6 @@
 //! `# {title}\n\n{text}`. Header `x-api-key` (`api_key`, else `EXA_API_KEY`). Failures are
 //! `Error: …` texts as in DeerFlow.
 
-use reqwest::header::CONTENT_TYPE;
 use serde_json::{json, Value};
 
 use super::{first_page, items_at, str_field, Reply};
@@ -31,11 +30,8 @@ impl Exa {
         };
         let req = self
             .api
-            .client()
-            .post(format!("{}{path}", self.base))
-            .header("x-api-key", key)
-            .header(CONTENT_TYPE, "application/json")
-            .json(&body);
+            .post_json(&self.base, path, &body)
+            .header("x-api-key", key);
         self.api.json(req).await.map_err(|e| {
             tracing::warn!(error = %e, "Exa request failed");
             let body = e.body();

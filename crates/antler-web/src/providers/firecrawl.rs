@@ -4,7 +4,7 @@
 //! metadata: {title}}}`, returned as `# {title}\n\n{first 4,096 chars}`. The key goes in
 //! `Authorization: Bearer` (`api_key`, else `FIRECRAWL_API_KEY`). Failures are `Error: …`.
 
-use reqwest::header::{AUTHORIZATION, CONTENT_TYPE};
+use reqwest::header::AUTHORIZATION;
 use serde_json::{json, Value};
 
 use super::{search_results, str_field, truncate_chars, Reply};
@@ -26,11 +26,8 @@ impl Firecrawl {
         };
         let req = self
             .api
-            .client()
-            .post(format!("{}{path}", self.base))
-            .header(AUTHORIZATION, format!("Bearer {key}"))
-            .header(CONTENT_TYPE, "application/json")
-            .json(&body);
+            .post_json(&self.base, path, &body)
+            .header(AUTHORIZATION, format!("Bearer {key}"));
         let data = self.api.json(req).await.map_err(|e| {
             tracing::warn!(error = %e, "Firecrawl request failed");
             let detail = serde_json::from_str::<Value>(e.body())

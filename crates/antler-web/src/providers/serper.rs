@@ -5,7 +5,6 @@
 //! → `{…, results: [{title, image_url, thumbnail_url}], usage_hint}` with non-public URLs
 //! dropped. At most 10 results; queries are cut at 500 characters.
 
-use reqwest::header::CONTENT_TYPE;
 use serde_json::{json, Value};
 
 use super::{
@@ -34,11 +33,8 @@ impl Serper {
         };
         let req = self
             .api
-            .client()
-            .post(format!("{}{path}", self.base))
-            .header("X-API-KEY", key)
-            .header(CONTENT_TYPE, "application/json")
-            .json(&json!({"q": query, "num": num}));
+            .post_json(&self.base, path, &json!({"q": query, "num": num}))
+            .header("X-API-KEY", key);
         match self.api.json(req).await {
             Ok(v) if v.is_object() => Ok(v),
             Ok(_) => Err(Reply::query_error(

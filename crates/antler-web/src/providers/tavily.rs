@@ -4,7 +4,7 @@
 //! `# {title}\n\n{first 4,096 chars}`. The key goes in `Authorization: Bearer` (`api_key`, else
 //! `TAVILY_API_KEY`); without one the SDK's keyless mode header is sent instead.
 
-use reqwest::header::{AUTHORIZATION, CONTENT_TYPE};
+use reqwest::header::AUTHORIZATION;
 use serde_json::{json, Value};
 
 use super::{first_page, items_at, search_results, str_field, Reply};
@@ -21,11 +21,8 @@ impl Tavily {
     fn post(&self, path: &str, body: Value) -> reqwest::RequestBuilder {
         let req = self
             .api
-            .client()
-            .post(format!("{}{path}", self.base))
-            .header(CONTENT_TYPE, "application/json")
-            .header("X-Client-Source", "antler")
-            .json(&body);
+            .post_json(&self.base, path, &body)
+            .header("X-Client-Source", "antler");
         match &self.key {
             Some(k) => req.header(AUTHORIZATION, format!("Bearer {k}")),
             None => req.header("X-Tavily-Access-Mode", "keyless"),

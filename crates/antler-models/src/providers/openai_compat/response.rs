@@ -181,24 +181,12 @@ impl WireUsage {
             output_token_details: None,
         };
         if let Some(d) = self.prompt_tokens_details {
-            let mut details = Object::new();
-            if let Some(n) = d.audio_tokens {
-                details.insert("audio".into(), Value::from(n));
-            }
-            if let Some(n) = d.cached_tokens {
-                details.insert("cache_read".into(), Value::from(n));
-            }
-            usage.input_token_details = (!details.is_empty()).then_some(details);
+            usage.input_token_details =
+                token_details([("audio", d.audio_tokens), ("cache_read", d.cached_tokens)]);
         }
         if let Some(d) = self.completion_tokens_details {
-            let mut details = Object::new();
-            if let Some(n) = d.audio_tokens {
-                details.insert("audio".into(), Value::from(n));
-            }
-            if let Some(n) = d.reasoning_tokens {
-                details.insert("reasoning".into(), Value::from(n));
-            }
-            usage.output_token_details = (!details.is_empty()).then_some(details);
+            usage.output_token_details =
+                token_details([("audio", d.audio_tokens), ("reasoning", d.reasoning_tokens)]);
         }
         usage
     }
@@ -213,6 +201,15 @@ pub(crate) fn reasoning_text(
         Some(Value::String(s)) => Some(s),
         _ => None,
     })
+}
+
+/// The counts that are set, by LangChain's names; `None` when none is.
+fn token_details(counts: [(&str, Option<u64>); 2]) -> Option<Object> {
+    let details: Object = counts
+        .into_iter()
+        .filter_map(|(name, n)| Some((name.to_owned(), Value::from(n?))))
+        .collect();
+    (!details.is_empty()).then_some(details)
 }
 
 /// A `chat.completion` object, as much of it as we read.
