@@ -22,6 +22,8 @@ use async_trait::async_trait;
 use serde::Serialize;
 use serde_json::{json, Value};
 
+use crate::hook::ToolResult;
+
 /// `guardrails:` (spec 60 §19); its `provider` is built by [`provider_from_config`].
 pub use antler_config::GuardrailsConfig;
 
@@ -410,11 +412,7 @@ impl Middleware for GuardrailMiddleware {
         HookSet::WRAP_TOOL
     }
 
-    async fn wrap_tool_call(
-        &self,
-        req: ToolCallRequest,
-        next: ToolNext<'_>,
-    ) -> Result<ToolOutcome, ToolError> {
+    async fn wrap_tool_call(&self, req: ToolCallRequest, next: ToolNext<'_>) -> ToolResult {
         let request = self.build_request(&req)?;
         let decision = match self.provider.evaluate(&request).await {
             Ok(d) => d,

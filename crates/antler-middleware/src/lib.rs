@@ -41,6 +41,9 @@
 //! several share are modules of their own: [`posix`] (path normalization) and
 //! [`skill_registry`] (the skill registry and `/skill` grammar of the two skill middlewares).
 
+#[macro_use]
+pub mod hook;
+
 pub mod clarification;
 pub mod dangling_tool_call;
 pub mod deferred_tool_filter;

@@ -18,12 +18,11 @@ use antler_protocol::markers::{
     self, ORIGINAL_USER_CONTENT, SLASH_SKILL_ACTIVATION, SLASH_SKILL_ACTIVATION_TARGET_ID,
 };
 use antler_protocol::{AiMessage, Content, HumanMessage, Message};
-use antler_runtime::{
-    HookSet, Middleware, ModelCallError, ModelNext, ModelRequest, ModelResponse, RunEvent,
-};
+use antler_runtime::{HookSet, Middleware, ModelNext, ModelRequest, ModelResponse, RunEvent};
 use async_trait::async_trait;
 use serde_json::{json, Value};
 
+use crate::hook::ModelResult;
 use crate::read_before_write::content_hash;
 use crate::skill_registry::{
     parse_slash, SkillRecord, SkillRegistry, SlashSource, ACTIVATION_RUN, SLASH_SOURCE,
@@ -208,19 +207,9 @@ fn already_activated(messages: &[Arc<Message>], index: usize, target: &HumanMess
 
 #[async_trait]
 impl Middleware for SkillActivationMiddleware {
-    fn name(&self) -> &str {
-        "SkillActivationMiddleware"
-    }
+    middleware_identity!("SkillActivationMiddleware", HookSet::WRAP_MODEL);
 
-    fn hooks(&self) -> HookSet {
-        HookSet::WRAP_MODEL
-    }
-
-    async fn wrap_model_call(
-        &self,
-        mut req: ModelRequest,
-        next: ModelNext<'_>,
-    ) -> Result<ModelResponse, ModelCallError> {
+    async fn wrap_model_call(&self, mut req: ModelRequest, next: ModelNext<'_>) -> ModelResult {
         let found = req
             .messages
             .iter()

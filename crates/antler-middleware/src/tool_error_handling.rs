@@ -12,6 +12,8 @@ use antler_protocol::{ToolMessage, ToolStatus};
 use antler_runtime::{HookSet, Middleware, ToolCallRequest, ToolError, ToolNext, ToolOutcome};
 use async_trait::async_trait;
 
+use crate::hook::ToolResult;
+
 /// Longest failure detail kept in the message.
 const MAX_DETAIL_CHARS: usize = 500;
 
@@ -64,19 +66,9 @@ pub fn failure_message(tool: &str, e: &ToolError) -> String {
 
 #[async_trait]
 impl Middleware for ToolErrorHandlingMiddleware {
-    fn name(&self) -> &str {
-        "ToolErrorHandlingMiddleware"
-    }
+    middleware_identity!("ToolErrorHandlingMiddleware", HookSet::WRAP_TOOL);
 
-    fn hooks(&self) -> HookSet {
-        HookSet::WRAP_TOOL
-    }
-
-    async fn wrap_tool_call(
-        &self,
-        req: ToolCallRequest,
-        next: ToolNext<'_>,
-    ) -> Result<ToolOutcome, ToolError> {
+    async fn wrap_tool_call(&self, req: ToolCallRequest, next: ToolNext<'_>) -> ToolResult {
         let call = req.call.clone();
         match next.run(req).await {
             Ok(ToolOutcome::Message(mut msg)) if self.result_meta => {

@@ -2,6 +2,8 @@
 //! `test_loop_detection_middleware.py` and `test_loop_detection_stop_reason.py` expectations,
 //! plus runs through the agent loop with a scripted model.
 
+use antler_middleware::hook::ModelResult;
+use antler_middleware::middleware_identity;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -1176,17 +1178,8 @@ struct RetryOnce;
 
 #[async_trait]
 impl Middleware for RetryOnce {
-    fn name(&self) -> &str {
-        "RetryOnce"
-    }
-    fn hooks(&self) -> HookSet {
-        HookSet::WRAP_MODEL
-    }
-    async fn wrap_model_call(
-        &self,
-        req: ModelRequest,
-        next: ModelNext<'_>,
-    ) -> Result<ModelResponse, ModelCallError> {
+    middleware_identity!("RetryOnce", HookSet::WRAP_MODEL);
+    async fn wrap_model_call(&self, req: ModelRequest, next: ModelNext<'_>) -> ModelResult {
         match next.run(req.clone()).await {
             Err(_) => next.run(req).await,
             ok => ok,

@@ -2,6 +2,8 @@
 //! Guardrail and ToolErrorHandling untouched, LLMErrorHandling and DanglingToolCall sit in the
 //! same chain, and the run still ends after the batch. Real tool failures are still converted.
 
+use antler_middleware::hook::ToolResult;
+use antler_middleware::middleware_identity;
 use std::sync::{Arc, Mutex};
 
 use antler_middleware::clarification::{clarification_message, ClarificationMiddleware, TOOL_NAME};
@@ -26,17 +28,8 @@ struct Probe(Mutex<Vec<ToolOutcome>>);
 
 #[async_trait]
 impl Middleware for Probe {
-    fn name(&self) -> &str {
-        "Probe"
-    }
-    fn hooks(&self) -> HookSet {
-        HookSet::WRAP_TOOL
-    }
-    async fn wrap_tool_call(
-        &self,
-        req: ToolCallRequest,
-        next: ToolNext<'_>,
-    ) -> Result<ToolOutcome, ToolError> {
+    middleware_identity!("Probe", HookSet::WRAP_TOOL);
+    async fn wrap_tool_call(&self, req: ToolCallRequest, next: ToolNext<'_>) -> ToolResult {
         let out = next.run(req).await;
         if let Ok(o) = &out {
             self.0.lock().unwrap().push(o.clone());
