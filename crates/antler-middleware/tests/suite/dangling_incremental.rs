@@ -5,22 +5,11 @@ use std::sync::Arc;
 
 use antler_middleware::dangling_tool_call::DanglingToolCallMiddleware;
 use antler_models::{ScriptedModel, ScriptedReply};
-use antler_protocol::{AiMessage, InvalidToolCall, Message, Object, ToolCall, ToolSpec};
+use antler_protocol::{AiMessage, InvalidToolCall, Message, Object, ToolCall};
 use antler_runtime::*;
-use async_trait::async_trait;
+
+use crate::common::FnTool;
 use serde_json::json;
-
-struct Ok_(Arc<ToolSpec>);
-
-#[async_trait]
-impl Tool for Ok_ {
-    fn spec(&self) -> &Arc<ToolSpec> {
-        &self.0
-    }
-    async fn call(&self, _: Object, _: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
-        Ok(ToolOutput::text("fine"))
-    }
-}
 
 #[tokio::test]
 async fn an_invalid_call_later_in_the_run_is_still_patched() {
@@ -43,13 +32,10 @@ async fn an_invalid_call_later_in_the_run_is_still_patched() {
         ScriptedReply::Message(second),
         ScriptedReply::text("done"),
     ]));
-    let spec = Arc::new(ToolSpec {
-        name: "t".into(),
-        description: String::new(),
-        parameters: json!({"type": "object"}),
-    });
     let agent = Agent::new(model.clone())
-        .with_tools(ToolRegistry::new().with(Arc::new(Ok_(spec))))
+        .with_tools(
+            ToolRegistry::new().with(FnTool::named("t", |_, _| Ok(ToolOutput::text("fine")))),
+        )
         .with_chain(Chain::new(vec![Arc::new(DanglingToolCallMiddleware::new())]).unwrap());
     let run = Arc::new(RunContext::new("t", "r", Arc::new(NullSink)));
     let out = agent

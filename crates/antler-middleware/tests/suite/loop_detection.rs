@@ -15,14 +15,14 @@ use antler_middleware::loop_detection::{
 };
 use antler_models::{ModelError, ScriptedModel, ScriptedReply};
 use antler_protocol::{
-    AiMessage, Content, Message, Object, StateUpdate, ThreadState, ToolCall, ToolMessage, ToolSpec,
+    AiMessage, Content, Message, StateUpdate, ThreadState, ToolCall, ToolMessage, ToolSpec,
 };
 use antler_runtime::*;
 use async_trait::async_trait;
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 
-use crate::common::{model_request, state_of};
+use crate::common::{model_request, state_of, FnTool};
 
 // ---------------------------------------------------------------------------------------------
 // helpers
@@ -1008,25 +1008,16 @@ async fn defaults_stop_the_fiftieth_distinct_bash_call() {
 // through the agent loop
 
 /// `bash` that answers `ran: <command>`.
-struct FakeBash(Arc<ToolSpec>);
-
-#[async_trait]
-impl Tool for FakeBash {
-    fn spec(&self) -> &Arc<ToolSpec> {
-        &self.0
-    }
-    async fn call(&self, args: Object, _: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
-        let cmd = args.get("command").and_then(Value::as_str).unwrap_or("");
-        Ok(ToolOutput::text(format!("ran: {cmd}")))
-    }
-}
-
 fn bash_tools() -> ToolRegistry {
-    ToolRegistry::new().with(Arc::new(FakeBash(Arc::new(ToolSpec {
+    let spec = Arc::new(ToolSpec {
         name: "bash".into(),
         description: "Run a fake shell command.".into(),
         parameters: json!({"type": "object", "properties": {"command": {"type": "string"}}}),
-    }))))
+    });
+    ToolRegistry::new().with(FnTool::with_spec(spec, |args, _| {
+        let cmd = args.get("command").and_then(Value::as_str).unwrap_or("");
+        Ok(ToolOutput::text(format!("ran: {cmd}")))
+    }))
 }
 
 /// Every tool call in `state` is answered by exactly one tool message after it.
