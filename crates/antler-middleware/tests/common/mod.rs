@@ -6,10 +6,12 @@
 use std::sync::{Arc, Mutex};
 
 use antler_models::ChatModel;
-use antler_protocol::{HumanMessage, Message, Messages, Object, ThreadState, ToolSpec};
+use antler_protocol::{
+    HumanMessage, Message, Messages, Object, ThreadState, ToolMessage, ToolSpec,
+};
 use antler_runtime::{
-    ModelRequest, NullSink, RunContext, RunEvent, RunObserver, Tool, ToolContext, ToolError,
-    ToolOutput,
+    Agent, ModelRequest, NullSink, RunContext, RunEvent, RunInput, RunObserver, RunOutcome,
+    RunStatus, Tool, ToolContext, ToolError, ToolOutput,
 };
 use serde_json::Value;
 
@@ -186,4 +188,22 @@ where
     async fn call(&self, args: Object, ctx: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
         (self.answer)(args, ctx)
     }
+}
+
+/// Run `agent` on one human message and check the run succeeded.
+pub async fn run_ok(agent: &Agent, text: &str, run: Arc<RunContext>) -> RunOutcome {
+    let out = agent
+        .run(RunInput::message(Message::human(text)), run)
+        .await;
+    assert_eq!(out.status, RunStatus::Success, "{:?}", out.error);
+    out
+}
+
+/// The first tool message of `state`.
+pub fn first_tool(state: &ThreadState) -> &ToolMessage {
+    state
+        .messages
+        .iter()
+        .find_map(Message::as_tool)
+        .expect("a tool message")
 }

@@ -8,6 +8,7 @@ use antler_models::{ScriptedModel, ScriptedReply};
 use antler_protocol::{AiMessage, InvalidToolCall, Message, Object, ToolCall};
 use antler_runtime::*;
 
+use crate::common::run_ok;
 use crate::common::FnTool;
 use serde_json::json;
 
@@ -38,10 +39,7 @@ async fn an_invalid_call_later_in_the_run_is_still_patched() {
         )
         .with_chain(Chain::new(vec![Arc::new(DanglingToolCallMiddleware::new())]).unwrap());
     let run = Arc::new(RunContext::new("t", "r", Arc::new(NullSink)));
-    let out = agent
-        .run(RunInput::message(Message::human("go")), run)
-        .await;
-    assert_eq!(out.status, RunStatus::Success);
+    run_ok(&agent, "go", run).await;
     let third = &model.requests()[2].messages;
     // human, ai(c1), tool(c1), ai(c2 + bad), tool(c2), synthetic(bad)
     let ai = third.iter().rposition(|m| m.kind() == "ai").unwrap();

@@ -22,6 +22,7 @@ use async_trait::async_trait;
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 
+use crate::common::run_ok;
 use crate::common::{model_request, state_of, FnTool};
 
 // ---------------------------------------------------------------------------------------------
@@ -1153,13 +1154,7 @@ async fn a_tight_threshold_caps_the_run_as_the_worker_reads_it() {
     let agent = Agent::new(model.clone())
         .with_tools(bash_tools())
         .with_chain(Chain::new(vec![m]).unwrap());
-    let out = agent
-        .run(
-            RunInput::message(Message::human("go")),
-            Arc::new(run("t", "r")),
-        )
-        .await;
-    assert_eq!(out.status, RunStatus::Success);
+    let out = run_ok(&agent, "go", Arc::new(run("t", "r"))).await;
     assert_eq!(out.stop_reason.as_deref(), Some("loop_capped"));
     assert_eq!(model.requests().len(), 3);
 }

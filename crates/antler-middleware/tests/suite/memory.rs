@@ -4,15 +4,14 @@
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
+use crate::common::run_ok;
 use antler_middleware::memory::preprocess::{
     detect_signals, filter_messages_for_memory, filter_trivial, is_trivial, prepare, Signal,
 };
 use antler_middleware::memory::{MemoryCandidate, MemoryMiddleware, MemoryWriter};
 use antler_models::{ScriptedModel, ScriptedReply};
 use antler_protocol::{AiMessage, Content, Message, StateUpdate, ThreadState, ToolMessage};
-use antler_runtime::{
-    Agent, Chain, Middleware, NullSink, RunContext, RunInput, RunOptions, RunStatus,
-};
+use antler_runtime::{Agent, Chain, Middleware, NullSink, RunContext, RunOptions};
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 
@@ -171,10 +170,7 @@ async fn through_the_loop_it_runs_once_after_the_agent_and_changes_no_state() {
     let run = Arc::new(
         RunContext::new("thread-a", "run-1", Arc::new(NullSink)).with_user(Some("alice".into())),
     );
-    let out = agent
-        .run(RunInput::message(Message::human("I prefer tea")), run)
-        .await;
-    assert_eq!(out.status, RunStatus::Success);
+    let out = run_ok(&agent, "I prefer tea", run).await;
     assert_eq!(out.state.messages.len(), 2, "no message added by memory");
     let got = rec.0.lock().unwrap();
     assert_eq!(got.len(), 1);

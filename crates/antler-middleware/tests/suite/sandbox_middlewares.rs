@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use crate::common::run_ok;
 use antler_middleware::sandbox::SandboxMiddleware;
 use antler_middleware::sandbox_audit::{JsonlAuditSink, SandboxAuditMiddleware};
 use antler_middleware::thread_data::ThreadDataMiddleware;
@@ -295,10 +296,7 @@ async fn thread_data_requires_a_thread_id_and_can_create_eagerly() {
     );
     let run =
         Arc::new(RunContext::new("t2", "r", Arc::new(NullSink)).with_user(Some("alice".into())));
-    let out = agent
-        .run(RunInput::message(Message::human("go")), run)
-        .await;
-    assert_eq!(out.status, RunStatus::Success);
+    let out = run_ok(&agent, "go", run).await;
     assert!(h
         .path()
         .join("users/alice/threads/t2/user-data/uploads")
@@ -502,10 +500,7 @@ async fn every_bash_call_is_written_to_the_audit_log() {
             )])
             .unwrap(),
         );
-    let out = agent
-        .run(RunInput::message(Message::human("go")), run_ctx("t1"))
-        .await;
-    assert_eq!(out.status, RunStatus::Success);
+    let out = run_ok(&agent, "go", run_ctx("t1")).await;
     // Only the pass and warn commands ran.
     assert_eq!(echo.1.load(Ordering::SeqCst), 2);
     let tm = |id: &str| {

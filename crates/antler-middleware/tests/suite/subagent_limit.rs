@@ -12,6 +12,7 @@ use antler_runtime::*;
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 
+use crate::common::run_ok;
 use crate::common::FnTool;
 
 fn run_ctx(run_id: &str, concurrent: usize, extra: Value) -> RunContext {
@@ -328,10 +329,7 @@ async fn six_task_calls_in_one_turn_run_three_through_the_loop() {
         .with_tools(ToolRegistry::new().with(noop))
         .with_chain(Chain::new(vec![Arc::new(SubagentLimitMiddleware::new())]).unwrap());
     let run = Arc::new(RunContext::new("t", "r", Arc::new(NullSink)));
-    let out = agent
-        .run(RunInput::message(Message::human("go")), run)
-        .await;
-    assert_eq!(out.status, RunStatus::Success);
+    let out = run_ok(&agent, "go", run).await;
     assert_eq!(ran.load(std::sync::atomic::Ordering::SeqCst), 3);
     let ai = out.state.messages.iter().find_map(Message::as_ai).unwrap();
     assert_eq!(ids(ai), ["t1", "t2", "t3"]);

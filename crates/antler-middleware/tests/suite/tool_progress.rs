@@ -4,6 +4,7 @@
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
+use crate::common::run_ok;
 use antler_middleware::tool_error_handling::ToolErrorHandlingMiddleware;
 use antler_middleware::tool_progress::*;
 use antler_models::{ScriptedModel, ScriptedReply};
@@ -334,13 +335,7 @@ async fn hints_reach_the_next_model_call_once_deduplicated_and_not_when_disabled
                 ])
                 .unwrap(),
             );
-        let out = agent
-            .run(
-                RunInput::message(Message::human("find")),
-                run_ctx("t8", "r"),
-            )
-            .await;
-        assert_eq!(out.status, RunStatus::Success);
+        let out = run_ok(&agent, "find", run_ctx("t8", "r")).await;
         let second = &model.requests()[1].messages;
         let hints: Vec<&Message> = second
             .iter()

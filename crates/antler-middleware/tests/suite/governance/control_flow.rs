@@ -21,6 +21,7 @@ use pretty_assertions::assert_eq;
 use serde_json::json;
 
 use super::common::*;
+use crate::common::run_ok;
 
 /// Outermost tool wrapper: records what comes back out of the onion.
 #[derive(Default)]
@@ -85,14 +86,12 @@ async fn a_clarification_command_crosses_every_error_handler_untouched() {
     let agent = Agent::new(model.clone())
         .with_tools(ToolRegistry::new().with(broken))
         .with_chain(chain(probe.clone()));
-    let out = agent
-        .run(
-            RunInput::message(Message::human("edit it")),
-            Arc::new(RunContext::new("t1", "r1", Arc::new(NullSink))),
-        )
-        .await;
-
-    assert_eq!(out.status, RunStatus::Success);
+    let out = run_ok(
+        &agent,
+        "edit it",
+        Arc::new(RunContext::new("t1", "r1", Arc::new(NullSink))),
+    )
+    .await;
     assert_eq!(model.requests().len(), 1, "the clarification ended the run");
 
     let seen = probe.0.lock().unwrap().clone();
