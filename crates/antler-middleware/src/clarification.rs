@@ -26,6 +26,7 @@ use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
 use crate::hook::ToolResult;
+use crate::py::truthy;
 
 /// The middleware's name in chain listings.
 pub const NAME: &str = "ClarificationMiddleware";
@@ -116,18 +117,6 @@ fn py_repr(v: &Value) -> String {
                 .collect();
             format!("{{{}}}", inner.join(", "))
         }
-    }
-}
-
-/// Python truthiness of a JSON value.
-fn truthy(v: &Value) -> bool {
-    match v {
-        Value::Null => false,
-        Value::Bool(b) => *b,
-        Value::Number(n) => n.as_f64().is_some_and(|f| f != 0.0),
-        Value::String(s) => !s.is_empty(),
-        Value::Array(a) => !a.is_empty(),
-        Value::Object(o) => !o.is_empty(),
     }
 }
 

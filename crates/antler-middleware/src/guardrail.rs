@@ -23,6 +23,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::hook::ToolResult;
+use crate::py::truthy;
 
 /// `guardrails:` (spec 60 §19); its `provider` is built by [`provider_from_config`].
 pub use antler_config::GuardrailsConfig;
@@ -376,18 +377,6 @@ fn context_str(run: &RunContext, key: &str) -> Option<String> {
         Value::String(s) => Some(s),
         Value::Null => None,
         other => Some(other.to_string()),
-    }
-}
-
-/// Python truthiness of a JSON value.
-fn truthy(v: &Value) -> bool {
-    match v {
-        Value::Null => false,
-        Value::Bool(b) => *b,
-        Value::Number(n) => n.as_f64().is_some_and(|f| f != 0.0),
-        Value::String(s) => !s.is_empty(),
-        Value::Array(a) => !a.is_empty(),
-        Value::Object(o) => !o.is_empty(),
     }
 }
 

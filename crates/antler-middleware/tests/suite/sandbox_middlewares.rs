@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::common::run_ok;
+use crate::common::{run_ok, FnTool};
 use antler_middleware::sandbox::SandboxMiddleware;
 use antler_middleware::sandbox_audit::{JsonlAuditSink, SandboxAuditMiddleware};
 use antler_middleware::thread_data::ThreadDataMiddleware;
@@ -443,29 +443,22 @@ async fn uploads_shows_outlines_and_previews_from_markdown_companions() {
 
 #[tokio::test]
 async fn every_bash_call_is_written_to_the_audit_log() {
-    struct Echo(Arc<ToolSpec>, AtomicUsize);
-    #[async_trait]
-    impl Tool for Echo {
-        fn spec(&self) -> &Arc<ToolSpec> {
-            &self.0
-        }
-        async fn call(&self, a: Object, _: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
-            self.1.fetch_add(1, Ordering::SeqCst);
-            Ok(ToolOutput::value(
-                a.get("command").cloned().unwrap_or_default(),
-            ))
-        }
-    }
     let h = home();
     let log = h.path().join("logs/sandbox-audit.jsonl");
-    let echo = Arc::new(Echo(
-        Arc::new(ToolSpec {
-            name: "bash".into(),
-            description: String::new(),
-            parameters: json!({}),
-        }),
-        AtomicUsize::new(0),
-    ));
+    // Echoes its command and counts its calls.
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counter = calls.clone();
+    let spec = Arc::new(ToolSpec {
+        name: "bash".into(),
+        description: String::new(),
+        parameters: json!({}),
+    });
+    let echo = FnTool::with_spec(spec, move |a, _| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        Ok(ToolOutput::value(
+            a.get("command").cloned().unwrap_or_default(),
+        ))
+    });
     let model = Arc::new(ScriptedModel::new([
         ScriptedReply::tool_calls([
             (
@@ -502,7 +495,7 @@ async fn every_bash_call_is_written_to_the_audit_log() {
         );
     let out = run_ok(&agent, "go", run_ctx("t1")).await;
     // Only the pass and warn commands ran.
-    assert_eq!(echo.1.load(Ordering::SeqCst), 2);
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
     let tm = |id: &str| {
         out.state
             .messages
