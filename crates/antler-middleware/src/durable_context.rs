@@ -151,16 +151,7 @@ pub fn bound_text(text: &str, cap: usize) -> String {
 
 /// HTML-escape `&`, `<`, `>` so stored text cannot open or close framework tags.
 pub fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            c => out.push(c),
-        }
-    }
-    out
+    crate::py::html_escape(s, false)
 }
 
 fn escape_line(s: &str) -> String {

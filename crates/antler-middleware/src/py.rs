@@ -13,3 +13,19 @@ pub(crate) fn truthy(v: &Value) -> bool {
         Value::Object(o) => !o.is_empty(),
     }
 }
+
+/// Python's `html.escape(s, quote)`: `&`, `<`, `>` always, `"` and `'` only with `quote`.
+pub(crate) fn html_escape(s: &str, quote: bool) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' if quote => out.push_str("&quot;"),
+            '\'' if quote => out.push_str("&#x27;"),
+            c => out.push(c),
+        }
+    }
+    out
+}

@@ -28,7 +28,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use crate::hook::{ModelResult, ToolResult};
-use crate::skill_activation::MissingOwnerToken;
+use crate::skill_activation::{skill_scope, MissingOwnerToken};
 use crate::skill_registry::{normalize, SkillRegistry, SLASH_SOURCE};
 
 /// Tools every active policy keeps (`task` is deliberately not one).
@@ -85,12 +85,10 @@ impl SkillToolPolicyMiddleware {
         available: Option<Vec<String>>,
         owner_token: Arc<str>,
     ) -> Result<Self, MissingOwnerToken> {
-        if owner_token.is_empty() {
-            return Err(MissingOwnerToken);
-        }
+        let (available, owner_token) = skill_scope(available, owner_token)?;
         Ok(SkillToolPolicyMiddleware {
             registry,
-            available: available.map(|v| v.into_iter().collect()),
+            available,
             owner_token,
         })
     }

@@ -199,11 +199,16 @@ pub async fn run_ok(agent: &Agent, text: &str, run: Arc<RunContext>) -> RunOutco
     out
 }
 
-/// The first tool message of `state`.
-pub fn first_tool(state: &ThreadState) -> &ToolMessage {
+/// The first message of `state` that `pick` accepts.
+pub fn first<'a, T>(state: &'a ThreadState, pick: fn(&'a Message) -> Option<&'a T>) -> &'a T {
     state
         .messages
         .iter()
-        .find_map(Message::as_tool)
-        .expect("a tool message")
+        .find_map(pick)
+        .expect("a matching message")
+}
+
+/// The first tool message of `state`.
+pub fn first_tool(state: &ThreadState) -> &ToolMessage {
+    first(state, Message::as_tool)
 }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::common::{run_ok, FnTool};
+use crate::common::{first, run_ok, FnTool};
 use antler_middleware::sandbox::SandboxMiddleware;
 use antler_middleware::sandbox_audit::{JsonlAuditSink, SandboxAuditMiddleware};
 use antler_middleware::thread_data::ThreadDataMiddleware;
@@ -301,12 +301,7 @@ async fn thread_data_requires_a_thread_id_and_can_create_eagerly() {
         .path()
         .join("users/alice/threads/t2/user-data/uploads")
         .is_dir());
-    let human = out
-        .state
-        .messages
-        .iter()
-        .find_map(Message::as_human)
-        .unwrap();
+    let human = first(&out.state, Message::as_human);
     assert_eq!(human.additional_kwargs["run_id"], "r");
 }
 
