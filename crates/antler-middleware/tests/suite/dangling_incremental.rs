@@ -7,10 +7,10 @@ use antler_middleware::dangling_tool_call::DanglingToolCallMiddleware;
 use antler_models::{ScriptedModel, ScriptedReply};
 use antler_protocol::{AiMessage, InvalidToolCall, Message, Object, ToolCall};
 use antler_runtime::*;
+use serde_json::json;
 
 use crate::common::run_ok;
 use crate::common::FnTool;
-use serde_json::json;
 
 #[tokio::test]
 async fn an_invalid_call_later_in_the_run_is_still_patched() {

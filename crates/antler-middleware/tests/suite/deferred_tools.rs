@@ -9,9 +9,9 @@ use antler_models::{ScriptedModel, ScriptedReply};
 use antler_protocol::{Message, Promoted, StateUpdate, ToolStatus};
 use antler_runtime::*;
 use pretty_assertions::assert_eq;
+use serde_json::json;
 
 use crate::common::{object_spec, FnTool};
-use serde_json::json;
 
 /// Counts its calls into `calls`; answers "<name> ran".
 fn tool(name: &str, calls: &Arc<AtomicUsize>) -> Arc<dyn Tool> {

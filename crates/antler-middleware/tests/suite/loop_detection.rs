@@ -2,17 +2,17 @@
 //! `test_loop_detection_middleware.py` and `test_loop_detection_stop_reason.py` expectations,
 //! plus runs through the agent loop with a scripted model.
 
-use antler_middleware::hook::ModelResult;
-use antler_middleware::middleware_identity;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use antler_middleware::hook::ModelResult;
 use antler_middleware::loop_detection::{
     append_text, call_set_hash, tool_calls_hash, validate, LoopDetectionConfig,
     LoopDetectionConfigError, LoopDetectionMiddleware, ToolFreqOverride, HARD_STOP_MSG,
     MAX_PENDING_WARNINGS_PER_RUN, WARNING_NAME,
 };
+use antler_middleware::middleware_identity;
 use antler_models::{ModelError, ScriptedModel, ScriptedReply};
 use antler_protocol::{
     AiMessage, Content, Message, StateUpdate, ThreadState, ToolCall, ToolMessage, ToolSpec,

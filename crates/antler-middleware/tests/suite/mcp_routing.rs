@@ -9,10 +9,10 @@ use antler_middleware::mcp_routing::{assert_before_filter, McpRoutingMiddleware}
 use antler_models::{ScriptedModel, ScriptedReply};
 use antler_protocol::{Message, Promoted, StateUpdate, ThreadState};
 use antler_runtime::*;
-
-use crate::common::FnTool;
 use pretty_assertions::assert_eq;
 use serde_json::json;
+
+use crate::common::FnTool;
 
 fn tool(name: &str) -> Arc<dyn Tool> {
     FnTool::named(name, |_, _| Ok(ToolOutput::text("ok")))

@@ -4,7 +4,6 @@
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
-use crate::common::run_ok;
 use antler_middleware::memory::preprocess::{
     detect_signals, filter_messages_for_memory, filter_trivial, is_trivial, prepare, Signal,
 };
@@ -14,6 +13,8 @@ use antler_protocol::{AiMessage, Content, Message, StateUpdate, ThreadState, Too
 use antler_runtime::{Agent, Chain, Middleware, NullSink, RunContext, RunOptions};
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
+
+use crate::common::run_ok;
 
 #[derive(Default)]
 struct Recorder(Mutex<Vec<MemoryCandidate>>);

@@ -5,7 +5,6 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::common::{first, run_ok, FnTool};
 use antler_middleware::sandbox::SandboxMiddleware;
 use antler_middleware::sandbox_audit::{JsonlAuditSink, SandboxAuditMiddleware};
 use antler_middleware::thread_data::ThreadDataMiddleware;
@@ -23,6 +22,8 @@ use antler_sandbox::{
 use async_trait::async_trait;
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
+
+use crate::common::{first, run_ok, FnTool};
 
 /// A provider that counts acquire/release calls.
 struct Counting {

@@ -14,9 +14,9 @@ use antler_protocol::{
     ToolSpec,
 };
 use antler_runtime::*;
+use serde_json::{json, Value};
 
 use crate::common::FnTool;
-use serde_json::{json, Value};
 
 /// `tool_search` promotes `bash` and `web_search`; every other tool answers "<name> ran".
 fn echo(name: &'static str, ctx: ToolContext<'_>) -> Result<ToolOutput, ToolError> {

@@ -4,7 +4,6 @@
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
-use crate::common::run_ok;
 use antler_middleware::tool_error_handling::ToolErrorHandlingMiddleware;
 use antler_middleware::tool_progress::*;
 use antler_models::{ScriptedModel, ScriptedReply};
@@ -14,6 +13,8 @@ use antler_protocol::{Message, Object, ThreadState, ToolCall, ToolSpec};
 use antler_runtime::*;
 use async_trait::async_trait;
 use serde_json::json;
+
+use crate::common::run_ok;
 
 /// A tool that answers from a queue (its last answer repeats), counting calls.
 struct Scripted {

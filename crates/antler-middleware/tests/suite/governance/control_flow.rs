@@ -2,16 +2,16 @@
 //! Guardrail and ToolErrorHandling untouched, LLMErrorHandling and DanglingToolCall sit in the
 //! same chain, and the run still ends after the batch. Real tool failures are still converted.
 
-use antler_middleware::hook::ToolResult;
-use antler_middleware::middleware_identity;
 use std::sync::{Arc, Mutex};
 
 use antler_middleware::clarification::{clarification_message, ClarificationMiddleware, TOOL_NAME};
 use antler_middleware::dangling_tool_call::DanglingToolCallMiddleware;
 use antler_middleware::guardrail::{AllowlistProvider, GuardrailMiddleware, GuardrailsConfig};
+use antler_middleware::hook::ToolResult;
 use antler_middleware::llm_error_handling::{
     CircuitBreaker, LlmCallConfig, LlmErrorHandlingMiddleware, ManualClock,
 };
+use antler_middleware::middleware_identity;
 use antler_middleware::tool_error_handling::ToolErrorHandlingMiddleware;
 use antler_models::{ScriptedModel, ScriptedReply};
 use antler_protocol::{Message, StateUpdate, ToolStatus};
@@ -21,7 +21,7 @@ use pretty_assertions::assert_eq;
 use serde_json::json;
 
 use super::common::*;
-use crate::common::run_ok;
+use crate::common::{first_tool, run_ok, FnTool};
 
 /// Outermost tool wrapper: records what comes back out of the onion.
 #[derive(Default)]
@@ -161,4 +161,32 @@ async fn a_guardrail_denial_stops_a_clarification_before_it_is_asked() {
         .content
         .text()
         .starts_with("Guardrail denied: tool 'ask_clarification'"));
+}
+
+#[tokio::test]
+async fn a_failing_tool_becomes_an_error_message_and_the_run_continues() {
+    let boom = FnTool::named("boom", |_, _| {
+        Err(ToolError::Failed("disk on fire\nsecond line".into()))
+    });
+    let model = Arc::new(ScriptedModel::new([
+        ScriptedReply::tool_call("c1", "boom", json!({})),
+        ScriptedReply::text("recovered"),
+    ]));
+    let agent = Agent::new(model.clone())
+        .with_tools(ToolRegistry::new().with(boom))
+        .with_chain(Chain::new(vec![Arc::new(ToolErrorHandlingMiddleware::new())]).unwrap());
+    let out = run_ok(
+        &agent,
+        "go",
+        Arc::new(RunContext::new("t", "r", Arc::new(NullSink))),
+    )
+    .await;
+    let tm = first_tool(&out.state);
+    assert_eq!(tm.status, ToolStatus::Error);
+    assert_eq!(tm.name.as_deref(), Some("boom"));
+    assert_eq!(
+        tm.content.text(),
+        "Error: Tool 'boom' failed with ToolException: disk on fire second line. Continue with available context, or choose an alternative tool."
+    );
+    assert_eq!(model.requests().len(), 2);
 }

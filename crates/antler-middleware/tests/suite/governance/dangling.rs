@@ -1,12 +1,12 @@
 //! DanglingToolCall: spec 30's expectations, then through the loop after an interrupted run.
 
-use antler_middleware::hook::ModelResult;
-use antler_middleware::middleware_identity;
 use std::sync::Arc;
 
 use antler_middleware::dangling_tool_call::{
     build_patched, is_well_formed, DanglingToolCallMiddleware, SYNTHETIC_ID_PREFIX, UNKNOWN_TOOL,
 };
+use antler_middleware::hook::ModelResult;
+use antler_middleware::middleware_identity;
 use antler_models::{ScriptedModel, ScriptedReply};
 use antler_protocol::{
     AiMessage, Content, HumanMessage, InvalidToolCall, Message, Object, ToolCall, ToolMessage,
