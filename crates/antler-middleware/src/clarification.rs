@@ -18,13 +18,15 @@ use std::sync::LazyLock;
 
 use antler_protocol::{Content, Object, StateUpdate, ToolMessage};
 use antler_runtime::{
-    Command, Goto, HookSet, Middleware, RunContext, RunKey, ToolCallRequest, ToolError, ToolNext,
-    ToolOutcome,
+    Command, Goto, HookSet, Middleware, RunContext, RunKey, ToolCallRequest, ToolNext, ToolOutcome,
 };
 use async_trait::async_trait;
 use regex::Regex;
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
+
+use crate::hook::ToolResult;
+use crate::py::truthy;
 
 /// The middleware's name in chain listings.
 pub const NAME: &str = "ClarificationMiddleware";
@@ -115,18 +117,6 @@ fn py_repr(v: &Value) -> String {
                 .collect();
             format!("{{{}}}", inner.join(", "))
         }
-    }
-}
-
-/// Python truthiness of a JSON value.
-fn truthy(v: &Value) -> bool {
-    match v {
-        Value::Null => false,
-        Value::Bool(b) => *b,
-        Value::Number(n) => n.as_f64().is_some_and(|f| f != 0.0),
-        Value::String(s) => !s.is_empty(),
-        Value::Array(a) => !a.is_empty(),
-        Value::Object(o) => !o.is_empty(),
     }
 }
 
@@ -513,19 +503,9 @@ pub fn clarification_disabled(run: &RunContext) -> bool {
 
 #[async_trait]
 impl Middleware for ClarificationMiddleware {
-    fn name(&self) -> &str {
-        NAME
-    }
+    middleware_identity!(NAME, HookSet::WRAP_TOOL);
 
-    fn hooks(&self) -> HookSet {
-        HookSet::WRAP_TOOL
-    }
-
-    async fn wrap_tool_call(
-        &self,
-        req: ToolCallRequest,
-        next: ToolNext<'_>,
-    ) -> Result<ToolOutcome, ToolError> {
+    async fn wrap_tool_call(&self, req: ToolCallRequest, next: ToolNext<'_>) -> ToolResult {
         if req.call.name != TOOL_NAME {
             return next.run(req).await;
         }

@@ -24,11 +24,11 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use antler_protocol::{AiMessage, Content, InvalidToolCall, Message, ToolMessage};
-use antler_runtime::{
-    HookSet, Middleware, ModelCallError, ModelNext, ModelRequest, ModelResponse, RunKey,
-};
+use antler_runtime::{HookSet, Middleware, ModelNext, ModelRequest, RunKey};
 use async_trait::async_trait;
 use serde_json::{Map, Value};
+
+use crate::hook::ModelResult;
 
 /// The middleware's name in chain listings.
 pub const NAME: &str = "DanglingToolCallMiddleware";
@@ -68,19 +68,9 @@ impl DanglingToolCallMiddleware {
 
 #[async_trait]
 impl Middleware for DanglingToolCallMiddleware {
-    fn name(&self) -> &str {
-        NAME
-    }
+    middleware_identity!(NAME, HookSet::WRAP_MODEL);
 
-    fn hooks(&self) -> HookSet {
-        HookSet::WRAP_MODEL
-    }
-
-    async fn wrap_model_call(
-        &self,
-        mut req: ModelRequest,
-        next: ModelNext<'_>,
-    ) -> Result<ModelResponse, ModelCallError> {
+    async fn wrap_model_call(&self, mut req: ModelRequest, next: ModelNext<'_>) -> ModelResult {
         // A well-formed prefix stays well-formed when messages are appended (every call in it
         // is answered inside it), so within a run only the new tail needs checking: O(new
         // messages) per model call instead of O(history).

@@ -14,10 +14,11 @@ use std::collections::HashSet;
 
 use antler_protocol::{ThreadState, ToolMessage, ToolStatus};
 use antler_runtime::{
-    HookSet, Middleware, ModelCallError, ModelNext, ModelRequest, ModelResponse, ToolCallRequest,
-    ToolError, ToolNext, ToolOutcome,
+    HookSet, Middleware, ModelNext, ModelRequest, ToolCallRequest, ToolNext, ToolOutcome,
 };
 use async_trait::async_trait;
+
+use crate::hook::{ModelResult, ToolResult};
 
 /// Hides unpromoted deferred tools from the model and refuses calls to them.
 #[derive(Clone, Debug)]
@@ -60,19 +61,12 @@ impl DeferredToolFilterMiddleware {
 
 #[async_trait]
 impl Middleware for DeferredToolFilterMiddleware {
-    fn name(&self) -> &str {
-        "DeferredToolFilterMiddleware"
-    }
-
-    fn hooks(&self) -> HookSet {
+    middleware_identity!(
+        "DeferredToolFilterMiddleware",
         HookSet::WRAP_MODEL | HookSet::WRAP_TOOL
-    }
+    );
 
-    async fn wrap_model_call(
-        &self,
-        mut req: ModelRequest,
-        next: ModelNext<'_>,
-    ) -> Result<ModelResponse, ModelCallError> {
+    async fn wrap_model_call(&self, mut req: ModelRequest, next: ModelNext<'_>) -> ModelResult {
         if !self.deferred.is_empty() {
             let state = req.state.clone();
             let before = req.tools.len();
@@ -87,11 +81,7 @@ impl Middleware for DeferredToolFilterMiddleware {
         next.run(req).await
     }
 
-    async fn wrap_tool_call(
-        &self,
-        req: ToolCallRequest,
-        next: ToolNext<'_>,
-    ) -> Result<ToolOutcome, ToolError> {
+    async fn wrap_tool_call(&self, req: ToolCallRequest, next: ToolNext<'_>) -> ToolResult {
         let name = req.call.name.as_str();
         if self.deferred.is_empty() || name.is_empty() || !self.is_hidden(name, &req.state) {
             return next.run(req).await;

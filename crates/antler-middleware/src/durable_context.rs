@@ -32,12 +32,13 @@ use antler_protocol::{
     ThreadState, ToolStatus,
 };
 use antler_runtime::{
-    HookOutput, HookSet, Middleware, MiddlewareError, ModelCallError, ModelNext, ModelRequest,
-    ModelResponse, RunContext, RunKey,
+    HookOutput, HookSet, Middleware, ModelNext, ModelRequest, RunContext, RunKey,
 };
 use async_trait::async_trait;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
+
+use crate::hook::{HookResult, ModelResult};
 
 const NAME: &str = "DurableContextMiddleware";
 /// `additional_kwargs` flag of the injected data message.
@@ -150,16 +151,7 @@ pub fn bound_text(text: &str, cap: usize) -> String {
 
 /// HTML-escape `&`, `<`, `>` so stored text cannot open or close framework tags.
 pub fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            c => out.push(c),
-        }
-    }
-    out
+    crate::py::html_escape(s, false)
 }
 
 fn escape_line(s: &str) -> String {
@@ -607,19 +599,12 @@ impl DurableContextMiddleware {
 
 #[async_trait]
 impl Middleware for DurableContextMiddleware {
-    fn name(&self) -> &str {
-        NAME
-    }
-
-    fn hooks(&self) -> HookSet {
+    middleware_identity!(
+        NAME,
         HookSet::BEFORE_MODEL | HookSet::AFTER_MODEL | HookSet::WRAP_MODEL
-    }
+    );
 
-    async fn before_model(
-        &self,
-        state: &ThreadState,
-        run: &RunContext,
-    ) -> Result<HookOutput, MiddlewareError> {
+    async fn before_model(&self, state: &ThreadState, run: &RunContext) -> HookResult {
         let u = self.capture(state, run, true);
         Ok(if u.is_empty() {
             HookOutput::none()
@@ -628,11 +613,7 @@ impl Middleware for DurableContextMiddleware {
         })
     }
 
-    async fn after_model(
-        &self,
-        state: &ThreadState,
-        run: &RunContext,
-    ) -> Result<HookOutput, MiddlewareError> {
+    async fn after_model(&self, state: &ThreadState, run: &RunContext) -> HookResult {
         let u = self.capture(state, run, false);
         Ok(if u.is_empty() {
             HookOutput::none()
@@ -641,11 +622,7 @@ impl Middleware for DurableContextMiddleware {
         })
     }
 
-    async fn wrap_model_call(
-        &self,
-        mut req: ModelRequest,
-        next: ModelNext<'_>,
-    ) -> Result<ModelResponse, ModelCallError> {
+    async fn wrap_model_call(&self, mut req: ModelRequest, next: ModelNext<'_>) -> ModelResult {
         let st = &req.state;
         let data = render_data(
             st.summary_text.as_deref(),

@@ -29,13 +29,14 @@ use std::time::Duration;
 use antler_protocol::markers;
 use antler_protocol::{Content, HumanMessage, Message, Object, StateUpdate, ThreadState};
 use antler_runtime::{
-    BeforeAgentOutput, HookOutput, HookSet, Middleware, MiddlewareError, ModelCallError, ModelNext,
-    ModelRequest, ModelResponse, RunContext, RunEvent, RunKey,
+    HookOutput, HookSet, Middleware, ModelNext, ModelRequest, RunContext, RunEvent, RunKey,
 };
 use async_trait::async_trait;
 use chrono::NaiveDate;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
+
+use crate::hook::{BeforeAgentResult, ModelResult};
 
 /// Where DynamicContext gets the user's memory block (`<memory>…</memory>` content), already
 /// capped to its token budget. Implemented by the long-term memory system.
@@ -331,19 +332,9 @@ impl DynamicContextMiddleware {
 
 #[async_trait]
 impl Middleware for DynamicContextMiddleware {
-    fn name(&self) -> &str {
-        NAME
-    }
+    middleware_identity!(NAME, HookSet::BEFORE_AGENT | HookSet::WRAP_MODEL);
 
-    fn hooks(&self) -> HookSet {
-        HookSet::BEFORE_AGENT | HookSet::WRAP_MODEL
-    }
-
-    async fn before_agent(
-        &self,
-        state: &ThreadState,
-        run: &RunContext,
-    ) -> Result<BeforeAgentOutput, MiddlewareError> {
+    async fn before_agent(&self, state: &ThreadState, run: &RunContext) -> BeforeAgentResult {
         let messages = &state.messages;
         if messages.is_empty() {
             return Ok(HookOutput::none());
@@ -398,11 +389,7 @@ impl Middleware for DynamicContextMiddleware {
         Ok(HookOutput::update(StateUpdate::messages(out)))
     }
 
-    async fn wrap_model_call(
-        &self,
-        mut req: ModelRequest,
-        next: ModelNext<'_>,
-    ) -> Result<ModelResponse, ModelCallError> {
+    async fn wrap_model_call(&self, mut req: ModelRequest, next: ModelNext<'_>) -> ModelResult {
         if let Some(ids) = req.run.get(&DROP_KEY) {
             let drop: HashSet<&str> = ids.iter().map(String::as_str).collect();
             if req

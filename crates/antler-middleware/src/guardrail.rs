@@ -22,6 +22,9 @@ use async_trait::async_trait;
 use serde::Serialize;
 use serde_json::{json, Value};
 
+use crate::hook::ToolResult;
+use crate::py::truthy;
+
 /// `guardrails:` (spec 60 §19); its `provider` is built by [`provider_from_config`].
 pub use antler_config::GuardrailsConfig;
 
@@ -377,18 +380,6 @@ fn context_str(run: &RunContext, key: &str) -> Option<String> {
     }
 }
 
-/// Python truthiness of a JSON value.
-fn truthy(v: &Value) -> bool {
-    match v {
-        Value::Null => false,
-        Value::Bool(b) => *b,
-        Value::Number(n) => n.as_f64().is_some_and(|f| f != 0.0),
-        Value::String(s) => !s.is_empty(),
-        Value::Array(a) => !a.is_empty(),
-        Value::Object(o) => !o.is_empty(),
-    }
-}
-
 fn json_type(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
@@ -410,11 +401,7 @@ impl Middleware for GuardrailMiddleware {
         HookSet::WRAP_TOOL
     }
 
-    async fn wrap_tool_call(
-        &self,
-        req: ToolCallRequest,
-        next: ToolNext<'_>,
-    ) -> Result<ToolOutcome, ToolError> {
+    async fn wrap_tool_call(&self, req: ToolCallRequest, next: ToolNext<'_>) -> ToolResult {
         let request = self.build_request(&req)?;
         let decision = match self.provider.evaluate(&request).await {
             Ok(d) => d,

@@ -14,10 +14,11 @@ use std::sync::Arc;
 
 use antler_protocol::untrusted::{frame, neutralize};
 use antler_protocol::{Content, HumanMessage, Message};
-use antler_runtime::{HookSet, Middleware, ModelCallError, ModelNext, ModelRequest, ModelResponse};
+use antler_runtime::{HookSet, Middleware, ModelNext, ModelRequest};
 use async_trait::async_trait;
 use serde_json::{json, Value};
 
+use crate::hook::ModelResult;
 use crate::memory::preprocess::is_human_input_response;
 
 /// The middleware's name in `updates` events and `antler chain`.
@@ -201,19 +202,9 @@ pub fn sanitize_messages(messages: &[Arc<Message>]) -> Option<(usize, Message)> 
 
 #[async_trait]
 impl Middleware for InputSanitizationMiddleware {
-    fn name(&self) -> &str {
-        NAME
-    }
+    middleware_identity!(NAME, HookSet::WRAP_MODEL);
 
-    fn hooks(&self) -> HookSet {
-        HookSet::WRAP_MODEL
-    }
-
-    async fn wrap_model_call(
-        &self,
-        mut req: ModelRequest,
-        next: ModelNext<'_>,
-    ) -> Result<ModelResponse, ModelCallError> {
+    async fn wrap_model_call(&self, mut req: ModelRequest, next: ModelNext<'_>) -> ModelResult {
         if self.settings.enabled {
             if let Some((i, msg)) = sanitize_messages(&req.messages) {
                 req.messages_mut()[i] = Arc::new(msg);

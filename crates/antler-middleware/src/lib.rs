@@ -38,8 +38,11 @@
 //! | L22 | [`clarification`] | wrap_tool |
 //!
 //! A middleware sees only `antler-runtime`'s public API, never another middleware. Helpers
-//! several share are modules of their own: [`posix`] (path normalization) and
+//! several share are modules of their own: [`posix`] (path normalization), `py` (Python truthiness),
 //! [`skill_registry`] (the skill registry and `/skill` grammar of the two skill middlewares).
+
+#[macro_use]
+pub mod hook;
 
 pub mod clarification;
 pub mod dangling_tool_call;
@@ -54,6 +57,7 @@ pub mod loop_detection;
 pub mod mcp_routing;
 pub mod memory;
 pub mod posix;
+mod py;
 pub mod read_before_write;
 pub mod sandbox;
 pub mod sandbox_audit;

@@ -35,6 +35,8 @@ use tokio::sync::{Semaphore, SemaphorePermit};
 mod circuit_breaker;
 
 use circuit_breaker::ProbeGuard;
+
+use crate::hook::ModelResult;
 pub use circuit_breaker::{
     Admission, CircuitBreaker, CircuitState, Clock, ManualClock, SystemClock,
 };
@@ -534,19 +536,9 @@ fn facts_of(e: &ModelCallError) -> ErrorFacts {
 
 #[async_trait]
 impl Middleware for LlmErrorHandlingMiddleware {
-    fn name(&self) -> &str {
-        NAME
-    }
+    middleware_identity!(NAME, HookSet::WRAP_MODEL);
 
-    fn hooks(&self) -> HookSet {
-        HookSet::WRAP_MODEL
-    }
-
-    async fn wrap_model_call(
-        &self,
-        req: ModelRequest,
-        next: ModelNext<'_>,
-    ) -> Result<ModelResponse, ModelCallError> {
+    async fn wrap_model_call(&self, req: ModelRequest, next: ModelNext<'_>) -> ModelResult {
         let probe = match self.breaker.admit() {
             Admission::Denied => {
                 tracing::warn!("LLM circuit breaker is open; not calling the model");

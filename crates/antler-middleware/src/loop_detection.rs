@@ -25,12 +25,13 @@ use antler_protocol::{
     AiMessage, Content, HumanMessage, Message, Object, StateUpdate, ThreadState, ToolCall,
 };
 use antler_runtime::{
-    keys, AfterAgentOutput, BeforeAgentOutput, HookOutput, HookSet, Middleware, MiddlewareError,
-    ModelCallError, ModelNext, ModelRequest, ModelResponse, RunContext, RunEvent,
+    keys, HookOutput, HookSet, Middleware, ModelNext, ModelRequest, RunContext, RunEvent,
 };
 use async_trait::async_trait;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
+
+use crate::hook::{AfterAgentResult, BeforeAgentResult, HookResult, ModelResult};
 
 const NAME: &str = "LoopDetectionMiddleware";
 
@@ -724,20 +725,13 @@ fn names(calls: &[ToolCall]) -> Vec<&str> {
 
 #[async_trait]
 impl Middleware for LoopDetectionMiddleware {
-    fn name(&self) -> &str {
-        NAME
-    }
-
-    fn hooks(&self) -> HookSet {
+    middleware_identity!(
+        NAME,
         HookSet::BEFORE_AGENT | HookSet::AFTER_MODEL | HookSet::AFTER_AGENT | HookSet::WRAP_MODEL
-    }
+    );
 
     /// Warnings of earlier runs of this thread never reach this run.
-    async fn before_agent(
-        &self,
-        _state: &ThreadState,
-        run: &RunContext,
-    ) -> Result<BeforeAgentOutput, MiddlewareError> {
+    async fn before_agent(&self, _state: &ThreadState, run: &RunContext) -> BeforeAgentResult {
         let (thread, current) = Self::pending_key(run);
         let mut inner = self.lock();
         let stale: Vec<PendingKey> = inner
@@ -752,11 +746,7 @@ impl Middleware for LoopDetectionMiddleware {
         Ok(HookOutput::none())
     }
 
-    async fn after_model(
-        &self,
-        state: &ThreadState,
-        run: &RunContext,
-    ) -> Result<HookOutput, MiddlewareError> {
+    async fn after_model(&self, state: &ThreadState, run: &RunContext) -> HookResult {
         let Some(Message::Ai(ai)) = state.messages.last() else {
             return Ok(HookOutput::none());
         };
@@ -801,11 +791,7 @@ impl Middleware for LoopDetectionMiddleware {
     }
 
     /// A run's unsent warnings die with it.
-    async fn after_agent(
-        &self,
-        _state: &ThreadState,
-        run: &RunContext,
-    ) -> Result<AfterAgentOutput, MiddlewareError> {
+    async fn after_agent(&self, _state: &ThreadState, run: &RunContext) -> AfterAgentResult {
         self.lock().pending.remove(&Self::pending_key(run));
         Ok(HookOutput::none())
     }
@@ -813,11 +799,7 @@ impl Middleware for LoopDetectionMiddleware {
     /// Append the queued warnings as one request-only message after everything else (after the
     /// tool messages answering the previous calls, so pairing stays intact). They are dropped
     /// once a call carrying them succeeds; a failed call leaves them for the retry.
-    async fn wrap_model_call(
-        &self,
-        mut req: ModelRequest,
-        next: ModelNext<'_>,
-    ) -> Result<ModelResponse, ModelCallError> {
+    async fn wrap_model_call(&self, mut req: ModelRequest, next: ModelNext<'_>) -> ModelResult {
         let key = Self::pending_key(&req.run);
         let sent = self.lock().pending.get(&key).cloned().unwrap_or_default();
         if sent.is_empty() {

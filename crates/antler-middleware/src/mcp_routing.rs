@@ -10,8 +10,10 @@
 //! DeferredToolFilter, which reads the promotions ([`assert_before_filter`]).
 
 use antler_protocol::{markers, Message, Promoted, StateUpdate, ThreadState};
-use antler_runtime::{HookOutput, HookSet, Middleware, MiddlewareError, RunContext};
+use antler_runtime::{HookOutput, HookSet, Middleware, RunContext};
 use async_trait::async_trait;
+
+use crate::hook::HookResult;
 
 /// One indexed deferred tool.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -95,19 +97,9 @@ impl McpRoutingMiddleware {
 
 #[async_trait]
 impl Middleware for McpRoutingMiddleware {
-    fn name(&self) -> &str {
-        "McpRoutingMiddleware"
-    }
+    middleware_identity!("McpRoutingMiddleware", HookSet::BEFORE_MODEL);
 
-    fn hooks(&self) -> HookSet {
-        HookSet::BEFORE_MODEL
-    }
-
-    async fn before_model(
-        &self,
-        state: &ThreadState,
-        _run: &RunContext,
-    ) -> Result<HookOutput, MiddlewareError> {
+    async fn before_model(&self, state: &ThreadState, _run: &RunContext) -> HookResult {
         let names = self.matches(state);
         if names.is_empty() {
             return Ok(HookOutput::none());

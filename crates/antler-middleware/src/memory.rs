@@ -15,11 +15,11 @@
 use std::sync::Arc;
 
 use antler_protocol::{Message, ThreadState};
-use antler_runtime::{
-    AfterAgentOutput, HookOutput, HookSet, Middleware, MiddlewareError, RunContext,
-};
+use antler_runtime::{HookOutput, HookSet, Middleware, RunContext};
 use async_trait::async_trait;
 use serde_json::Value;
+
+use crate::hook::AfterAgentResult;
 
 const NAME: &str = "MemoryMiddleware";
 
@@ -85,19 +85,9 @@ fn non_empty(v: Option<Value>) -> Option<String> {
 
 #[async_trait]
 impl Middleware for MemoryMiddleware {
-    fn name(&self) -> &str {
-        NAME
-    }
+    middleware_identity!(NAME, HookSet::AFTER_AGENT);
 
-    fn hooks(&self) -> HookSet {
-        HookSet::AFTER_AGENT
-    }
-
-    async fn after_agent(
-        &self,
-        state: &ThreadState,
-        run: &RunContext,
-    ) -> Result<AfterAgentOutput, MiddlewareError> {
+    async fn after_agent(&self, state: &ThreadState, run: &RunContext) -> AfterAgentResult {
         if !self.enabled {
             return Ok(HookOutput::none());
         }

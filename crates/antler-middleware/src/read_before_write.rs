@@ -21,12 +21,14 @@ use antler_protocol::markers::READ_MARK;
 use antler_protocol::tool_meta;
 use antler_protocol::{Message, ThreadState, ToolMessage, ToolStatus};
 use antler_runtime::{
-    keys, HookSet, Middleware, RunContext, ToolCallRequest, ToolError, ToolNext, ToolOutcome,
+    keys, HookSet, Middleware, RunContext, ToolCallRequest, ToolNext, ToolOutcome,
 };
 use antler_sandbox::{SandboxError, SandboxProvider};
 use async_trait::async_trait;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
+
+use crate::hook::ToolResult;
 
 pub use antler_config::ReadBeforeWriteConfig;
 
@@ -242,19 +244,9 @@ fn lock_scope(req: &ToolCallRequest) -> String {
 
 #[async_trait]
 impl Middleware for ReadBeforeWriteMiddleware {
-    fn name(&self) -> &str {
-        "ReadBeforeWriteMiddleware"
-    }
+    middleware_identity!("ReadBeforeWriteMiddleware", HookSet::WRAP_TOOL);
 
-    fn hooks(&self) -> HookSet {
-        HookSet::WRAP_TOOL
-    }
-
-    async fn wrap_tool_call(
-        &self,
-        req: ToolCallRequest,
-        next: ToolNext<'_>,
-    ) -> Result<ToolOutcome, ToolError> {
+    async fn wrap_tool_call(&self, req: ToolCallRequest, next: ToolNext<'_>) -> ToolResult {
         let name = req.call.name.as_str();
         let gated = GATED_TOOLS.contains(&name);
         if !gated && !READ_TOOLS.contains(&name) {

@@ -17,11 +17,13 @@ use std::sync::Arc;
 
 use antler_protocol::{SandboxState, StateUpdate, ThreadState};
 use antler_runtime::{
-    keys, AfterAgentOutput, BeforeAgentOutput, Command, HookOutput, HookSet, Middleware,
-    MiddlewareError, RunContext, ToolCallRequest, ToolError, ToolNext, ToolOutcome,
+    keys, Command, HookOutput, HookSet, Middleware, MiddlewareError, RunContext, ToolCallRequest,
+    ToolNext, ToolOutcome,
 };
 use antler_sandbox::SandboxProvider;
 use async_trait::async_trait;
+
+use crate::hook::{AfterAgentResult, BeforeAgentResult, ToolResult};
 
 const NAME: &str = "SandboxMiddleware";
 
@@ -73,19 +75,12 @@ fn with_sandbox(outcome: ToolOutcome, id: &str) -> ToolOutcome {
 
 #[async_trait]
 impl Middleware for SandboxMiddleware {
-    fn name(&self) -> &str {
-        NAME
-    }
-
-    fn hooks(&self) -> HookSet {
+    middleware_identity!(
+        NAME,
         HookSet::BEFORE_AGENT | HookSet::AFTER_AGENT | HookSet::WRAP_TOOL
-    }
+    );
 
-    async fn before_agent(
-        &self,
-        state: &ThreadState,
-        run: &RunContext,
-    ) -> Result<BeforeAgentOutput, MiddlewareError> {
+    async fn before_agent(&self, state: &ThreadState, run: &RunContext) -> BeforeAgentResult {
         if self.lazy_init || run.thread_id.is_empty() {
             return Ok(HookOutput::none());
         }
@@ -120,11 +115,7 @@ impl Middleware for SandboxMiddleware {
         }
     }
 
-    async fn after_agent(
-        &self,
-        _state: &ThreadState,
-        run: &RunContext,
-    ) -> Result<AfterAgentOutput, MiddlewareError> {
+    async fn after_agent(&self, _state: &ThreadState, run: &RunContext) -> AfterAgentResult {
         // Only the id this run derived (set by the tools or before_agent), never the state's.
         if let Some(id) = run.get(&keys::SANDBOX_ID) {
             let provider = self.provider.clone();
@@ -133,11 +124,7 @@ impl Middleware for SandboxMiddleware {
         Ok(HookOutput::none())
     }
 
-    async fn wrap_tool_call(
-        &self,
-        req: ToolCallRequest,
-        next: ToolNext<'_>,
-    ) -> Result<ToolOutcome, ToolError> {
+    async fn wrap_tool_call(&self, req: ToolCallRequest, next: ToolNext<'_>) -> ToolResult {
         // A recorded id is either this run's (nothing to write) or a foreign one the tool has
         // logged (writing ours would fail the reducer): only an empty record is filled in.
         let unrecorded = state_id(&req.state).is_none();

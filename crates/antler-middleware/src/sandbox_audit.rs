@@ -12,10 +12,12 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use antler_protocol::{Content, Message, ToolMessage};
-use antler_runtime::{HookSet, Middleware, ToolCallRequest, ToolError, ToolNext, ToolOutcome};
+use antler_runtime::{HookSet, Middleware, ToolCallRequest, ToolNext, ToolOutcome};
 use antler_sandbox::audit::{self, AuditRecord, Verdict};
 use async_trait::async_trait;
 use serde_json::{json, Value};
+
+use crate::hook::ToolResult;
 
 const NAME: &str = "SandboxAuditMiddleware";
 
@@ -176,19 +178,9 @@ fn append_warning(m: &mut ToolMessage, warning: &str) {
 
 #[async_trait]
 impl Middleware for SandboxAuditMiddleware {
-    fn name(&self) -> &str {
-        NAME
-    }
+    middleware_identity!(NAME, HookSet::WRAP_TOOL);
 
-    fn hooks(&self) -> HookSet {
-        HookSet::WRAP_TOOL
-    }
-
-    async fn wrap_tool_call(
-        &self,
-        req: ToolCallRequest,
-        next: ToolNext<'_>,
-    ) -> Result<ToolOutcome, ToolError> {
+    async fn wrap_tool_call(&self, req: ToolCallRequest, next: ToolNext<'_>) -> ToolResult {
         if req.call.name != "bash" {
             return next.run(req).await;
         }

@@ -18,12 +18,11 @@ use antler_protocol::markers::{
     self, ORIGINAL_USER_CONTENT, SLASH_SKILL_ACTIVATION, SLASH_SKILL_ACTIVATION_TARGET_ID,
 };
 use antler_protocol::{AiMessage, Content, HumanMessage, Message};
-use antler_runtime::{
-    HookSet, Middleware, ModelCallError, ModelNext, ModelRequest, ModelResponse, RunEvent,
-};
+use antler_runtime::{HookSet, Middleware, ModelNext, ModelRequest, ModelResponse, RunEvent};
 use async_trait::async_trait;
 use serde_json::{json, Value};
 
+use crate::hook::ModelResult;
 use crate::read_before_write::content_hash;
 use crate::skill_registry::{
     parse_slash, SkillRecord, SkillRegistry, SlashSource, ACTIVATION_RUN, SLASH_SOURCE,
@@ -34,18 +33,7 @@ const ID_SUFFIX: &str = "__slash_activation";
 
 /// HTML/XML escaping of interpolated text and attributes.
 pub fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#x27;"),
-            c => out.push(c),
-        }
-    }
-    out
+    crate::py::html_escape(s, true)
 }
 
 /// Whether `msg` is an activation reminder.
@@ -130,18 +118,28 @@ pub struct SkillActivationMiddleware {
 #[error("the skill middlewares need a non-empty shared owner token")]
 pub struct MissingOwnerToken;
 
+/// What both skill middlewares keep besides the registry: the allow-list as a set and the
+/// (checked, non-empty) owner token.
+pub(crate) fn skill_scope(
+    available: Option<Vec<String>>,
+    owner_token: Arc<str>,
+) -> Result<(Option<HashSet<String>>, Arc<str>), MissingOwnerToken> {
+    if owner_token.is_empty() {
+        return Err(MissingOwnerToken);
+    }
+    Ok((available.map(|v| v.into_iter().collect()), owner_token))
+}
+
 impl SkillActivationMiddleware {
     pub fn new(
         registry: Arc<dyn SkillRegistry>,
         available: Option<Vec<String>>,
         owner_token: Arc<str>,
     ) -> Result<Self, MissingOwnerToken> {
-        if owner_token.is_empty() {
-            return Err(MissingOwnerToken);
-        }
+        let (available, owner_token) = skill_scope(available, owner_token)?;
         Ok(SkillActivationMiddleware {
             registry,
-            available: available.map(|v| v.into_iter().collect()),
+            available,
             owner_token,
         })
     }
@@ -208,19 +206,9 @@ fn already_activated(messages: &[Arc<Message>], index: usize, target: &HumanMess
 
 #[async_trait]
 impl Middleware for SkillActivationMiddleware {
-    fn name(&self) -> &str {
-        "SkillActivationMiddleware"
-    }
+    middleware_identity!("SkillActivationMiddleware", HookSet::WRAP_MODEL);
 
-    fn hooks(&self) -> HookSet {
-        HookSet::WRAP_MODEL
-    }
-
-    async fn wrap_model_call(
-        &self,
-        mut req: ModelRequest,
-        next: ModelNext<'_>,
-    ) -> Result<ModelResponse, ModelCallError> {
+    async fn wrap_model_call(&self, mut req: ModelRequest, next: ModelNext<'_>) -> ModelResult {
         let found = req
             .messages
             .iter()

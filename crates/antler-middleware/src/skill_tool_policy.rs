@@ -21,13 +21,14 @@ use std::sync::Arc;
 
 use antler_protocol::{Message, ThreadState, ToolMessage, ToolStatus};
 use antler_runtime::{
-    HookSet, Middleware, ModelCallError, ModelNext, ModelRequest, ModelResponse, RunContext,
-    RunKey, ToolCallRequest, ToolError, ToolNext, ToolOutcome,
+    HookSet, Middleware, ModelNext, ModelRequest, RunContext, RunKey, ToolCallRequest, ToolNext,
+    ToolOutcome,
 };
 use async_trait::async_trait;
 use serde_json::Value;
 
-use crate::skill_activation::MissingOwnerToken;
+use crate::hook::{ModelResult, ToolResult};
+use crate::skill_activation::{skill_scope, MissingOwnerToken};
 use crate::skill_registry::{normalize, SkillRegistry, SLASH_SOURCE};
 
 /// Tools every active policy keeps (`task` is deliberately not one).
@@ -84,12 +85,10 @@ impl SkillToolPolicyMiddleware {
         available: Option<Vec<String>>,
         owner_token: Arc<str>,
     ) -> Result<Self, MissingOwnerToken> {
-        if owner_token.is_empty() {
-            return Err(MissingOwnerToken);
-        }
+        let (available, owner_token) = skill_scope(available, owner_token)?;
         Ok(SkillToolPolicyMiddleware {
             registry,
-            available: available.map(|v| v.into_iter().collect()),
+            available,
             owner_token,
         })
     }
@@ -239,19 +238,12 @@ fn filter_tool_search(
 
 #[async_trait]
 impl Middleware for SkillToolPolicyMiddleware {
-    fn name(&self) -> &str {
-        "SkillToolPolicyMiddleware"
-    }
-
-    fn hooks(&self) -> HookSet {
+    middleware_identity!(
+        "SkillToolPolicyMiddleware",
         HookSet::WRAP_MODEL | HookSet::WRAP_TOOL
-    }
+    );
 
-    async fn wrap_model_call(
-        &self,
-        mut req: ModelRequest,
-        next: ModelNext<'_>,
-    ) -> Result<ModelResponse, ModelCallError> {
+    async fn wrap_model_call(&self, mut req: ModelRequest, next: ModelNext<'_>) -> ModelResult {
         let (source, paths) = self.source(&req.state, &req.run);
         if source == PolicySource::Passive {
             req.run.remove(&DECISION);
@@ -272,11 +264,7 @@ impl Middleware for SkillToolPolicyMiddleware {
         next.run(req).await
     }
 
-    async fn wrap_tool_call(
-        &self,
-        req: ToolCallRequest,
-        next: ToolNext<'_>,
-    ) -> Result<ToolOutcome, ToolError> {
+    async fn wrap_tool_call(&self, req: ToolCallRequest, next: ToolNext<'_>) -> ToolResult {
         let (source, paths) = self.source(&req.state, &req.run);
         if source == PolicySource::Passive {
             return next.run(req).await;

@@ -18,9 +18,11 @@
 use std::collections::HashSet;
 
 use antler_protocol::{AiMessage, Content, Message, StateUpdate, ThreadState};
-use antler_runtime::{keys, HookOutput, HookSet, Middleware, MiddlewareError, RunContext};
+use antler_runtime::{keys, HookOutput, HookSet, Middleware, RunContext};
 use async_trait::async_trait;
 use serde_json::{json, Value};
+
+use crate::hook::HookResult;
 
 /// Fewest `task` calls kept per response (the seed's floor).
 pub const MIN_CONCURRENT_SUBAGENTS: usize = 2;
@@ -187,19 +189,9 @@ fn append_notice(content: Content) -> Content {
 
 #[async_trait]
 impl Middleware for SubagentLimitMiddleware {
-    fn name(&self) -> &str {
-        "SubagentLimitMiddleware"
-    }
+    middleware_identity!("SubagentLimitMiddleware", HookSet::AFTER_MODEL);
 
-    fn hooks(&self) -> HookSet {
-        HookSet::AFTER_MODEL
-    }
-
-    async fn after_model(
-        &self,
-        state: &ThreadState,
-        run: &RunContext,
-    ) -> Result<HookOutput, MiddlewareError> {
+    async fn after_model(&self, state: &ThreadState, run: &RunContext) -> HookResult {
         Ok(match self.truncate(state, run) {
             Some(msg) => HookOutput::update(StateUpdate::message(Message::Ai(msg))),
             None => HookOutput::none(),

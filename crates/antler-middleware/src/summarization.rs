@@ -40,6 +40,8 @@ use async_trait::async_trait;
 use futures::FutureExt;
 use serde_json::{json, Value};
 
+use crate::hook::HookResult;
+
 /// What is about to be compressed away.
 #[derive(Clone, Debug)]
 pub struct SummarizationEvent {
@@ -1087,19 +1089,9 @@ pub fn bound_text(text: &str, cap: usize) -> String {
 
 #[async_trait]
 impl Middleware for DeerFlowSummarizationMiddleware {
-    fn name(&self) -> &str {
-        NAME
-    }
+    middleware_identity!(NAME, HookSet::BEFORE_MODEL);
 
-    fn hooks(&self) -> HookSet {
-        HookSet::BEFORE_MODEL
-    }
-
-    async fn before_model(
-        &self,
-        state: &ThreadState,
-        run: &RunContext,
-    ) -> Result<HookOutput, MiddlewareError> {
+    async fn before_model(&self, state: &ThreadState, run: &RunContext) -> HookResult {
         let compaction = match self.compact(state, run, CompactOptions::default()).await {
             Ok(Some(c)) => c,
             // Failure is already logged: keep the history and try again on the next model call.

@@ -8,9 +8,11 @@ use std::sync::Arc;
 
 use antler_protocol::markers;
 use antler_protocol::{Content, Message};
-use antler_runtime::{HookSet, Middleware, ModelCallError, ModelNext, ModelRequest, ModelResponse};
+use antler_runtime::{HookSet, Middleware, ModelNext, ModelRequest};
 use async_trait::async_trait;
 use serde_json::Value;
+
+use crate::hook::ModelResult;
 
 pub const NAME: &str = "SystemMessageCoalescingMiddleware";
 
@@ -87,19 +89,9 @@ pub fn coalesce(req: &ModelRequest) -> Option<(String, Vec<Arc<Message>>)> {
 
 #[async_trait]
 impl Middleware for SystemMessageCoalescingMiddleware {
-    fn name(&self) -> &str {
-        NAME
-    }
+    middleware_identity!(NAME, HookSet::WRAP_MODEL);
 
-    fn hooks(&self) -> HookSet {
-        HookSet::WRAP_MODEL
-    }
-
-    async fn wrap_model_call(
-        &self,
-        mut req: ModelRequest,
-        next: ModelNext<'_>,
-    ) -> Result<ModelResponse, ModelCallError> {
+    async fn wrap_model_call(&self, mut req: ModelRequest, next: ModelNext<'_>) -> ModelResult {
         if let Some((system, rest)) = coalesce(&req) {
             req.system_prompt = Some(Arc::from(system));
             req.messages = Arc::new(rest);

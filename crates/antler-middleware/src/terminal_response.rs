@@ -22,13 +22,13 @@ use antler_protocol::{
     markers, AiMessage, HumanMessage, Message, Object, StateUpdate, ThreadState,
 };
 use antler_runtime::{
-    AfterAgentOutput, BeforeAgentOutput, HookOutput, HookSet, JumpTo, Middleware, MiddlewareError,
-    ModelCallError, ModelNext, ModelRequest, ModelResponse, RunContext, RunKey,
+    HookOutput, HookSet, JumpTo, Middleware, ModelNext, ModelRequest, RunContext, RunKey,
 };
 use async_trait::async_trait;
 use serde_json::Value;
 
 use crate::finish_reason::{has_tool_call_intent, has_visible_content};
+use crate::hook::{AfterAgentResult, BeforeAgentResult, HookResult, ModelResult};
 
 pub const NAME: &str = "TerminalResponseMiddleware";
 
@@ -105,28 +105,17 @@ fn recovery_message() -> Message {
 
 #[async_trait]
 impl Middleware for TerminalResponseMiddleware {
-    fn name(&self) -> &str {
-        NAME
-    }
-
-    fn hooks(&self) -> HookSet {
+    middleware_identity!(
+        NAME,
         HookSet::BEFORE_AGENT | HookSet::AFTER_MODEL | HookSet::AFTER_AGENT | HookSet::WRAP_MODEL
-    }
+    );
 
-    async fn before_agent(
-        &self,
-        _state: &ThreadState,
-        run: &RunContext,
-    ) -> Result<BeforeAgentOutput, MiddlewareError> {
+    async fn before_agent(&self, _state: &ThreadState, run: &RunContext) -> BeforeAgentResult {
         Self::reset(run);
         Ok(HookOutput::none())
     }
 
-    async fn after_model(
-        &self,
-        state: &ThreadState,
-        run: &RunContext,
-    ) -> Result<HookOutput, MiddlewareError> {
+    async fn after_model(&self, state: &ThreadState, run: &RunContext) -> HookResult {
         let Some(Message::Ai(last)) = state.messages.last() else {
             return Ok(HookOutput::none());
         };
@@ -150,11 +139,7 @@ impl Middleware for TerminalResponseMiddleware {
         ))))
     }
 
-    async fn wrap_model_call(
-        &self,
-        mut req: ModelRequest,
-        next: ModelNext<'_>,
-    ) -> Result<ModelResponse, ModelCallError> {
+    async fn wrap_model_call(&self, mut req: ModelRequest, next: ModelNext<'_>) -> ModelResult {
         if !req.run.get(&PENDING).unwrap_or(false) {
             return next.run(req).await;
         }
@@ -170,11 +155,7 @@ impl Middleware for TerminalResponseMiddleware {
         out
     }
 
-    async fn after_agent(
-        &self,
-        _state: &ThreadState,
-        run: &RunContext,
-    ) -> Result<AfterAgentOutput, MiddlewareError> {
+    async fn after_agent(&self, _state: &ThreadState, run: &RunContext) -> AfterAgentResult {
         Self::reset(run);
         Ok(HookOutput::none())
     }

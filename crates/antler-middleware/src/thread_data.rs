@@ -12,12 +12,12 @@
 use std::path::PathBuf;
 
 use antler_protocol::{Message, StateUpdate, ThreadState};
-use antler_runtime::{
-    BeforeAgentOutput, HookOutput, HookSet, Middleware, MiddlewareError, RunContext,
-};
+use antler_runtime::{HookOutput, HookSet, Middleware, MiddlewareError, RunContext};
 use antler_sandbox::ThreadPaths;
 use async_trait::async_trait;
 use serde_json::Value;
+
+use crate::hook::BeforeAgentResult;
 
 const NAME: &str = "ThreadDataMiddleware";
 
@@ -49,19 +49,9 @@ fn timestamp() -> String {
 
 #[async_trait]
 impl Middleware for ThreadDataMiddleware {
-    fn name(&self) -> &str {
-        NAME
-    }
+    middleware_identity!(NAME, HookSet::BEFORE_AGENT);
 
-    fn hooks(&self) -> HookSet {
-        HookSet::BEFORE_AGENT
-    }
-
-    async fn before_agent(
-        &self,
-        state: &ThreadState,
-        run: &RunContext,
-    ) -> Result<BeforeAgentOutput, MiddlewareError> {
+    async fn before_agent(&self, state: &ThreadState, run: &RunContext) -> BeforeAgentResult {
         if run.thread_id.is_empty() {
             return Err(MiddlewareError::new(
                 NAME,

@@ -17,10 +17,12 @@ use std::time::Instant;
 use antler_models::{ChatModel, ChatRequest};
 use antler_protocol::markers;
 use antler_protocol::{Content, Message, Object, StateUpdate, ThreadState};
-use antler_runtime::{HookOutput, HookSet, Middleware, MiddlewareError, RunContext, RunEvent};
+use antler_runtime::{HookOutput, HookSet, Middleware, RunContext, RunEvent};
 use async_trait::async_trait;
 use regex::Regex;
 use serde_json::Value;
+
+use crate::hook::HookResult;
 
 const NAME: &str = "TitleMiddleware";
 /// How the title call is identified to observers (the run journal's caller buckets).
@@ -349,19 +351,9 @@ impl TitleMiddleware {
 
 #[async_trait]
 impl Middleware for TitleMiddleware {
-    fn name(&self) -> &str {
-        NAME
-    }
+    middleware_identity!(NAME, HookSet::AFTER_MODEL);
 
-    fn hooks(&self) -> HookSet {
-        HookSet::AFTER_MODEL
-    }
-
-    async fn after_model(
-        &self,
-        state: &ThreadState,
-        run: &RunContext,
-    ) -> Result<HookOutput, MiddlewareError> {
+    async fn after_model(&self, state: &ThreadState, run: &RunContext) -> HookResult {
         let Some(ex) = self.eligible(state, false) else {
             return Ok(HookOutput::none());
         };

@@ -25,11 +25,13 @@ use antler_protocol::{
     ToolMessage,
 };
 use antler_runtime::{
-    keys, AfterAgentOutput, BeforeAgentOutput, HookOutput, HookSet, JumpTo, Middleware,
-    MiddlewareError, ModelCallError, ModelNext, ModelRequest, ModelResponse, RunContext, RunKey,
+    keys, HookOutput, HookSet, JumpTo, Middleware, MiddlewareError, ModelNext, ModelRequest,
+    RunContext, RunKey,
 };
 use async_trait::async_trait;
 use serde_json::Value;
+
+use crate::hook::{AfterAgentResult, BeforeAgentResult, HookResult, ModelResult};
 
 const NAME: &str = "TodoMiddleware";
 /// The planning tool's name.
@@ -256,11 +258,7 @@ impl Middleware for TodoMiddleware {
             | HookSet::AFTER_AGENT
     }
 
-    async fn before_agent(
-        &self,
-        _state: &ThreadState,
-        run: &RunContext,
-    ) -> Result<BeforeAgentOutput, MiddlewareError> {
+    async fn before_agent(&self, _state: &ThreadState, run: &RunContext) -> BeforeAgentResult {
         let (thread, current) = Self::key(run);
         if let Ok(mut b) = self.book.lock() {
             let stale: Vec<Key> = b
@@ -278,11 +276,7 @@ impl Middleware for TodoMiddleware {
         Ok(HookOutput::none())
     }
 
-    async fn before_model(
-        &self,
-        state: &ThreadState,
-        run: &RunContext,
-    ) -> Result<HookOutput, MiddlewareError> {
+    async fn before_model(&self, state: &ThreadState, run: &RunContext) -> HookResult {
         let Some(todos) = state.todos.as_ref().filter(|t| !t.is_empty()) else {
             return Ok(HookOutput::none());
         };
@@ -306,11 +300,7 @@ impl Middleware for TodoMiddleware {
         Ok(HookOutput::update(StateUpdate::message(reminder)))
     }
 
-    async fn after_model(
-        &self,
-        state: &ThreadState,
-        run: &RunContext,
-    ) -> Result<HookOutput, MiddlewareError> {
+    async fn after_model(&self, state: &ThreadState, run: &RunContext) -> HookResult {
         let Some(Message::Ai(last)) = state.messages.last() else {
             return Ok(HookOutput::none());
         };
@@ -366,22 +356,14 @@ impl Middleware for TodoMiddleware {
         Ok(HookOutput::jump(JumpTo::Model))
     }
 
-    async fn after_agent(
-        &self,
-        _state: &ThreadState,
-        run: &RunContext,
-    ) -> Result<AfterAgentOutput, MiddlewareError> {
+    async fn after_agent(&self, _state: &ThreadState, run: &RunContext) -> AfterAgentResult {
         if let Ok(mut b) = self.book.lock() {
             b.drop_key(&Self::key(run));
         }
         Ok(HookOutput::none())
     }
 
-    async fn wrap_model_call(
-        &self,
-        mut req: ModelRequest,
-        next: ModelNext<'_>,
-    ) -> Result<ModelResponse, ModelCallError> {
+    async fn wrap_model_call(&self, mut req: ModelRequest, next: ModelNext<'_>) -> ModelResult {
         if let Some(section) = &self.settings.system_prompt {
             req.system_prompt = Some(self.system_prompt(req.system_prompt.as_ref(), section));
         }

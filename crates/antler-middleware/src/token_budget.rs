@@ -22,11 +22,12 @@ use std::sync::Mutex;
 use antler_protocol::markers;
 use antler_protocol::{AiMessage, Content, HumanMessage, Message, StateUpdate, ThreadState};
 use antler_runtime::{
-    keys, AfterAgentOutput, BeforeAgentOutput, HookOutput, HookSet, Middleware, MiddlewareError,
-    ModelCallError, ModelNext, ModelRequest, ModelResponse, RunContext,
+    keys, HookOutput, HookSet, Middleware, MiddlewareError, ModelNext, ModelRequest, RunContext,
 };
 use async_trait::async_trait;
 use serde_json::json;
+
+use crate::hook::{AfterAgentResult, BeforeAgentResult, HookResult, ModelResult};
 
 /// `token_budget:` (spec 60 §5), also the subagent budget's schema.
 pub use antler_config::TokenBudgetConfig;
@@ -224,19 +225,12 @@ fn accumulate(budget: &mut RunBudget, state: &ThreadState) {
 
 #[async_trait]
 impl Middleware for TokenBudgetMiddleware {
-    fn name(&self) -> &str {
-        NAME
-    }
-
-    fn hooks(&self) -> HookSet {
+    middleware_identity!(
+        NAME,
         HookSet::BEFORE_AGENT | HookSet::AFTER_MODEL | HookSet::AFTER_AGENT | HookSet::WRAP_MODEL
-    }
+    );
 
-    async fn before_agent(
-        &self,
-        state: &ThreadState,
-        run: &RunContext,
-    ) -> Result<BeforeAgentOutput, MiddlewareError> {
+    async fn before_agent(&self, state: &ThreadState, run: &RunContext) -> BeforeAgentResult {
         if !self.settings.enabled {
             return Ok(HookOutput::none());
         }
@@ -253,11 +247,7 @@ impl Middleware for TokenBudgetMiddleware {
         Ok(HookOutput::none())
     }
 
-    async fn after_model(
-        &self,
-        state: &ThreadState,
-        run: &RunContext,
-    ) -> Result<HookOutput, MiddlewareError> {
+    async fn after_model(&self, state: &ThreadState, run: &RunContext) -> HookResult {
         let s = &self.settings;
         if !s.enabled {
             return Ok(HookOutput::none());
@@ -304,22 +294,14 @@ impl Middleware for TokenBudgetMiddleware {
         Ok(HookOutput::none())
     }
 
-    async fn after_agent(
-        &self,
-        _state: &ThreadState,
-        run: &RunContext,
-    ) -> Result<AfterAgentOutput, MiddlewareError> {
+    async fn after_agent(&self, _state: &ThreadState, run: &RunContext) -> AfterAgentResult {
         if self.settings.enabled {
             self.lock()?.drop_run(&run.run_id);
         }
         Ok(HookOutput::none())
     }
 
-    async fn wrap_model_call(
-        &self,
-        mut req: ModelRequest,
-        next: ModelNext<'_>,
-    ) -> Result<ModelResponse, ModelCallError> {
+    async fn wrap_model_call(&self, mut req: ModelRequest, next: ModelNext<'_>) -> ModelResult {
         if self.settings.enabled {
             let pending = match self.runs.lock() {
                 Ok(mut runs) => runs

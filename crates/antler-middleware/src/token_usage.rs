@@ -19,9 +19,11 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use antler_protocol::{
     AiMessage, Message, StateUpdate, ThreadState, Todo, TodoStatus, ToolCall, UsageMetadata,
 };
-use antler_runtime::{HookOutput, HookSet, Middleware, MiddlewareError, RunContext, RunEvent};
+use antler_runtime::{HookOutput, HookSet, Middleware, RunContext, RunEvent};
 use async_trait::async_trait;
 use serde_json::{json, Map, Value};
+
+use crate::hook::HookResult;
 
 pub use antler_config::TokenUsageConfig;
 
@@ -395,19 +397,9 @@ pub fn build_attribution(ai: &AiMessage, todos: &[Todo]) -> Value {
 
 #[async_trait]
 impl Middleware for TokenUsageMiddleware {
-    fn name(&self) -> &str {
-        NAME
-    }
+    middleware_identity!(NAME, HookSet::AFTER_MODEL);
 
-    fn hooks(&self) -> HookSet {
-        HookSet::AFTER_MODEL
-    }
-
-    async fn after_model(
-        &self,
-        state: &ThreadState,
-        run: &RunContext,
-    ) -> Result<HookOutput, MiddlewareError> {
+    async fn after_model(&self, state: &ThreadState, run: &RunContext) -> HookResult {
         if state.messages.is_empty() {
             return Ok(HookOutput::none());
         }

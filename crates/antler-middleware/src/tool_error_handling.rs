@@ -12,6 +12,8 @@ use antler_protocol::{ToolMessage, ToolStatus};
 use antler_runtime::{HookSet, Middleware, ToolCallRequest, ToolError, ToolNext, ToolOutcome};
 use async_trait::async_trait;
 
+use crate::hook::ToolResult;
+
 /// Longest failure detail kept in the message.
 const MAX_DETAIL_CHARS: usize = 500;
 
@@ -64,19 +66,9 @@ pub fn failure_message(tool: &str, e: &ToolError) -> String {
 
 #[async_trait]
 impl Middleware for ToolErrorHandlingMiddleware {
-    fn name(&self) -> &str {
-        "ToolErrorHandlingMiddleware"
-    }
+    middleware_identity!("ToolErrorHandlingMiddleware", HookSet::WRAP_TOOL);
 
-    fn hooks(&self) -> HookSet {
-        HookSet::WRAP_TOOL
-    }
-
-    async fn wrap_tool_call(
-        &self,
-        req: ToolCallRequest,
-        next: ToolNext<'_>,
-    ) -> Result<ToolOutcome, ToolError> {
+    async fn wrap_tool_call(&self, req: ToolCallRequest, next: ToolNext<'_>) -> ToolResult {
         let call = req.call.clone();
         match next.run(req).await {
             Ok(ToolOutcome::Message(mut msg)) if self.result_meta => {
@@ -106,57 +98,6 @@ impl Middleware for ToolErrorHandlingMiddleware {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
-    use antler_models::{ScriptedModel, ScriptedReply};
-    use antler_protocol::{Message, Object, ToolSpec};
-    use antler_runtime::*;
-    use serde_json::json;
-    use std::sync::Arc;
-
-    struct Boom(Arc<ToolSpec>);
-
-    #[async_trait]
-    impl Tool for Boom {
-        fn spec(&self) -> &Arc<ToolSpec> {
-            &self.0
-        }
-        async fn call(&self, _: Object, _: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
-            Err(ToolError::Failed("disk on fire\nsecond line".into()))
-        }
-    }
-
-    #[tokio::test]
-    async fn a_failing_tool_becomes_an_error_message_and_the_run_continues() {
-        let spec = Arc::new(ToolSpec {
-            name: "boom".into(),
-            description: String::new(),
-            parameters: json!({"type": "object"}),
-        });
-        let model = Arc::new(ScriptedModel::new([
-            ScriptedReply::tool_call("c1", "boom", json!({})),
-            ScriptedReply::text("recovered"),
-        ]));
-        let agent = Agent::new(model.clone())
-            .with_tools(ToolRegistry::new().with(Arc::new(Boom(spec))))
-            .with_chain(Chain::new(vec![Arc::new(ToolErrorHandlingMiddleware::new())]).unwrap());
-        let run = Arc::new(RunContext::new("t", "r", Arc::new(NullSink)));
-        let out = agent
-            .run(RunInput::message(Message::human("go")), run)
-            .await;
-        assert_eq!(out.status, RunStatus::Success);
-        let tm = out
-            .state
-            .messages
-            .iter()
-            .find_map(Message::as_tool)
-            .unwrap();
-        assert_eq!(tm.status, ToolStatus::Error);
-        assert_eq!(tm.name.as_deref(), Some("boom"));
-        assert_eq!(
-            tm.content.text(),
-            "Error: Tool 'boom' failed with ToolException: disk on fire second line. Continue with available context, or choose an alternative tool."
-        );
-        assert_eq!(model.requests().len(), 2);
-    }
 
     #[test]
     fn long_details_are_cut() {

@@ -24,14 +24,16 @@ use std::sync::Arc;
 
 use antler_protocol::{Content, Message, ToolMessage};
 use antler_runtime::{
-    HookSet, Middleware, ModelCallError, ModelNext, ModelRequest, ModelResponse, RunContext,
-    RunEvent, RunKey, ToolCallRequest, ToolError, ToolNext, ToolOutcome,
+    HookSet, Middleware, ModelNext, ModelRequest, RunContext, RunEvent, RunKey, ToolCallRequest,
+    ToolError, ToolNext, ToolOutcome,
 };
 use antler_sandbox::paths::VIRTUAL_USER_DATA;
 use antler_sandbox::RootDir;
 use async_trait::async_trait;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
+
+use crate::hook::{ModelResult, ToolResult};
 
 pub use synopsis::{build_synopsis, render_preview, Synopsis};
 
@@ -444,19 +446,9 @@ fn report(run: &RunContext, m: &ToolMessage) {
 
 #[async_trait]
 impl Middleware for ToolOutputBudgetMiddleware {
-    fn name(&self) -> &str {
-        NAME
-    }
+    middleware_identity!(NAME, HookSet::WRAP_MODEL | HookSet::WRAP_TOOL);
 
-    fn hooks(&self) -> HookSet {
-        HookSet::WRAP_MODEL | HookSet::WRAP_TOOL
-    }
-
-    async fn wrap_tool_call(
-        &self,
-        req: ToolCallRequest,
-        next: ToolNext<'_>,
-    ) -> Result<ToolOutcome, ToolError> {
+    async fn wrap_tool_call(&self, req: ToolCallRequest, next: ToolNext<'_>) -> ToolResult {
         let s = self.settings.clone();
         let call_name = req.call.name.clone();
         let outputs = self.outputs_of(&req.run);
@@ -512,11 +504,7 @@ impl Middleware for ToolOutputBudgetMiddleware {
         Ok(patched)
     }
 
-    async fn wrap_model_call(
-        &self,
-        mut req: ModelRequest,
-        next: ModelNext<'_>,
-    ) -> Result<ModelResponse, ModelCallError> {
+    async fn wrap_model_call(&self, mut req: ModelRequest, next: ModelNext<'_>) -> ModelResult {
         let s = &self.settings;
         if !s.enabled {
             return next.run(req).await;

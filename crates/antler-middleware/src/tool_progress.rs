@@ -28,12 +28,14 @@ use antler_protocol::markers::PROGRESS_HINT;
 use antler_protocol::tool_meta::{ToolMeta, TOOL_META};
 use antler_protocol::{Content, HumanMessage, Message, ThreadState, ToolMessage, ToolStatus};
 use antler_runtime::{
-    BeforeAgentOutput, HookOutput, HookSet, Middleware, MiddlewareError, ModelCallError, ModelNext,
-    ModelRequest, ModelResponse, RunContext, ToolCallRequest, ToolError, ToolNext, ToolOutcome,
+    HookOutput, HookSet, Middleware, ModelNext, ModelRequest, RunContext, ToolCallRequest,
+    ToolNext, ToolOutcome,
 };
 use async_trait::async_trait;
 use regex::Regex;
 use serde_json::json;
+
+use crate::hook::{BeforeAgentResult, ModelResult, ToolResult};
 
 pub use antler_config::ToolProgressConfig;
 
@@ -374,19 +376,12 @@ fn blocked_message(req: &ToolCallRequest, reason: &str) -> ToolMessage {
 
 #[async_trait]
 impl Middleware for ToolProgressMiddleware {
-    fn name(&self) -> &str {
-        "ToolProgressMiddleware"
-    }
-
-    fn hooks(&self) -> HookSet {
+    middleware_identity!(
+        "ToolProgressMiddleware",
         HookSet::BEFORE_AGENT | HookSet::WRAP_MODEL | HookSet::WRAP_TOOL
-    }
+    );
 
-    async fn before_agent(
-        &self,
-        _state: &ThreadState,
-        run: &RunContext,
-    ) -> Result<BeforeAgentOutput, MiddlewareError> {
+    async fn before_agent(&self, _state: &ThreadState, run: &RunContext) -> BeforeAgentResult {
         let (thread, current) = run_key(run);
         let mut store = self.store();
         store
@@ -400,11 +395,7 @@ impl Middleware for ToolProgressMiddleware {
         Ok(HookOutput::none())
     }
 
-    async fn wrap_model_call(
-        &self,
-        mut req: ModelRequest,
-        next: ModelNext<'_>,
-    ) -> Result<ModelResponse, ModelCallError> {
+    async fn wrap_model_call(&self, mut req: ModelRequest, next: ModelNext<'_>) -> ModelResult {
         let hints = self.store().pending.remove(&run_key(&req.run));
         if let Some(hints) = hints.filter(|h| !h.is_empty()) {
             let mut unique: Vec<String> = Vec::new();
@@ -423,11 +414,7 @@ impl Middleware for ToolProgressMiddleware {
         next.run(req).await
     }
 
-    async fn wrap_tool_call(
-        &self,
-        req: ToolCallRequest,
-        next: ToolNext<'_>,
-    ) -> Result<ToolOutcome, ToolError> {
+    async fn wrap_tool_call(&self, req: ToolCallRequest, next: ToolNext<'_>) -> ToolResult {
         let tool = req.call.name.clone();
         if tool.is_empty() || self.exempt.contains(&tool) {
             return next.run(req).await;

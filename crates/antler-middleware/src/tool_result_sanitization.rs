@@ -17,9 +17,11 @@
 
 use antler_protocol::untrusted::neutralize;
 use antler_protocol::{Content, Message, ToolMessage};
-use antler_runtime::{HookSet, Middleware, ToolCallRequest, ToolError, ToolNext, ToolOutcome};
+use antler_runtime::{HookSet, Middleware, ToolCallRequest, ToolNext, ToolOutcome};
 use async_trait::async_trait;
 use serde_json::Value;
+
+use crate::hook::ToolResult;
 
 /// The middleware's name in `updates` events and `antler chain`.
 pub const NAME: &str = "ToolResultSanitizationMiddleware";
@@ -134,19 +136,9 @@ pub fn sanitize_outcome(outcome: &mut ToolOutcome) -> bool {
 
 #[async_trait]
 impl Middleware for ToolResultSanitizationMiddleware {
-    fn name(&self) -> &str {
-        NAME
-    }
+    middleware_identity!(NAME, HookSet::WRAP_TOOL);
 
-    fn hooks(&self) -> HookSet {
-        HookSet::WRAP_TOOL
-    }
-
-    async fn wrap_tool_call(
-        &self,
-        req: ToolCallRequest,
-        next: ToolNext<'_>,
-    ) -> Result<ToolOutcome, ToolError> {
+    async fn wrap_tool_call(&self, req: ToolCallRequest, next: ToolNext<'_>) -> ToolResult {
         let applies = self.applies(&req);
         let tool = req.call.name.clone();
         let mut outcome = next.run(req).await?;

@@ -4,7 +4,8 @@ use std::sync::Arc;
 
 use antler_protocol::{Object, StateUpdate, ThreadState, ToolCall, ToolSpec, ToolStatus};
 use antler_runtime::{
-    Chain, CollectingSink, Command, RunContext, Tool, ToolContext, ToolOutcome, ToolOutput,
+    Chain, CollectingSink, Command, RunContext, Tool, ToolContext, ToolError, ToolOutcome,
+    ToolOutput,
 };
 use pretty_assertions::assert_eq;
 use serde_json::json;

@@ -25,6 +25,8 @@ use cap_std::fs::Dir;
 use regex::Regex;
 use serde_json::{json, Value};
 
+use crate::hook::BeforeAgentResult;
+
 const NAME: &str = "UploadsMiddleware";
 /// Headings kept per outline.
 const MAX_OUTLINE: usize = 50;
@@ -429,19 +431,9 @@ fn clear() -> BeforeAgentOutput {
 
 #[async_trait]
 impl Middleware for UploadsMiddleware {
-    fn name(&self) -> &str {
-        NAME
-    }
+    middleware_identity!(NAME, HookSet::BEFORE_AGENT);
 
-    fn hooks(&self) -> HookSet {
-        HookSet::BEFORE_AGENT
-    }
-
-    async fn before_agent(
-        &self,
-        state: &ThreadState,
-        run: &RunContext,
-    ) -> Result<BeforeAgentOutput, MiddlewareError> {
+    async fn before_agent(&self, state: &ThreadState, run: &RunContext) -> BeforeAgentResult {
         let Some(Message::Human(last)) = state.messages.last() else {
             return Ok(clear());
         };

@@ -32,6 +32,8 @@ use antler_sandbox::beneath::Beneath;
 use async_trait::async_trait;
 use serde_json::{json, Map, Value};
 
+use crate::hook::HookResult;
+
 const NAME: &str = "ViewImageMiddleware";
 
 /// Largest image injected (the tool's cap, re-checked at read time).
@@ -243,19 +245,9 @@ pub fn image_context_message(blocks: Vec<Value>) -> Message {
 
 #[async_trait]
 impl Middleware for ViewImageMiddleware {
-    fn name(&self) -> &str {
-        NAME
-    }
+    middleware_identity!(NAME, HookSet::BEFORE_MODEL | HookSet::AFTER_MODEL);
 
-    fn hooks(&self) -> HookSet {
-        HookSet::BEFORE_MODEL | HookSet::AFTER_MODEL
-    }
-
-    async fn before_model(
-        &self,
-        state: &ThreadState,
-        run: &RunContext,
-    ) -> Result<HookOutput, MiddlewareError> {
+    async fn before_model(&self, state: &ThreadState, run: &RunContext) -> HookResult {
         if !should_inject(&since_last_ai(state)) {
             return Ok(HookOutput::none());
         }
@@ -279,11 +271,7 @@ impl Middleware for ViewImageMiddleware {
 
     /// Remove the image contexts the call just consumed: every marked message since the AI
     /// message before the new one (which also catches one left behind by an interrupted step).
-    async fn after_model(
-        &self,
-        state: &ThreadState,
-        _run: &RunContext,
-    ) -> Result<HookOutput, MiddlewareError> {
+    async fn after_model(&self, state: &ThreadState, _run: &RunContext) -> HookResult {
         let mut removals = Vec::new();
         for (i, m) in state.messages.iter().rev().enumerate() {
             if i > 0 && matches!(m, Message::Ai(_)) {

@@ -28,6 +28,8 @@ use antler_config::PluginRef;
 use antler_protocol::{AiMessage, Content, Object};
 use serde_json::Value;
 
+use crate::py::truthy;
+
 pub mod model_length;
 pub mod safety;
 
@@ -358,18 +360,6 @@ pub fn has_tool_call_intent(message: &AiMessage) -> bool {
             .additional_kwargs
             .get("function_call")
             .is_some_and(truthy)
-}
-
-/// Python truthiness of a JSON value (what DeerFlow's `if kwargs.get(...)` tests).
-fn truthy(v: &Value) -> bool {
-    match v {
-        Value::Null => false,
-        Value::Bool(b) => *b,
-        Value::Number(n) => n.as_f64().is_some_and(|f| f != 0.0),
-        Value::String(s) => !s.is_empty(),
-        Value::Array(a) => !a.is_empty(),
-        Value::Object(o) => !o.is_empty(),
-    }
 }
 
 /// Append `text` to message content as DeerFlow does: empty → the text; string → `"\n\n"` +

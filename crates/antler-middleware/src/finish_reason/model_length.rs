@@ -11,13 +11,15 @@
 use std::sync::Arc;
 
 use antler_protocol::{Message, ThreadState};
-use antler_runtime::{keys, HookOutput, HookSet, Middleware, MiddlewareError, RunContext};
+use antler_runtime::{keys, HookOutput, HookSet, Middleware, RunContext};
 use async_trait::async_trait;
 
 use super::{
     default_length_detectors, first_hit, has_tool_call_intent, has_visible_content, Termination,
     TerminationDetector,
 };
+
+use crate::hook::HookResult;
 
 pub const NAME: &str = "ModelLengthFinishReasonMiddleware";
 /// The run's `stop_reason` when the final answer was length-capped.
@@ -64,19 +66,9 @@ impl ModelLengthFinishReasonMiddleware {
 
 #[async_trait]
 impl Middleware for ModelLengthFinishReasonMiddleware {
-    fn name(&self) -> &str {
-        NAME
-    }
+    middleware_identity!(NAME, HookSet::AFTER_MODEL);
 
-    fn hooks(&self) -> HookSet {
-        HookSet::AFTER_MODEL
-    }
-
-    async fn after_model(
-        &self,
-        state: &ThreadState,
-        run: &RunContext,
-    ) -> Result<HookOutput, MiddlewareError> {
+    async fn after_model(&self, state: &ThreadState, run: &RunContext) -> HookResult {
         if let Some(t) = self.detect(state) {
             // An earlier cap reason (from a previous hidden turn or another guard) wins.
             let stamped = run.set_if_absent(&keys::STOP_REASON, STOP_REASON.to_owned());

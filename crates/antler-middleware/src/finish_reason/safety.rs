@@ -23,9 +23,7 @@ use std::sync::Arc;
 
 use antler_config::SafetyFinishReasonConfig;
 use antler_protocol::{markers, AiMessage, Content, Message, StateUpdate, ThreadState};
-use antler_runtime::{
-    keys, HookOutput, HookSet, Middleware, MiddlewareError, RunContext, RunEvent,
-};
+use antler_runtime::{keys, HookOutput, HookSet, Middleware, RunContext, RunEvent};
 use async_trait::async_trait;
 use serde_json::{json, Value};
 
@@ -33,6 +31,8 @@ use super::{
     append_text, default_safety_detectors, first_hit, safety_detector_from_config,
     DetectorConfigError, Termination, TerminationDetector,
 };
+
+use crate::hook::HookResult;
 
 pub const NAME: &str = "SafetyFinishReasonMiddleware";
 /// The run's `stop_reason` after a safety stop was repaired.
@@ -178,19 +178,9 @@ fn patched(last: &AiMessage, t: &Termination) -> AiMessage {
 
 #[async_trait]
 impl Middleware for SafetyFinishReasonMiddleware {
-    fn name(&self) -> &str {
-        NAME
-    }
+    middleware_identity!(NAME, HookSet::AFTER_MODEL);
 
-    fn hooks(&self) -> HookSet {
-        HookSet::AFTER_MODEL
-    }
-
-    async fn after_model(
-        &self,
-        state: &ThreadState,
-        run: &RunContext,
-    ) -> Result<HookOutput, MiddlewareError> {
+    async fn after_model(&self, state: &ThreadState, run: &RunContext) -> HookResult {
         let Some((msg, t)) = self.repair(state) else {
             return Ok(HookOutput::none());
         };

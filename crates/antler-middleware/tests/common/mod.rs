@@ -6,8 +6,13 @@
 use std::sync::{Arc, Mutex};
 
 use antler_models::ChatModel;
-use antler_protocol::{HumanMessage, Message, Messages, Object, ThreadState};
-use antler_runtime::{ModelRequest, NullSink, RunContext, RunEvent, RunObserver};
+use antler_protocol::{
+    HumanMessage, Message, Messages, Object, ThreadState, ToolMessage, ToolSpec,
+};
+use antler_runtime::{
+    Agent, ModelRequest, NullSink, RunContext, RunEvent, RunInput, RunObserver, RunOutcome,
+    RunStatus, Tool, ToolContext, ToolError, ToolOutput,
+};
 use serde_json::Value;
 
 pub fn run_ctx(thread: &str, run: &str) -> Arc<RunContext> {
@@ -141,4 +146,69 @@ impl tracing::Subscriber for Capture {
     }
     fn enter(&self, _: &tracing::span::Id) {}
     fn exit(&self, _: &tracing::span::Id) {}
+}
+
+/// A `{"type": "object"}` tool spec (what most test tools declare).
+pub fn object_spec(name: &str, description: &str) -> Arc<ToolSpec> {
+    Arc::new(ToolSpec {
+        name: name.into(),
+        description: description.into(),
+        parameters: serde_json::json!({"type": "object"}),
+    })
+}
+
+/// A tool whose answer is a plain function of its arguments and call context.
+pub struct FnTool<F> {
+    spec: Arc<ToolSpec>,
+    answer: F,
+}
+
+impl<F> FnTool<F>
+where
+    F: Fn(Object, ToolContext<'_>) -> Result<ToolOutput, ToolError> + Send + Sync + 'static,
+{
+    pub fn with_spec(spec: Arc<ToolSpec>, answer: F) -> Arc<dyn Tool> {
+        Arc::new(FnTool { spec, answer })
+    }
+
+    /// An object-spec tool named `name` with no description.
+    pub fn named(name: &str, answer: F) -> Arc<dyn Tool> {
+        Self::with_spec(object_spec(name, ""), answer)
+    }
+}
+
+#[async_trait::async_trait]
+impl<F> Tool for FnTool<F>
+where
+    F: Fn(Object, ToolContext<'_>) -> Result<ToolOutput, ToolError> + Send + Sync + 'static,
+{
+    fn spec(&self) -> &Arc<ToolSpec> {
+        &self.spec
+    }
+    async fn call(&self, args: Object, ctx: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
+        (self.answer)(args, ctx)
+    }
+}
+
+/// Run `agent` on one human message and check the run succeeded.
+pub async fn run_ok(agent: &Agent, text: &str, run: Arc<RunContext>) -> RunOutcome {
+    let out = agent
+        .run(RunInput::message(Message::human(text)), run)
+        .await;
+    assert_eq!(out.status, RunStatus::Success, "{:?}", out.error);
+    out
+}
+
+/// The first message of `state` that `pick` accepts.
+pub fn first<'a, T>(state: &'a ThreadState, pick: fn(&'a Message) -> Option<&'a T>) -> &'a T {
+    state
+        .messages
+        .iter()
+        .find_map(pick)
+        .expect("a matching message")
+}
+
+/// The first tool message of `state`.
+pub fn first_tool(state: &ThreadState) -> &ToolMessage {
+    first(state, Message::as_tool)
 }

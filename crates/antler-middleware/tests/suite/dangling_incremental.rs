@@ -5,22 +5,12 @@ use std::sync::Arc;
 
 use antler_middleware::dangling_tool_call::DanglingToolCallMiddleware;
 use antler_models::{ScriptedModel, ScriptedReply};
-use antler_protocol::{AiMessage, InvalidToolCall, Message, Object, ToolCall, ToolSpec};
+use antler_protocol::{AiMessage, InvalidToolCall, Message, Object, ToolCall};
 use antler_runtime::*;
-use async_trait::async_trait;
 use serde_json::json;
 
-struct Ok_(Arc<ToolSpec>);
-
-#[async_trait]
-impl Tool for Ok_ {
-    fn spec(&self) -> &Arc<ToolSpec> {
-        &self.0
-    }
-    async fn call(&self, _: Object, _: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
-        Ok(ToolOutput::text("fine"))
-    }
-}
+use crate::common::run_ok;
+use crate::common::FnTool;
 
 #[tokio::test]
 async fn an_invalid_call_later_in_the_run_is_still_patched() {
@@ -43,19 +33,13 @@ async fn an_invalid_call_later_in_the_run_is_still_patched() {
         ScriptedReply::Message(second),
         ScriptedReply::text("done"),
     ]));
-    let spec = Arc::new(ToolSpec {
-        name: "t".into(),
-        description: String::new(),
-        parameters: json!({"type": "object"}),
-    });
     let agent = Agent::new(model.clone())
-        .with_tools(ToolRegistry::new().with(Arc::new(Ok_(spec))))
+        .with_tools(
+            ToolRegistry::new().with(FnTool::named("t", |_, _| Ok(ToolOutput::text("fine")))),
+        )
         .with_chain(Chain::new(vec![Arc::new(DanglingToolCallMiddleware::new())]).unwrap());
     let run = Arc::new(RunContext::new("t", "r", Arc::new(NullSink)));
-    let out = agent
-        .run(RunInput::message(Message::human("go")), run)
-        .await;
-    assert_eq!(out.status, RunStatus::Success);
+    run_ok(&agent, "go", run).await;
     let third = &model.requests()[2].messages;
     // human, ai(c1), tool(c1), ai(c2 + bad), tool(c2), synthetic(bad)
     let ai = third.iter().rposition(|m| m.kind() == "ai").unwrap();

@@ -6,37 +6,23 @@ use std::sync::Arc;
 
 use antler_middleware::deferred_tool_filter::{not_promoted_message, DeferredToolFilterMiddleware};
 use antler_models::{ScriptedModel, ScriptedReply};
-use antler_protocol::{Message, Object, Promoted, StateUpdate, ToolSpec, ToolStatus};
+use antler_protocol::{Message, Promoted, StateUpdate, ToolStatus};
 use antler_runtime::*;
-use async_trait::async_trait;
 use pretty_assertions::assert_eq;
 use serde_json::json;
 
-struct Counting {
-    spec: Arc<ToolSpec>,
-    calls: Arc<AtomicUsize>,
-}
+use crate::common::{object_spec, FnTool};
 
-#[async_trait]
-impl Tool for Counting {
-    fn spec(&self) -> &Arc<ToolSpec> {
-        &self.spec
-    }
-    async fn call(&self, _: Object, _: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        Ok(ToolOutput::text(format!("{} ran", self.spec.name)))
-    }
-}
-
+/// Counts its calls into `calls`; answers "<name> ran".
 fn tool(name: &str, calls: &Arc<AtomicUsize>) -> Arc<dyn Tool> {
-    Arc::new(Counting {
-        spec: Arc::new(ToolSpec {
-            name: name.into(),
-            description: format!("the {name} tool"),
-            parameters: json!({"type": "object"}),
-        }),
-        calls: calls.clone(),
-    })
+    let (calls, answer) = (calls.clone(), format!("{name} ran"));
+    FnTool::with_spec(
+        object_spec(name, &format!("the {name} tool")),
+        move |_, _| {
+            calls.fetch_add(1, Ordering::SeqCst);
+            Ok(ToolOutput::text(answer.clone()))
+        },
+    )
 }
 
 struct Setup {

@@ -20,14 +20,13 @@ use antler_middleware::terminal_response::{
 use antler_models::{ScriptedModel, ScriptedReply};
 use antler_protocol::{
     markers, AiMessage, Content, HumanMessage, InvalidToolCall, Message, Object, StreamEvent,
-    ThreadState, ToolCall, ToolMessage, ToolSpec,
+    ThreadState, ToolCall, ToolMessage,
 };
 use antler_runtime::*;
-use async_trait::async_trait;
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 
-use crate::common::{human, run_ctx, state_of, Recorder};
+use crate::common::{human, run_ctx, state_of, FnTool, Recorder};
 
 // ------------------------------------------------------------------------------ helpers
 
@@ -205,30 +204,15 @@ async fn only_empty_terminal_answers_after_a_tool_result_of_this_turn_count() {
     );
 }
 
-/// Answers "ok" and counts its calls.
-struct Echo(Arc<ToolSpec>, Arc<AtomicUsize>);
-
-impl Echo {
-    fn new() -> (Arc<Echo>, Arc<AtomicUsize>) {
-        let n = Arc::new(AtomicUsize::new(0));
-        let spec = Arc::new(ToolSpec {
-            name: "bash".into(),
-            description: String::new(),
-            parameters: json!({"type": "object"}),
-        });
-        (Arc::new(Echo(spec, n.clone())), n)
-    }
-}
-
-#[async_trait]
-impl Tool for Echo {
-    fn spec(&self) -> &Arc<ToolSpec> {
-        &self.0
-    }
-    async fn call(&self, _: Object, _: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
-        self.1.fetch_add(1, Ordering::SeqCst);
+/// A `bash` that answers "ok", and the count of its calls.
+fn counting_bash() -> (Arc<dyn Tool>, Arc<AtomicUsize>) {
+    let n = Arc::new(AtomicUsize::new(0));
+    let calls = n.clone();
+    let tool = FnTool::named("bash", move |_, _| {
+        calls.fetch_add(1, Ordering::SeqCst);
         Ok(ToolOutput::text("ok"))
-    }
+    });
+    (tool, n)
 }
 
 /// The tail of the lead chain: LoopDetection-free, TerminalResponse, ModelLength, Safety.
@@ -250,7 +234,7 @@ fn is_recovery(m: &Message) -> bool {
 }
 
 async fn run_agent(model: Arc<ScriptedModel>, chain: Chain) -> (RunOutcome, Arc<AtomicUsize>) {
-    let (tool, calls) = Echo::new();
+    let (tool, calls) = counting_bash();
     let agent = Agent::new(model)
         .with_tools(ToolRegistry::new().with(tool))
         .with_chain(chain);

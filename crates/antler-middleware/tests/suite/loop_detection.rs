@@ -6,21 +6,24 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use antler_middleware::hook::ModelResult;
 use antler_middleware::loop_detection::{
     append_text, call_set_hash, tool_calls_hash, validate, LoopDetectionConfig,
     LoopDetectionConfigError, LoopDetectionMiddleware, ToolFreqOverride, HARD_STOP_MSG,
     MAX_PENDING_WARNINGS_PER_RUN, WARNING_NAME,
 };
+use antler_middleware::middleware_identity;
 use antler_models::{ModelError, ScriptedModel, ScriptedReply};
 use antler_protocol::{
-    AiMessage, Content, Message, Object, StateUpdate, ThreadState, ToolCall, ToolMessage, ToolSpec,
+    AiMessage, Content, Message, StateUpdate, ThreadState, ToolCall, ToolMessage, ToolSpec,
 };
 use antler_runtime::*;
 use async_trait::async_trait;
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 
-use crate::common::{model_request, state_of};
+use crate::common::run_ok;
+use crate::common::{model_request, state_of, FnTool};
 
 // ---------------------------------------------------------------------------------------------
 // helpers
@@ -1006,25 +1009,16 @@ async fn defaults_stop_the_fiftieth_distinct_bash_call() {
 // through the agent loop
 
 /// `bash` that answers `ran: <command>`.
-struct FakeBash(Arc<ToolSpec>);
-
-#[async_trait]
-impl Tool for FakeBash {
-    fn spec(&self) -> &Arc<ToolSpec> {
-        &self.0
-    }
-    async fn call(&self, args: Object, _: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
-        let cmd = args.get("command").and_then(Value::as_str).unwrap_or("");
-        Ok(ToolOutput::text(format!("ran: {cmd}")))
-    }
-}
-
 fn bash_tools() -> ToolRegistry {
-    ToolRegistry::new().with(Arc::new(FakeBash(Arc::new(ToolSpec {
+    let spec = Arc::new(ToolSpec {
         name: "bash".into(),
         description: "Run a fake shell command.".into(),
         parameters: json!({"type": "object", "properties": {"command": {"type": "string"}}}),
-    }))))
+    });
+    ToolRegistry::new().with(FnTool::with_spec(spec, |args, _| {
+        let cmd = args.get("command").and_then(Value::as_str).unwrap_or("");
+        Ok(ToolOutput::text(format!("ran: {cmd}")))
+    }))
 }
 
 /// Every tool call in `state` is answered by exactly one tool message after it.
@@ -1160,13 +1154,7 @@ async fn a_tight_threshold_caps_the_run_as_the_worker_reads_it() {
     let agent = Agent::new(model.clone())
         .with_tools(bash_tools())
         .with_chain(Chain::new(vec![m]).unwrap());
-    let out = agent
-        .run(
-            RunInput::message(Message::human("go")),
-            Arc::new(run("t", "r")),
-        )
-        .await;
-    assert_eq!(out.status, RunStatus::Success);
+    let out = run_ok(&agent, "go", Arc::new(run("t", "r"))).await;
     assert_eq!(out.stop_reason.as_deref(), Some("loop_capped"));
     assert_eq!(model.requests().len(), 3);
 }
@@ -1176,17 +1164,8 @@ struct RetryOnce;
 
 #[async_trait]
 impl Middleware for RetryOnce {
-    fn name(&self) -> &str {
-        "RetryOnce"
-    }
-    fn hooks(&self) -> HookSet {
-        HookSet::WRAP_MODEL
-    }
-    async fn wrap_model_call(
-        &self,
-        req: ModelRequest,
-        next: ModelNext<'_>,
-    ) -> Result<ModelResponse, ModelCallError> {
+    middleware_identity!("RetryOnce", HookSet::WRAP_MODEL);
+    async fn wrap_model_call(&self, req: ModelRequest, next: ModelNext<'_>) -> ModelResult {
         match next.run(req.clone()).await {
             Err(_) => next.run(req).await,
             ok => ok,

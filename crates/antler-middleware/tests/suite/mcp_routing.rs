@@ -7,30 +7,15 @@ use std::sync::Arc;
 use antler_middleware::deferred_tool_filter::DeferredToolFilterMiddleware;
 use antler_middleware::mcp_routing::{assert_before_filter, McpRoutingMiddleware};
 use antler_models::{ScriptedModel, ScriptedReply};
-use antler_protocol::{Message, Object, Promoted, StateUpdate, ThreadState, ToolSpec};
+use antler_protocol::{Message, Promoted, StateUpdate, ThreadState};
 use antler_runtime::*;
-use async_trait::async_trait;
 use pretty_assertions::assert_eq;
 use serde_json::json;
 
-struct Plain(Arc<ToolSpec>);
-
-#[async_trait]
-impl Tool for Plain {
-    fn spec(&self) -> &Arc<ToolSpec> {
-        &self.0
-    }
-    async fn call(&self, _: Object, _: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
-        Ok(ToolOutput::text("ok"))
-    }
-}
+use crate::common::FnTool;
 
 fn tool(name: &str) -> Arc<dyn Tool> {
-    Arc::new(Plain(Arc::new(ToolSpec {
-        name: name.into(),
-        description: String::new(),
-        parameters: json!({"type": "object"}),
-    })))
+    FnTool::named(name, |_, _| Ok(ToolOutput::text("ok")))
 }
 
 fn index() -> Vec<(String, i64, Vec<String>)> {

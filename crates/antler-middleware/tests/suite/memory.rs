@@ -10,11 +10,11 @@ use antler_middleware::memory::preprocess::{
 use antler_middleware::memory::{MemoryCandidate, MemoryMiddleware, MemoryWriter};
 use antler_models::{ScriptedModel, ScriptedReply};
 use antler_protocol::{AiMessage, Content, Message, StateUpdate, ThreadState, ToolMessage};
-use antler_runtime::{
-    Agent, Chain, Middleware, NullSink, RunContext, RunInput, RunOptions, RunStatus,
-};
+use antler_runtime::{Agent, Chain, Middleware, NullSink, RunContext, RunOptions};
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
+
+use crate::common::run_ok;
 
 #[derive(Default)]
 struct Recorder(Mutex<Vec<MemoryCandidate>>);
@@ -171,10 +171,7 @@ async fn through_the_loop_it_runs_once_after_the_agent_and_changes_no_state() {
     let run = Arc::new(
         RunContext::new("thread-a", "run-1", Arc::new(NullSink)).with_user(Some("alice".into())),
     );
-    let out = agent
-        .run(RunInput::message(Message::human("I prefer tea")), run)
-        .await;
-    assert_eq!(out.status, RunStatus::Success);
+    let out = run_ok(&agent, "I prefer tea", run).await;
     assert_eq!(out.state.messages.len(), 2, "no message added by memory");
     let got = rec.0.lock().unwrap();
     assert_eq!(got.len(), 1);

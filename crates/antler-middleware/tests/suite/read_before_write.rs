@@ -177,6 +177,19 @@ fn read(id: &str, path: &str) -> ScriptedReply {
     call(id, "read_file", json!({"path": path}))
 }
 
+fn replace(id: &str, old: &str, new: &str) -> ScriptedReply {
+    call(
+        id,
+        "str_replace",
+        json!({"path": F, "old_str": old, "new_str": new}),
+    )
+}
+
+/// Run `turns` with a reader that sees the same files as the tools.
+async fn run_normal(fs: &Fs, turns: Vec<ScriptedReply>) -> Vec<ToolMessage> {
+    run(fs, Mode::Normal, turns).await
+}
+
 fn is_blocked(m: &ToolMessage) -> bool {
     m.status == ToolStatus::Error
         && m.content
@@ -186,20 +199,76 @@ fn is_blocked(m: &ToolMessage) -> bool {
 
 const F: &str = "/mnt/user-data/workspace/report.md";
 
+/// (case, file before, reader, turns, file after).
+type WriteCase = (
+    &'static str,
+    Option<&'static str>,
+    Mode,
+    Vec<ScriptedReply>,
+    &'static str,
+);
+
+/// Scripts whose last call is a write that must land.
 #[tokio::test]
-async fn a_new_file_may_be_written_without_a_read() {
-    let fs = Fs::new(Mode::Normal);
-    let msgs = run(&fs, Mode::Normal, vec![write("w", F, "hello")]).await;
-    assert_eq!(msgs[0].content.text(), "OK");
-    assert_eq!(fs.get(F).as_deref(), Some("hello"));
+async fn the_closing_write_of_each_script_lands() {
+    let cases: Vec<WriteCase> = vec![
+        (
+            "a new file needs no read",
+            None,
+            Mode::Normal,
+            vec![write("w", F, "hello")],
+            "hello",
+        ),
+        (
+            "normalized paths match",
+            Some("v1"),
+            Mode::Normal,
+            vec![
+                read("r", "/mnt/user-data/workspace/../workspace//report.md"),
+                write("w", F, "v2"),
+            ],
+            "v2",
+        ),
+        (
+            // Read v1, the file changes behind the model's back, read again: the newer mark decides.
+            "the newest mark wins",
+            Some("v1"),
+            Mode::Normal,
+            vec![
+                read("r1", F),
+                replace("s", "v1", "v2"),
+                read("r2", F),
+                write("w", F, "v3"),
+            ],
+            "v3",
+        ),
+        (
+            "a gate that cannot inspect the file fails open",
+            Some("v1"),
+            Mode::Broken,
+            vec![write("w", F, "v2")],
+            "v2",
+        ),
+    ];
+    for (case, before, reader, turns, after) in cases {
+        let fs = before
+            .iter()
+            .fold(Fs::new(Mode::Normal), |fs, c| fs.with(F, c));
+        let msgs = run(&fs, reader, turns).await;
+        assert_eq!(
+            msgs.last().map(|m| m.content.text()).as_deref(),
+            Some("OK"),
+            "{case}"
+        );
+        assert_eq!(fs.get(F).as_deref(), Some(after), "{case}");
+    }
 }
 
 #[tokio::test]
 async fn overwrite_append_and_str_replace_of_an_unread_file_are_blocked() {
     let fs = Fs::new(Mode::Normal).with(F, "v1");
-    let msgs = run(
+    let msgs = run_normal(
         &fs,
-        Mode::Normal,
         vec![
             write("w", F, "v2"),
             call(
@@ -207,11 +276,7 @@ async fn overwrite_append_and_str_replace_of_an_unread_file_are_blocked() {
                 "write_file",
                 json!({"path": F, "content": "+", "append": true}),
             ),
-            call(
-                "s",
-                "str_replace",
-                json!({"path": F, "old_str": "v1", "new_str": "v3"}),
-            ),
+            replace("s", "v1", "v3"),
         ],
     )
     .await;
@@ -239,16 +304,7 @@ async fn overwrite_append_and_str_replace_of_an_unread_file_are_blocked() {
 #[tokio::test]
 async fn str_replace_on_a_missing_file_reports_the_tools_own_error() {
     let fs = Fs::new(Mode::Normal);
-    let msgs = run(
-        &fs,
-        Mode::Normal,
-        vec![call(
-            "s",
-            "str_replace",
-            json!({"path": F, "old_str": "a", "new_str": "b"}),
-        )],
-    )
-    .await;
+    let msgs = run_normal(&fs, vec![replace("s", "a", "b")]).await;
     assert_eq!(
         msgs[0].content.text(),
         format!("Error: File not found: {F}")
@@ -258,9 +314,8 @@ async fn str_replace_on_a_missing_file_reports_the_tools_own_error() {
 #[tokio::test]
 async fn a_fresh_read_allows_one_write_and_every_write_needs_a_new_read() {
     let fs = Fs::new(Mode::Normal).with(F, "v1");
-    let msgs = run(
+    let msgs = run_normal(
         &fs,
-        Mode::Normal,
         vec![
             read("r1", F),
             write("w1", F, "v2"),
@@ -286,9 +341,8 @@ async fn a_fresh_read_allows_one_write_and_every_write_needs_a_new_read() {
 #[tokio::test]
 async fn a_ranged_read_is_marked_with_the_whole_files_hash() {
     let fs = Fs::new(Mode::Normal).with(F, "a\nb\nc");
-    let msgs = run(
+    let msgs = run_normal(
         &fs,
-        Mode::Normal,
         vec![
             call(
                 "r",
@@ -310,59 +364,10 @@ async fn a_ranged_read_is_marked_with_the_whole_files_hash() {
 #[tokio::test]
 async fn failed_reads_and_other_tools_get_no_mark() {
     let fs = Fs::new(Mode::Normal);
-    let msgs = run(
-        &fs,
-        Mode::Normal,
-        vec![read("r", F), call("l", "ls", json!({"path": F}))],
-    )
-    .await;
+    let msgs = run_normal(&fs, vec![read("r", F), call("l", "ls", json!({"path": F}))]).await;
     assert!(msgs
         .iter()
         .all(|m| !m.additional_kwargs.contains_key(READ_MARK)));
-}
-
-#[tokio::test]
-async fn normalized_paths_match() {
-    let fs = Fs::new(Mode::Normal).with(F, "v1");
-    let msgs = run(
-        &fs,
-        Mode::Normal,
-        vec![
-            read("r", "/mnt/user-data/workspace/../workspace//report.md"),
-            write("w", F, "v2"),
-        ],
-    )
-    .await;
-    assert_eq!(msgs[1].content.text(), "OK");
-}
-
-#[tokio::test]
-async fn the_newest_mark_wins() {
-    // Read v1, the file changes behind the model's back, read again: the newer mark decides.
-    let fs = Fs::new(Mode::Normal).with(F, "v1");
-    let msgs = run(
-        &fs,
-        Mode::Normal,
-        vec![
-            read("r1", F),
-            call(
-                "s",
-                "str_replace",
-                json!({"path": F, "old_str": "v1", "new_str": "v2"}),
-            ),
-            read("r2", F),
-            write("w", F, "v3"),
-        ],
-    )
-    .await;
-    assert_eq!(msgs[3].content.text(), "OK");
-}
-
-#[tokio::test]
-async fn a_gate_that_cannot_inspect_the_file_fails_open() {
-    let fs = Fs::new(Mode::Normal).with(F, "v1");
-    let msgs = run(&fs, Mode::Broken, vec![write("w", F, "v2")]).await;
-    assert_eq!(msgs[0].content.text(), "OK");
 }
 
 #[tokio::test]
@@ -397,9 +402,8 @@ async fn two_parallel_appends_on_one_read_land_exactly_once() {
             json!({"path": F, "content": "line\n", "append": true}),
         )
     };
-    let msgs = run(
+    let msgs = run_normal(
         &fs,
-        Mode::Normal,
         vec![
             read("r", F),
             ScriptedReply::tool_calls([append("a1"), append("a2")]),

@@ -23,6 +23,8 @@ use async_trait::async_trait;
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 
+use crate::common::{first, run_ok, FnTool};
+
 /// A provider that counts acquire/release calls.
 struct Counting {
     inner: LocalSandboxProvider,
@@ -295,20 +297,12 @@ async fn thread_data_requires_a_thread_id_and_can_create_eagerly() {
     );
     let run =
         Arc::new(RunContext::new("t2", "r", Arc::new(NullSink)).with_user(Some("alice".into())));
-    let out = agent
-        .run(RunInput::message(Message::human("go")), run)
-        .await;
-    assert_eq!(out.status, RunStatus::Success);
+    let out = run_ok(&agent, "go", run).await;
     assert!(h
         .path()
         .join("users/alice/threads/t2/user-data/uploads")
         .is_dir());
-    let human = out
-        .state
-        .messages
-        .iter()
-        .find_map(Message::as_human)
-        .unwrap();
+    let human = first(&out.state, Message::as_human);
     assert_eq!(human.additional_kwargs["run_id"], "r");
 }
 
@@ -445,29 +439,22 @@ async fn uploads_shows_outlines_and_previews_from_markdown_companions() {
 
 #[tokio::test]
 async fn every_bash_call_is_written_to_the_audit_log() {
-    struct Echo(Arc<ToolSpec>, AtomicUsize);
-    #[async_trait]
-    impl Tool for Echo {
-        fn spec(&self) -> &Arc<ToolSpec> {
-            &self.0
-        }
-        async fn call(&self, a: Object, _: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
-            self.1.fetch_add(1, Ordering::SeqCst);
-            Ok(ToolOutput::value(
-                a.get("command").cloned().unwrap_or_default(),
-            ))
-        }
-    }
     let h = home();
     let log = h.path().join("logs/sandbox-audit.jsonl");
-    let echo = Arc::new(Echo(
-        Arc::new(ToolSpec {
-            name: "bash".into(),
-            description: String::new(),
-            parameters: json!({}),
-        }),
-        AtomicUsize::new(0),
-    ));
+    // Echoes its command and counts its calls.
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counter = calls.clone();
+    let spec = Arc::new(ToolSpec {
+        name: "bash".into(),
+        description: String::new(),
+        parameters: json!({}),
+    });
+    let echo = FnTool::with_spec(spec, move |a, _| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        Ok(ToolOutput::value(
+            a.get("command").cloned().unwrap_or_default(),
+        ))
+    });
     let model = Arc::new(ScriptedModel::new([
         ScriptedReply::tool_calls([
             (
@@ -502,12 +489,9 @@ async fn every_bash_call_is_written_to_the_audit_log() {
             )])
             .unwrap(),
         );
-    let out = agent
-        .run(RunInput::message(Message::human("go")), run_ctx("t1"))
-        .await;
-    assert_eq!(out.status, RunStatus::Success);
+    let out = run_ok(&agent, "go", run_ctx("t1")).await;
     // Only the pass and warn commands ran.
-    assert_eq!(echo.1.load(Ordering::SeqCst), 2);
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
     let tm = |id: &str| {
         out.state
             .messages

@@ -14,18 +14,14 @@ use antler_protocol::{
     ToolSpec,
 };
 use antler_runtime::*;
-use async_trait::async_trait;
 use serde_json::{json, Value};
 
-struct Echo(Arc<ToolSpec>);
+use crate::common::FnTool;
 
-#[async_trait]
-impl Tool for Echo {
-    fn spec(&self) -> &Arc<ToolSpec> {
-        &self.0
-    }
-    async fn call(&self, _: Object, ctx: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
-        if self.0.name == "tool_search" {
+/// `tool_search` promotes `bash` and `web_search`; every other tool answers "<name> ran".
+fn echo(name: &'static str, ctx: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
+    {
+        if name == "tool_search" {
             let content =
                 json!([{"name": "bash"}, {"type": "function", "function": {"name": "web_search"}}])
                     .to_string();
@@ -43,7 +39,7 @@ impl Tool for Echo {
                 goto: None,
             }));
         }
-        Ok(ToolOutput::text(format!("{} ran", self.0.name)))
+        Ok(ToolOutput::text(format!("{name} ran")))
     }
 }
 
@@ -51,11 +47,7 @@ fn tools() -> ToolRegistry {
     ["bash", "web_search", "task", "read_file", "tool_search"]
         .into_iter()
         .fold(ToolRegistry::new(), |r, n| {
-            r.with(Arc::new(Echo(Arc::new(ToolSpec {
-                name: n.into(),
-                description: String::new(),
-                parameters: json!({"type": "object"}),
-            }))))
+            r.with(FnTool::named(n, move |_, ctx| echo(n, ctx)))
         })
 }
 

@@ -6,12 +6,14 @@ use std::sync::Arc;
 use antler_middleware::subagent_limit::*;
 use antler_models::{ScriptedModel, ScriptedReply};
 use antler_protocol::{
-    AiMessage, Content, Delegation, Message, Messages, Object, ThreadState, ToolCall, ToolSpec,
+    AiMessage, Content, Delegation, Message, Messages, Object, ThreadState, ToolCall,
 };
 use antler_runtime::*;
-use async_trait::async_trait;
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
+
+use crate::common::run_ok;
+use crate::common::FnTool;
 
 fn run_ctx(run_id: &str, concurrent: usize, extra: Value) -> RunContext {
     let extra = match extra {
@@ -308,27 +310,14 @@ async fn after_model_returns_the_rewritten_message() {
     assert_eq!(mw.hooks(), HookSet::AFTER_MODEL);
 }
 
-/// Counts its calls; answers "ok".
-struct Noop(Arc<ToolSpec>, Arc<std::sync::atomic::AtomicUsize>);
-
-#[async_trait]
-impl Tool for Noop {
-    fn spec(&self) -> &Arc<ToolSpec> {
-        &self.0
-    }
-    async fn call(&self, _: Object, _: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
-        self.1.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        Ok(ToolOutput::text("ok"))
-    }
-}
-
 #[tokio::test]
 async fn six_task_calls_in_one_turn_run_three_through_the_loop() {
     let ran = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let spec = Arc::new(ToolSpec {
-        name: "task".into(),
-        description: String::new(),
-        parameters: json!({"type": "object"}),
+    // Counts its calls; answers "ok".
+    let counter = ran.clone();
+    let noop = FnTool::named("task", move |_, _| {
+        counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(ToolOutput::text("ok"))
     });
     let mut six = ai_tasks(6);
     six.id = None;
@@ -337,13 +326,10 @@ async fn six_task_calls_in_one_turn_run_three_through_the_loop() {
         ScriptedReply::text("done"),
     ]));
     let agent = Agent::new(model.clone())
-        .with_tools(ToolRegistry::new().with(Arc::new(Noop(spec, ran.clone()))))
+        .with_tools(ToolRegistry::new().with(noop))
         .with_chain(Chain::new(vec![Arc::new(SubagentLimitMiddleware::new())]).unwrap());
     let run = Arc::new(RunContext::new("t", "r", Arc::new(NullSink)));
-    let out = agent
-        .run(RunInput::message(Message::human("go")), run)
-        .await;
-    assert_eq!(out.status, RunStatus::Success);
+    let out = run_ok(&agent, "go", run).await;
     assert_eq!(ran.load(std::sync::atomic::Ordering::SeqCst), 3);
     let ai = out.state.messages.iter().find_map(Message::as_ai).unwrap();
     assert_eq!(ids(ai), ["t1", "t2", "t3"]);

@@ -14,6 +14,8 @@ use antler_runtime::*;
 use async_trait::async_trait;
 use serde_json::json;
 
+use crate::common::run_ok;
+
 /// A tool that answers from a queue (its last answer repeats), counting calls.
 struct Scripted {
     spec: Arc<ToolSpec>,
@@ -334,13 +336,7 @@ async fn hints_reach_the_next_model_call_once_deduplicated_and_not_when_disabled
                 ])
                 .unwrap(),
             );
-        let out = agent
-            .run(
-                RunInput::message(Message::human("find")),
-                run_ctx("t8", "r"),
-            )
-            .await;
-        assert_eq!(out.status, RunStatus::Success);
+        let out = run_ok(&agent, "find", run_ctx("t8", "r")).await;
         let second = &model.requests()[1].messages;
         let hints: Vec<&Message> = second
             .iter()

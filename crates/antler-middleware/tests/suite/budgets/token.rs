@@ -8,6 +8,7 @@ use antler_runtime::*;
 use pretty_assertions::assert_eq;
 
 use super::*;
+use crate::common::run_ok;
 
 fn budget(max: u64) -> TokenBudgetConfig {
     TokenBudgetConfig {
@@ -224,13 +225,7 @@ async fn through_the_loop_a_warning_then_a_forced_final_answer() {
         .with_tools(ToolRegistry::new().with(tool.clone()))
         .with_chain(Chain::new(vec![Arc::new(TokenBudgetMiddleware::new(budget(1000)))]).unwrap())
         .with_checkpointer(Arc::new(MemoryCheckpointer::new()));
-    let out = agent
-        .run(
-            RunInput::message(Message::human("research this")),
-            run_ctx("t", "r"),
-        )
-        .await;
-    assert_eq!(out.status, RunStatus::Success);
+    let out = run_ok(&agent, "research this", run_ctx("t", "r")).await;
     assert_eq!(out.stop_reason.as_deref(), Some("token_capped"));
     let reqs = model.requests();
     assert_eq!(reqs.len(), 2, "no model call after the hard stop");

@@ -15,6 +15,7 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use super::*;
+use crate::common::first_tool;
 
 fn sha(s: &str) -> String {
     Sha256::digest(s.as_bytes())
@@ -114,12 +115,7 @@ async fn a_5_mb_output_reaches_the_next_request_bounded_marked_and_receipted() {
     let virtual_path = first[first.find("/mnt/").unwrap()..first.find(" (").unwrap()].to_owned();
     let host = outputs.join(virtual_path.trim_start_matches("/mnt/user-data/outputs/"));
     assert_eq!(std::fs::read_to_string(&host).unwrap(), full);
-    let stored = out
-        .state
-        .messages
-        .iter()
-        .find_map(Message::as_tool)
-        .unwrap();
+    let stored = first_tool(&out.state);
     assert_eq!(
         stored.content.text(),
         text,

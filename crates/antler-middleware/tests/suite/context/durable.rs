@@ -15,6 +15,7 @@ use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 
 use super::*;
+use crate::common::FnTool;
 
 fn mw() -> DurableContextMiddleware {
     DurableContextMiddleware::new(DurableContextSettings::default())
@@ -432,14 +433,8 @@ async fn empty_channels_inject_nothing() {
 // ---- through the loop ----------------------------------------------------------------------
 
 /// A `task` stand-in that reports the subagent contract.
-struct FakeTask(Arc<ToolSpec>);
-
-#[async_trait]
-impl Tool for FakeTask {
-    fn spec(&self) -> &Arc<ToolSpec> {
-        &self.0
-    }
-    async fn call(&self, _: Object, _: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
+fn fake_task() -> Arc<dyn Tool> {
+    FnTool::named("task", |_, _| {
         let mut kwargs = Object::new();
         kwargs.insert("subagent_status".into(), json!("completed"));
         kwargs.insert("subagent_result_brief".into(), json!("the answer is 42"));
@@ -449,7 +444,7 @@ impl Tool for FakeTask {
             artifact: Value::Null,
             additional_kwargs: kwargs,
         })
-    }
+    })
 }
 
 #[tokio::test]
@@ -462,11 +457,7 @@ async fn the_ledger_survives_compaction_and_reaches_every_later_request() {
         ),
         ScriptedReply::text("done"),
     ]));
-    let task = Arc::new(FakeTask(Arc::new(ToolSpec {
-        name: "task".into(),
-        description: String::new(),
-        parameters: json!({"type": "object"}),
-    })));
+    let task = fake_task();
     let agent =
         agent(model.clone(), vec![Arc::new(mw())]).with_tools(ToolRegistry::new().with(task));
     let mut first = HumanMessage {

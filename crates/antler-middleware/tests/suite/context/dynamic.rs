@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use super::*;
+use crate::common::run_ok;
 
 fn day(d: u32) -> NaiveDate {
     NaiveDate::from_ymd_opt(2026, 5, d).unwrap()
@@ -375,23 +376,14 @@ async fn the_date_is_injected_once_and_the_system_prompt_never_changes() {
     let model = echo_model();
     let c = clock(8);
     let agent = agent(model.clone(), vec![Arc::new(mw(&c, None))]);
-    let out = agent
-        .run(RunInput::message(Message::human("Hi")), run_ctx("t1", "r1"))
-        .await;
-    assert_eq!(out.status, RunStatus::Success);
+    run_ok(&agent, "Hi", run_ctx("t1", "r1")).await;
     let first = last_request(&model);
     let texts: Vec<String> = first.messages.iter().map(Message::text).collect();
     assert_eq!(texts.len(), 2);
     assert!(texts[0].contains("<current_date>2026-05-08, Friday</current_date>"));
     assert_eq!(texts[1], "Hi");
 
-    let out = agent
-        .run(
-            RunInput::message(Message::human("And now?")),
-            run_ctx("t1", "r2"),
-        )
-        .await;
-    assert_eq!(out.status, RunStatus::Success);
+    let out = run_ok(&agent, "And now?", run_ctx("t1", "r2")).await;
     assert_eq!(reminders(&out.state).len(), 1, "not again on the same day");
     let second = last_request(&model);
     assert_eq!(second.system, first.system, "byte-identical system prompt");

@@ -11,6 +11,7 @@ use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 
 use super::common::*;
+use crate::common::run_ok;
 
 fn args(v: Value) -> Object {
     v.as_object().cloned().unwrap()
@@ -639,13 +640,7 @@ async fn a_clarification_ends_the_run_with_the_question_last() {
         ScriptedReply::text("must not be used"),
     ]));
     let agent = clarifying_agent(model.clone(), ToolRegistry::new());
-    let out = agent
-        .run(
-            RunInput::message(Message::human("Book me a flight")),
-            plain_run(),
-        )
-        .await;
-    assert_eq!(out.status, RunStatus::Success);
+    let out = run_ok(&agent, "Book me a flight", plain_run()).await;
     assert_eq!(
         model.requests().len(),
         1,
@@ -694,10 +689,7 @@ async fn sibling_calls_of_the_batch_still_run_and_are_recorded() {
         ScriptedReply::text("must not be used"),
     ]));
     let agent = clarifying_agent(model.clone(), ToolRegistry::new().with(echo.clone()));
-    let out = agent
-        .run(RunInput::message(Message::human("go")), plain_run())
-        .await;
-    assert_eq!(out.status, RunStatus::Success);
+    let out = run_ok(&agent, "go", plain_run()).await;
     assert_eq!(echo.count(), 1);
     assert_eq!(model.requests().len(), 1);
     let msgs = out.state.messages.to_vec();
@@ -760,13 +752,7 @@ async fn with_clarification_disabled_the_loop_continues() {
         ScriptedReply::text("Assuming Paris next week."),
     ]));
     let agent = clarifying_agent(model.clone(), ToolRegistry::new());
-    let out = agent
-        .run(
-            RunInput::message(Message::human("Book me a flight")),
-            disabled_run(),
-        )
-        .await;
-    assert_eq!(out.status, RunStatus::Success);
+    let out = run_ok(&agent, "Book me a flight", disabled_run()).await;
     assert_eq!(model.requests().len(), 2);
     let sent = &model.requests()[1].messages;
     assert!(sent[2].text().contains("Proceed with your best judgment"));

@@ -7,9 +7,11 @@ use std::sync::{Arc, Mutex};
 use antler_middleware::clarification::{clarification_message, ClarificationMiddleware, TOOL_NAME};
 use antler_middleware::dangling_tool_call::DanglingToolCallMiddleware;
 use antler_middleware::guardrail::{AllowlistProvider, GuardrailMiddleware, GuardrailsConfig};
+use antler_middleware::hook::ToolResult;
 use antler_middleware::llm_error_handling::{
     CircuitBreaker, LlmCallConfig, LlmErrorHandlingMiddleware, ManualClock,
 };
+use antler_middleware::middleware_identity;
 use antler_middleware::tool_error_handling::ToolErrorHandlingMiddleware;
 use antler_models::{ScriptedModel, ScriptedReply};
 use antler_protocol::{Message, StateUpdate, ToolStatus};
@@ -19,6 +21,7 @@ use pretty_assertions::assert_eq;
 use serde_json::json;
 
 use super::common::*;
+use crate::common::{first_tool, run_ok, FnTool};
 
 /// Outermost tool wrapper: records what comes back out of the onion.
 #[derive(Default)]
@@ -26,17 +29,8 @@ struct Probe(Mutex<Vec<ToolOutcome>>);
 
 #[async_trait]
 impl Middleware for Probe {
-    fn name(&self) -> &str {
-        "Probe"
-    }
-    fn hooks(&self) -> HookSet {
-        HookSet::WRAP_TOOL
-    }
-    async fn wrap_tool_call(
-        &self,
-        req: ToolCallRequest,
-        next: ToolNext<'_>,
-    ) -> Result<ToolOutcome, ToolError> {
+    middleware_identity!("Probe", HookSet::WRAP_TOOL);
+    async fn wrap_tool_call(&self, req: ToolCallRequest, next: ToolNext<'_>) -> ToolResult {
         let out = next.run(req).await;
         if let Ok(o) = &out {
             self.0.lock().unwrap().push(o.clone());
@@ -92,14 +86,12 @@ async fn a_clarification_command_crosses_every_error_handler_untouched() {
     let agent = Agent::new(model.clone())
         .with_tools(ToolRegistry::new().with(broken))
         .with_chain(chain(probe.clone()));
-    let out = agent
-        .run(
-            RunInput::message(Message::human("edit it")),
-            Arc::new(RunContext::new("t1", "r1", Arc::new(NullSink))),
-        )
-        .await;
-
-    assert_eq!(out.status, RunStatus::Success);
+    let out = run_ok(
+        &agent,
+        "edit it",
+        Arc::new(RunContext::new("t1", "r1", Arc::new(NullSink))),
+    )
+    .await;
     assert_eq!(model.requests().len(), 1, "the clarification ended the run");
 
     let seen = probe.0.lock().unwrap().clone();
@@ -169,4 +161,32 @@ async fn a_guardrail_denial_stops_a_clarification_before_it_is_asked() {
         .content
         .text()
         .starts_with("Guardrail denied: tool 'ask_clarification'"));
+}
+
+#[tokio::test]
+async fn a_failing_tool_becomes_an_error_message_and_the_run_continues() {
+    let boom = FnTool::named("boom", |_, _| {
+        Err(ToolError::Failed("disk on fire\nsecond line".into()))
+    });
+    let model = Arc::new(ScriptedModel::new([
+        ScriptedReply::tool_call("c1", "boom", json!({})),
+        ScriptedReply::text("recovered"),
+    ]));
+    let agent = Agent::new(model.clone())
+        .with_tools(ToolRegistry::new().with(boom))
+        .with_chain(Chain::new(vec![Arc::new(ToolErrorHandlingMiddleware::new())]).unwrap());
+    let out = run_ok(
+        &agent,
+        "go",
+        Arc::new(RunContext::new("t", "r", Arc::new(NullSink))),
+    )
+    .await;
+    let tm = first_tool(&out.state);
+    assert_eq!(tm.status, ToolStatus::Error);
+    assert_eq!(tm.name.as_deref(), Some("boom"));
+    assert_eq!(
+        tm.content.text(),
+        "Error: Tool 'boom' failed with ToolException: disk on fire second line. Continue with available context, or choose an alternative tool."
+    );
+    assert_eq!(model.requests().len(), 2);
 }

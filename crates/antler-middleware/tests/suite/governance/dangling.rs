@@ -5,6 +5,8 @@ use std::sync::Arc;
 use antler_middleware::dangling_tool_call::{
     build_patched, is_well_formed, DanglingToolCallMiddleware, SYNTHETIC_ID_PREFIX, UNKNOWN_TOOL,
 };
+use antler_middleware::hook::ModelResult;
+use antler_middleware::middleware_identity;
 use antler_models::{ScriptedModel, ScriptedReply};
 use antler_protocol::{
     AiMessage, Content, HumanMessage, InvalidToolCall, Message, Object, ToolCall, ToolMessage,
@@ -1041,17 +1043,8 @@ async fn a_valid_request_is_forwarded_without_copying_the_history() {
     struct SameList(Arc<Vec<Arc<Message>>>);
     #[async_trait::async_trait]
     impl Middleware for SameList {
-        fn name(&self) -> &str {
-            "SameList"
-        }
-        fn hooks(&self) -> HookSet {
-            HookSet::WRAP_MODEL
-        }
-        async fn wrap_model_call(
-            &self,
-            req: ModelRequest,
-            next: ModelNext<'_>,
-        ) -> Result<ModelResponse, ModelCallError> {
+        middleware_identity!("SameList", HookSet::WRAP_MODEL);
+        async fn wrap_model_call(&self, req: ModelRequest, next: ModelNext<'_>) -> ModelResult {
             assert!(Arc::ptr_eq(&req.messages, &self.0));
             next.run(req).await
         }

@@ -6,13 +6,14 @@ use std::sync::{Arc, Mutex};
 use antler_middleware::guardrail::*;
 use antler_middleware::tool_error_handling::ToolErrorHandlingMiddleware;
 use antler_models::{ScriptedModel, ScriptedReply};
-use antler_protocol::{Content, Message, Object, ToolStatus};
+use antler_protocol::{Content, Object, ToolStatus};
 use antler_runtime::*;
 use async_trait::async_trait;
 use pretty_assertions::assert_eq;
 use serde_json::{json, Map, Value};
 
 use super::common::*;
+use crate::common::run_ok;
 
 fn names(v: &[&str]) -> Option<Vec<String>> {
     Some(v.iter().map(|s| (*s).to_owned()).collect())
@@ -572,13 +573,7 @@ async fn through_the_loop_a_denied_call_is_answered_and_the_model_adapts() {
             ])
             .unwrap(),
         );
-    let out = agent
-        .run(
-            RunInput::message(Message::human("clean up")),
-            Arc::new(plain_run()),
-        )
-        .await;
-    assert_eq!(out.status, RunStatus::Success);
+    run_ok(&agent, "clean up", Arc::new(plain_run())).await;
     assert_eq!(echo.count(), 0);
     let sent = &model.requests()[1].messages;
     let denial = result_for(sent, "c1").unwrap();

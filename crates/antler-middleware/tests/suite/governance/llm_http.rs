@@ -18,6 +18,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
 use super::common::*;
+use crate::common::run_ok;
 
 /// One canned HTTP answer.
 struct Canned {
@@ -317,10 +318,7 @@ async fn the_breaker_opens_across_runs_and_half_open_lets_one_probe_through() {
     let run = |id: &str| Arc::new(RunContext::new("t1", id, Arc::new(NullSink)));
 
     for (i, id) in ["r1", "r2"].iter().enumerate() {
-        let out = a
-            .run(RunInput::message(Message::human("hi")), run(id))
-            .await;
-        assert_eq!(out.status, RunStatus::Success);
+        let out = run_ok(&a, "hi", run(id)).await;
         let last = out.state.last_ai().unwrap();
         assert_eq!(last.additional_kwargs["error_reason"], "transient");
         assert_eq!(breaker.failure_count(), i as u32 + 1);

@@ -2,7 +2,6 @@
 
 use std::sync::{Arc, Mutex};
 
-use crate::common::args_object;
 use antler_protocol::{
     AiMessage, Content, Message, Object, StateUpdate, ToolCall, ToolSpec, UsageMetadata,
 };
@@ -11,6 +10,8 @@ use antler_runtime::{
 };
 use async_trait::async_trait;
 use serde_json::{json, Value};
+
+use crate::common::args_object;
 
 pub use crate::common::{state_of as state, LogCapture};
 

@@ -14,6 +14,7 @@ use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 
 use super::common::*;
+use crate::common::run_ok;
 
 fn settings(max_chars: usize) -> TitleConfig {
     TitleConfig {
@@ -401,13 +402,7 @@ async fn title_is_generated_once_after_the_first_exchange_and_kept_on_later_runs
 
     let run =
         Arc::new(RunContext::new("thread-title", "run-1", sink.clone()).with_observer(rec.clone()));
-    let out = agent
-        .run(
-            RunInput::message(Message::human("What is in my workspace?")),
-            run,
-        )
-        .await;
-    assert_eq!(out.status, RunStatus::Success);
+    let out = run_ok(&agent, "What is in my workspace?", run).await;
     assert_eq!(out.state.title.as_deref(), Some("Workspace Listing"));
     // Generated right after the first model answer (the tool call), once.
     assert_eq!(title_model.requests().len(), 1);
@@ -432,10 +427,7 @@ async fn title_is_generated_once_after_the_first_exchange_and_kept_on_later_runs
 
     // Second run on the same thread: the title is not regenerated.
     let run = Arc::new(run_ctx("thread-title", "run-2").with_observer(rec.clone()));
-    let out = agent
-        .run(RunInput::message(Message::human("thanks")), run)
-        .await;
-    assert_eq!(out.status, RunStatus::Success);
+    let out = run_ok(&agent, "thanks", run).await;
     assert_eq!(out.state.title.as_deref(), Some("Workspace Listing"));
     assert_eq!(title_model.requests().len(), 1);
 }
@@ -457,10 +449,7 @@ async fn title_model_failure_falls_back_through_the_loop() {
     let rec = Recorder::new();
     let run = Arc::new(run_ctx("thread-fallback", "run-1").with_observer(rec.clone()));
     let question = "Please write a detailed migration plan for our billing database cluster";
-    let out = agent
-        .run(RunInput::message(Message::human(question)), run)
-        .await;
-    assert_eq!(out.status, RunStatus::Success);
+    let out = run_ok(&agent, question, run).await;
     assert_eq!(
         out.state.title.as_deref(),
         Some("Please write a detailed migration plan for our bil...")

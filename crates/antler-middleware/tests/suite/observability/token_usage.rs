@@ -16,6 +16,7 @@ use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 
 use super::common::*;
+use crate::common::{first_tool, run_ok};
 
 fn mw() -> TokenUsageMiddleware {
     TokenUsageMiddleware::new(TokenUsageConfig::default())
@@ -448,10 +449,7 @@ async fn subagent_usage_is_folded_into_the_dispatching_message_exactly_once() {
     let rec = Recorder::new();
 
     let run = Arc::new(run_ctx("thread-sub", "run-1").with_observer(rec.clone()));
-    let out = agent
-        .run(RunInput::message(Message::human("delegate")), run)
-        .await;
-    assert_eq!(out.status, RunStatus::Success);
+    let out = run_ok(&agent, "delegate", run).await;
     let dispatch = |s: &ThreadState| -> AiMessage {
         s.messages
             .iter()
@@ -471,12 +469,7 @@ async fn subagent_usage_is_folded_into_the_dispatching_message_exactly_once() {
         d.additional_kwargs[ATTRIBUTION_KEY]["kind"],
         "subagent_dispatch"
     );
-    let tool = out
-        .state
-        .messages
-        .iter()
-        .find_map(Message::as_tool)
-        .unwrap();
+    let tool = first_tool(&out.state);
     assert_eq!(tool.additional_kwargs[SUBAGENT_USAGE_ATTRIBUTED_KEY], true);
     let last = out.state.messages.last().and_then(Message::as_ai).unwrap();
     assert_eq!(last.usage_metadata, Some(UsageMetadata::new(50, 10)));
@@ -487,10 +480,7 @@ async fn subagent_usage_is_folded_into_the_dispatching_message_exactly_once() {
 
     // A later run on the thread never folds the same usage again.
     let run = Arc::new(run_ctx("thread-sub", "run-2").with_observer(rec.clone()));
-    let out = agent
-        .run(RunInput::message(Message::human("more")), run)
-        .await;
-    assert_eq!(out.status, RunStatus::Success);
+    let out = run_ok(&agent, "more", run).await;
     assert_eq!(
         dispatch(&out.state).usage_metadata.map(|u| u.total_tokens),
         Some(155)

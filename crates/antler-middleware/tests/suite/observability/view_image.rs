@@ -15,6 +15,7 @@ use pretty_assertions::assert_eq;
 use serde_json::{json, Map, Value};
 
 use super::common::*;
+use crate::common::run_ok;
 
 const PNG: &[u8] = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR";
 
@@ -482,10 +483,7 @@ async fn the_image_reaches_the_next_request_once_and_is_never_persisted() {
         .with_chain(Chain::new(vec![Arc::new(ViewImageMiddleware::new(home.path()))]).unwrap())
         .with_checkpointer(cp.clone());
     let run = Arc::new(run_ctx("thread-img", "run-1"));
-    let out = agent
-        .run(RunInput::message(Message::human("look at my upload")), run)
-        .await;
-    assert_eq!(out.status, RunStatus::Success);
+    let out = run_ok(&agent, "look at my upload", run).await;
 
     let reqs = lead.requests();
     assert_eq!(reqs.len(), 3);

@@ -2,7 +2,6 @@
 
 use std::sync::{Arc, Mutex};
 
-use crate::common::args_object;
 use antler_middleware::summarization::{
     BeforeSummarizationHook, ContextSize, DeerFlowSummarizationMiddleware, SummarizationConfig,
     SummarizationEvent,
@@ -16,6 +15,8 @@ use antler_protocol::{
 use antler_runtime::{HookOutput, NullSink, RunContext, RunEvent, RunObserver};
 use async_trait::async_trait;
 use serde_json::{json, Value};
+
+use crate::common::args_object;
 
 pub use crate::common::{human, state_of as state};
 
