@@ -11,21 +11,9 @@ use antler_test_support::{
     AnthropicReply, GeminiPart, GeminiReply, MockAnthropic, MockGemini, MockOllama, MockOpenAi,
     MockReply, MockResponses, OllamaReply, ResponsesReply,
 };
-use common::{kinds, visible, Project};
+use common::{custom_event, kinds, ls_call, ok_jsonl, visible, Project};
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
-
-const FILES: &str = "sandbox:\n  use: deerflow.sandbox.local:LocalSandboxProvider\ntools:\n  - {name: ls, group: file:read, use: deerflow.sandbox.tools:ls_tool}\n  - {name: write_file, group: file:write, use: deerflow.sandbox.tools:write_file_tool}\nmemory:\n  enabled: false\n";
-
-fn project(model_yaml: &str) -> Project {
-    let p = Project::empty();
-    std::fs::write(
-        p.path().join("config.yaml"),
-        format!("models:\n{model_yaml}{FILES}"),
-    )
-    .unwrap();
-    p
-}
 
 fn last_ai(out: &Value) -> Value {
     visible(&out["values"])
@@ -67,7 +55,7 @@ fn a_length_capped_answer_is_kept_and_reported_for_every_provider() {
         // Anthropic: stop_reason max_tokens.
         let mock = MockAnthropic::start_on_thread()
             .with_replies([AnthropicReply::text(PARTIAL).stop_reason("max_tokens")]);
-        let p = project(&format!(
+        let p = Project::with_models(&format!(
             "  - name: claude\n    use: langchain_anthropic:ChatAnthropic\n    model: claude-test\n    base_url: {}\n    api_key: $MOCK_KEY\n    max_tokens: 64\n    streaming: {streaming}\n",
             mock.base_url()
         ));
@@ -81,7 +69,7 @@ fn a_length_capped_answer_is_kept_and_reported_for_every_provider() {
         // Gemini: finish_reason MAX_TOKENS.
         let mock = MockGemini::start_on_thread()
             .with_replies([GeminiReply::text(PARTIAL).finish_reason("MAX_TOKENS")]);
-        let p = project(&format!(
+        let p = Project::with_models(&format!(
             "  - name: gemini\n    use: langchain_google_genai:ChatGoogleGenerativeAI\n    model: gemini-2.5-flash\n    api_key: k\n    base_url: {}\n    streaming: {streaming}\n",
             mock.base_url()
         ));
@@ -91,7 +79,7 @@ fn a_length_capped_answer_is_kept_and_reported_for_every_provider() {
         // Ollama: done_reason length.
         let mock = MockOllama::start_on_thread()
             .with_replies([OllamaReply::text(PARTIAL).done_reason("length")]);
-        let p = project(&format!(
+        let p = Project::with_models(&format!(
             "  - name: local\n    use: langchain_ollama:ChatOllama\n    model: qwen3:8b\n    base_url: {}\n    streaming: {streaming}\n",
             mock.base_url()
         ));
@@ -101,7 +89,7 @@ fn a_length_capped_answer_is_kept_and_reported_for_every_provider() {
         // Responses API: status incomplete, incomplete_details.reason max_output_tokens.
         let mock = MockResponses::start_on_thread()
             .with_replies([ResponsesReply::text(PARTIAL).incomplete("max_output_tokens")]);
-        let p = project(&format!(
+        let p = Project::with_models(&format!(
             "  - name: gpt\n    use: langchain_openai:ChatOpenAI\n    model: gpt-5\n    api_key: $MOCK_KEY\n    base_url: {}\n    use_responses_api: true\n    streaming: {streaming}\n",
             mock.base_url()
         ));
@@ -145,25 +133,13 @@ fn a_content_filtered_tool_call_never_runs_and_the_user_is_told() {
         write_args(),
     )
     .finish_reason("content_filter")]);
-    let p = project(&format!(
+    let p = Project::with_models(&format!(
         "  - name: main\n    use: langchain_openai:ChatOpenAI\n    model: mock-model\n    base_url: {}\n    api_key: $MOCK_KEY\n",
         mock.base_url()
     ));
     let out = p.run(&["run", "--output", "jsonl", "write a note"]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let events: Vec<Value> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    let event = events
-        .iter()
-        .find(|e| e["event"] == "custom" && e["data"]["type"] == "safety_termination")
-        .expect("a safety_termination event");
+    let events = ok_jsonl(&out);
+    let event = custom_event(&events, "safety_termination");
     assert_eq!(
         event["data"]["suppressed_tool_call_names"],
         json!(["write_file"])
@@ -207,7 +183,7 @@ fn an_empty_safety_stop_is_explained_not_persisted_empty() {
             .finish_reason("SAFETY"),
         GeminiReply::text("").finish_reason("SAFETY"),
     ]);
-    let p = project(&format!(
+    let p = Project::with_models(&format!(
         "  - name: gemini\n    use: langchain_google_genai:ChatGoogleGenerativeAI\n    model: gemini-2.5-flash\n    api_key: k\n    base_url: {}\n",
         mock.base_url()
     ));
@@ -239,15 +215,11 @@ fn an_empty_safety_stop_is_explained_not_persisted_empty() {
 #[test]
 fn an_empty_answer_after_tools_is_retried_once_with_a_hidden_nudge() {
     let mock = MockOpenAi::start_on_thread().with_replies([
-        MockReply::tool_call(
-            "call_l",
-            "ls",
-            json!({"description": "list", "path": "/mnt/user-data/workspace"}),
-        ),
+        ls_call("call_l", "list", "/mnt/user-data/workspace"),
         MockReply::text(""),
         MockReply::text("The workspace is empty."),
     ]);
-    let p = project(&format!(
+    let p = Project::with_models(&format!(
         "  - name: main\n    use: langchain_openai:ChatOpenAI\n    model: mock-model\n    base_url: {}\n    api_key: $MOCK_KEY\n",
         mock.base_url()
     ));
@@ -293,15 +265,11 @@ fn an_empty_answer_after_tools_is_retried_once_with_a_hidden_nudge() {
 #[test]
 fn a_second_empty_answer_ends_the_run_with_a_visible_error_fallback() {
     let mock = MockOpenAi::start_on_thread().with_replies([
-        MockReply::tool_call(
-            "call_l",
-            "ls",
-            json!({"description": "list", "path": "/mnt/user-data/workspace"}),
-        ),
+        ls_call("call_l", "list", "/mnt/user-data/workspace"),
         MockReply::text(""),
         MockReply::text(""),
     ]);
-    let p = project(&format!(
+    let p = Project::with_models(&format!(
         "  - name: main\n    use: langchain_openai:ChatOpenAI\n    model: mock-model\n    base_url: {}\n    api_key: $MOCK_KEY\n",
         mock.base_url()
     ));

@@ -8,7 +8,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 
 use antler_test_support::{MockOpenAi, MockReply};
-use common::Project;
+use common::{tool_names, Project};
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 
@@ -76,17 +76,6 @@ impl Site {
     fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
-}
-
-fn tool_names(body: &Value) -> Vec<String> {
-    body["tools"]
-        .as_array()
-        .map(|t| {
-            t.iter()
-                .map(|x| x["function"]["name"].as_str().unwrap().to_owned())
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 #[test]
