@@ -121,12 +121,7 @@ async fn a_tool_run_streams_as_langgraph_frames_it() {
         .iter()
         .any(|u| u.get("ThreadDataMiddleware.before_agent").is_some()));
     let final_values = last_values(&events);
-    let ids: HashSet<&str> = final_values["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["id"].as_str().unwrap())
-        .collect();
+    let ids: HashSet<&str> = strs(&final_values["messages"], "id").into_iter().collect();
     for m in &msgs {
         assert!(
             ids.contains(m.data[0]["id"].as_str().unwrap()),
@@ -401,7 +396,7 @@ async fn a_finished_and_released_run_joins_as_just_end() {
 
 /// The bounded load check of the suite: 200 concurrent streamed runs, every stream complete
 /// (`metadata` first, ids 0…n-1 without holes, `end` last, streamed text = final message).
-/// `examples/load.rs` measures the same against the release binary with model latency.
+/// `antler-bench`'s `examples/load.rs` measures the same against the release binary with model latency.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_hundred_concurrent_streams_lose_no_event() {
     const N: usize = 200;
