@@ -67,13 +67,7 @@ impl Fixture {
 }
 
 async fn sh(sb: &Arc<dyn Sandbox>, cmd: &str) -> String {
-    match sb
-        .execute_command(CommandRequest {
-            command: cmd.into(),
-            ..Default::default()
-        })
-        .await
-    {
+    match exec(sb, cmd).await {
         Ok(o) => o.text,
         Err(e) => format!("ERR {e}"),
     }
@@ -86,22 +80,10 @@ async fn output_lines_stream_through_the_warden() {
     }
     let f = Fixture::new(settings());
     let sb = f.sandbox("t1");
-    let lines = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let sink = lines.clone();
-    let out = sb
-        .execute_command(CommandRequest {
-            command: "echo first; echo second >&2; pwd".into(),
-            lines: Some(antler_sandbox::OutputLines::new(move |l| {
-                sink.lock().unwrap().push(l.to_owned())
-            })),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    let mut got = lines.lock().unwrap().clone();
+    let (text, mut got) = run_streaming(&sb, "echo first; echo second >&2; pwd").await;
     got.sort();
     assert_eq!(got, ["/mnt/user-data/workspace", "first", "second"]);
-    assert_eq!(out.text, sh(&sb, "echo first; echo second >&2; pwd").await);
+    assert_eq!(text, sh(&sb, "echo first; echo second >&2; pwd").await);
 }
 
 /// Host processes whose command line contains `needle`.
@@ -388,14 +370,7 @@ async fn required_without_a_helper_refuses() {
             ..quick()
         },
     );
-    let sb = p.get(&p.acquire(Some("t1"), None).unwrap()).unwrap();
-    let err = sb
-        .execute_command(CommandRequest {
-            command: "echo hi".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap_err();
+    let err = exec(&sandbox(&p, "t1"), "echo hi").await.unwrap_err();
     assert!(matches!(err, SandboxError::Runtime(_)), "{err}");
     assert!(err.to_string().contains("sandbox helper"), "{err}");
 }
