@@ -6,7 +6,7 @@
 mod common;
 
 use antler_test_support::{MockOpenAi, MockReply};
-use common::{bash_call, ls_call, visible, Project};
+use common::{as_text, bash_call, ls_call, visible, Project};
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 
@@ -139,10 +139,7 @@ fn a_slash_skill_is_injected_and_restricts_the_tools() {
         "{reminder}"
     );
     assert_eq!(
-        msgs[n - 1]["content"]
-            .as_str()
-            .unwrap()
-            .contains("/shell-only say hi"),
+        as_text(&msgs[n - 1]["content"]).contains("/shell-only say hi"),
         true
     );
     // Only the skill's tools and the framework's are offered, and others are refused.

@@ -204,3 +204,8 @@ pub fn ls_call(id: &str, description: &str, path: &str) -> MockReply {
         serde_json::json!({"description": description, "path": path}),
     )
 }
+
+/// A JSON string's text; fails when `v` is not a string.
+pub fn as_text(v: &Value) -> &str {
+    v.as_str().unwrap_or_else(|| panic!("not a string: {v}"))
+}

@@ -9,9 +9,9 @@ mod common;
 
 use antler_test_support::{
     AnthropicReply, GeminiPart, GeminiReply, MockAnthropic, MockGemini, MockOllama, MockOpenAi,
-    MockReply, MockResponses, OllamaReply, ResponsesReply,
+    MockReply, MockResponses, MockServer, MockWire, OllamaReply, ResponsesReply,
 };
-use common::{custom_event, kinds, ls_call, ok_jsonl, visible, Project};
+use common::{as_text, custom_event, kinds, ls_call, ok_jsonl, visible, Project, FILE_TOOLS};
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 
@@ -52,51 +52,59 @@ fn a_length_capped_answer_is_kept_and_reported_for_every_provider() {
     }
     // Every other provider, streamed and not (the stream's last event carries the reason).
     for streaming in [false, true] {
-        // Anthropic: stop_reason max_tokens.
-        let mock = MockAnthropic::start_on_thread()
-            .with_replies([AnthropicReply::text(PARTIAL).stop_reason("max_tokens")]);
-        let p = Project::with_models(&format!(
-            "  - name: claude\n    use: langchain_anthropic:ChatAnthropic\n    model: claude-test\n    base_url: {}\n    api_key: $MOCK_KEY\n    max_tokens: 64\n    streaming: {streaming}\n",
-            mock.base_url()
-        ));
-        let (code, out, stderr) = p.run_json(&["write an essay"]);
-        assert_eq!(code, 0, "{stderr}");
-        assert_capped(&out, &stderr, "anthropic");
-        assert_eq!(
-            last_ai(&out)["response_metadata"]["stop_reason"],
-            "max_tokens"
-        );
-        // Gemini: finish_reason MAX_TOKENS.
-        let mock = MockGemini::start_on_thread()
-            .with_replies([GeminiReply::text(PARTIAL).finish_reason("MAX_TOKENS")]);
-        let p = Project::with_models(&format!(
-            "  - name: gemini\n    use: langchain_google_genai:ChatGoogleGenerativeAI\n    model: gemini-2.5-flash\n    api_key: k\n    base_url: {}\n    streaming: {streaming}\n",
-            mock.base_url()
-        ));
-        let (code, out, stderr) = p.run_json(&["write an essay"]);
-        assert_eq!(code, 0, "{stderr}");
-        assert_capped(&out, &stderr, "gemini");
-        // Ollama: done_reason length.
-        let mock = MockOllama::start_on_thread()
-            .with_replies([OllamaReply::text(PARTIAL).done_reason("length")]);
-        let p = Project::with_models(&format!(
-            "  - name: local\n    use: langchain_ollama:ChatOllama\n    model: qwen3:8b\n    base_url: {}\n    streaming: {streaming}\n",
-            mock.base_url()
-        ));
-        let (code, out, stderr) = p.run_json(&["write an essay"]);
-        assert_eq!(code, 0, "{stderr}");
-        assert_capped(&out, &stderr, "ollama");
-        // Responses API: status incomplete, incomplete_details.reason max_output_tokens.
-        let mock = MockResponses::start_on_thread()
-            .with_replies([ResponsesReply::text(PARTIAL).incomplete("max_output_tokens")]);
-        let p = Project::with_models(&format!(
-            "  - name: gpt\n    use: langchain_openai:ChatOpenAI\n    model: gpt-5\n    api_key: $MOCK_KEY\n    base_url: {}\n    use_responses_api: true\n    streaming: {streaming}\n",
-            mock.base_url()
-        ));
-        let (code, out, stderr) = p.run_json(&["write an essay"]);
-        assert_eq!(code, 0, "{stderr}");
-        assert_capped(&out, &stderr, "responses");
+        for provider in ["anthropic", "gemini", "ollama", "responses"] {
+            let (_mock, models) = capped_provider(provider, streaming);
+            let p = Project::with_models(&models);
+            let (code, out, stderr) = p.run_json(&["write an essay"]);
+            assert_eq!(code, 0, "{provider}: {stderr}");
+            assert_capped(&out, &stderr, provider);
+            if provider == "anthropic" {
+                assert_eq!(
+                    last_ai(&out)["response_metadata"]["stop_reason"],
+                    "max_tokens"
+                );
+            }
+        }
     }
+}
+
+/// A mock of `provider` whose answer is cut at the length cap in that provider's words (kept
+/// alive by the caller), and the `models:` entry pointing at it.
+fn capped_provider(provider: &str, streaming: bool) -> (Box<dyn std::any::Any>, String) {
+    fn keep<W: MockWire + 'static>(m: MockServer<W>) -> (Box<dyn std::any::Any>, String) {
+        let url = m.base_url();
+        (Box::new(m), url)
+    }
+    let (mock, base_url) = match provider {
+        // Anthropic: stop_reason max_tokens.
+        "anthropic" => keep(
+            MockAnthropic::start_on_thread()
+                .with_replies([AnthropicReply::text(PARTIAL).stop_reason("max_tokens")]),
+        ),
+        // Gemini: finish_reason MAX_TOKENS.
+        "gemini" => keep(
+            MockGemini::start_on_thread()
+                .with_replies([GeminiReply::text(PARTIAL).finish_reason("MAX_TOKENS")]),
+        ),
+        // Ollama: done_reason length.
+        "ollama" => keep(
+            MockOllama::start_on_thread()
+                .with_replies([OllamaReply::text(PARTIAL).done_reason("length")]),
+        ),
+        // Responses API: status incomplete, incomplete_details.reason max_output_tokens.
+        _ => keep(
+            MockResponses::start_on_thread()
+                .with_replies([ResponsesReply::text(PARTIAL).incomplete("max_output_tokens")]),
+        ),
+    };
+    let entry = match provider {
+        "anthropic" => "  - name: claude\n    use: langchain_anthropic:ChatAnthropic\n    model: claude-test\n    base_url: {url}\n    api_key: $MOCK_KEY\n    max_tokens: 64\n",
+        "gemini" => "  - name: gemini\n    use: langchain_google_genai:ChatGoogleGenerativeAI\n    model: gemini-2.5-flash\n    api_key: k\n    base_url: {url}\n",
+        "ollama" => "  - name: local\n    use: langchain_ollama:ChatOllama\n    model: qwen3:8b\n    base_url: {url}\n",
+        _ => "  - name: gpt\n    use: langchain_openai:ChatOpenAI\n    model: gpt-5\n    api_key: $MOCK_KEY\n    base_url: {url}\n    use_responses_api: true\n",
+    };
+    let models = entry.replace("{url}", &base_url) + &format!("    streaming: {streaming}\n");
+    (mock, models)
 }
 
 #[test]
@@ -203,28 +211,28 @@ fn an_empty_safety_stop_is_explained_not_persisted_empty() {
     assert_eq!(code, 0, "{stderr}");
     let ai = last_ai(&out);
     assert!(
-        ai["content"]
-            .as_str()
-            .unwrap()
-            .contains("returned no content"),
+        as_text(&ai["content"]).contains("returned no content"),
         "{ai}"
     );
     assert_eq!(mock.requests().len(), 2);
 }
 
-#[test]
-fn an_empty_answer_after_tools_is_retried_once_with_a_hidden_nudge() {
+/// A run that lists the workspace, gets an empty answer, then `second` (after the retry).
+fn after_an_empty_answer(second: &str) -> (MockOpenAi, Value) {
     let mock = MockOpenAi::start_on_thread().with_replies([
         ls_call("call_l", "list", "/mnt/user-data/workspace"),
         MockReply::text(""),
-        MockReply::text("The workspace is empty."),
+        MockReply::text(second),
     ]);
-    let p = Project::with_models(&format!(
-        "  - name: main\n    use: langchain_openai:ChatOpenAI\n    model: mock-model\n    base_url: {}\n    api_key: $MOCK_KEY\n",
-        mock.base_url()
-    ));
+    let p = Project::new(&mock, FILE_TOOLS);
     let (code, out, stderr) = p.run_json(&["what is in the workspace?"]);
     assert_eq!(code, 0, "{stderr}");
+    (mock, out)
+}
+
+#[test]
+fn an_empty_answer_after_tools_is_retried_once_with_a_hidden_nudge() {
+    let (mock, out) = after_an_empty_answer("The workspace is empty.");
     assert_eq!(out["status"], "success", "{out}");
     assert_eq!(kinds(&out["values"]), ["human", "ai", "tool", "ai"]);
     assert_eq!(last_ai(&out)["content"], "The workspace is empty.");
@@ -245,10 +253,7 @@ fn an_empty_answer_after_tools_is_retried_once_with_a_hidden_nudge() {
         .clone();
     assert_eq!(nudge["role"], "user");
     assert!(
-        nudge["content"]
-            .as_str()
-            .unwrap()
-            .contains("<system_reminder>"),
+        as_text(&nudge["content"]).contains("<system_reminder>"),
         "{nudge}"
     );
     // The retry request no longer carries the empty answer.
@@ -264,17 +269,7 @@ fn an_empty_answer_after_tools_is_retried_once_with_a_hidden_nudge() {
 
 #[test]
 fn a_second_empty_answer_ends_the_run_with_a_visible_error_fallback() {
-    let mock = MockOpenAi::start_on_thread().with_replies([
-        ls_call("call_l", "list", "/mnt/user-data/workspace"),
-        MockReply::text(""),
-        MockReply::text(""),
-    ]);
-    let p = Project::with_models(&format!(
-        "  - name: main\n    use: langchain_openai:ChatOpenAI\n    model: mock-model\n    base_url: {}\n    api_key: $MOCK_KEY\n",
-        mock.base_url()
-    ));
-    let (code, out, stderr) = p.run_json(&["what is in the workspace?"]);
-    assert_eq!(code, 0, "{stderr}");
+    let (mock, out) = after_an_empty_answer("");
     assert_eq!(out["status"], "error");
     assert_eq!(
         out["error"],
@@ -282,9 +277,7 @@ fn a_second_empty_answer_ends_the_run_with_a_visible_error_fallback() {
     );
     let ai = last_ai(&out);
     assert!(
-        ai["content"]
-            .as_str()
-            .unwrap()
+        as_text(&ai["content"])
             .starts_with("The model completed the tool run but returned no final response"),
         "{ai}"
     );

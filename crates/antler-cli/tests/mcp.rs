@@ -8,7 +8,7 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use antler_test_support::{MockOpenAi, MockReply};
-use common::{tool_names, Project};
+use common::{as_text, tool_names, Project};
 use serde_json::{json, Value};
 
 /// server-everything's entry point; `None` (reason printed) without node.
@@ -192,10 +192,7 @@ fn mcp_list_shows_servers_status_and_tools() {
         .unwrap()
         .contains(&json!("everything_echo")));
     assert_eq!(servers[1]["status"], "failed");
-    assert!(servers[1]["error"]
-        .as_str()
-        .unwrap()
-        .contains("could not start `/nonexistent/mcp-server`"));
+    assert!(as_text(&servers[1]["error"]).contains("could not start `/nonexistent/mcp-server`"));
     assert_eq!(servers[2]["status"], "disabled");
     let text = p.run(&["mcp", "list"]);
     let text = String::from_utf8_lossy(&text.stdout);

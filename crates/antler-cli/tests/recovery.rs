@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use antler_store::runs::ORPHANED;
 use antler_store::{EventQuery, RunStatus, SqliteStore};
 use antler_test_support::{MockOpenAi, MockReply};
-use common::{bash_call, ok_json, signal, wait_until, Project};
+use common::{as_text, bash_call, ok_json, signal, wait_until, Project};
 use serde_json::{json, Value};
 
 const BASH_ON: &str = "sandbox:\n  use: deerflow.sandbox.local:LocalSandboxProvider\n  allow_host_bash: true\ntools:\n  - {name: ls, group: file:read, use: deerflow.sandbox.tools:ls_tool}\n  - {name: bash, group: bash, use: deerflow.sandbox.tools:bash_tool}\n  - {name: write_file, group: file:write, use: deerflow.sandbox.tools:write_file_tool}\n";
@@ -539,10 +539,7 @@ fn runs_show_prints_the_journal_of_a_tool_round_trip() {
         .find(|e| e["event_type"] == "llm.tool.result")
         .unwrap();
     assert_eq!(tool["metadata"]["tool"], "bash");
-    assert!(tool["metadata"]["args"]["command"]
-        .as_str()
-        .unwrap()
-        .contains("echo step-0"));
+    assert!(as_text(&tool["metadata"]["args"]["command"]).contains("echo step-0"));
     assert!(tool["metadata"]["duration_ms"].is_u64());
     let text = p.run(&["runs", "show", run_id]);
     let text = String::from_utf8_lossy(&text.stdout);

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use antler_test_support::{MockOpenAi, MockReply, MockToolCall};
 use common::{
-    assert_exit0, bash_call, custom_event, kinds, ls_call, ok_json, ok_jsonl, roles, signal,
-    visible, wait_until, Project,
+    as_text, assert_exit0, bash_call, custom_event, kinds, ls_call, ok_json, ok_jsonl, roles,
+    signal, visible, wait_until, Project,
 };
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
@@ -170,10 +170,7 @@ fn the_recursion_limit_ends_the_run_with_an_error_status() {
     assert_eq!(code, 1);
     assert_eq!(out["status"], "error");
     assert!(
-        out["error"]
-            .as_str()
-            .unwrap()
-            .starts_with("Recursion limit of 12 reached"),
+        as_text(&out["error"]).starts_with("Recursion limit of 12 reached"),
         "{}",
         out["error"]
     );
@@ -529,10 +526,7 @@ fn skills_are_listed_in_the_prompt_and_readable_read_only() {
     );
     let msgs = &visible(&out["values"]);
     assert!(
-        msgs[2]["content"]
-            .as_str()
-            .unwrap()
-            .contains("Step 1: outline."),
+        as_text(&msgs[2]["content"]).contains("Step 1: outline."),
         "{}",
         msgs[2]
     );
@@ -691,10 +685,7 @@ fn six_task_calls_run_three_subagents() {
     assert_eq!(results.len(), 3);
     for r in &results {
         assert!(
-            r["content"]
-                .as_str()
-                .unwrap()
-                .starts_with("Task Succeeded. Result: finished"),
+            as_text(&r["content"]).starts_with("Task Succeeded. Result: finished"),
             "{}",
             r["content"]
         );
@@ -907,10 +898,7 @@ fn clarification_ends_the_run_and_the_next_run_continues() {
     assert_eq!(last["type"], "tool");
     assert_eq!(last["name"], "ask_clarification");
     assert_eq!(last["id"], "clarification:call_q");
-    assert!(last["content"]
-        .as_str()
-        .unwrap()
-        .contains("Which format do you want?"));
+    assert!(as_text(&last["content"]).contains("Which format do you want?"));
     assert!(
         last["artifact"]["human_input"].is_object(),
         "{}",
