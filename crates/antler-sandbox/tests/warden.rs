@@ -44,6 +44,11 @@ fn skip() -> bool {
     }
 }
 
+/// A fixture with the default warden settings; `None` (reason printed) without Landlock.
+fn confined() -> Option<Fixture> {
+    (!skip()).then(|| Fixture::new(settings()))
+}
+
 struct Fixture {
     home: tempfile::TempDir,
     provider: LocalSandboxProvider,
@@ -75,10 +80,7 @@ async fn sh(sb: &Arc<dyn Sandbox>, cmd: &str) -> String {
 
 #[tokio::test]
 async fn output_lines_stream_through_the_warden() {
-    if skip() {
-        return;
-    }
-    let f = Fixture::new(settings());
+    let Some(f) = confined() else { return };
     let sb = f.sandbox("t1");
     let (text, mut got) = run_streaming(&sb, "echo first; echo second >&2; pwd").await;
     got.sort();
@@ -119,10 +121,7 @@ fn gone_within(needle: &str, limit: Duration) -> bool {
 
 #[tokio::test]
 async fn outside_processes_and_their_secrets_are_invisible() {
-    if skip() {
-        return;
-    }
-    let f = Fixture::new(settings());
+    let Some(f) = confined() else { return };
     // A process outside the sandbox holding a secret in its environment (antler's stand-in).
     let mut outsider = std::process::Command::new("sleep")
         .arg("30")
@@ -192,10 +191,7 @@ async fn the_data_home_other_threads_and_denied_files_are_unreadable() {
 
 #[tokio::test]
 async fn the_system_is_read_only_and_tmp_is_private() {
-    if skip() {
-        return;
-    }
-    let f = Fixture::new(settings());
+    let Some(f) = confined() else { return };
     let canary_dir = home();
     let canary = canary_dir.path().join("canary.txt");
     std::fs::write(&canary, "canary").unwrap();
@@ -310,10 +306,7 @@ async fn limits_stop_a_memory_hog_a_process_storm_and_a_huge_file() {
 
 #[tokio::test]
 async fn the_warden_enforces_timeouts_and_takes_its_processes_along() {
-    if skip() {
-        return;
-    }
-    let f = Fixture::new(settings());
+    let Some(f) = confined() else { return };
     let sb = f.sandbox("t1");
     let tag = format!("antler-timeout-canary-{}", std::process::id());
     let out = sb
@@ -343,10 +336,7 @@ async fn the_warden_enforces_timeouts_and_takes_its_processes_along() {
 
 #[tokio::test]
 async fn killing_every_process_ends_only_the_sandbox() {
-    if skip() {
-        return;
-    }
-    let f = Fixture::new(settings());
+    let Some(f) = confined() else { return };
     let sb = f.sandbox("t1");
     let out = sh(&sb, "kill -9 -1; sleep 5; echo survived").await;
     assert!(out.starts_with("ERR") && out.contains("fresh"), "{out}");
