@@ -174,6 +174,15 @@ async fn start_stream(s: &TestServer, thread: &str, body: Value) -> (String, Sse
     (run, SseReader::new(r))
 }
 
+/// Starts a run on `t1` that outlives its client (`on_disconnect: continue`), reads up to its
+/// first `values` event and disconnects: the run's id.
+async fn start_and_leave(s: &TestServer, text: &str) -> String {
+    let body = json!({"input": say(text), "on_disconnect": "continue"});
+    let (run, mut r) = start_stream(s, "t1", body).await;
+    r.until("values").await;
+    run
+}
+
 async fn join(
     s: &TestServer,
     thread: &str,
@@ -310,26 +319,12 @@ async fn disconnect_cancels_unless_the_client_said_continue() {
     let (_, t) = s.get("/api/threads/t1").await;
     assert_eq!(t["status"], "interrupted");
     // on_disconnect continue: the run survives the client.
-    let (run2, mut r) = start_stream(
-        &s,
-        "t1",
-        json!({"input": say("b"), "on_disconnect": "continue"}),
-    )
-    .await;
-    r.until("values").await;
-    drop(r);
+    let run2 = start_and_leave(&s, "b").await;
     let handle = s.state.runs.get(&run2).unwrap();
     s.model.open(1);
     assert_eq!(handle.wait_done().await, antler_store::RunStatus::Success);
     // A join with cancel_on_disconnect=1 cancels when it goes away.
-    let (run3, mut r) = start_stream(
-        &s,
-        "t1",
-        json!({"input": say("c"), "on_disconnect": "continue"}),
-    )
-    .await;
-    r.until("values").await;
-    drop(r);
+    let run3 = start_and_leave(&s, "c").await;
     let mut j = join(&s, "t1", &run3, None, "?cancel_on_disconnect=1").await;
     j.until("metadata").await;
     let handle = s.state.runs.get(&run3).unwrap();
