@@ -315,17 +315,31 @@ fn gemini(cfg: &ModelConfig, mut options: Map<String, Value>) -> GeminiConfig {
             }
         }
     }
-    options.remove("extra_body");
-    options.remove("reasoning_effort");
-    for (k, v) in options.iter().chain(extras(cfg, GEMINI_CLIENT_KEYS)) {
-        if !wire.set(k, v) {
-            tracing::warn!(model = %cfg.name, key = %k, "not a Gemini request setting; ignored");
-        }
-    }
+    set_options(cfg, options, GEMINI_CLIENT_KEYS, "a Gemini", |k, v| {
+        wire.set(k, v)
+    });
     gc
 }
 
-fn ollama(cfg: &ModelConfig, mut options: Map<String, Value>) -> OllamaConfig {
+/// The remaining options and the config's extra keys, set on a typed request through `set`;
+/// one the vendor (`what`: "a Gemini") has no setting for is warned about and ignored.
+fn set_options(
+    cfg: &ModelConfig,
+    mut options: Map<String, Value>,
+    client_keys: &[&str],
+    what: &str,
+    mut set: impl FnMut(&str, &Value) -> bool,
+) {
+    options.remove("extra_body");
+    options.remove("reasoning_effort");
+    for (k, v) in options.iter().chain(extras(cfg, client_keys)) {
+        if !set(k, v) {
+            tracing::warn!(model = %cfg.name, key = %k, "not {what} request setting; ignored");
+        }
+    }
+}
+
+fn ollama(cfg: &ModelConfig, options: Map<String, Value>) -> OllamaConfig {
     let mut oc: OllamaConfig =
         transport(cfg, "ollama", cfg.api_key.clone().filter(|k| !k.is_empty()));
     let wire = &mut oc.wire;
@@ -335,13 +349,9 @@ fn ollama(cfg: &ModelConfig, mut options: Map<String, Value>) -> OllamaConfig {
     if let Some(m) = cfg.max_tokens {
         wire.set("num_predict", &Value::from(m));
     }
-    options.remove("extra_body");
-    options.remove("reasoning_effort");
-    for (k, v) in options.iter().chain(extras(cfg, OLLAMA_CLIENT_KEYS)) {
-        if !wire.set(k, v) {
-            tracing::warn!(model = %cfg.name, key = %k, "not an Ollama request setting; ignored");
-        }
-    }
+    set_options(cfg, options, OLLAMA_CLIENT_KEYS, "an Ollama", |k, v| {
+        wire.set(k, v)
+    });
     oc
 }
 

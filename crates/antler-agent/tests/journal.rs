@@ -2,23 +2,24 @@
 //! a thread whose head checkpoint is corrupt (seed 002's failure table).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::path::Path;
 use std::sync::Arc;
 
 use antler_agent::journal::{recover_thread, RecoveringCheckpointer, RunJournal, FLUSH_EVERY};
 use antler_models::{ModelError, ScriptedModel, ScriptedReply};
-use antler_protocol::{
-    AiMessage, Message, Object, StateUpdate, ThreadState, ToolSpec, UsageMetadata,
-};
+use antler_protocol::{AiMessage, Message, Object, StateUpdate, ToolSpec, UsageMetadata};
 use antler_runtime::{
-    parse_args, Agent, BeforeAgentOutput, CancellationToken, Chain, Checkpointer, HookOutput,
-    HookSet, Middleware, MiddlewareError, NullSink, RunContext, RunEvent, RunInput, RunObserver,
-    RunStatus, Tool, ToolContext, ToolError, ToolOutput, ToolRegistry,
+    parse_args, Agent, CancellationToken, Chain, Checkpointer, Middleware, NullSink, RunContext,
+    RunEvent, RunInput, RunObserver, RunStatus, Tool, ToolContext, ToolError, ToolOutput,
+    ToolRegistry,
 };
 use antler_store::{EventQuery, RunEventRecord, SqliteStore};
 use async_trait::async_trait;
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
+use support::Hook;
 
 struct Echo {
     spec: Arc<ToolSpec>,
@@ -404,26 +405,13 @@ async fn a_failing_store_never_fails_the_run_and_events_are_retried() {
 }
 
 /// Adds a hidden note to the thread in before_agent (checkpointed, but not a journal message).
-struct Note;
-
-#[async_trait]
-impl Middleware for Note {
-    fn name(&self) -> &str {
-        "Note"
-    }
-    fn hooks(&self) -> HookSet {
-        HookSet::BEFORE_AGENT
-    }
-    async fn before_agent(
-        &self,
-        _: &ThreadState,
-        _: &RunContext,
-    ) -> Result<BeforeAgentOutput, MiddlewareError> {
+fn note() -> Arc<dyn Middleware> {
+    Arc::new(Hook::before_agent("Note", |_, _| {
         let mut m = Message::human("CORRUPT-TARGET note");
         m.additional_kwargs_mut()
             .insert("hide_from_ui".into(), json!(true));
-        Ok(HookOutput::update(StateUpdate::message(m)))
-    }
+        Some(StateUpdate::message(m))
+    }))
 }
 
 /// Overwrite `from` with `to` (same length) in the database file, in place.
@@ -457,7 +445,7 @@ async fn a_corrupt_head_is_rebuilt_from_the_last_good_checkpoint_and_the_journal
         ]));
         let agent = Agent::new(model)
             .with_tools(ToolRegistry::new().with(echo(None)))
-            .with_chain(Chain::new(vec![Arc::new(Note) as Arc<dyn Middleware>]).unwrap())
+            .with_chain(Chain::new(vec![note()]).unwrap())
             .with_checkpointer(Arc::new(store.clone()));
         let journal = Arc::new(RunJournal::new(store.clone(), "t", "r1", None));
         let ctx = RunContext::new("t", "r1", Arc::new(NullSink)).with_observer(journal.clone());
@@ -540,7 +528,7 @@ async fn recovery_drops_an_unfinished_tool_round() {
         )]));
         let agent = Agent::new(model)
             .with_tools(ToolRegistry::new().with(echo(Some(gate.clone()))))
-            .with_chain(Chain::new(vec![Arc::new(Note) as Arc<dyn Middleware>]).unwrap())
+            .with_chain(Chain::new(vec![note()]).unwrap())
             .with_checkpointer(Arc::new(store.clone()));
         let journal = Arc::new(RunJournal::new(store.clone(), "t", "r1", None));
         let cancel = CancellationToken::new();

@@ -3,6 +3,8 @@
 //! timeout, cancellation and the outcome mapping.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -23,6 +25,7 @@ use antler_runtime::*;
 use async_trait::async_trait;
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
+use support::Hook;
 
 // ---------------------------------------------------------------------------------------------
 // Status contract
@@ -1135,24 +1138,11 @@ async fn a_failing_child_is_a_failed_result() {
 }
 
 /// Sets a guard stop reason on the child run, as token budget / loop detection do.
-struct Guard(&'static str);
-
-#[async_trait]
-impl Middleware for Guard {
-    fn name(&self) -> &str {
-        "Guard"
-    }
-    fn hooks(&self) -> HookSet {
-        HookSet::AFTER_MODEL
-    }
-    async fn after_model(
-        &self,
-        _: &ThreadState,
-        run: &RunContext,
-    ) -> Result<HookOutput, MiddlewareError> {
-        run.set(&keys::STOP_REASON, self.0.to_owned());
-        Ok(HookOutput::none())
-    }
+fn guard(reason: &'static str) -> Arc<dyn Middleware> {
+    Arc::new(Hook::after_model("Guard", move |_, run| {
+        run.set(&keys::STOP_REASON, reason.to_owned());
+        None
+    }))
 }
 
 #[tokio::test]
@@ -1167,7 +1157,7 @@ async fn a_guard_stop_reason_marks_the_completed_result() {
             child,
             parent_tools(&seen),
             SubagentsConfig::default(),
-            vec![Arc::new(Guard(reason))],
+            vec![guard(reason)],
         );
         let (out, _) = delegate_once(exec).await;
         let tm = &task_results(&out)[0];
@@ -1465,27 +1455,12 @@ fn the_result_command_carries_the_message_and_the_ledger_entry() {
 }
 
 /// Rewrites the last AI message in place (same id), as loop detection or a guard would.
-struct Rewriter;
-
-#[async_trait]
-impl Middleware for Rewriter {
-    fn name(&self) -> &str {
-        "Rewriter"
-    }
-    fn hooks(&self) -> HookSet {
-        HookSet::AFTER_MODEL
-    }
-    async fn after_model(
-        &self,
-        state: &ThreadState,
-        _: &RunContext,
-    ) -> Result<HookOutput, MiddlewareError> {
+fn rewriter() -> Arc<dyn Middleware> {
+    Arc::new(Hook::after_model("Rewriter", |state, _| {
         let mut ai = state.last_ai().unwrap().clone();
         ai.content = Content::Text(format!("{} (edited)", ai.content.text()));
-        Ok(HookOutput::update(antler_protocol::StateUpdate::message(
-            Message::Ai(ai),
-        )))
-    }
+        Some(antler_protocol::StateUpdate::message(Message::Ai(ai)))
+    }))
 }
 
 #[tokio::test]
@@ -1495,7 +1470,7 @@ async fn steps_are_captured_once_and_the_child_never_checkpoints() {
     let (c2, cp2) = (child.clone(), cp.clone());
     let factory = move |_req: &SubagentRequest<'_>| -> Result<Agent, SubagentError> {
         Ok(Agent::new(c2.clone())
-            .with_chain(Chain::new(vec![Arc::new(Rewriter)]).unwrap())
+            .with_chain(Chain::new(vec![rewriter()]).unwrap())
             .with_checkpointer(cp2.clone()))
     };
     let exec = Arc::new(SubagentExecutor::new(

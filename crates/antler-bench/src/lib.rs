@@ -1,6 +1,7 @@
 //! Fixtures shared by the `antler-bench` binary and the allocation guard test
 //! (`tests/alloc_guard.rs`): a no-op `bash` tool, a realistic history, a scripted model that
-//! calls the tool a given number of times, and the full lead chain over that model.
+//! calls the tool a given number of times, and the full lead chain over that model; and
+//! ([`server`]) a real `antler serve` process with an SSE reader for the server workloads.
 
 use std::sync::Arc;
 
@@ -9,6 +10,8 @@ use antler_protocol::{AiMessage, Message, Object, ToolCall, ToolMessage, ToolSpe
 use antler_runtime::{Agent, Tool, ToolContext, ToolError, ToolOutput, ToolRegistry};
 use async_trait::async_trait;
 use serde_json::json;
+
+pub mod server;
 
 /// A tool named `bash` that does nothing.
 pub struct Noop(Arc<ToolSpec>);

@@ -9,7 +9,7 @@
 //!   model request, the whole 0-step run, peak RSS (see `cold.rs`).
 //! - **serve** (`--serve [--antler PATH] [--workloads a1,b,c,e] [--samples N] [--steps N]
 //!   [--runs N] [--history N] [--threads N] [--thread-steps N] [--concurrency N] [--c-samples N]
-//!   [--e-steps N] [--retention-secs N]`): a real `antler serve` against a scripted model on
+//!   [--e-steps N] [--retention-secs N] [--mode wait|stream]`): a real `antler serve` against a scripted model on
 //!   127.0.0.1 — harness CPU per step (A1), by history and peak RSS (B), many threads at once
 //!   (C), SQLite bytes per step (E); see `serve.rs`.
 //!
@@ -244,6 +244,11 @@ fn main() -> anyhow::Result<()> {
             c_samples: flag("--c-samples", 3),
             e_steps: flag("--e-steps", 500),
             retention_secs: flag("--retention-secs", 60) as u64,
+            stream: match value("--mode").as_deref() {
+                None | Some("wait") => false,
+                Some("stream") => true,
+                Some(other) => anyhow::bail!("--mode {other}: wait or stream"),
+            },
         });
     }
     let dir = tempfile::tempdir()?;

@@ -1,6 +1,7 @@
 //! Server workloads (issue 15, PERFORMANCE.md): a real `antler serve` process on 127.0.0.1 with
 //! a temp data home (SQLite), a scripted OpenAI-compatible model in this process, and a bounded
-//! loopback client.
+//! loopback client: on `/runs/wait`, or with `--mode stream` on `/runs/stream` reading every
+//! event (`values`, `updates`, `messages-tuple`), so the figures include the SSE path.
 //!
 //! A *step* is one model call that answers with one real `bash` tool call (`echo hi N`), and the
 //! tool's execution; a run of `s` steps ends with one more model call that answers text. Each
@@ -32,6 +33,8 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
 
+use antler_bench::server::{content_text, ServeProcess as Server, SseReader};
+
 /// What `--serve` runs and how big.
 pub struct Opts {
     pub antler: PathBuf,
@@ -52,6 +55,8 @@ pub struct Opts {
     pub e_steps: usize,
     /// `antler serve --retention-secs` (finished runs' replay buffers).
     pub retention_secs: u64,
+    /// `--mode stream`: runs through `/runs/stream`, every event read; else `/runs/wait`.
+    pub stream: bool,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -61,18 +66,6 @@ pub struct Opts {
 struct Model {
     calls: AtomicU64,
     ids: AtomicU64,
-}
-
-fn content_text(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        Value::Array(parts) => parts
-            .iter()
-            .filter_map(|p| p["text"].as_str())
-            .collect::<Vec<_>>()
-            .join(""),
-        _ => String::new(),
-    }
 }
 
 /// Steps asked for by the run's human message, and tool results since then.
@@ -156,109 +149,6 @@ fn config(model_url: &str) -> String {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The server process.
-
-struct Server {
-    child: tokio::process::Child,
-    pid: u32,
-    base: String,
-}
-
-/// `(utime + stime)` of a process, its own threads only (children excluded).
-fn cpu(pid: u32) -> anyhow::Result<Duration> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // Fields after the parenthesised command name: state is field 3, utime 14, stime 15.
-    let rest = stat.rsplit_once(')').context("bad /proc stat")?.1;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = f.get(11).context("no utime")?.parse::<u64>()?
-        + f.get(12).context("no stime")?.parse::<u64>()?;
-    // USER_HZ is 100 on Linux whatever the kernel's tick rate.
-    Ok(Duration::from_millis(ticks * 10))
-}
-
-/// A `/proc/PID/status` field in KiB (VmHWM, VmRSS).
-fn status_kib(pid: u32, field: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find(|l| l.starts_with(field))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
-impl Server {
-    async fn start(
-        antler: &Path,
-        work: &Path,
-        home: &Path,
-        client: &reqwest::Client,
-        retention_secs: u64,
-    ) -> anyhow::Result<Server> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
-        let log = std::fs::File::create(work.join("serve.log"))?;
-        let child = tokio::process::Command::new(antler)
-            .args(["serve", "--config"])
-            .arg(work.join("config.yaml"))
-            .args(["--port", &port.to_string()])
-            .args(["--retention-secs", &retention_secs.to_string()])
-            .current_dir(work)
-            .env("ANTLER_HOME", home)
-            .env_remove("ANTLER_API_KEY")
-            .env_remove("ANTLER_API_KEYS")
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(log)
-            .kill_on_drop(true)
-            .spawn()
-            .with_context(|| format!("start {}", antler.display()))?;
-        let pid = child.id().context("no pid")?;
-        let base = format!("http://127.0.0.1:{port}/api");
-        let mut server = Server { child, pid, base };
-        let health = format!("http://127.0.0.1:{port}/health");
-        for _ in 0..400 {
-            if client.get(&health).send().await.is_ok() {
-                return Ok(server);
-            }
-            if let Some(status) = server.child.try_wait()? {
-                bail!(
-                    "antler serve exited ({status}): {}",
-                    std::fs::read_to_string(work.join("serve.log")).unwrap_or_default()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-        bail!("antler serve did not answer /health")
-    }
-
-    fn cpu(&self) -> anyhow::Result<Duration> {
-        cpu(self.pid)
-    }
-
-    fn peak_rss_mib(&self) -> f64 {
-        status_kib(self.pid, "VmHWM:") as f64 / 1024.0
-    }
-
-    /// SIGTERM and wait: a clean stop folds the WAL into the database.
-    async fn stop(mut self) -> anyhow::Result<()> {
-        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.pid)?);
-        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM)?;
-        match tokio::time::timeout(Duration::from_secs(20), self.child.wait()).await {
-            Ok(status) => {
-                status?;
-            }
-            Err(_) => {
-                self.child.kill().await?;
-                bail!("antler serve did not stop on SIGTERM");
-            }
-        }
-        Ok(())
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
 // The client.
 
 async fn post(client: &reqwest::Client, url: String, body: Value) -> anyhow::Result<Value> {
@@ -270,7 +160,12 @@ async fn post(client: &reqwest::Client, url: String, body: Value) -> anyhow::Res
 }
 
 async fn create_thread(client: &reqwest::Client, base: &str, id: &str) -> anyhow::Result<()> {
-    post(client, format!("{base}/threads"), json!({"thread_id": id})).await?;
+    post(
+        client,
+        format!("{base}/api/threads"),
+        json!({"thread_id": id}),
+    )
+    .await?;
     Ok(())
 }
 
@@ -301,7 +196,7 @@ async fn seed(client: &reqwest::Client, base: &str, id: &str, n: usize) -> anyho
     if n > 0 {
         post(
             client,
-            format!("{base}/threads/{id}/state"),
+            format!("{base}/api/threads/{id}/state"),
             json!({"values": {"messages": history(n)}}),
         )
         .await?;
@@ -309,24 +204,47 @@ async fn seed(client: &reqwest::Client, base: &str, id: &str, n: usize) -> anyho
     Ok(())
 }
 
-/// One run of `steps` steps on a thread, through `/runs/wait`; checks every step ran.
+/// One run of `steps` steps on a thread, through `/runs/wait`, or with `stream` through
+/// `/runs/stream` reading every event (`values`, `updates`, `messages-tuple`); checks every step
+/// ran.
 async fn run(
     client: &reqwest::Client,
     base: &str,
     thread: &str,
     steps: usize,
+    stream: bool,
 ) -> anyhow::Result<()> {
-    let out = post(
-        client,
-        format!("{base}/threads/{thread}/runs/wait"),
-        json!({
-            "assistant_id": "lead_agent",
-            "input": {"messages": [{"type": "human", "content": format!("bench-steps={steps}")}]},
-            // Every hook node counts as a superstep (about a dozen per tool round).
-            "config": {"recursion_limit": 16 * steps + 50},
-        }),
-    )
-    .await?;
+    let mut body = json!({
+        "assistant_id": "lead_agent",
+        "input": {"messages": [{"type": "human", "content": format!("bench-steps={steps}")}]},
+        // Every hook node counts as a superstep (about a dozen per tool round).
+        "config": {"recursion_limit": 16 * steps + 50},
+    });
+    let out = if stream {
+        body["stream_mode"] = json!(["values", "messages-tuple", "updates"]);
+        let url = format!("{base}/api/threads/{thread}/runs/stream");
+        let mut resp = client.post(&url).json(&body).send().await?;
+        ensure!(resp.status().is_success(), "POST {url}: {}", resp.status());
+        let events = SseReader::read_all(&mut resp).await?;
+        ensure!(
+            events.last().is_some_and(|e| e.event == "end"),
+            "run on {thread}: the stream has no end ({} events)",
+            events.len()
+        );
+        events
+            .into_iter()
+            .rev()
+            .find(|e| e.event == "values")
+            .context("no values event in the stream")?
+            .data
+    } else {
+        post(
+            client,
+            format!("{base}/api/threads/{thread}/runs/wait"),
+            body,
+        )
+        .await?
+    };
     let messages = out["messages"]
         .as_array()
         .context("no messages in the run's result")?;
@@ -374,13 +292,17 @@ struct Bench {
 
 impl Bench {
     async fn server(&self, tag: &str) -> anyhow::Result<Server> {
-        let home = self.work.path().join(format!("home-{tag}"));
+        let work = self.work.path();
+        let home = work.join(format!("home-{tag}"));
+        let config = work.join("config.yaml");
+        let retention = self.opts.retention_secs;
         Server::start(
             &self.opts.antler,
-            self.work.path(),
+            &config,
+            work,
             &home,
+            retention,
             &self.client,
-            self.opts.retention_secs,
         )
         .await
     }
@@ -397,12 +319,12 @@ impl Bench {
             let mut threads = Vec::with_capacity(runs);
             for _ in 0..runs {
                 let id = self.thread_id("t");
-                seed(&self.client, &server.base, &id, hist).await?;
+                seed(&self.client, &server.origin, &id, hist).await?;
                 threads.push(id);
             }
             let before = server.cpu()?;
             for t in &threads {
-                run(&self.client, &server.base, t, s).await?;
+                run(&self.client, &server.origin, t, s, self.opts.stream).await?;
             }
             cost[side] = server.cpu()?.saturating_sub(before);
         }
@@ -414,8 +336,8 @@ impl Bench {
     async fn warm(&self, server: &Server) -> anyhow::Result<()> {
         for _ in 0..3 {
             let id = self.thread_id("warm");
-            seed(&self.client, &server.base, &id, 4).await?;
-            run(&self.client, &server.base, &id, 2).await?;
+            seed(&self.client, &server.origin, &id, 4).await?;
+            run(&self.client, &server.origin, &id, 2, self.opts.stream).await?;
         }
         Ok(())
     }
@@ -476,19 +398,20 @@ impl Bench {
             .map(|_| self.thread_id("c"))
             .collect();
         for t in &threads {
-            create_thread(&self.client, &server.base, t).await?;
+            create_thread(&self.client, &server.origin, t).await?;
         }
         let gate = Arc::new(tokio::sync::Semaphore::new(self.opts.concurrency.max(1)));
-        let steps = self.opts.thread_steps;
+        let (steps, stream) = (self.opts.thread_steps, self.opts.stream);
         let cpu0 = server.cpu()?;
         let wall = Instant::now();
         let tasks: Vec<_> = threads
             .into_iter()
             .map(|t| {
-                let (client, base, gate) = (self.client.clone(), server.base.clone(), gate.clone());
+                let (client, base, gate) =
+                    (self.client.clone(), server.origin.clone(), gate.clone());
                 tokio::spawn(async move {
                     let _permit = gate.acquire_owned().await?;
-                    run(&client, &base, &t, steps).await
+                    run(&client, &base, &t, steps, stream).await
                 })
             })
             .collect();
@@ -529,14 +452,21 @@ impl Bench {
         let thread = self.thread_id("e");
         // Before: the schema and the empty thread, after a clean stop.
         let server = self.server("e").await?;
-        create_thread(&self.client, &server.base, &thread).await?;
+        create_thread(&self.client, &server.origin, &thread).await?;
         server.stop().await?;
         let before = db_bytes(&home)?;
         let server = self.server("e").await?;
         let steps = self.opts.steps.max(1);
         let runs = self.opts.e_steps.div_ceil(steps);
         for _ in 0..runs {
-            run(&self.client, &server.base, &thread, steps).await?;
+            run(
+                &self.client,
+                &server.origin,
+                &thread,
+                steps,
+                self.opts.stream,
+            )
+            .await?;
         }
         let live = db_bytes(&home)?;
         server.stop().await?;
@@ -618,8 +548,9 @@ pub fn run_all(opts: Opts) -> anyhow::Result<()> {
             .timeout(Duration::from_secs(600))
             .build()?;
         println!(
-            "antler-bench --serve: {} (scripted model on 127.0.0.1, one bash call per step, SQLite)",
-            opts.antler.display()
+            "antler-bench --serve: {} (scripted model on 127.0.0.1, one bash call per step, SQLite, /runs/{})",
+            opts.antler.display(),
+            if opts.stream { "stream" } else { "wait" }
         );
         let bench = Bench {
             opts,

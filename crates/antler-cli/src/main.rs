@@ -89,15 +89,8 @@ struct RunArgs {
     /// Continue this thread (created when new).
     #[arg(long)]
     thread_id: Option<String>,
-    /// Model name from config.yaml `models:` (default: the custom agent's, else the first).
-    #[arg(long)]
-    model: Option<String>,
-    /// Run a custom agent (`$ANTLER_HOME/agents/NAME/config.yaml` + `SOUL.md`).
-    #[arg(long)]
-    agent: Option<String>,
-    /// Plan mode: the agent keeps a todo list.
-    #[arg(long)]
-    plan_mode: bool,
+    #[command(flatten)]
+    agent: AgentArgs,
     /// Allow delegating to subagents (overrides `subagents.enabled`).
     #[arg(long, overrides_with = "no_subagents")]
     subagents: bool,
@@ -125,14 +118,36 @@ fn parse_strategy(s: &str) -> Result<MultitaskStrategy, String> {
         .map_err(|_| "expected reject, interrupt, rollback or enqueue".to_owned())
 }
 
+/// Which agent `run` and `chain` build.
 #[derive(Args)]
-struct ChainArgs {
+struct AgentArgs {
+    /// Model name from config.yaml `models:` (default: the custom agent's, else the first).
     #[arg(long)]
     model: Option<String>,
+    /// Run a custom agent (`$ANTLER_HOME/agents/NAME/config.yaml` + `SOUL.md`).
     #[arg(long)]
     agent: Option<String>,
+    /// Plan mode: the agent keeps a todo list.
     #[arg(long)]
     plan_mode: bool,
+}
+
+impl AgentArgs {
+    /// The turn request for this agent (the rest defaulted).
+    fn request(&self) -> TurnRequest {
+        TurnRequest {
+            model_name: self.model.clone(),
+            agent_name: self.agent.clone(),
+            plan_mode: self.plan_mode,
+            ..Default::default()
+        }
+    }
+}
+
+#[derive(Args)]
+struct ChainArgs {
+    #[command(flatten)]
+    agent: AgentArgs,
     #[arg(long)]
     subagents: bool,
     /// Print a subagent's chain instead of the lead agent's.
@@ -423,14 +438,11 @@ async fn run(config_path: Option<&Path>, args: RunArgs) -> Result<u8, Failure> {
     let req = TurnRequest {
         thread_id: Some(thread_id),
         message: Some(message),
-        model_name: args.model.clone(),
-        agent_name: args.agent.clone(),
-        plan_mode: args.plan_mode,
         subagents,
         recursion_limit: args.recursion_limit,
         cancel: Some(cancel),
         multitask_strategy: args.multitask_strategy,
-        ..Default::default()
+        ..args.agent.request()
     };
     let text_sink = Arc::new(TextRenderer::new(std::io::stdout(), std::io::stderr()));
     let sink: Arc<dyn EventSink> = match args.output {
@@ -516,11 +528,8 @@ fn spawn_ctrl_c(cancel: CancellationToken) {
 fn print_chain(config_path: Option<&Path>, args: ChainArgs) -> Result<u8, Failure> {
     let app = open_app(config_path)?;
     let req = TurnRequest {
-        model_name: args.model.clone(),
-        agent_name: args.agent.clone(),
-        plan_mode: args.plan_mode,
         subagents: Some(args.subagents),
-        ..Default::default()
+        ..args.agent.request()
     };
     let opts = app.run_options(&req);
     let entries = if args.subagent {

@@ -14,6 +14,8 @@
 
 mod common;
 
+use common::{assert_exit0, bash_call, ok_json};
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -330,16 +332,8 @@ fn a_hostile_model_cannot_leave_its_thread() {
         "cd /mnt/user-data && rm -rf uploads && ln -s \"{}\" uploads && echo swapped",
         b64(Path::new("/proc/self"))
     );
-    replies.push(MockReply::tool_call(
-        "swap",
-        "bash",
-        json!({"description": "swap", "command": swap_out}),
-    ));
-    replies.push(MockReply::tool_call(
-        "swap2",
-        "bash",
-        json!({"description": "swap", "command": swap_up}),
-    ));
+    replies.push(bash_call("swap", "swap", swap_out));
+    replies.push(bash_call("swap2", "swap", swap_up));
     replies.push(MockReply::text("swapped"));
     let phase2 = [
         (
@@ -389,12 +383,7 @@ fn a_hostile_model_cannot_leave_its_thread() {
     replies.push(MockReply::text("done"));
     let mock = mock.with_replies(replies);
     let out = antler(&root, &["run", "--thread-id", "victim", VICTIM_MSG]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_exit0(&out);
     assert_eq!(
         std::fs::read_to_string(paths.victim_ws.join("victim.txt")).unwrap(),
         VICTIM_FILE
@@ -504,13 +493,7 @@ fn a_hostile_model_cannot_leave_its_thread() {
             "swap the folders",
         ],
     );
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = ok_json(&out);
     for id in ["swap", "swap2"] {
         let swapped = v["values"]["messages"]
             .as_array()
@@ -563,12 +546,7 @@ fn a_hostile_model_cannot_leave_its_thread() {
 
     // The database is intact: the victim's thread still loads with its message.
     let out = antler(&root, &["threads", "show", "victim", "--output", "json"]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_exit0(&out);
     assert!(String::from_utf8_lossy(&out.stdout).contains(VICTIM_MSG));
     mock.assert_no_violations();
 }
@@ -624,11 +602,7 @@ fn tool_processes_die_with_antler() {
     let mock = MockOpenAi::start_on_thread();
     let (_guard, root) = project_outside_tmp(&mock);
     let mock = mock.with_replies([
-        MockReply::tool_call(
-            "slow",
-            "bash",
-            json!({"description": "slow", "command": format!("(exec -a {tag} sleep 30) & setsid bash -c 'exec -a {tag}-setsid sleep 30' & sleep 30")}),
-        ),
+        bash_call("slow", "slow", format!("(exec -a {tag} sleep 30) & setsid bash -c 'exec -a {tag}-setsid sleep 30' & sleep 30")),
         MockReply::text("never"),
     ]);
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_antler"))

@@ -5,21 +5,14 @@
 mod common;
 
 use antler_test_support::MockOpenAi;
-use common::Project;
+use common::{ok_json, Project};
 use pretty_assertions::assert_eq;
-use serde_json::Value;
 
 fn chain(p: &Project, args: &[&str]) -> Vec<String> {
     let mut full = vec!["chain", "--output", "json"];
     full.extend_from_slice(args);
     let out = p.run(&full);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = ok_json(&out);
     v.as_array()
         .unwrap()
         .iter()

@@ -6,7 +6,7 @@
 mod common;
 
 use antler_test_support::{MockOpenAi, MockReply};
-use common::{visible, Project};
+use common::{as_text, bash_call, ls_call, visible, Project};
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 
@@ -109,16 +109,8 @@ fn offered(body: &Value) -> Vec<String> {
 #[test]
 fn a_slash_skill_is_injected_and_restricts_the_tools() {
     let mock = MockOpenAi::start_on_thread().with_replies([
-        MockReply::tool_call(
-            "b",
-            "bash",
-            json!({"description": "go", "command": "echo hi"}),
-        ),
-        MockReply::tool_call(
-            "l",
-            "ls",
-            json!({"description": "look", "path": "/mnt/user-data"}),
-        ),
+        bash_call("b", "go", "echo hi"),
+        ls_call("l", "look", "/mnt/user-data"),
         MockReply::text("done"),
     ]);
     let p = Project::new(&mock, TOOLS);
@@ -147,10 +139,7 @@ fn a_slash_skill_is_injected_and_restricts_the_tools() {
         "{reminder}"
     );
     assert_eq!(
-        msgs[n - 1]["content"]
-            .as_str()
-            .unwrap()
-            .contains("/shell-only say hi"),
+        as_text(&msgs[n - 1]["content"]).contains("/shell-only say hi"),
         true
     );
     // Only the skill's tools and the framework's are offered, and others are refused.
@@ -180,11 +169,7 @@ fn an_unknown_slash_skill_is_answered_without_the_model() {
 #[test]
 fn text_mode_prints_a_running_commands_output_lines() {
     let mock = MockOpenAi::start_on_thread().with_replies([
-        MockReply::tool_call(
-            "b",
-            "bash",
-            json!({"description": "count", "command": "for i in 1 2 3; do echo step-$i; done; pwd"}),
-        ),
+        bash_call("b", "count", "for i in 1 2 3; do echo step-$i; done; pwd"),
         MockReply::text("Counted."),
     ]);
     let p = Project::new(&mock, TOOLS);

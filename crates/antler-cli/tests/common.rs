@@ -3,10 +3,14 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
-use antler_test_support::MockOpenAi;
+use antler_test_support::{MockOpenAi, MockReply};
 use serde_json::Value;
+
+/// The local sandbox with `ls` and `write_file`, memory off.
+pub const FILE_TOOLS: &str = "sandbox:\n  use: deerflow.sandbox.local:LocalSandboxProvider\ntools:\n  - {name: ls, group: file:read, use: deerflow.sandbox.tools:ls_tool}\n  - {name: write_file, group: file:write, use: deerflow.sandbox.tools:write_file_tool}\nmemory:\n  enabled: false\n";
 
 /// A temp project dir with a config.yaml pointing at `mock`.
 pub struct Project {
@@ -25,6 +29,18 @@ impl Project {
         );
         std::fs::write(dir.path().join("config.yaml"), yaml).unwrap();
         Project { dir }
+    }
+
+    /// `models:` from `model_yaml` (any provider) with the local sandbox, `ls` and `write_file`,
+    /// memory off.
+    pub fn with_models(model_yaml: &str) -> Project {
+        let p = Project::empty();
+        std::fs::write(
+            p.path().join("config.yaml"),
+            format!("models:\n{model_yaml}{FILE_TOOLS}"),
+        )
+        .unwrap();
+        p
     }
 
     pub fn empty() -> Project {
@@ -53,6 +69,15 @@ impl Project {
             .env_remove("RUST_LOG")
             .stdin(Stdio::null());
         c
+    }
+
+    /// `antler ARGS` in the background, stdout piped, stderr to `stderr`.
+    pub fn spawn(&self, args: &[&str], stderr: Stdio) -> Child {
+        self.cmd(args)
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .spawn()
+            .unwrap()
     }
 
     pub fn run(&self, args: &[&str]) -> Output {
@@ -100,4 +125,87 @@ pub fn roles(body: &Value) -> Vec<String> {
         .iter()
         .map(|m| m["role"].as_str().unwrap().to_owned())
         .collect()
+}
+
+/// Fails with the process's stderr unless it exited 0.
+pub fn assert_exit0(out: &Output) {
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The one JSON value on stdout of a process that exited 0.
+pub fn ok_json(out: &Output) -> Value {
+    assert_exit0(out);
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The JSON lines on stdout (`--output jsonl`) of a process that exited 0.
+pub fn ok_jsonl(out: &Output) -> Vec<Value> {
+    assert_exit0(out);
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The first `custom` event of `events` whose payload `type` is `kind`.
+pub fn custom_event<'a>(events: &'a [Value], kind: &str) -> &'a Value {
+    events
+        .iter()
+        .find(|e| e["event"] == "custom" && e["data"]["type"] == kind)
+        .unwrap_or_else(|| panic!("no {kind} event"))
+}
+
+/// Names of the tools offered in a recorded OpenAI request body.
+pub fn tool_names(body: &Value) -> Vec<String> {
+    body["tools"]
+        .as_array()
+        .map(|t| {
+            t.iter()
+                .map(|x| x["function"]["name"].as_str().unwrap().to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Polls `ok` every 20 ms; fails naming `what` when it does not hold within `limit`.
+pub fn wait_until(what: &str, limit: Duration, mut ok: impl FnMut() -> bool) {
+    let end = Instant::now() + limit;
+    while !ok() {
+        assert!(Instant::now() < end, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `kill -SIGNAL pid`.
+pub fn signal(pid: u32, signal: &str) {
+    let status = Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill {signal} {pid}");
+}
+
+/// A scripted `bash` tool call.
+pub fn bash_call(id: &str, description: &str, command: impl Into<String>) -> MockReply {
+    let args = serde_json::json!({"description": description, "command": command.into()});
+    MockReply::tool_call(id, "bash", args)
+}
+
+/// A scripted `ls` tool call.
+pub fn ls_call(id: &str, description: &str, path: &str) -> MockReply {
+    MockReply::tool_call(
+        id,
+        "ls",
+        serde_json::json!({"description": description, "path": path}),
+    )
+}
+
+/// A JSON string's text; fails when `v` is not a string.
+pub fn as_text(v: &Value) -> &str {
+    v.as_str().unwrap_or_else(|| panic!("not a string: {v}"))
 }

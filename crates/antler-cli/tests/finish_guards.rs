@@ -9,23 +9,11 @@ mod common;
 
 use antler_test_support::{
     AnthropicReply, GeminiPart, GeminiReply, MockAnthropic, MockGemini, MockOllama, MockOpenAi,
-    MockReply, MockResponses, OllamaReply, ResponsesReply,
+    MockReply, MockResponses, MockServer, MockWire, OllamaReply, ResponsesReply,
 };
-use common::{kinds, visible, Project};
+use common::{as_text, custom_event, kinds, ls_call, ok_jsonl, visible, Project, FILE_TOOLS};
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
-
-const FILES: &str = "sandbox:\n  use: deerflow.sandbox.local:LocalSandboxProvider\ntools:\n  - {name: ls, group: file:read, use: deerflow.sandbox.tools:ls_tool}\n  - {name: write_file, group: file:write, use: deerflow.sandbox.tools:write_file_tool}\nmemory:\n  enabled: false\n";
-
-fn project(model_yaml: &str) -> Project {
-    let p = Project::empty();
-    std::fs::write(
-        p.path().join("config.yaml"),
-        format!("models:\n{model_yaml}{FILES}"),
-    )
-    .unwrap();
-    p
-}
 
 fn last_ai(out: &Value) -> Value {
     visible(&out["values"])
@@ -64,51 +52,59 @@ fn a_length_capped_answer_is_kept_and_reported_for_every_provider() {
     }
     // Every other provider, streamed and not (the stream's last event carries the reason).
     for streaming in [false, true] {
-        // Anthropic: stop_reason max_tokens.
-        let mock = MockAnthropic::start_on_thread()
-            .with_replies([AnthropicReply::text(PARTIAL).stop_reason("max_tokens")]);
-        let p = project(&format!(
-            "  - name: claude\n    use: langchain_anthropic:ChatAnthropic\n    model: claude-test\n    base_url: {}\n    api_key: $MOCK_KEY\n    max_tokens: 64\n    streaming: {streaming}\n",
-            mock.base_url()
-        ));
-        let (code, out, stderr) = p.run_json(&["write an essay"]);
-        assert_eq!(code, 0, "{stderr}");
-        assert_capped(&out, &stderr, "anthropic");
-        assert_eq!(
-            last_ai(&out)["response_metadata"]["stop_reason"],
-            "max_tokens"
-        );
-        // Gemini: finish_reason MAX_TOKENS.
-        let mock = MockGemini::start_on_thread()
-            .with_replies([GeminiReply::text(PARTIAL).finish_reason("MAX_TOKENS")]);
-        let p = project(&format!(
-            "  - name: gemini\n    use: langchain_google_genai:ChatGoogleGenerativeAI\n    model: gemini-2.5-flash\n    api_key: k\n    base_url: {}\n    streaming: {streaming}\n",
-            mock.base_url()
-        ));
-        let (code, out, stderr) = p.run_json(&["write an essay"]);
-        assert_eq!(code, 0, "{stderr}");
-        assert_capped(&out, &stderr, "gemini");
-        // Ollama: done_reason length.
-        let mock = MockOllama::start_on_thread()
-            .with_replies([OllamaReply::text(PARTIAL).done_reason("length")]);
-        let p = project(&format!(
-            "  - name: local\n    use: langchain_ollama:ChatOllama\n    model: qwen3:8b\n    base_url: {}\n    streaming: {streaming}\n",
-            mock.base_url()
-        ));
-        let (code, out, stderr) = p.run_json(&["write an essay"]);
-        assert_eq!(code, 0, "{stderr}");
-        assert_capped(&out, &stderr, "ollama");
-        // Responses API: status incomplete, incomplete_details.reason max_output_tokens.
-        let mock = MockResponses::start_on_thread()
-            .with_replies([ResponsesReply::text(PARTIAL).incomplete("max_output_tokens")]);
-        let p = project(&format!(
-            "  - name: gpt\n    use: langchain_openai:ChatOpenAI\n    model: gpt-5\n    api_key: $MOCK_KEY\n    base_url: {}\n    use_responses_api: true\n    streaming: {streaming}\n",
-            mock.base_url()
-        ));
-        let (code, out, stderr) = p.run_json(&["write an essay"]);
-        assert_eq!(code, 0, "{stderr}");
-        assert_capped(&out, &stderr, "responses");
+        for provider in ["anthropic", "gemini", "ollama", "responses"] {
+            let (_mock, models) = capped_provider(provider, streaming);
+            let p = Project::with_models(&models);
+            let (code, out, stderr) = p.run_json(&["write an essay"]);
+            assert_eq!(code, 0, "{provider}: {stderr}");
+            assert_capped(&out, &stderr, provider);
+            if provider == "anthropic" {
+                assert_eq!(
+                    last_ai(&out)["response_metadata"]["stop_reason"],
+                    "max_tokens"
+                );
+            }
+        }
     }
+}
+
+/// A mock of `provider` whose answer is cut at the length cap in that provider's words (kept
+/// alive by the caller), and the `models:` entry pointing at it.
+fn capped_provider(provider: &str, streaming: bool) -> (Box<dyn std::any::Any>, String) {
+    fn keep<W: MockWire + 'static>(m: MockServer<W>) -> (Box<dyn std::any::Any>, String) {
+        let url = m.base_url();
+        (Box::new(m), url)
+    }
+    let (mock, base_url) = match provider {
+        // Anthropic: stop_reason max_tokens.
+        "anthropic" => keep(
+            MockAnthropic::start_on_thread()
+                .with_replies([AnthropicReply::text(PARTIAL).stop_reason("max_tokens")]),
+        ),
+        // Gemini: finish_reason MAX_TOKENS.
+        "gemini" => keep(
+            MockGemini::start_on_thread()
+                .with_replies([GeminiReply::text(PARTIAL).finish_reason("MAX_TOKENS")]),
+        ),
+        // Ollama: done_reason length.
+        "ollama" => keep(
+            MockOllama::start_on_thread()
+                .with_replies([OllamaReply::text(PARTIAL).done_reason("length")]),
+        ),
+        // Responses API: status incomplete, incomplete_details.reason max_output_tokens.
+        _ => keep(
+            MockResponses::start_on_thread()
+                .with_replies([ResponsesReply::text(PARTIAL).incomplete("max_output_tokens")]),
+        ),
+    };
+    let entry = match provider {
+        "anthropic" => "  - name: claude\n    use: langchain_anthropic:ChatAnthropic\n    model: claude-test\n    base_url: {url}\n    api_key: $MOCK_KEY\n    max_tokens: 64\n",
+        "gemini" => "  - name: gemini\n    use: langchain_google_genai:ChatGoogleGenerativeAI\n    model: gemini-2.5-flash\n    api_key: k\n    base_url: {url}\n",
+        "ollama" => "  - name: local\n    use: langchain_ollama:ChatOllama\n    model: qwen3:8b\n    base_url: {url}\n",
+        _ => "  - name: gpt\n    use: langchain_openai:ChatOpenAI\n    model: gpt-5\n    api_key: $MOCK_KEY\n    base_url: {url}\n    use_responses_api: true\n",
+    };
+    let models = entry.replace("{url}", &base_url) + &format!("    streaming: {streaming}\n");
+    (mock, models)
 }
 
 #[test]
@@ -145,25 +141,13 @@ fn a_content_filtered_tool_call_never_runs_and_the_user_is_told() {
         write_args(),
     )
     .finish_reason("content_filter")]);
-    let p = project(&format!(
+    let p = Project::with_models(&format!(
         "  - name: main\n    use: langchain_openai:ChatOpenAI\n    model: mock-model\n    base_url: {}\n    api_key: $MOCK_KEY\n",
         mock.base_url()
     ));
     let out = p.run(&["run", "--output", "jsonl", "write a note"]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let events: Vec<Value> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    let event = events
-        .iter()
-        .find(|e| e["event"] == "custom" && e["data"]["type"] == "safety_termination")
-        .expect("a safety_termination event");
+    let events = ok_jsonl(&out);
+    let event = custom_event(&events, "safety_termination");
     assert_eq!(
         event["data"]["suppressed_tool_call_names"],
         json!(["write_file"])
@@ -207,7 +191,7 @@ fn an_empty_safety_stop_is_explained_not_persisted_empty() {
             .finish_reason("SAFETY"),
         GeminiReply::text("").finish_reason("SAFETY"),
     ]);
-    let p = project(&format!(
+    let p = Project::with_models(&format!(
         "  - name: gemini\n    use: langchain_google_genai:ChatGoogleGenerativeAI\n    model: gemini-2.5-flash\n    api_key: k\n    base_url: {}\n",
         mock.base_url()
     ));
@@ -227,32 +211,28 @@ fn an_empty_safety_stop_is_explained_not_persisted_empty() {
     assert_eq!(code, 0, "{stderr}");
     let ai = last_ai(&out);
     assert!(
-        ai["content"]
-            .as_str()
-            .unwrap()
-            .contains("returned no content"),
+        as_text(&ai["content"]).contains("returned no content"),
         "{ai}"
     );
     assert_eq!(mock.requests().len(), 2);
 }
 
-#[test]
-fn an_empty_answer_after_tools_is_retried_once_with_a_hidden_nudge() {
+/// A run that lists the workspace, gets an empty answer, then `second` (after the retry).
+fn after_an_empty_answer(second: &str) -> (MockOpenAi, Value) {
     let mock = MockOpenAi::start_on_thread().with_replies([
-        MockReply::tool_call(
-            "call_l",
-            "ls",
-            json!({"description": "list", "path": "/mnt/user-data/workspace"}),
-        ),
+        ls_call("call_l", "list", "/mnt/user-data/workspace"),
         MockReply::text(""),
-        MockReply::text("The workspace is empty."),
+        MockReply::text(second),
     ]);
-    let p = project(&format!(
-        "  - name: main\n    use: langchain_openai:ChatOpenAI\n    model: mock-model\n    base_url: {}\n    api_key: $MOCK_KEY\n",
-        mock.base_url()
-    ));
+    let p = Project::new(&mock, FILE_TOOLS);
     let (code, out, stderr) = p.run_json(&["what is in the workspace?"]);
     assert_eq!(code, 0, "{stderr}");
+    (mock, out)
+}
+
+#[test]
+fn an_empty_answer_after_tools_is_retried_once_with_a_hidden_nudge() {
+    let (mock, out) = after_an_empty_answer("The workspace is empty.");
     assert_eq!(out["status"], "success", "{out}");
     assert_eq!(kinds(&out["values"]), ["human", "ai", "tool", "ai"]);
     assert_eq!(last_ai(&out)["content"], "The workspace is empty.");
@@ -273,10 +253,7 @@ fn an_empty_answer_after_tools_is_retried_once_with_a_hidden_nudge() {
         .clone();
     assert_eq!(nudge["role"], "user");
     assert!(
-        nudge["content"]
-            .as_str()
-            .unwrap()
-            .contains("<system_reminder>"),
+        as_text(&nudge["content"]).contains("<system_reminder>"),
         "{nudge}"
     );
     // The retry request no longer carries the empty answer.
@@ -292,21 +269,7 @@ fn an_empty_answer_after_tools_is_retried_once_with_a_hidden_nudge() {
 
 #[test]
 fn a_second_empty_answer_ends_the_run_with_a_visible_error_fallback() {
-    let mock = MockOpenAi::start_on_thread().with_replies([
-        MockReply::tool_call(
-            "call_l",
-            "ls",
-            json!({"description": "list", "path": "/mnt/user-data/workspace"}),
-        ),
-        MockReply::text(""),
-        MockReply::text(""),
-    ]);
-    let p = project(&format!(
-        "  - name: main\n    use: langchain_openai:ChatOpenAI\n    model: mock-model\n    base_url: {}\n    api_key: $MOCK_KEY\n",
-        mock.base_url()
-    ));
-    let (code, out, stderr) = p.run_json(&["what is in the workspace?"]);
-    assert_eq!(code, 0, "{stderr}");
+    let (mock, out) = after_an_empty_answer("");
     assert_eq!(out["status"], "error");
     assert_eq!(
         out["error"],
@@ -314,9 +277,7 @@ fn a_second_empty_answer_ends_the_run_with_a_visible_error_fallback() {
     );
     let ai = last_ai(&out);
     assert!(
-        ai["content"]
-            .as_str()
-            .unwrap()
+        as_text(&ai["content"])
             .starts_with("The model completed the tool run but returned no final response"),
         "{ai}"
     );

@@ -8,39 +8,13 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use antler_test_support::{MockOpenAi, MockReply};
-use common::Project;
+use common::{as_text, tool_names, Project};
 use serde_json::{json, Value};
 
 /// server-everything's entry point; `None` (reason printed) without node.
 fn everything() -> Option<PathBuf> {
-    if std::process::Command::new("node")
-        .arg("--version")
-        .output()
-        .map(|o| !o.status.success())
-        .unwrap_or(true)
-    {
-        eprintln!("SKIP: node is not installed; the MCP end-to-end tests need it");
-        return None;
-    }
-    let dir = std::env::var_os("ANTLER_MCP_PEERS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-                .join(".cache/antler-mcp-peers")
-        });
-    let entry = dir.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
-    if !entry.is_file() {
-        let script =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../antler-mcp/tests/peers/setup.sh");
-        let ok = std::process::Command::new("bash")
-            .arg(script)
-            .env("ANTLER_MCP_PEERS", &dir)
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "tests/peers/setup.sh failed");
-    }
-    Some(entry)
+    let setup = Path::new(env!("CARGO_MANIFEST_DIR")).join("../antler-mcp/tests/peers/setup.sh");
+    antler_test_support::mcp_peers::server_everything(&setup)
 }
 
 fn write_extensions(p: &Project, servers: Value) {
@@ -49,17 +23,6 @@ fn write_extensions(p: &Project, servers: Value) {
         json!({ "mcpServers": servers }).to_string(),
     )
     .unwrap();
-}
-
-fn tool_names(body: &Value) -> Vec<String> {
-    body["tools"]
-        .as_array()
-        .map(|t| {
-            t.iter()
-                .map(|x| x["function"]["name"].as_str().unwrap().to_owned())
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 fn tool_text(messages: &[Value], id: &str) -> String {
@@ -229,10 +192,7 @@ fn mcp_list_shows_servers_status_and_tools() {
         .unwrap()
         .contains(&json!("everything_echo")));
     assert_eq!(servers[1]["status"], "failed");
-    assert!(servers[1]["error"]
-        .as_str()
-        .unwrap()
-        .contains("could not start `/nonexistent/mcp-server`"));
+    assert!(as_text(&servers[1]["error"]).contains("could not start `/nonexistent/mcp-server`"));
     assert_eq!(servers[2]["status"], "disabled");
     let text = p.run(&["mcp", "list"]);
     let text = String::from_utf8_lossy(&text.stdout);

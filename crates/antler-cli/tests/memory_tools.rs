@@ -6,22 +6,11 @@
 mod common;
 
 use antler_test_support::{MockOpenAi, MockReply};
-use common::Project;
+use common::{tool_names, Project};
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 
 const TOOL_MODE: &str = "title:\n  enabled: false\nmemory:\n  enabled: true\n  mode: tool\n";
-
-fn tool_names(body: &Value) -> Vec<String> {
-    body["tools"]
-        .as_array()
-        .map(|t| {
-            t.iter()
-                .filter_map(|t| t["function"]["name"].as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default()
-}
 
 /// The JSON text of the tool message answering `call_id`.
 fn tool_result(body: &Value, call_id: &str) -> Value {

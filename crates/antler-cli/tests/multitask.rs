@@ -9,10 +9,10 @@ mod common;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use antler_test_support::{MockOpenAi, MockReply};
-use common::Project;
+use common::{wait_until, Project};
 use serde_json::{json, Value};
 
 fn last_user_text(body: &Value) -> String {
@@ -79,14 +79,6 @@ fn http(port: u16, method: &str, path: &str, body: Option<Value>) -> (u16, Value
     )
 }
 
-fn wait_until(what: &str, deadline: Duration, mut ok: impl FnMut() -> bool) {
-    let end = Instant::now() + deadline;
-    while !ok() {
-        assert!(Instant::now() < end, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 struct Serve(Child);
 
 impl Drop for Serve {
@@ -127,19 +119,17 @@ fn cli_and_server_runs_on_one_thread_obey_the_multitask_strategy() {
     });
 
     // A CLI run holds the thread (its model call hangs).
-    let cli = p
-        .cmd(&[
+    let cli = p.spawn(
+        &[
             "run",
             "--output",
             "json",
             "--thread-id",
             "shared",
             "cli: hang",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        ],
+        Stdio::piped(),
+    );
     wait_until("the CLI run's model call", Duration::from_secs(30), || {
         mock.in_flight() >= 1
     });

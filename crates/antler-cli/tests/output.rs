@@ -7,19 +7,15 @@ mod common;
 
 use antler_test_support::redact::redact;
 use antler_test_support::{MockOpenAi, MockReply};
-use common::Project;
-use serde_json::{json, Value};
+use common::{ls_call, ok_jsonl, Project};
+use serde_json::Value;
 
 /// One tool round (`ls` of the empty workspace) and an answer; no title or memory model calls.
 const CONFIG: &str = "title:\n  enabled: false\ntools:\n  - {name: ls, group: file:read, use: deerflow.sandbox.tools:ls_tool}\n";
 
 fn mock() -> MockOpenAi {
     MockOpenAi::start_on_thread().with_replies([
-        MockReply::tool_call(
-            "call_1",
-            "ls",
-            json!({"description": "look around", "path": "/mnt/user-data/workspace"}),
-        ),
+        ls_call("call_1", "look around", "/mnt/user-data/workspace"),
         MockReply::text("The workspace is empty.").usage(120, 8),
     ])
 }
@@ -46,16 +42,7 @@ fn jsonl_output_snapshot() {
         "snap",
         "what is in the workspace?",
     ]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let events: Vec<Value> = ok_jsonl(&out).iter().map(redact).collect();
     mock.assert_no_violations();
-    let events: Vec<Value> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| redact(&serde_json::from_str(l).unwrap()))
-        .collect();
     insta::assert_json_snapshot!("run_output_jsonl", events);
 }

@@ -16,18 +16,6 @@ use common::{kinds, visible, Project};
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 
-const TOOLS: &str = "sandbox:\n  use: deerflow.sandbox.local:LocalSandboxProvider\ntools:\n  - {name: ls, group: file:read, use: deerflow.sandbox.tools:ls_tool}\n  - {name: write_file, group: file:write, use: deerflow.sandbox.tools:write_file_tool}\nmemory:\n  enabled: false\n";
-
-fn project(model_yaml: &str) -> Project {
-    let p = Project::empty();
-    std::fs::write(
-        p.path().join("config.yaml"),
-        format!("models:\n{model_yaml}{TOOLS}"),
-    )
-    .unwrap();
-    p
-}
-
 fn write_args() -> Value {
     json!({"description": "save", "path": "/mnt/user-data/workspace/notes.txt", "content": "hello antler"})
 }
@@ -66,7 +54,7 @@ fn gemini_models_run_through_generate_content() {
                 ]),
                 GeminiReply::text("Saved the note.").usage(30, 5),
             ]);
-        let p = project(&format!(
+        let p = Project::with_models(&format!(
             "  - name: gemini\n    use: langchain_google_genai:ChatGoogleGenerativeAI\n    model: gemini-2.5-pro\n    gemini_api_key: $MOCK_KEY\n    base_url: {}\n    max_tokens: 2048\n    streaming: {streaming}\n",
             mock.base_url()
         ));
@@ -109,7 +97,7 @@ fn ollama_models_run_through_api_chat() {
             OllamaReply::tool_calls([OllamaToolCall::new("write_file", write_args())]),
             OllamaReply::thinking("Done, tell them.", "Saved the note.").usage(40, 6),
         ]);
-        let p = project(&format!(
+        let p = Project::with_models(&format!(
             "  - name: qwen3-local\n    use: langchain_ollama:ChatOllama\n    model: qwen3:32b\n    base_url: {}\n    num_predict: 8192\n    temperature: 0.7\n    reasoning: true\n    supports_thinking: true\n    streaming: {streaming}\n",
             mock.base_url()
         ));
@@ -146,7 +134,7 @@ fn use_responses_api_runs_through_v1_responses() {
                 ]),
                 ResponsesReply::text("Saved the note.").usage(50, 7),
             ]);
-        let p = project(&format!(
+        let p = Project::with_models(&format!(
             "  - name: gpt-5-responses\n    use: langchain_openai:ChatOpenAI\n    model: gpt-5\n    api_key: $MOCK_KEY\n    base_url: {}\n    use_responses_api: true\n    output_version: responses/v1\n    store: false\n    streaming: {streaming}\n",
             mock.base_url()
         ));
@@ -181,7 +169,7 @@ fn use_responses_api_runs_through_v1_responses() {
 fn text_output_streams_a_gemini_answer() {
     let mock =
         MockGemini::start_on_thread().with_replies([GeminiReply::text("Hello from Gemini.")]);
-    let p = project(&format!(
+    let p = Project::with_models(&format!(
         "  - name: gemini\n    use: langchain_google_genai:ChatGoogleGenerativeAI\n    model: gemini-2.5-flash\n    api_key: k\n    base_url: {}\n    streaming: true\n",
         mock.base_url()
     ));

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use antler_store::runs::ORPHANED;
 use antler_store::{EventQuery, RunStatus, SqliteStore};
 use antler_test_support::{MockOpenAi, MockReply};
-use common::Project;
+use common::{as_text, bash_call, ok_json, signal, wait_until, Project};
 use serde_json::{json, Value};
 
 const BASH_ON: &str = "sandbox:\n  use: deerflow.sandbox.local:LocalSandboxProvider\n  allow_host_bash: true\ntools:\n  - {name: ls, group: file:read, use: deerflow.sandbox.tools:ls_tool}\n  - {name: bash, group: bash, use: deerflow.sandbox.tools:bash_tool}\n  - {name: write_file, group: file:write, use: deerflow.sandbox.tools:write_file_tool}\n";
@@ -129,19 +129,17 @@ struct Killed {
 
 /// Run a task with `--output jsonl`; SIGKILL it after `after_lines` lines plus `extra_ms`.
 fn run_and_kill(p: &Project, thread: &str, after_lines: usize, extra_ms: u64) -> Killed {
-    let mut child = p
-        .cmd(&[
+    let mut child = p.spawn(
+        &[
             "run",
             "--thread-id",
             thread,
             "--output",
             "jsonl",
             &format!("{TASK} do the steps"),
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+        ],
+        Stdio::null(),
+    );
     let stdout = child.stdout.take().unwrap();
     let (tx, rx) = mpsc::channel::<String>();
     std::thread::spawn(move || {
@@ -395,11 +393,7 @@ fn a_restart_never_reclaims_a_live_run_on_another_thread() {
                 return MockReply::text("slept");
             }
             if msgs.iter().any(|m| text_of(m).contains("slow")) {
-                MockReply::tool_call(
-                    "call_slow",
-                    "bash",
-                    json!({"description": "slow", "command": "sleep 3; echo awake"}),
-                )
+                bash_call("call_slow", "slow", "sleep 3; echo awake")
             } else {
                 MockReply::text("quick")
             }
@@ -407,32 +401,25 @@ fn a_restart_never_reclaims_a_live_run_on_another_thread() {
     let p = Project::new(&mock, BASH_ON);
     let rt = runtime();
     let wired = journal_wired(&p, &rt);
-    let slow = p
-        .cmd(&[
+    let slow = p.spawn(
+        &[
             "run",
             "--thread-id",
             "live",
             "--output",
             "json",
             "slow please",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        ],
+        Stdio::piped(),
+    );
     // Wait until the slow run has asked for its tool call.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !mock.requests().iter().any(|r| {
-        r.body["messages"]
-            .as_array()
-            .is_some_and(|a| a.iter().any(|m| text_of(m).contains("slow please")))
-    }) {
-        assert!(
-            Instant::now() < deadline,
-            "the slow run never called the model"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until("the slow run's model call", Duration::from_secs(30), || {
+        mock.requests().iter().any(|r| {
+            r.body["messages"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|m| text_of(m).contains("slow please")))
+        })
+    });
     // Meanwhile another thread's run is killed and restarted (startup reclamation runs).
     let killed = run_and_kill(&p, "other", 1, 0);
     let (code, _, stderr) = p.run_json(&["--thread-id", "other", "quick one"]);
@@ -451,13 +438,7 @@ fn a_restart_never_reclaims_a_live_run_on_another_thread() {
         }
     }
     let out = slow.wait_with_output().unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = ok_json(&out);
     assert_eq!(v["status"], "success", "{v}");
 }
 
@@ -537,13 +518,7 @@ fn runs_show_prints_the_journal_of_a_tool_round_trip() {
     assert_eq!(code, 0, "{stderr}");
     let run_id = out["run_id"].as_str().unwrap();
     let shown = p.run(&["runs", "show", run_id, "--output", "json"]);
-    assert_eq!(
-        shown.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&shown.stderr)
-    );
-    let v: Value = serde_json::from_slice(&shown.stdout).unwrap();
+    let v = ok_json(&shown);
     assert_eq!(v["run"]["status"], "success");
     let kinds: Vec<&str> = v["events"]
         .as_array()
@@ -564,10 +539,7 @@ fn runs_show_prints_the_journal_of_a_tool_round_trip() {
         .find(|e| e["event_type"] == "llm.tool.result")
         .unwrap();
     assert_eq!(tool["metadata"]["tool"], "bash");
-    assert!(tool["metadata"]["args"]["command"]
-        .as_str()
-        .unwrap()
-        .contains("echo step-0"));
+    assert!(as_text(&tool["metadata"]["args"]["command"]).contains("echo step-0"));
     assert!(tool["metadata"]["duration_ms"].is_u64());
     let text = p.run(&["runs", "show", run_id]);
     let text = String::from_utf8_lossy(&text.stdout);
@@ -652,28 +624,22 @@ fn ctrl_c_marks_the_run_interrupted_in_the_record_and_the_journal() {
         if !last_user.contains("start something long") || answered {
             return MockReply::text("fine");
         }
-        MockReply::tool_call(
-            "call_long",
-            "bash",
-            json!({"description": "long", "command": "sleep 30"}),
-        )
+        bash_call("call_long", "long", "sleep 30")
     });
     let p = Project::new(&mock, BASH_ON);
     let rt = runtime();
     let wired = journal_wired(&p, &rt);
-    let mut child = p
-        .cmd(&[
+    let mut child = p.spawn(
+        &[
             "run",
             "--thread-id",
             "cc",
             "--output",
             "jsonl",
             "start something long",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+        ],
+        Stdio::null(),
+    );
     let stdout = child.stdout.take().unwrap();
     let mut run_id = None;
     let mut lines = std::io::BufReader::new(stdout).lines();
@@ -692,10 +658,7 @@ fn ctrl_c_marks_the_run_interrupted_in_the_record_and_the_journal() {
             break;
         }
     }
-    std::process::Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
+    signal(child.id(), "-INT");
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(0));
     let run_id = run_id.unwrap();

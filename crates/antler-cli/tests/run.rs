@@ -4,8 +4,14 @@
 
 mod common;
 
+use std::process::Stdio;
+use std::time::Duration;
+
 use antler_test_support::{MockOpenAi, MockReply, MockToolCall};
-use common::{kinds, roles, visible, Project};
+use common::{
+    as_text, assert_exit0, bash_call, custom_event, kinds, ls_call, ok_json, ok_jsonl, roles,
+    signal, visible, wait_until, Project,
+};
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 
@@ -164,10 +170,7 @@ fn the_recursion_limit_ends_the_run_with_an_error_status() {
     assert_eq!(code, 1);
     assert_eq!(out["status"], "error");
     assert!(
-        out["error"]
-            .as_str()
-            .unwrap()
-            .starts_with("Recursion limit of 12 reached"),
+        as_text(&out["error"]).starts_with("Recursion limit of 12 reached"),
         "{}",
         out["error"]
     );
@@ -219,47 +222,28 @@ fn malformed_provider_responses_are_recoverable() {
 
 #[test]
 fn ctrl_c_interrupts_the_run_and_keeps_the_checkpoint() {
-    let mock = MockOpenAi::start_on_thread().with_replies([MockReply::tool_call(
-        "call_1",
-        "bash",
-        json!({"description": "slow", "command": "sleep 30"}),
-    )]);
+    let mock =
+        MockOpenAi::start_on_thread().with_replies([bash_call("call_1", "slow", "sleep 30")]);
     let p = Project::new(&mock, BASH_ON);
-    let child = p
-        .cmd(&[
+    let child = p.spawn(
+        &[
             "run",
             "--output",
             "json",
             "--thread-id",
             "c",
             "run something long",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+        ],
+        Stdio::piped(),
+    );
     // Wait until the tool is running: the bash process exists under the workspace.
     let ws = p.home().join("threads/c/user-data/workspace");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while !(mock.requests().len() == 1 && ws.exists() && sleeping_child(child.id())) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the tool never started"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    std::process::Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
+    wait_until("the tool to start", Duration::from_secs(30), || {
+        mock.requests().len() == 1 && ws.exists() && sleeping_child(child.id())
+    });
+    signal(child.id(), "-INT");
     let out = child.wait_with_output().unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = ok_json(&out);
     assert_eq!(v["status"], "interrupted");
     // The AI message that made the call was checkpointed before the tool ran.
     assert_eq!(kinds(&v["values"]), ["human", "ai"]);
@@ -303,11 +287,7 @@ fn sleeping_child(pid: u32) -> bool {
 #[test]
 fn text_output_streams_tokens_and_shows_tool_activity() {
     let mock = MockOpenAi::start_on_thread().with_replies([
-        MockReply::tool_call(
-            "call_1",
-            "ls",
-            json!({"description": "look", "path": "/mnt/user-data/missing"}),
-        ),
+        ls_call("call_1", "look", "/mnt/user-data/missing"),
         MockReply::text("Nothing there, all done."),
     ]);
     let p = Project::new(&mock, &format!("{}{BASH_ON}", streaming(true)));
@@ -331,20 +311,12 @@ fn text_output_streams_tokens_and_shows_tool_activity() {
 #[test]
 fn jsonl_output_uses_langgraph_event_names() {
     let mock = MockOpenAi::start_on_thread().with_replies([
-        MockReply::tool_call(
-            "call_1",
-            "ls",
-            json!({"description": "look", "path": "/mnt/user-data/workspace"}),
-        ),
+        ls_call("call_1", "look", "/mnt/user-data/workspace"),
         MockReply::text("done"),
     ]);
     let p = Project::new(&mock, BASH_ON);
     let out = p.run(&["run", "--output", "jsonl", "go"]);
-    assert_eq!(out.status.code(), Some(0));
-    let events: Vec<Value> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let events = ok_jsonl(&out);
     let names: Vec<&str> = events
         .iter()
         .map(|e| e["event"].as_str().unwrap())
@@ -382,13 +354,7 @@ fn zero_config_uses_openai_env_vars() {
         .env("ANTLER_MODEL", "tiny-model")
         .output()
         .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = ok_json(&out);
     assert_eq!(visible(&v["values"])[1]["content"], "hi from zero config");
     assert!(String::from_utf8_lossy(&out.stderr)
         .contains("no config.yaml found; using the built-in default"));
@@ -487,12 +453,7 @@ fn config_init_writes_a_template_that_checks_clean() {
         .env("OPENAI_API_KEY", "sk")
         .output()
         .unwrap();
-    assert_eq!(
-        check.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&check.stderr)
-    );
+    assert_exit0(&check);
     assert!(
         String::from_utf8_lossy(&check.stderr).is_empty(),
         "warnings: {}",
@@ -565,10 +526,7 @@ fn skills_are_listed_in_the_prompt_and_readable_read_only() {
     );
     let msgs = &visible(&out["values"]);
     assert!(
-        msgs[2]["content"]
-            .as_str()
-            .unwrap()
-            .contains("Step 1: outline."),
+        as_text(&msgs[2]["content"]).contains("Step 1: outline."),
         "{}",
         msgs[2]
     );
@@ -727,10 +685,7 @@ fn six_task_calls_run_three_subagents() {
     assert_eq!(results.len(), 3);
     for r in &results {
         assert!(
-            r["content"]
-                .as_str()
-                .unwrap()
-                .starts_with("Task Succeeded. Result: finished"),
+            as_text(&r["content"]).starts_with("Task Succeeded. Result: finished"),
             "{}",
             r["content"]
         );
@@ -841,20 +796,8 @@ fn a_429_with_retry_after_is_retried_after_that_wait() {
     ]);
     let p = Project::new(&mock, "");
     let out = p.run(&["run", "--output", "jsonl", "hi"]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let events: Vec<Value> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    let retry = events
-        .iter()
-        .find(|e| e["event"] == "custom" && e["data"]["type"] == "llm_retry")
-        .expect("an llm_retry event");
+    let events = ok_jsonl(&out);
+    let retry = custom_event(&events, "llm_retry");
     assert_eq!(retry["data"]["wait_ms"], 1000);
     assert_eq!(retry["data"]["attempt"], 1);
     assert_eq!(mock.requests().len(), 2);
@@ -895,39 +838,25 @@ fn a_401_gets_a_friendly_answer_exit_0_and_status_error() {
 #[test]
 fn after_kill_9_during_a_tool_call_the_next_run_sends_a_patched_history() {
     let mock = MockOpenAi::start_on_thread().with_replies([
-        MockReply::tool_call(
-            "call_long",
-            "bash",
-            json!({"description": "slow", "command": "sleep 30"}),
-        ),
+        bash_call("call_long", "slow", "sleep 30"),
         MockReply::text("picked up again"),
     ]);
     let p = Project::new(&mock, BASH_ON);
-    let child = p
-        .cmd(&[
+    let child = p.spawn(
+        &[
             "run",
             "--output",
             "json",
             "--thread-id",
             "k9",
             "start something long",
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while !sleeping_child(child.id()) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the tool never started"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    std::process::Command::new("kill")
-        .args(["-9", &child.id().to_string()])
-        .status()
-        .unwrap();
+        ],
+        Stdio::null(),
+    );
+    wait_until("the tool to start", Duration::from_secs(30), || {
+        sleeping_child(child.id())
+    });
+    signal(child.id(), "-9");
     let mut child = child;
     child.wait().unwrap();
     let (code, out, stderr) = p.run_json(&["--thread-id", "k9", "are you there?"]);
@@ -969,10 +898,7 @@ fn clarification_ends_the_run_and_the_next_run_continues() {
     assert_eq!(last["type"], "tool");
     assert_eq!(last["name"], "ask_clarification");
     assert_eq!(last["id"], "clarification:call_q");
-    assert!(last["content"]
-        .as_str()
-        .unwrap()
-        .contains("Which format do you want?"));
+    assert!(as_text(&last["content"]).contains("Which format do you want?"));
     assert!(
         last["artifact"]["human_input"].is_object(),
         "{}",
@@ -993,11 +919,7 @@ fn clarification_ends_the_run_and_the_next_run_continues() {
 #[test]
 fn a_5_mb_tool_output_reaches_the_model_bounded_and_with_a_receipt() {
     let mock = MockOpenAi::start_on_thread().with_replies([
-        MockReply::tool_call(
-            "call_big",
-            "bash",
-            json!({"description": "dump", "command": "head -c 5000000 /dev/zero | tr '\\0' a"}),
-        ),
+        bash_call("call_big", "dump", "head -c 5000000 /dev/zero | tr '\\0' a"),
         MockReply::text("that was big"),
     ]);
     // bash's own cap off, so the 5 MB reach the tool-output budget.

@@ -8,7 +8,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 
 use antler_test_support::{MockOpenAi, MockReply};
-use common::Project;
+use common::{as_text, tool_names, Project};
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 
@@ -76,17 +76,6 @@ impl Site {
     fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
-}
-
-fn tool_names(body: &Value) -> Vec<String> {
-    body["tools"]
-        .as_array()
-        .map(|t| {
-            t.iter()
-                .map(|x| x["function"]["name"].as_str().unwrap().to_owned())
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 #[test]
@@ -199,10 +188,7 @@ fn a_guarded_fetch_of_a_private_address_is_an_error_result() {
     let tool = msgs.iter().find(|m| m["type"] == "tool").unwrap();
     assert_eq!(tool["status"], "error");
     assert!(
-        tool["content"]
-            .as_str()
-            .unwrap()
-            .starts_with("Error: Refusing to fetch a private"),
+        as_text(&tool["content"]).starts_with("Error: Refusing to fetch a private"),
         "{tool}"
     );
     assert!(site.paths.lock().unwrap().is_empty());

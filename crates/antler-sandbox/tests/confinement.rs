@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use antler_sandbox::{
-    confinement_status, CommandRequest, Confine, ConfinementStatus, HelperCommand,
-    LocalSandboxProvider, Sandbox, SandboxError, SandboxProvider, SandboxSettings,
+    confinement_status, Confine, ConfinementStatus, HelperCommand, LocalSandboxProvider, Sandbox,
+    SandboxError, SandboxProvider, SandboxSettings,
 };
 use common::*;
 
@@ -129,12 +129,7 @@ async fn required_refuses_clearly_where_unsupported() {
         ..quick()
     };
     let p = LocalSandboxProvider::with_status(h.path(), settings, status);
-    let sb = p.get(&p.acquire(Some("t1"), None).unwrap()).unwrap();
-    let err = sb
-        .execute_command(CommandRequest {
-            command: "touch /mnt/user-data/workspace/ran".into(),
-            ..Default::default()
-        })
+    let err = exec(&sandbox(&p, "t1"), "touch /mnt/user-data/workspace/ran")
         .await
         .unwrap_err();
     assert!(matches!(err, SandboxError::ConfinementRequired(_)));

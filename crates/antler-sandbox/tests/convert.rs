@@ -97,43 +97,38 @@ fn pdf(path: &Path, text: &str) {
     std::fs::write(path, out).unwrap();
 }
 
+/// The Markdown of a document named `name` that `make` writes.
+fn converted(name: &str, make: impl FnOnce(&Path)) -> String {
+    let t = tempfile::tempdir().unwrap();
+    let p = t.path().join(name);
+    make(&p);
+    to_markdown(&p, name).unwrap()
+}
+
 #[test]
 fn word_documents_become_markdown() {
-    let t = tempfile::tempdir().unwrap();
-    let p = t.path().join("r.docx");
-    docx(&p);
-    let md = to_markdown(&p, "r.docx").unwrap();
-    assert_eq!(md, "# Quarterly Report\n\nRevenue grew 12%.\n\n- First point\n\n| Region | Sales |\n| --- | --- |\n| EU | 10 |\n\n");
+    assert_eq!(converted("r.docx", docx), "# Quarterly Report\n\nRevenue grew 12%.\n\n- First point\n\n| Region | Sales |\n| --- | --- |\n| EU | 10 |\n\n");
 }
 
 #[test]
 fn slides_become_sections_in_order() {
-    let t = tempfile::tempdir().unwrap();
-    let p = t.path().join("d.pptx");
-    pptx(&p);
     assert_eq!(
-        to_markdown(&p, "d.pptx").unwrap(),
+        converted("d.pptx", pptx),
         "## Slide 1\n\nIntro\n\n## Slide 2\n\nSecond\n\n## Slide 10\n\nTenth\n\n"
     );
 }
 
 #[test]
 fn spreadsheets_become_tables() {
-    let t = tempfile::tempdir().unwrap();
-    let p = t.path().join("s.xlsx");
-    xlsx(&p);
     assert_eq!(
-        to_markdown(&p, "s.xlsx").unwrap(),
+        converted("s.xlsx", xlsx),
         "## Sheet: Data\n\n| name | qty |\n| --- | --- |\n| apple\\|pie | 3 |\n\n"
     );
 }
 
 #[test]
 fn pdf_text_is_extracted_per_page() {
-    let t = tempfile::tempdir().unwrap();
-    let p = t.path().join("p.pdf");
-    pdf(&p, "Hello antler PDF");
-    let md = to_markdown(&p, "p.pdf").unwrap();
+    let md = converted("p.pdf", |p| pdf(p, "Hello antler PDF"));
     assert!(md.starts_with("## Page 1\n\n"), "{md}");
     assert!(md.contains("Hello antler PDF"), "{md}");
 }

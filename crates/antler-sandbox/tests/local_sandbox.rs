@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use antler_sandbox::{
-    CommandRequest, GrepQuery, Mount, Sandbox, SandboxError, SandboxProvider, SandboxSettings,
+    CommandRequest, GrepQuery, Mount, SandboxError, SandboxProvider, SandboxSettings,
 };
 use common::*;
 use pretty_assertions::assert_eq;
@@ -292,13 +292,12 @@ async fn a_timeout_kills_the_whole_process_group() {
     );
     let sb = sandbox(&p, "t1");
     let t = Instant::now();
-    let out = sb
-        .execute_command(CommandRequest {
-            command: "echo started; sleep 60 & echo $! > child.pid; sleep 60".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let out = exec(
+        &sb,
+        "echo started; sleep 60 & echo $! > child.pid; sleep 60",
+    )
+    .await
+    .unwrap();
     let elapsed = t.elapsed();
     assert!(out.timed_out);
     assert!(elapsed < Duration::from_secs(6), "{elapsed:?}");
@@ -371,24 +370,6 @@ async fn captures_are_capped_with_a_marker() {
         "{}",
         &out[1000..]
     );
-}
-
-/// Run `cmd` collecting its streamed output lines.
-async fn run_streaming(sb: &Arc<dyn Sandbox>, cmd: &str) -> (String, Vec<String>) {
-    let lines = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let sink = lines.clone();
-    let out = sb
-        .execute_command(CommandRequest {
-            command: cmd.into(),
-            lines: Some(antler_sandbox::OutputLines::new(move |l| {
-                sink.lock().unwrap().push(l.to_owned())
-            })),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    let got = lines.lock().unwrap().clone();
-    (out.text, got)
 }
 
 #[tokio::test]

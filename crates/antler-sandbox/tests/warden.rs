@@ -44,6 +44,11 @@ fn skip() -> bool {
     }
 }
 
+/// A fixture with the default warden settings; `None` (reason printed) without Landlock.
+fn confined() -> Option<Fixture> {
+    (!skip()).then(|| Fixture::new(settings()))
+}
+
 struct Fixture {
     home: tempfile::TempDir,
     provider: LocalSandboxProvider,
@@ -67,13 +72,7 @@ impl Fixture {
 }
 
 async fn sh(sb: &Arc<dyn Sandbox>, cmd: &str) -> String {
-    match sb
-        .execute_command(CommandRequest {
-            command: cmd.into(),
-            ..Default::default()
-        })
-        .await
-    {
+    match exec(sb, cmd).await {
         Ok(o) => o.text,
         Err(e) => format!("ERR {e}"),
     }
@@ -81,27 +80,12 @@ async fn sh(sb: &Arc<dyn Sandbox>, cmd: &str) -> String {
 
 #[tokio::test]
 async fn output_lines_stream_through_the_warden() {
-    if skip() {
-        return;
-    }
-    let f = Fixture::new(settings());
+    let Some(f) = confined() else { return };
     let sb = f.sandbox("t1");
-    let lines = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let sink = lines.clone();
-    let out = sb
-        .execute_command(CommandRequest {
-            command: "echo first; echo second >&2; pwd".into(),
-            lines: Some(antler_sandbox::OutputLines::new(move |l| {
-                sink.lock().unwrap().push(l.to_owned())
-            })),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    let mut got = lines.lock().unwrap().clone();
+    let (text, mut got) = run_streaming(&sb, "echo first; echo second >&2; pwd").await;
     got.sort();
     assert_eq!(got, ["/mnt/user-data/workspace", "first", "second"]);
-    assert_eq!(out.text, sh(&sb, "echo first; echo second >&2; pwd").await);
+    assert_eq!(text, sh(&sb, "echo first; echo second >&2; pwd").await);
 }
 
 /// Host processes whose command line contains `needle`.
@@ -137,10 +121,7 @@ fn gone_within(needle: &str, limit: Duration) -> bool {
 
 #[tokio::test]
 async fn outside_processes_and_their_secrets_are_invisible() {
-    if skip() {
-        return;
-    }
-    let f = Fixture::new(settings());
+    let Some(f) = confined() else { return };
     // A process outside the sandbox holding a secret in its environment (antler's stand-in).
     let mut outsider = std::process::Command::new("sleep")
         .arg("30")
@@ -210,10 +191,7 @@ async fn the_data_home_other_threads_and_denied_files_are_unreadable() {
 
 #[tokio::test]
 async fn the_system_is_read_only_and_tmp_is_private() {
-    if skip() {
-        return;
-    }
-    let f = Fixture::new(settings());
+    let Some(f) = confined() else { return };
     let canary_dir = home();
     let canary = canary_dir.path().join("canary.txt");
     std::fs::write(&canary, "canary").unwrap();
@@ -328,10 +306,7 @@ async fn limits_stop_a_memory_hog_a_process_storm_and_a_huge_file() {
 
 #[tokio::test]
 async fn the_warden_enforces_timeouts_and_takes_its_processes_along() {
-    if skip() {
-        return;
-    }
-    let f = Fixture::new(settings());
+    let Some(f) = confined() else { return };
     let sb = f.sandbox("t1");
     let tag = format!("antler-timeout-canary-{}", std::process::id());
     let out = sb
@@ -361,10 +336,7 @@ async fn the_warden_enforces_timeouts_and_takes_its_processes_along() {
 
 #[tokio::test]
 async fn killing_every_process_ends_only_the_sandbox() {
-    if skip() {
-        return;
-    }
-    let f = Fixture::new(settings());
+    let Some(f) = confined() else { return };
     let sb = f.sandbox("t1");
     let out = sh(&sb, "kill -9 -1; sleep 5; echo survived").await;
     assert!(out.starts_with("ERR") && out.contains("fresh"), "{out}");
@@ -388,14 +360,7 @@ async fn required_without_a_helper_refuses() {
             ..quick()
         },
     );
-    let sb = p.get(&p.acquire(Some("t1"), None).unwrap()).unwrap();
-    let err = sb
-        .execute_command(CommandRequest {
-            command: "echo hi".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap_err();
+    let err = exec(&sandbox(&p, "t1"), "echo hi").await.unwrap_err();
     assert!(matches!(err, SandboxError::Runtime(_)), "{err}");
     assert!(err.to_string().contains("sandbox helper"), "{err}");
 }

@@ -18,6 +18,7 @@
 
 pub mod anthropic;
 pub mod gemini;
+pub mod mcp_peers;
 pub mod mock;
 pub mod ollama;
 pub mod openai;

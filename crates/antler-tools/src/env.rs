@@ -336,6 +336,21 @@ macro_rules! sandbox_tool {
 pub(crate) use sandbox_tool;
 
 /// Clamp a `max_results`: ≤ 0 → `default`, capped at `upper`.
+/// A search's sandbox with `path` checked for reading, and its result limit: the `asked`
+/// count clamped to `default`/`upper`, and at most `configured_max`.
+pub(crate) fn prepare_search(
+    env: &ToolEnv,
+    ctx: &ToolContext<'_>,
+    path: &str,
+    asked: i64,
+    (default, upper, configured_max): (usize, usize, usize),
+) -> Step<(Prepared, usize)> {
+    let limit = clamp_results(asked, default, upper).min(configured_max);
+    let p = prepare(env, ctx)?;
+    p.check_read(path)?;
+    Ok((p, limit))
+}
+
 pub(crate) fn clamp_results(v: i64, default: usize, upper: usize) -> usize {
     if v <= 0 {
         default

@@ -5,7 +5,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use crate::env::{
-    blocking, clamp_results, folder_error, prepare, sandbox_tool, why, Step, ToolEnv,
+    blocking, clamp_results, folder_error, prepare_search, sandbox_tool, why, Step, ToolEnv,
 };
 
 pub const DEFAULT_MAX_RESULTS: usize = 200;
@@ -54,10 +54,8 @@ impl GlobTool {
 
     async fn run(&self, a: Args, ctx: ToolContext<'_>) -> Step<ToolOutput> {
         let path = a.path;
-        let limit = clamp_results(a.max_results, DEFAULT_MAX_RESULTS, MAX_MAX_RESULTS)
-            .min(self.configured_max);
-        let p = prepare(&self.env, &ctx)?;
-        p.check_read(&path)?;
+        let bounds = (DEFAULT_MAX_RESULTS, MAX_MAX_RESULTS, self.configured_max);
+        let (p, limit) = prepare_search(&self.env, &ctx, &path, a.max_results, bounds)?;
         let (sb, vp, pat, dirs) = (p.sandbox.clone(), path.clone(), a.pattern, a.include_dirs);
         let (found, truncated) = blocking(move || sb.glob(&vp, &pat, dirs, limit))
             .await

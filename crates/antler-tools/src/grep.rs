@@ -6,8 +6,8 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use crate::env::{
-    blocking, clamp_results, fail, folder_error, prepare, sandbox_tool, unexpected, why, Step,
-    ToolEnv,
+    blocking, clamp_results, fail, folder_error, prepare_search, sandbox_tool, unexpected, why,
+    Step, ToolEnv,
 };
 
 pub const DEFAULT_MAX_RESULTS: usize = 100;
@@ -67,10 +67,8 @@ impl GrepTool {
 
     async fn run(&self, a: Args, ctx: ToolContext<'_>) -> Step<ToolOutput> {
         let path = a.path;
-        let limit = clamp_results(a.max_results, DEFAULT_MAX_RESULTS, MAX_MAX_RESULTS)
-            .min(self.configured_max);
-        let p = prepare(&self.env, &ctx)?;
-        p.check_read(&path)?;
+        let bounds = (DEFAULT_MAX_RESULTS, MAX_MAX_RESULTS, self.configured_max);
+        let (p, limit) = prepare_search(&self.env, &ctx, &path, a.max_results, bounds)?;
         let q = GrepQuery {
             pattern: a.pattern,
             glob: a.glob,

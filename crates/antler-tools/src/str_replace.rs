@@ -8,7 +8,7 @@ use serde::Deserialize;
 
 use crate::env::{blocking, detail, fail, prepare, sandbox_tool, why, Prepared, Step, ToolEnv};
 use crate::read_file::binary_file_message;
-use crate::write_file::lock_key;
+use crate::write_file::lock_for_write;
 
 /// `str_replace` arguments.
 #[derive(Deserialize, JsonSchema)]
@@ -64,16 +64,7 @@ impl StrReplaceTool {
     async fn run(&self, a: Args, ctx: ToolContext<'_>) -> Step<ToolOutput> {
         let path = a.path;
         let p = prepare(&self.env, &ctx)?;
-        if let Some(policy) = &p.policy {
-            if let Err(e) = policy.check_write(&path) {
-                return Err(replace_error(&p, &path, e));
-            }
-        }
-        let lock = self
-            .env
-            .locks
-            .lock_for(p.sandbox.id(), &lock_key(&p, &path));
-        let _guard = lock.lock().await;
+        let _guard = lock_for_write(&self.env, &p, &path, replace_error).await?;
         let (sb, vp) = (p.sandbox.clone(), path.clone());
         let content = blocking(move || sb.read_file(&vp, None, None))
             .await

@@ -58,7 +58,7 @@ pub struct WriteFileTool {
 }
 
 /// The lock key for a path: its host path for thread files, else the virtual path.
-pub(crate) fn lock_key(p: &Prepared, path: &str) -> String {
+fn lock_key(p: &Prepared, path: &str) -> String {
     match &p.policy {
         Some(policy) if is_under(path, VIRTUAL_USER_DATA) => policy
             .resolve_user_data(path)
@@ -66,6 +66,21 @@ pub(crate) fn lock_key(p: &Prepared, path: &str) -> String {
             .unwrap_or_else(|_| path.to_owned()),
         _ => path.to_owned(),
     }
+}
+
+/// Checks that the policy allows writing `path` (a refusal reported through `error`), then
+/// takes the path's lock: writers of one file take turns.
+pub(crate) async fn lock_for_write(
+    env: &ToolEnv,
+    p: &Prepared,
+    path: &str,
+    error: fn(&Prepared, &str, SandboxError) -> crate::env::Fail,
+) -> Step<tokio::sync::OwnedMutexGuard<()>> {
+    if let Some(policy) = &p.policy {
+        policy.check_write(path).map_err(|e| error(p, path, e))?;
+    }
+    let lock = env.locks.lock_for(p.sandbox.id(), &lock_key(p, path));
+    Ok(lock.lock_owned().await)
 }
 
 fn write_error(p: &Prepared, path: &str, e: SandboxError) -> crate::env::Fail {
@@ -104,16 +119,7 @@ impl WriteFileTool {
         }
         let path = a.path;
         let p = prepare(&self.env, &ctx)?;
-        if let Some(policy) = &p.policy {
-            if let Err(e) = policy.check_write(&path) {
-                return Err(write_error(&p, &path, e));
-            }
-        }
-        let lock = self
-            .env
-            .locks
-            .lock_for(p.sandbox.id(), &lock_key(&p, &path));
-        let _guard = lock.lock().await;
+        let _guard = lock_for_write(&self.env, &p, &path, write_error).await?;
         let (sb, vp, content, append) = (p.sandbox.clone(), path.clone(), a.content, a.append);
         blocking(move || sb.write_file(&vp, &content, append))
             .await

@@ -4,31 +4,22 @@
 //! sees.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod harness;
+
 use std::sync::Arc;
 
 use antler_runtime::Tool;
-use antler_sandbox::{Confine, ConfinementStatus, LocalSandboxProvider, SandboxSettings};
-use antler_tools::ToolEnv;
+use antler_sandbox::{Confine, SandboxSettings};
+use harness::Harness;
 use serde_json::{json, Value};
 
-fn env() -> (tempfile::TempDir, ToolEnv) {
-    let home = tempfile::tempdir().unwrap();
-    let settings = SandboxSettings {
+/// The local sandbox with host bash allowed and confinement off.
+fn env() -> Harness {
+    Harness::new(SandboxSettings {
         allow_host_bash: true,
         confine: Confine::Off,
         ..Default::default()
-    };
-    let status = ConfinementStatus {
-        mode: Confine::Off,
-        active: false,
-        reason: "sandbox.confine is off".into(),
-    };
-    let provider = Arc::new(LocalSandboxProvider::with_status(
-        home.path(),
-        settings.clone(),
-        status,
-    ));
-    (home, ToolEnv::new(provider, Arc::new(settings)))
+    })
 }
 
 /// What the model is offered. Keys within each schema are sorted (their order means nothing to
@@ -65,7 +56,8 @@ fn canonical(schema: &Value) -> Value {
 
 #[test]
 fn sandbox_tool_schemas() {
-    let (_home, env) = env();
+    let h = env();
+    let env = &h.env;
     for name in [
         "bash",
         "ls",
@@ -75,7 +67,7 @@ fn sandbox_tool_schemas() {
         "write_file",
         "str_replace",
     ] {
-        let tool = antler_tools::builtin_tool(name, &Default::default(), &env).unwrap();
+        let tool = antler_tools::builtin_tool(name, &Default::default(), env).unwrap();
         assert_eq!(tool.name(), name);
         insta::assert_json_snapshot!(name, offered(&tool));
     }
@@ -83,12 +75,13 @@ fn sandbox_tool_schemas() {
 
 #[test]
 fn present_files_and_view_image_schemas() {
-    let (_home, env) = env();
+    let h = env();
+    let env = &h.env;
     insta::assert_json_snapshot!(
         "present_files",
-        offered(&antler_tools::present_files_tool(&env))
+        offered(&antler_tools::present_files_tool(env))
     );
-    insta::assert_json_snapshot!("view_image", offered(&antler_tools::view_image_tool(&env)));
+    insta::assert_json_snapshot!("view_image", offered(&antler_tools::view_image_tool(env)));
 }
 
 #[test]

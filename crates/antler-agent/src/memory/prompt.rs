@@ -18,7 +18,7 @@ use antler_models::TokenCounter;
 use antler_protocol::Message;
 use serde_json::{json, Map, Value};
 
-use super::document::{Fact, Profile};
+use super::document::{Fact, Profile, Section};
 
 /// The system part of every memory update call.
 pub const UPDATE_SYSTEM_PROMPT: &str = r#"You keep the long-term memory of one user for an AI assistant. You receive the current memory and a new conversation, and you answer with the changes to make: one JSON object, nothing else.
@@ -328,6 +328,16 @@ fn by_confidence(mut facts: Vec<&Fact>) -> Vec<&Fact> {
     facts
 }
 
+/// `Title:` and a `- Label: summary` line per non-empty summary; `None` when all are empty.
+fn summary_section(title: &str, rows: [(&str, &Section); 3]) -> Option<String> {
+    let lines: Vec<String> = rows
+        .iter()
+        .filter(|(_, s)| !s.summary.is_empty())
+        .map(|(label, s)| format!("- {label}: {}", escape(&s.summary)))
+        .collect();
+    (!lines.is_empty()).then(|| format!("{title}:\n{}", lines.join("\n")))
+}
+
 /// The memory block's text (without the `<memory>` tags), empty when there is nothing to say.
 pub fn format_injection(
     profile: &Profile,
@@ -336,32 +346,23 @@ pub fn format_injection(
     tokens: &TokenCounting,
 ) -> String {
     let mut sections: Vec<String> = Vec::new();
-    let u = &profile.user;
-    let user_lines: Vec<String> = [
-        ("Work", &u.work_context),
-        ("Personal", &u.personal_context),
-        ("Current Focus", &u.top_of_mind),
-    ]
-    .iter()
-    .filter(|(_, s)| !s.summary.is_empty())
-    .map(|(label, s)| format!("- {label}: {}", escape(&s.summary)))
-    .collect();
-    if !user_lines.is_empty() {
-        sections.push(format!("User Context:\n{}", user_lines.join("\n")));
-    }
-    let h = &profile.history;
-    let history_lines: Vec<String> = [
-        ("Recent", &h.recent_months),
-        ("Earlier", &h.earlier_context),
-        ("Background", &h.long_term_background),
-    ]
-    .iter()
-    .filter(|(_, s)| !s.summary.is_empty())
-    .map(|(label, s)| format!("- {label}: {}", escape(&s.summary)))
-    .collect();
-    if !history_lines.is_empty() {
-        sections.push(format!("History:\n{}", history_lines.join("\n")));
-    }
+    let (u, h) = (&profile.user, &profile.history);
+    sections.extend(summary_section(
+        "User Context",
+        [
+            ("Work", &u.work_context),
+            ("Personal", &u.personal_context),
+            ("Current Focus", &u.top_of_mind),
+        ],
+    ));
+    sections.extend(summary_section(
+        "History",
+        [
+            ("Recent", &h.recent_months),
+            ("Earlier", &h.earlier_context),
+            ("Background", &h.long_term_background),
+        ],
+    ));
 
     const HEADER: &str = "Facts:\n";
     let mut fact_lines: Vec<String> = Vec::new();

@@ -322,44 +322,45 @@ fn id_of(o: &Map<String, Value>) -> Option<String> {
         .map(str::to_owned)
 }
 
-fn parse_stale_removals(v: Option<&Value>) -> Vec<StaleRemoval> {
+/// What `parse` makes of each object of the array `v` (none when `v` is not an array).
+fn parse_objects<T>(
+    v: Option<&Value>,
+    parse: impl FnMut(&Map<String, Value>) -> Option<T>,
+) -> Vec<T> {
     let Some(Value::Array(items)) = v else {
         return Vec::new();
     };
     items
         .iter()
         .filter_map(Value::as_object)
-        .filter_map(|o| {
-            Some(StaleRemoval {
-                id: id_of(o)?,
-                reason: reason_of(o),
-            })
-        })
+        .filter_map(parse)
         .collect()
 }
 
-fn parse_stale_extensions(v: Option<&Value>) -> Vec<StaleExtension> {
-    let Some(Value::Array(items)) = v else {
-        return Vec::new();
-    };
-    items
-        .iter()
-        .filter_map(Value::as_object)
-        .filter_map(|o| {
-            // Whole days (truncated), positive: 0.5 would be a zero-day extension.
-            let days = o
-                .get("extend_by_days")
-                .and_then(Value::as_f64)
-                .filter(|d| d.is_finite())
-                .map(|d| d as i64)
-                .filter(|d| *d > 0)?;
-            Some(StaleExtension {
-                id: id_of(o)?,
-                extend_by_days: days,
-                reason: reason_of(o),
-            })
+fn parse_stale_removals(v: Option<&Value>) -> Vec<StaleRemoval> {
+    parse_objects(v, |o| {
+        Some(StaleRemoval {
+            id: id_of(o)?,
+            reason: reason_of(o),
         })
-        .collect()
+    })
+}
+
+fn parse_stale_extensions(v: Option<&Value>) -> Vec<StaleExtension> {
+    parse_objects(v, |o| {
+        // Whole days (truncated), positive: 0.5 would be a zero-day extension.
+        let days = o
+            .get("extend_by_days")
+            .and_then(Value::as_f64)
+            .filter(|d| d.is_finite())
+            .map(|d| d as i64)
+            .filter(|d| *d > 0)?;
+        Some(StaleExtension {
+            id: id_of(o)?,
+            extend_by_days: days,
+            reason: reason_of(o),
+        })
+    })
 }
 
 fn parse_consolidations(v: Option<&Value>) -> Vec<Consolidation> {

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use antler_sandbox::{
-    CommandRequest, Confine, ConfinementStatus, LocalSandboxProvider, Sandbox, SandboxProvider,
-    SandboxSettings,
+    CommandOutput, CommandRequest, Confine, ConfinementStatus, LocalSandboxProvider, Sandbox,
+    SandboxError, SandboxProvider, SandboxSettings,
 };
 
 /// A data home outside `/tmp` (a confined command may write `/tmp`, so "outside" checks need
@@ -27,15 +27,36 @@ pub fn sandbox(p: &LocalSandboxProvider, thread: &str) -> Arc<dyn Sandbox> {
     p.get(&id).unwrap()
 }
 
-/// The output of `cmd` run in `sb`.
-pub async fn run(sb: &Arc<dyn Sandbox>, cmd: &str) -> String {
+/// `cmd` run in `sb` with the request's defaults.
+pub async fn exec(sb: &Arc<dyn Sandbox>, cmd: &str) -> Result<CommandOutput, SandboxError> {
     sb.execute_command(CommandRequest {
         command: cmd.into(),
         ..Default::default()
     })
     .await
-    .unwrap()
-    .text
+}
+
+/// The output of `cmd` run in `sb`.
+pub async fn run(sb: &Arc<dyn Sandbox>, cmd: &str) -> String {
+    exec(sb, cmd).await.unwrap().text
+}
+
+/// Run `cmd` collecting its streamed output lines: (the result's text, the lines).
+pub async fn run_streaming(sb: &Arc<dyn Sandbox>, cmd: &str) -> (String, Vec<String>) {
+    let lines = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = lines.clone();
+    let out = sb
+        .execute_command(CommandRequest {
+            command: cmd.into(),
+            lines: Some(antler_sandbox::OutputLines::new(move |l| {
+                sink.lock().unwrap().push(l.to_owned())
+            })),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let got = lines.lock().unwrap().clone();
+    (out.text, got)
 }
 
 pub fn unconfined() -> ConfinementStatus {

@@ -244,6 +244,34 @@ impl TestServer {
         self.anonymous().delete(path).await
     }
 
+    /// A bodiless `method` request with `headers`, the response unread.
+    pub async fn raw(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+    ) -> reqwest::Response {
+        let mut req = self.client.request(method.parse().unwrap(), self.url(path));
+        for (name, value) in headers {
+            req = req.header(*name, *value);
+        }
+        req.send().await.unwrap()
+    }
+
+    /// Each `(method, path, body, status, needle)` answers `status` with a string `detail` that
+    /// contains `needle` (a bad body names its field).
+    pub async fn assert_bad_bodies(&self, cases: &[(&str, &str, Value, u16, &str)]) {
+        for (method, path, body, status, needle) in cases {
+            let (code, e) = self
+                .anonymous()
+                .send(method, path, Some(body.clone()))
+                .await;
+            assert_eq!(code, *status, "{method} {path}: {e}");
+            let detail = e["detail"].as_str().unwrap_or_default();
+            assert!(detail.contains(needle), "{method} {path}: {e}");
+        }
+    }
+
     /// `POST /threads/{thread}/runs/stream`, the response unread.
     pub async fn stream_req(&self, thread: &str, body: Value) -> reqwest::Response {
         self.client
@@ -525,5 +553,14 @@ pub fn kinds(messages: &Value) -> Vec<String> {
     visible(messages)
         .iter()
         .map(|m| m["type"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// The string `field` of every object in the array `list`.
+pub fn strs<'a>(list: &'a Value, field: &str) -> Vec<&'a str> {
+    list.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x[field].as_str().unwrap())
         .collect()
 }

@@ -156,12 +156,7 @@ async fn uploads_are_sanitised_deduplicated_and_served() {
         up["message"],
         "Successfully uploaded 4 file(s); skipped 2 unsafe file(s)"
     );
-    let names: Vec<&str> = up["files"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| f["filename"].as_str().unwrap())
-        .collect();
+    let names: Vec<&str> = strs(&up["files"], "filename");
     assert_eq!(names, ["notes.txt", "notes_1.txt", "passwd", "page.html"]);
     let f0 = &up["files"][0];
     assert_eq!(f0["size"], 5);
@@ -187,11 +182,8 @@ async fn uploads_are_sanitised_deduplicated_and_served() {
 
     // Served back through the artifact URL; ranges honoured; HTML only as a download.
     let r = s
-        .client
-        .get(s.url(f0["artifact_url"].as_str().unwrap()))
-        .send()
-        .await
-        .unwrap();
+        .raw("GET", f0["artifact_url"].as_str().unwrap(), &[])
+        .await;
     assert_eq!(r.status().as_u16(), 200);
     assert_eq!(r.headers()["content-type"], "text/plain");
     assert_eq!(
@@ -200,12 +192,12 @@ async fn uploads_are_sanitised_deduplicated_and_served() {
     );
     assert_eq!(r.text().await.unwrap(), "hello");
     let r = s
-        .client
-        .get(s.url("/api/threads/t1/artifacts/mnt/user-data/uploads/notes_1.txt?download=true"))
-        .header("range", "bytes=1-3")
-        .send()
-        .await
-        .unwrap();
+        .raw(
+            "GET",
+            "/api/threads/t1/artifacts/mnt/user-data/uploads/notes_1.txt?download=true",
+            &[("range", "bytes=1-3")],
+        )
+        .await;
     assert_eq!(r.status().as_u16(), 206);
     assert!(r.headers()["content-disposition"]
         .to_str()
@@ -213,11 +205,12 @@ async fn uploads_are_sanitised_deduplicated_and_served() {
         .starts_with("attachment;"));
     assert_eq!(r.text().await.unwrap(), "eco");
     let r = s
-        .client
-        .get(s.url("/api/threads/t1/artifacts/mnt/user-data/uploads/page.html"))
-        .send()
-        .await
-        .unwrap();
+        .raw(
+            "GET",
+            "/api/threads/t1/artifacts/mnt/user-data/uploads/page.html",
+            &[],
+        )
+        .await;
     assert!(r.headers()["content-disposition"]
         .to_str()
         .unwrap()
@@ -454,24 +447,35 @@ async fn memory_routes_read_and_change_the_long_term_memory() {
 #[tokio::test]
 async fn typed_gateway_bodies_name_the_bad_field() {
     let s = TestServer::start(vec![]).await;
-    let detail = |e: &Value| e["detail"].as_str().unwrap_or_default().to_owned();
-    let (code, e) = s
-        .post("/api/assistants/search", json!({"limit": "all"}))
-        .await;
-    assert_eq!(code, 422, "{e}");
-    assert!(detail(&e).contains("'limit'"), "{e}");
-    let (code, e) = s
-        .post(
+    s.assert_bad_bodies(&[
+        (
+            "POST",
+            "/api/assistants/search",
+            json!({"limit": "all"}),
+            422,
+            "'limit'",
+        ),
+        (
+            "POST",
             "/api/memory/facts",
             json!({"content": "x", "confidence": "high"}),
-        )
-        .await;
-    assert_eq!(code, 422, "{e}");
-    assert!(detail(&e).contains("'confidence'"), "{e}");
-    let (code, e) = s.post("/api/memory/facts", json!({"category": "x"})).await;
-    assert_eq!(code, 422, "{e}");
-    assert!(detail(&e).contains("content"), "{e}");
-    let (code, e) = s.patch("/api/memory/facts/f1", json!({"content": 3})).await;
-    assert_eq!(code, 422, "{e}");
-    assert!(detail(&e).contains("'content'"), "{e}");
+            422,
+            "'confidence'",
+        ),
+        (
+            "POST",
+            "/api/memory/facts",
+            json!({"category": "x"}),
+            422,
+            "content",
+        ),
+        (
+            "PATCH",
+            "/api/memory/facts/f1",
+            json!({"content": 3}),
+            422,
+            "'content'",
+        ),
+    ])
+    .await;
 }

@@ -40,6 +40,10 @@ impl Setup {
         .unwrap()
     }
 
+    async fn patch(&self, body: Value) -> (u16, Value) {
+        self.server.patch("/api/mcp/config", body).await
+    }
+
     async fn put(&self, body: Value) -> (u16, Value) {
         let r = self
             .server
@@ -177,11 +181,7 @@ async fn a_bad_body_is_422_naming_the_field_and_the_file_is_untouched() {
 async fn patch_toggles_one_server() {
     let s = start(Some(stored())).await;
     let (code, body) = s
-        .server
-        .patch(
-            "/api/mcp/config",
-            json!({"server_name": "github", "enabled": false}),
-        )
+        .patch(json!({"server_name": "github", "enabled": false}))
         .await;
     assert_eq!(code, 200, "{body}");
     assert_eq!(body["mcp_servers"]["github"]["enabled"], false);
@@ -191,17 +191,10 @@ async fn patch_toggles_one_server() {
         "$GITHUB_TOKEN"
     );
     let (code, _) = s
-        .server
-        .patch(
-            "/api/mcp/config",
-            json!({"server_name": "nope", "enabled": true}),
-        )
+        .patch(json!({"server_name": "nope", "enabled": true}))
         .await;
     assert_eq!(code, 404);
-    let (code, body) = s
-        .server
-        .patch("/api/mcp/config", json!({"server_name": "github"}))
-        .await;
+    let (code, body) = s.patch(json!({"server_name": "github"})).await;
     assert_eq!(code, 422);
     assert!(body["detail"].as_str().unwrap().contains("enabled"));
 }

@@ -277,11 +277,8 @@ async fn cancel_is_202_then_idempotent_and_409_for_finished_runs() {
     let (h, _) = s.stream_run("t1", json!({"input": say("b")})).await;
     let (_, done) = ids_from_location(&h);
     let resp = s
-        .client
-        .post(s.url(&format!("/api/threads/t1/runs/{done}/cancel")))
-        .send()
-        .await
-        .unwrap();
+        .raw("POST", &format!("/api/threads/t1/runs/{done}/cancel"), &[])
+        .await;
     assert_eq!(resp.status().as_u16(), 409);
     let (_, e) = json_of(resp).await;
     assert_eq!(
@@ -317,11 +314,12 @@ async fn cancel_with_wait_answers_204_after_the_run_stopped() {
         tokio::task::yield_now().await;
     }
     let resp = s
-        .client
-        .post(s.url(&format!("/api/threads/t1/runs/{run}/cancel?wait=1")))
-        .send()
-        .await
-        .unwrap();
+        .raw(
+            "POST",
+            &format!("/api/threads/t1/runs/{run}/cancel?wait=1"),
+            &[],
+        )
+        .await;
     assert_eq!(resp.status().as_u16(), 204);
     assert_eq!(run_status(&s, "t1", &run).await["status"], "interrupted");
 }
@@ -359,13 +357,12 @@ async fn rollback_restores_the_pre_run_state() {
         }
     }
     let resp = s
-        .client
-        .post(s.url(&format!(
-            "/api/threads/t1/runs/{run}/cancel?wait=1&action=rollback"
-        )))
-        .send()
-        .await
-        .unwrap();
+        .raw(
+            "POST",
+            &format!("/api/threads/t1/runs/{run}/cancel?wait=1&action=rollback"),
+            &[],
+        )
+        .await;
     assert_eq!(resp.status().as_u16(), 204);
     let r = run_status(&s, "t1", &run).await;
     assert_eq!(r["status"], "error");
@@ -542,12 +539,7 @@ async fn a_clarification_ends_the_run_as_success_and_the_answer_is_a_new_run() {
     assert_eq!(msgs[3]["additional_kwargs"]["hide_from_ui"], true);
     // The feed keeps the question's artifact and the hidden answer.
     let (_, page) = s.get("/api/threads/t1/messages/page").await;
-    let kinds: Vec<&str> = page["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["event_type"].as_str().unwrap())
-        .collect();
+    let kinds: Vec<&str> = strs(&page["data"], "event_type");
     assert_eq!(
         kinds,
         [
@@ -633,11 +625,8 @@ async fn restart_marks_unfinished_runs_as_error() {
     let (_, t) = s.get("/api/threads/t1").await;
     assert_eq!(t["status"], "error");
     let resp = s
-        .client
-        .get(s.url("/api/threads/t1/runs/orphan-1/stream"))
-        .send()
-        .await
-        .unwrap();
+        .raw("GET", "/api/threads/t1/runs/orphan-1/stream", &[])
+        .await;
     assert_eq!(names(&parse_sse(&resp.text().await.unwrap())), ["end"]);
 }
 

@@ -51,12 +51,8 @@ async fn keys_are_required_and_threads_are_private() {
     assert_eq!(code, 200);
     // x-api-key works too (langgraph-sdk's LANGGRAPH_API_KEY).
     let r = s
-        .client
-        .get(s.url("/api/v1/auth/me"))
-        .header("x-api-key", ALICE)
-        .send()
-        .await
-        .unwrap();
+        .raw("GET", "/api/v1/auth/me", &[("x-api-key", ALICE)])
+        .await;
     let (code, me) = json_of(r).await;
     assert_eq!((code, me["id"].as_str()), (200, Some("alice")));
 
@@ -153,12 +149,8 @@ async fn keys_are_required_and_threads_are_private() {
 async fn cors_is_off_by_default_and_exposes_content_location_when_on() {
     let s = TestServer::start(vec![]).await;
     let r = s
-        .client
-        .get(s.url("/api/models"))
-        .header("origin", "http://evil.example")
-        .send()
-        .await
-        .unwrap();
+        .raw("GET", "/api/models", &[("origin", "http://evil.example")])
+        .await;
     assert!(r.headers().get("access-control-allow-origin").is_none());
     let s = TestServer::start_with(
         vec![],
@@ -193,24 +185,20 @@ async fn cors_is_off_by_default_and_exposes_content_location_when_on() {
     );
     assert_eq!(r.headers()["access-control-allow-credentials"], "true");
     let r = s
-        .client
-        .get(s.url("/api/models"))
-        .header("origin", "http://ui.example:3000")
-        .send()
-        .await
-        .unwrap();
+        .raw(
+            "GET",
+            "/api/models",
+            &[("origin", "http://ui.example:3000")],
+        )
+        .await;
     let exposed = r.headers()["access-control-expose-headers"]
         .to_str()
         .unwrap()
         .to_lowercase();
     assert!(exposed.contains("content-location"), "{exposed}");
     let r = s
-        .client
-        .get(s.url("/api/models"))
-        .header("origin", "http://evil.example")
-        .send()
-        .await
-        .unwrap();
+        .raw("GET", "/api/models", &[("origin", "http://evil.example")])
+        .await;
     assert!(r.headers().get("access-control-allow-origin").is_none());
 }
 

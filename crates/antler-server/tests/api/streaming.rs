@@ -121,12 +121,7 @@ async fn a_tool_run_streams_as_langgraph_frames_it() {
         .iter()
         .any(|u| u.get("ThreadDataMiddleware.before_agent").is_some()));
     let final_values = last_values(&events);
-    let ids: HashSet<&str> = final_values["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["id"].as_str().unwrap())
-        .collect();
+    let ids: HashSet<&str> = strs(&final_values["messages"], "id").into_iter().collect();
     for m in &msgs {
         assert!(
             ids.contains(m.data[0]["id"].as_str().unwrap()),
@@ -177,6 +172,15 @@ async fn start_stream(s: &TestServer, thread: &str, body: Value) -> (String, Sse
     assert_eq!(r.status().as_u16(), 200);
     let (_, run) = ids_from_location(r.headers());
     (run, SseReader::new(r))
+}
+
+/// Starts a run on `t1` that outlives its client (`on_disconnect: continue`), reads up to its
+/// first `values` event and disconnects: the run's id.
+async fn start_and_leave(s: &TestServer, text: &str) -> String {
+    let body = json!({"input": say(text), "on_disconnect": "continue"});
+    let (run, mut r) = start_stream(s, "t1", body).await;
+    r.until("values").await;
+    run
 }
 
 async fn join(
@@ -315,26 +319,12 @@ async fn disconnect_cancels_unless_the_client_said_continue() {
     let (_, t) = s.get("/api/threads/t1").await;
     assert_eq!(t["status"], "interrupted");
     // on_disconnect continue: the run survives the client.
-    let (run2, mut r) = start_stream(
-        &s,
-        "t1",
-        json!({"input": say("b"), "on_disconnect": "continue"}),
-    )
-    .await;
-    r.until("values").await;
-    drop(r);
+    let run2 = start_and_leave(&s, "b").await;
     let handle = s.state.runs.get(&run2).unwrap();
     s.model.open(1);
     assert_eq!(handle.wait_done().await, antler_store::RunStatus::Success);
     // A join with cancel_on_disconnect=1 cancels when it goes away.
-    let (run3, mut r) = start_stream(
-        &s,
-        "t1",
-        json!({"input": say("c"), "on_disconnect": "continue"}),
-    )
-    .await;
-    r.until("values").await;
-    drop(r);
+    let run3 = start_and_leave(&s, "c").await;
     let mut j = join(&s, "t1", &run3, None, "?cancel_on_disconnect=1").await;
     j.until("metadata").await;
     let handle = s.state.runs.get(&run3).unwrap();
@@ -401,7 +391,7 @@ async fn a_finished_and_released_run_joins_as_just_end() {
 
 /// The bounded load check of the suite: 200 concurrent streamed runs, every stream complete
 /// (`metadata` first, ids 0…n-1 without holes, `end` last, streamed text = final message).
-/// `examples/load.rs` measures the same against the release binary with model latency.
+/// `antler-bench`'s `examples/load.rs` measures the same against the release binary with model latency.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_hundred_concurrent_streams_lose_no_event() {
     const N: usize = 200;

@@ -44,12 +44,7 @@ async fn create_is_idempotent_and_validates_ids() {
     let id = g["thread_id"].as_str().unwrap();
     assert_eq!(uuid::Uuid::parse_str(id).unwrap().get_version_num(), 4);
     // The alias answers identically; an empty body is `{}` (Python SDK).
-    let r = s
-        .client
-        .post(s.url("/api/langgraph/threads"))
-        .send()
-        .await
-        .unwrap();
+    let r = s.raw("POST", "/api/langgraph/threads", &[]).await;
     assert_eq!(r.status().as_u16(), 200);
     for bad in ["a b", "../x", &"x".repeat(65)] {
         let (code, e) = s.post("/api/threads", json!({"thread_id": bad})).await;
@@ -314,27 +309,48 @@ async fn get_returns_full_values() {
 async fn typed_thread_bodies_name_the_bad_field() {
     let s = TestServer::start(vec![]).await;
     s.thread("t1").await;
-    let detail = |e: &Value| e["detail"].as_str().unwrap_or_default().to_owned();
-    let (code, e) = s.post("/api/threads", json!({"metadata": 5})).await;
-    assert_eq!(code, 422, "{e}");
-    assert!(detail(&e).contains("'metadata'"), "{e}");
-    let (code, e) = s.patch("/api/threads/t1", json!({"metadata": []})).await;
-    assert_eq!(code, 422, "{e}");
-    assert!(detail(&e).contains("'metadata'"), "{e}");
-    let (code, e) = s.post("/api/threads/t1/state", json!({"as_node": 1})).await;
-    assert_eq!(code, 422, "{e}");
-    assert!(detail(&e).contains("'as_node'"), "{e}");
-    let (code, e) = s
-        .post("/api/threads/t1/history", json!({"limit": "ten"}))
-        .await;
-    assert_eq!(code, 422, "{e}");
-    assert!(detail(&e).contains("'limit'"), "{e}");
-    // Thread search keeps its 400 for a bad body, and names the field too.
-    let (code, e) = s.post("/api/threads/search", json!({"ids": "t1"})).await;
-    assert_eq!(code, 400, "{e}");
-    assert!(detail(&e).contains("'ids'"), "{e}");
+    s.assert_bad_bodies(&[
+        (
+            "POST",
+            "/api/threads",
+            json!({"metadata": 5}),
+            422,
+            "'metadata'",
+        ),
+        (
+            "PATCH",
+            "/api/threads/t1",
+            json!({"metadata": []}),
+            422,
+            "'metadata'",
+        ),
+        (
+            "POST",
+            "/api/threads/t1/state",
+            json!({"as_node": 1}),
+            422,
+            "'as_node'",
+        ),
+        (
+            "POST",
+            "/api/threads/t1/history",
+            json!({"limit": "ten"}),
+            422,
+            "'limit'",
+        ),
+        // Thread search keeps its 400 for a bad body, and names the field too.
+        (
+            "POST",
+            "/api/threads/search",
+            json!({"ids": "t1"}),
+            400,
+            "'ids'",
+        ),
+    ])
+    .await;
     // Malformed JSON stays a 422.
     let (code, e) = s.post_raw("/api/threads", "{not json").await;
     assert_eq!(code, 422, "{e}");
-    assert!(detail(&e).starts_with("Malformed JSON body"), "{e}");
+    let detail = e["detail"].as_str().unwrap_or_default();
+    assert!(detail.starts_with("Malformed JSON body"), "{e}");
 }

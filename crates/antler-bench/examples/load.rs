@@ -6,7 +6,7 @@
 //!
 //! ```sh
 //! cargo build --release -p antler-cli
-//! cargo run --release -p antler-server --example load -- \
+//! cargo run --release -p antler-bench --example load -- \
 //!     --antler target/release/antler --runs 200 --latency-ms 100 --rounds 3
 //! ```
 // A measuring harness: it prints its report and stops at the first broken precondition.
@@ -21,8 +21,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use antler_bench::server::{content_text, ServeProcess, SseReader};
 use antler_test_support::{MockOpenAi, MockReply};
-use futures::StreamExt;
 use serde_json::{json, Value};
 
 struct Args {
@@ -53,20 +53,6 @@ fn args() -> Args {
     a
 }
 
-/// VmRSS / VmHWM of a process, in KiB.
-fn rss_kib(pid: u32) -> (u64, u64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    (field("VmRSS:"), field("VmHWM:"))
-}
-
 struct Outcome {
     first_event: Duration,
     first_token: Option<Duration>,
@@ -81,7 +67,7 @@ async fn one_run(
     i: usize,
 ) -> Result<Outcome, String> {
     let started = Instant::now();
-    let resp = client
+    let mut resp = client
         .post(format!("{base}/api/threads/{thread}/runs/stream"))
         .json(&json!({
             "input": {"messages": [{"type": "human", "content": format!("load test message {i}")}]},
@@ -101,63 +87,50 @@ async fn one_run(
         .and_then(|l| l.rsplit('/').next())
         .map(str::to_owned)
         .ok_or("no Content-Location")?;
-    let mut stream = resp.bytes_stream();
-    let mut buf = String::new();
+    let mut reader = SseReader::default();
     let mut first_event = None;
     let mut first_token = None;
-    let mut events: Vec<(String, Value, Option<String>)> = Vec::new();
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| e.to_string())?;
+    let mut events = Vec::new();
+    while let Some(batch) = reader
+        .next_events(&mut resp)
+        .await
+        .map_err(|e| e.to_string())?
+    {
         first_event.get_or_insert_with(|| started.elapsed());
-        buf.push_str(std::str::from_utf8(&chunk).map_err(|e| e.to_string())?);
-        while let Some(pos) = buf.find("\n\n") {
-            let block: String = buf.drain(..pos + 2).collect();
-            if block.starts_with(':') {
-                continue;
-            }
-            let (mut name, mut data, mut id) = (String::new(), Value::Null, None);
-            for line in block.lines() {
-                if let Some(v) = line.strip_prefix("event: ") {
-                    name = v.to_owned();
-                } else if let Some(v) = line.strip_prefix("data: ") {
-                    data = serde_json::from_str(v).map_err(|e| format!("bad data: {e}"))?;
-                } else if let Some(v) = line.strip_prefix("id: ") {
-                    id = Some(v.to_owned());
-                }
-            }
-            if name == "messages" && first_token.is_none() {
+        for e in batch {
+            if e.event == "messages" && first_token.is_none() {
                 first_token = Some(started.elapsed());
             }
-            events.push((name, data, id));
+            events.push(e);
         }
     }
     // Completeness: metadata first, end last, ids 0..n-1, text = final message.
-    if events.first().map(|e| e.0.as_str()) != Some("metadata") {
+    if events.first().map(|e| e.event.as_str()) != Some("metadata") {
         return Err("metadata is not first".into());
     }
-    if events.last().map(|e| e.0.as_str()) != Some("end") {
+    if events.last().map(|e| e.event.as_str()) != Some("end") {
         return Err(format!("no end ({} events)", events.len()));
     }
     for (n, e) in events[..events.len() - 1].iter().enumerate() {
         let seq =
-            e.2.as_deref()
+            e.id.as_deref()
                 .and_then(|id| id.split_once('-'))
                 .and_then(|(_, s)| s.parse::<usize>().ok());
         if seq != Some(n) {
-            return Err(format!("event {n} has id {:?}: lost or reordered", e.2));
+            return Err(format!("event {n} has id {:?}: lost or reordered", e.id));
         }
     }
     let streamed: String = events
         .iter()
-        .filter(|e| e.0 == "messages" && e.1[0]["type"] == "AIMessageChunk")
-        .filter_map(|e| e.1[0]["content"].as_str().map(str::to_owned))
+        .filter(|e| e.event == "messages" && e.data[0]["type"] == "AIMessageChunk")
+        .filter_map(|e| e.data[0]["content"].as_str().map(str::to_owned))
         .collect();
     let last_values = events
         .iter()
         .rev()
-        .find(|e| e.0 == "values")
+        .find(|e| e.event == "values")
         .ok_or("no values")?;
-    let final_text = last_values.1["messages"]
+    let final_text = last_values.data["messages"]
         .as_array()
         .and_then(|m| m.iter().rev().find(|m| m["type"] == "ai"))
         .and_then(|m| m["content"].as_str())
@@ -204,19 +177,7 @@ async fn main() {
                     m["role"] == "user" && !m["content"].to_string().contains("<system-reminder>")
                 })
             })
-            .map(|m| match &m["content"] {
-                Value::String(s) => s.clone(),
-                other => other
-                    .as_array()
-                    .map(|parts| {
-                        parts
-                            .iter()
-                            .filter_map(|p| p["text"].as_str())
-                            .collect::<Vec<_>>()
-                            .join("")
-                    })
-                    .unwrap_or_default(),
-            })
+            .map(|m| content_text(&m["content"]))
             .unwrap_or_default();
         MockReply::text(format!("Echoing your words back to you: {said}"))
             .usage(50, 12)
@@ -232,38 +193,22 @@ async fn main() {
         ),
     )
     .expect("config");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port();
-    let mut child = tokio::process::Command::new(&a.antler)
-        .args(["serve", "--config"])
-        .arg(&config)
-        .args(["--port", &port.to_string(), "--retention-secs", "1"])
-        .env("ANTLER_HOME", work.path().join("home"))
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("start antler serve");
-    let pid = child.id().expect("pid");
-    let base = format!("http://127.0.0.1:{port}");
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(a.runs)
         .build()
         .expect("client");
-    for _ in 0..300 {
-        if client.get(format!("{base}/health")).send().await.is_ok() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let home = work.path().join("home");
+    let server = ServeProcess::start(&a.antler, &config, work.path(), &home, 1, &client)
+        .await
+        .expect("start antler serve");
+    let (pid, base) = (server.pid, server.origin.clone());
     println!(
         "antler serve (pid {pid}); {} concurrent streamed runs per round, mock latency {} ms, {} rounds",
         a.runs,
         a.latency.as_millis(),
         a.rounds
     );
-    let (rss0, _) = rss_kib(pid);
-    println!("RSS at start: {:.1} MiB", rss0 as f64 / 1024.0);
+    println!("RSS at start: {:.1} MiB", server.status_mib("VmRSS:"));
     let mut failures = 0;
     for round in 1..=a.rounds {
         let mut threads = Vec::with_capacity(a.runs);
@@ -313,7 +258,7 @@ async fn main() {
         tokens.sort();
         // Let finished runs' buffers expire (retention 1 s) before sampling memory.
         tokio::time::sleep(Duration::from_millis(1500)).await;
-        let (rss, hwm) = rss_kib(pid);
+        let (rss, hwm) = (server.status_mib("VmRSS:"), server.peak_rss_mib());
         println!(
             "round {round}: {}/{} runs complete, {events} events, {lost} incomplete; wall {:.2} s; first event p50 {:.1} ms p99 {:.1} ms; first token p50 {:.1} ms p99 {:.1} ms; RSS {:.1} MiB (peak {:.1} MiB)",
             firsts.len(),
@@ -323,11 +268,11 @@ async fn main() {
             pct(&firsts, 0.99).as_secs_f64() * 1e3,
             pct(&tokens, 0.5).as_secs_f64() * 1e3,
             pct(&tokens, 0.99).as_secs_f64() * 1e3,
-            rss as f64 / 1024.0,
-            hwm as f64 / 1024.0,
+            rss,
+            hwm,
         );
     }
-    let _ = child.kill().await;
+    drop(server);
     mock.assert_no_violations();
     if failures > 0 {
         eprintln!("{failures} run(s) failed");
