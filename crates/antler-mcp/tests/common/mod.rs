@@ -90,41 +90,12 @@ pub fn text(out: &ToolOutput) -> (String, ToolStatus) {
     }
 }
 
-/// `server-everything`'s entry point, installed by tests/peers/setup.sh; `None` (with the
-/// reason printed) when node is absent. With node present but the package missing, the setup
-/// script is run here.
+/// `server-everything`'s entry point, installed by tests/peers/setup.sh when missing; `None`
+/// (with the reason printed) when node is absent.
 pub fn everything() -> Option<PathBuf> {
-    if std::process::Command::new("node")
-        .arg("--version")
-        .output()
-        .map(|o| !o.status.success())
-        .unwrap_or(true)
-    {
-        eprintln!("SKIP: node is not installed; the server-everything tests need it");
-        return None;
-    }
-    let dir = std::env::var_os("ANTLER_MCP_PEERS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-                .join(".cache/antler-mcp-peers")
-        });
-    let entry = dir.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
-    if !entry.is_file() {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/peers/setup.sh");
-        let status = std::process::Command::new("bash")
-            .arg(script)
-            .env("ANTLER_MCP_PEERS", &dir)
-            .status()
-            .expect("run tests/peers/setup.sh");
-        assert!(status.success(), "tests/peers/setup.sh failed");
-    }
-    assert!(
-        entry.is_file(),
-        "server-everything missing at {}",
-        entry.display()
-    );
-    Some(entry)
+    antler_test_support::mcp_peers::server_everything(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/peers/setup.sh"),
+    )
 }
 
 /// A free loopback port.
