@@ -228,9 +228,14 @@ impl App {
     /// Before the process exits: fold the write-ahead log into the database file and truncate
     /// it, so a stopped home holds its data in `antler.db` alone (the log otherwise stays at
     /// its high-water mark, ~4 MiB, because background tasks keep the store open until exit).
+    /// Never waits for another process on the same file: then the log stays for later.
     pub async fn close_store(&self) {
-        if let Err(e) = self.store.checkpoint_wal().await {
-            tracing::warn!(error = %e, "could not checkpoint the write-ahead log at shutdown");
+        match self.store.try_truncate_wal().await {
+            Ok(true) => {}
+            Ok(false) => tracing::debug!("write-ahead log in use by another process; left as is"),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not checkpoint the write-ahead log at exit")
+            }
         }
     }
 

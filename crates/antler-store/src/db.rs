@@ -28,7 +28,7 @@ use crate::error::{classify_io, StoreError};
 use crate::schema;
 
 /// How long a statement waits for a lock held by another connection or process.
-const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Most jobs committed in one writer transaction.
 const MAX_BATCH: usize = 128;
 /// Idle read connections kept open.
@@ -402,7 +402,7 @@ fn begin_now(conn: &Connection) -> rusqlite::Result<()> {
     begun
 }
 
-fn is_busy(e: &rusqlite::Error) -> bool {
+pub(crate) fn is_busy(e: &rusqlite::Error) -> bool {
     matches!(
         e.sqlite_error_code(),
         Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)

@@ -134,6 +134,33 @@ impl SqliteStore {
             .await
     }
 
+    /// As [`SqliteStore::checkpoint_wal`], but without waiting: when another connection (a
+    /// second `antler` process on the same file) is reading or writing, SQLite leaves the log
+    /// for a later checkpoint and this returns `false` at once. For process exit, which must
+    /// not stall behind someone else's transaction.
+    pub async fn try_truncate_wal(&self) -> Result<bool, StoreError> {
+        self.db()
+            .configure_writer(|cx| {
+                let err = cx.err("checkpoint the write-ahead log");
+                cx.conn
+                    .busy_timeout(std::time::Duration::ZERO)
+                    .map_err(&err)?;
+                // Columns: busy (1 when blocked), log frames, frames checkpointed.
+                let busy = cx
+                    .conn
+                    .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+                        r.get::<_, i64>(0)
+                    });
+                cx.conn.busy_timeout(db::BUSY_TIMEOUT).map_err(&err)?;
+                match busy {
+                    Ok(b) => Ok(b == 0),
+                    Err(e) if db::is_busy(&e) => Ok(false),
+                    Err(e) => Err(err(e)),
+                }
+            })
+            .await
+    }
+
     /// Refuse every write (`PRAGMA query_only`) until turned off again: writes fail with
     /// [`Failure::ReadOnly`], as on a read-only file system. For maintenance and tests.
     pub async fn set_read_only(&self, read_only: bool) -> Result<(), StoreError> {
