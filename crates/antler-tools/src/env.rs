@@ -335,7 +335,6 @@ macro_rules! sandbox_tool {
 }
 pub(crate) use sandbox_tool;
 
-/// Clamp a `max_results`: ≤ 0 → `default`, capped at `upper`.
 /// A search's sandbox with `path` checked for reading, and its result limit: the `asked`
 /// count clamped to `default`/`upper`, and at most `configured_max`.
 pub(crate) fn prepare_search(
@@ -351,6 +350,7 @@ pub(crate) fn prepare_search(
     Ok((p, limit))
 }
 
+/// Clamp a `max_results`: ≤ 0 → `default`, capped at `upper`.
 pub(crate) fn clamp_results(v: i64, default: usize, upper: usize) -> usize {
     if v <= 0 {
         default
