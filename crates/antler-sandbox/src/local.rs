@@ -27,7 +27,7 @@ use crate::sandbox::{
     CommandOutput, CommandRequest, GrepMatch, GrepQuery, OutputLines, Sandbox, SandboxProvider,
 };
 use crate::settings::{Confine, HelperCommand, SandboxSettings};
-use crate::warden::{self, Policy, Warden};
+use crate::warden::{self, Launcher, Policy, Warden};
 
 /// Largest file `download_file` returns.
 pub const MAX_DOWNLOAD_BYTES: u64 = 100 * 1024 * 1024;
@@ -106,8 +106,9 @@ pub struct LocalSandbox {
     agent_written: Mutex<HashSet<PathBuf>>,
     /// What confined commands may reach (see [`crate::warden`]).
     policy: Policy,
-    /// The helper program; `None` falls back to in-process Landlock.
-    helper: Option<HelperCommand>,
+    /// The launcher of the helper program (shared by the provider's sandboxes); `None` falls
+    /// back to in-process Landlock.
+    launcher: Option<Arc<Launcher>>,
     /// The running warden, started on the first command.
     warden: tokio::sync::Mutex<Option<Arc<Warden>>>,
     /// Landlock rules for the in-process fallback, computed once.
@@ -185,19 +186,19 @@ impl LocalSandbox {
             writable,
             agent_written: Mutex::new(HashSet::new()),
             policy,
-            helper: ctx.helper.clone(),
+            launcher: ctx.launcher.clone(),
             warden: tokio::sync::Mutex::new(None),
             fallback_rules: std::sync::OnceLock::new(),
         }
     }
 
     /// The running warden, started (or restarted after it died) on demand.
-    async fn warden(&self, helper: &HelperCommand) -> Result<Arc<Warden>, SandboxError> {
+    async fn warden(&self, launcher: &Launcher) -> Result<Arc<Warden>, SandboxError> {
         let mut slot = self.warden.lock().await;
         if let Some(w) = slot.as_ref().filter(|w| w.is_alive()) {
             return Ok(w.clone());
         }
-        let w = Arc::new(Warden::start(helper, &self.policy).await?);
+        let w = Arc::new(Warden::start(launcher, &self.policy).await?);
         *slot = Some(w.clone());
         Ok(w)
     }
@@ -284,9 +285,9 @@ impl Sandbox for LocalSandbox {
         let command = self.mapper.rewrite_command(&req.command).into_owned();
         let mut spec = self.exec_spec(&command, &req)?;
         let timeout = spec.timeout;
-        let res = match (self.confinement.active, &self.helper) {
-            (true, Some(helper)) => {
-                let warden = self.warden(helper).await?;
+        let res = match (self.confinement.active, &self.launcher) {
+            (true, Some(launcher)) => {
+                let warden = self.warden(launcher).await?;
                 self.set_tmpdir(&mut spec, warden.ready().guarantees.private_tmp);
                 warden.exec(&spec).await?
             }
@@ -638,7 +639,8 @@ struct ProviderShared {
     home: PathBuf,
     settings: Arc<SandboxSettings>,
     status: ConfinementStatus,
-    helper: Option<HelperCommand>,
+    /// Starts the wardens of every sandbox of the provider (one process, started on first use).
+    launcher: Option<Arc<Launcher>>,
 }
 
 impl LocalSandboxProvider {
@@ -681,7 +683,7 @@ impl LocalSandboxProvider {
                 home: home.into(),
                 settings: Arc::new(settings),
                 status,
-                helper,
+                launcher: helper.map(|h| Arc::new(Launcher::new(h))),
             },
             mounts,
             cache: Mutex::new(Cache::default()),

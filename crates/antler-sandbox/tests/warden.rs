@@ -364,3 +364,83 @@ async fn required_without_a_helper_refuses() {
     assert!(matches!(err, SandboxError::Runtime(_)), "{err}");
     assert!(err.to_string().contains("sandbox helper"), "{err}");
 }
+
+/// `(pid, parent pid, command line)` of every host process whose command line contains `needle`.
+fn host_process_tree(needle: &str) -> Vec<(u32, u32, Vec<String>)> {
+    host_processes_with(needle)
+        .into_iter()
+        .filter_map(|pid| {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+            let ppid = status
+                .lines()
+                .find_map(|l| l.strip_prefix("PPid:"))?
+                .trim()
+                .parse()
+                .ok()?;
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            let args = cmdline
+                .split(|b| *b == 0)
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            Some((pid, ppid, args))
+        })
+        .collect()
+}
+
+fn cmdline_of(pid: u32) -> String {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn one_launcher_starts_every_warden_and_antler_starts_none() {
+    let Some(f) = confined() else { return };
+    let (a, b) = (f.sandbox("t1"), f.sandbox("t2"));
+    assert_eq!(sh(&a, "echo a").await, "a\n");
+    assert_eq!(sh(&b, "echo b").await, "b\n");
+    // Stage 1 of each warden carries its policy, which names this fixture's data home.
+    let home = f.home.path().to_string_lossy().into_owned();
+    let stage1: Vec<_> = host_process_tree(&home)
+        .into_iter()
+        .filter(|(_, _, args)| args.iter().any(|a| a == "--warden"))
+        .collect();
+    assert_eq!(stage1.len(), 2, "one stage 1 per sandbox: {stage1:?}");
+    let parent = stage1[0].1;
+    assert!(
+        stage1.iter().all(|(_, ppid, _)| *ppid == parent),
+        "{stage1:?}"
+    );
+    assert_ne!(parent, std::process::id(), "antler itself started a warden");
+    assert!(
+        cmdline_of(parent).contains("--warden-launcher"),
+        "the wardens' parent is not the launcher: {}",
+        cmdline_of(parent)
+    );
+}
+
+#[tokio::test]
+async fn a_killed_launcher_is_replaced_and_running_wardens_keep_working() {
+    let Some(f) = confined() else { return };
+    let a = f.sandbox("t1");
+    assert_eq!(sh(&a, "echo a").await, "a\n");
+    let home = f.home.path().to_string_lossy().into_owned();
+    let launcher = host_process_tree(&home)
+        .into_iter()
+        .find(|(_, _, args)| args.iter().any(|a| a == "--warden"))
+        .map(|(_, ppid, _)| ppid)
+        .expect("a warden for t1");
+    let killed = std::process::Command::new("kill")
+        .args(["-9", &launcher.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !process_gone(launcher) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The running warden does not need the launcher; a new sandbox gets a new launcher.
+    assert_eq!(sh(&a, "echo still").await, "still\n");
+    let b = f.sandbox("t2");
+    assert_eq!(sh(&b, "echo b").await, "b\n");
+}

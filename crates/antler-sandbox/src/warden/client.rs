@@ -7,14 +7,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::unix::pipe;
 use tokio::sync::{mpsc, oneshot};
 
 use super::protocol::{Ready, Reply, Request};
-use super::Policy;
+use super::{Launcher, Policy};
 use crate::error::SandboxError;
 use crate::exec::{ExecResult, ExecSpec};
 use crate::sandbox::OutputLines;
-use crate::settings::HelperCommand;
 
 /// How long the helper may take to report ready.
 const START_TIMEOUT: Duration = Duration::from_secs(20);
@@ -36,13 +36,25 @@ pub struct Warden {
     alive: Arc<AtomicBool>,
     stderr: Arc<Mutex<VecDeque<String>>>,
     ready: Ready,
-    // Held for `kill_on_drop`.
-    _child: tokio::process::Child,
+    // Kills stage 1 (and with it the whole sandbox) when the warden is dropped.
+    _kill: KillStage1,
+}
+
+/// Stage 1's pidfd: SIGKILL on drop. Stage 2 dies with it (parent-death signal), and with
+/// stage 2, PID 1 of the sandbox, every process in it. A pidfd never names a recycled pid.
+struct KillStage1(Option<std::os::fd::OwnedFd>);
+
+impl Drop for KillStage1 {
+    fn drop(&mut self) {
+        if let Some(fd) = &self.0 {
+            let _ = rustix::process::pidfd_send_signal(fd, rustix::process::Signal::KILL);
+        }
+    }
 }
 
 /// The helper's own environment: nothing secret, nothing from antler's environment beyond
 /// the locale and the search path (commands get their environment per request).
-fn helper_env() -> Vec<(OsString, OsString)> {
+pub(super) fn helper_env() -> Vec<(OsString, OsString)> {
     ["PATH", "LANG", "LC_ALL"]
         .iter()
         .filter_map(|k| std::env::var_os(k).map(|v| (OsString::from(k), v)))
@@ -57,35 +69,24 @@ fn tail(stderr: &Mutex<VecDeque<String>>) -> String {
 }
 
 impl Warden {
-    /// Start the helper for `policy` and wait until it is ready.
-    pub async fn start(helper: &HelperCommand, policy: &Policy) -> Result<Warden, SandboxError> {
+    /// Start a warden for `policy` through the provider's launcher and wait until it is ready.
+    pub(crate) async fn start(launcher: &Launcher, policy: &Policy) -> Result<Warden, SandboxError> {
         let runtime = |m: String| SandboxError::Runtime(m);
         let policy_json = serde_json::to_string(policy)
             .map_err(|e| runtime(format!("cannot encode the sandbox policy: {e}")))?;
-        let mut child = tokio::process::Command::new(&helper.exe)
-            .args(&helper.args)
-            .arg("--warden")
-            .arg(policy_json)
-            .env_clear()
-            .envs(helper_env())
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| {
-                runtime(format!(
-                    "cannot start the sandbox helper {}: {e}",
-                    helper.exe.display()
-                ))
-            })?;
-        let (Some(stdin), Some(stdout), Some(stderr)) =
-            (child.stdin.take(), child.stdout.take(), child.stderr.take())
-        else {
-            return Err(runtime("the sandbox helper has no pipes".into()));
+        let started = launcher.start(&policy_json).await.map_err(runtime)?;
+        let no_pipe = |e: std::io::Error| {
+            runtime(format!(
+                "the sandbox helper's pipes are not usable ({}): {e}",
+                launcher.helper().exe.display()
+            ))
         };
+        let stdin = pipe::Sender::from_owned_fd(started.stdin).map_err(no_pipe)?;
+        let stdout = pipe::Receiver::from_owned_fd(started.stdout).map_err(no_pipe)?;
+        let stderr = pipe::Receiver::from_owned_fd(started.stderr).map_err(no_pipe)?;
+        let pidfd = started.pidfd;
         let tail_buf: Arc<Mutex<VecDeque<String>>> = Arc::default();
-        {
+        let stderr_done = {
             let tail_buf = tail_buf.clone();
             tokio::spawn(async move {
                 let mut lines = BufReader::new(stderr).lines();
@@ -98,8 +99,9 @@ impl Warden {
                         t.push_back(line);
                     }
                 }
-            });
-        }
+            })
+        };
+        let kill = KillStage1(pidfd);
         let mut lines = BufReader::new(stdout).lines();
         let first = tokio::time::timeout(START_TIMEOUT, lines.next_line()).await;
         let ready = match first {
@@ -111,9 +113,9 @@ impl Warden {
                 _ => return Err(runtime(format!("the sandbox helper said: {line}"))),
             },
             Ok(_) => {
-                // Let the stderr reader catch up on the reason.
-                let _ = child.wait().await;
-                tokio::task::yield_now().await;
+                // Every stage has ended (stdout closed): let the stderr reader catch up on
+                // the reason.
+                let _ = tokio::time::timeout(Duration::from_secs(2), stderr_done).await;
                 return Err(runtime(format!(
                     "the sandbox helper exited during setup: {}",
                     tail(&tail_buf)
@@ -189,7 +191,7 @@ impl Warden {
             alive,
             stderr: tail_buf,
             ready,
-            _child: child,
+            _kill: kill,
         })
     }
 

@@ -28,6 +28,7 @@
 //! with what there is and the [`Ready`] frame says what is missing; `confine: required` refuses.
 
 mod client;
+mod launcher;
 mod limits;
 pub mod protocol;
 pub mod rules;
@@ -41,6 +42,7 @@ use crate::confine::{default_writable_extras, RuleSpec};
 use crate::settings::{Confine, Limits, Network};
 
 pub use client::Warden;
+pub(crate) use launcher::Launcher;
 pub use limits::{sweep_stale as sweep_stale_cgroups, LEAF_PREFIX};
 pub use protocol::Ready;
 pub use stages::warden_main;

@@ -15,11 +15,11 @@ use crate::exec::{self, Confinement, ExecSpec};
 use crate::sandbox::OutputLines;
 use crate::settings::{Confine, Network};
 
-const STAGE1: &str = "--warden";
+pub(super) const STAGE1: &str = "--warden";
 const STAGE2: &str = "--warden-init";
 const STAGE3: &str = "--warden-serve";
 
-fn say(msg: &str) {
+pub(super) fn say(msg: &str) {
     let _ = writeln!(std::io::stderr(), "antler sandbox warden: {msg}");
 }
 
@@ -38,23 +38,27 @@ fn fatal(message: String) -> i32 {
     126
 }
 
-/// Entry point: `--warden POLICY` (stage 1), `--warden-init POLICY GUARANTEES` (stage 2),
-/// `--warden-serve POLICY GUARANTEES` (stage 3). Returns the exit code.
+/// Entry point: `--warden-launcher` (the launcher, [`super::launcher`]), `--warden POLICY`
+/// (stage 1), `--warden-init POLICY GUARANTEES` (stage 2), `--warden-serve POLICY GUARANTEES`
+/// (stage 3). Returns the exit code.
 pub fn warden_main(args: &[OsString]) -> i32 {
     let arg = |i: usize| args.get(i).and_then(|a| a.to_str());
-    let Some(policy) = arg(1).and_then(|p| serde_json::from_str::<Policy>(p).ok()) else {
-        say("usage: --warden POLICY_JSON");
-        return 125;
-    };
-    let guarantees = arg(2)
-        .and_then(|g| serde_json::from_str::<Guarantees>(g).ok())
-        .unwrap_or_default();
     // How this program was invoked, minus our own arguments: `antler sandbox-exec`, or the
     // bare helper binary.
     let all: Vec<OsString> = std::env::args_os().collect();
     let prefix: Vec<OsString> = all
         .get(1..all.len().saturating_sub(args.len()))
         .map(<[OsString]>::to_vec)
+        .unwrap_or_default();
+    if arg(0) == Some(super::launcher::LAUNCHER) {
+        return super::launcher::launcher_main(&prefix);
+    }
+    let Some(policy) = arg(1).and_then(|p| serde_json::from_str::<Policy>(p).ok()) else {
+        say("usage: --warden POLICY_JSON");
+        return 125;
+    };
+    let guarantees = arg(2)
+        .and_then(|g| serde_json::from_str::<Guarantees>(g).ok())
         .unwrap_or_default();
     match arg(0) {
         Some(STAGE1) => stage1(&policy, &prefix),
