@@ -10,6 +10,7 @@ use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 
@@ -587,19 +588,51 @@ impl LocalSandbox {
     }
 }
 
-#[derive(Default)]
+/// The sandboxes of a provider, least recently used evicted past [`LRU_CAPACITY`] — but never
+/// one in use: evicting a sandbox ends its warden, and a thread that is mid-run would start a
+/// new one (three processes, namespaces, mounts, Landlock) on its next command. With more
+/// threads running at once than the capacity, the cache holds one sandbox per running thread
+/// and shrinks back to the capacity as they go idle.
 struct Cache {
-    map: HashMap<String, (Arc<LocalSandbox>, u64)>,
+    map: HashMap<String, Entry>,
     tick: u64,
+    /// How long after its last use a sandbox still counts as in use (between a run's
+    /// commands it is not held: the model is thinking).
+    busy_for: Duration,
+}
+
+struct Entry {
+    sandbox: Arc<LocalSandbox>,
+    tick: u64,
+    used: Instant,
+}
+
+/// A sandbox used within this long is not evicted (a model call between two commands of one
+/// run rarely takes longer).
+const BUSY_FOR: Duration = Duration::from_secs(120);
+
+impl Default for Cache {
+    fn default() -> Cache {
+        Cache::with_busy_for(BUSY_FOR)
+    }
 }
 
 impl Cache {
+    fn with_busy_for(busy_for: Duration) -> Cache {
+        Cache {
+            map: HashMap::new(),
+            tick: 0,
+            busy_for,
+        }
+    }
+
     fn get(&mut self, id: &str) -> Option<Arc<LocalSandbox>> {
         self.tick += 1;
         let t = self.tick;
-        self.map.get_mut(id).map(|(s, used)| {
-            *used = t;
-            s.clone()
+        self.map.get_mut(id).map(|e| {
+            e.tick = t;
+            e.used = Instant::now();
+            e.sandbox.clone()
         })
     }
 
@@ -608,21 +641,38 @@ impl Cache {
             return existing;
         }
         self.tick += 1;
-        self.map.insert(id, (s.clone(), self.tick));
-        while self.map.len() > LRU_CAPACITY {
-            let oldest = self
-                .map
-                .iter()
-                .min_by_key(|(_, (_, used))| *used)
-                .map(|(k, _)| k.clone());
-            match oldest {
-                Some(k) => {
-                    self.map.remove(&k);
-                }
-                None => break,
-            }
-        }
+        self.map.insert(
+            id,
+            Entry {
+                sandbox: s.clone(),
+                tick: self.tick,
+                used: Instant::now(),
+            },
+        );
+        self.trim();
         s
+    }
+
+    /// Evict idle sandboxes, least recently used first, down to the capacity.
+    fn trim(&mut self) {
+        if self.map.len() <= LRU_CAPACITY {
+            return;
+        }
+        let now = Instant::now();
+        let busy_for = self.busy_for;
+        let mut idle: Vec<(u64, String)> = self
+            .map
+            .iter()
+            .filter(|(_, e)| {
+                Arc::strong_count(&e.sandbox) == 1 && now.duration_since(e.used) >= busy_for
+            })
+            .map(|(k, e)| (e.tick, k.clone()))
+            .collect();
+        idle.sort_unstable();
+        let excess = self.map.len() - LRU_CAPACITY;
+        for (_, k) in idle.into_iter().take(excess) {
+            self.map.remove(&k);
+        }
     }
 }
 
@@ -769,5 +819,60 @@ impl SandboxProvider for LocalSandboxProvider {
 
     fn confinement(&self) -> ConfinementStatus {
         self.shared.status.clone()
+    }
+}
+
+#[cfg(test)]
+mod cache_tests {
+    use super::*;
+
+    fn shared(home: &Path) -> ProviderShared {
+        ProviderShared {
+            home: home.to_path_buf(),
+            settings: Arc::new(SandboxSettings::default()),
+            status: ConfinementStatus {
+                mode: Confine::Off,
+                active: false,
+                reason: String::new(),
+            },
+            launcher: None,
+        }
+    }
+
+    fn fill(cache: &mut Cache, ctx: &ProviderShared, n: usize) {
+        for i in 0..n {
+            let id = format!("local:t{i}");
+            let sb = Arc::new(LocalSandbox::new(id.clone(), None, &[], ctx));
+            cache.insert(id, sb);
+        }
+    }
+
+    #[test]
+    fn idle_sandboxes_are_evicted_oldest_first_down_to_the_capacity() {
+        let home = tempfile::tempdir().unwrap();
+        let ctx = shared(home.path());
+        let mut cache = Cache::with_busy_for(Duration::ZERO);
+        fill(&mut cache, &ctx, LRU_CAPACITY + 44);
+        assert_eq!(cache.map.len(), LRU_CAPACITY);
+        assert!(cache.get("local:t43").is_none());
+        assert!(cache.get("local:t44").is_some());
+    }
+
+    #[test]
+    fn a_sandbox_in_use_is_never_evicted() {
+        let home = tempfile::tempdir().unwrap();
+        let ctx = shared(home.path());
+        // Recently used: a thread between two commands of a run.
+        let mut recent = Cache::with_busy_for(Duration::from_secs(3600));
+        fill(&mut recent, &ctx, LRU_CAPACITY + 44);
+        assert_eq!(recent.map.len(), LRU_CAPACITY + 44);
+        // Held: a command is running in it, however long ago it started.
+        let mut held = Cache::with_busy_for(Duration::ZERO);
+        fill(&mut held, &ctx, 1);
+        let running = held.get("local:t0");
+        fill(&mut held, &ctx, LRU_CAPACITY + 44);
+        assert_eq!(held.map.len(), LRU_CAPACITY);
+        assert!(held.get("local:t0").is_some());
+        drop(running);
     }
 }

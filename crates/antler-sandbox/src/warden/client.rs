@@ -70,7 +70,10 @@ fn tail(stderr: &Mutex<VecDeque<String>>) -> String {
 
 impl Warden {
     /// Start a warden for `policy` through the provider's launcher and wait until it is ready.
-    pub(crate) async fn start(launcher: &Launcher, policy: &Policy) -> Result<Warden, SandboxError> {
+    pub(crate) async fn start(
+        launcher: &Launcher,
+        policy: &Policy,
+    ) -> Result<Warden, SandboxError> {
         let runtime = |m: String| SandboxError::Runtime(m);
         let policy_json = serde_json::to_string(policy)
             .map_err(|e| runtime(format!("cannot encode the sandbox policy: {e}")))?;

@@ -26,7 +26,7 @@ use std::time::Duration;
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use rustix::io::Errno;
 use rustix::net::{
-    recv, recvmsg, send, sendmsg, sockopt, socketpair, AddressFamily, RecvAncillaryBuffer,
+    recv, recvmsg, send, sendmsg, socketpair, sockopt, AddressFamily, RecvAncillaryBuffer,
     RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer, SendAncillaryMessage, SendFlags,
     SocketFlags, SocketType,
 };
