@@ -120,48 +120,24 @@ fn py_repr(v: &Value) -> String {
     }
 }
 
-/// JSON as Python's `json.dumps(…, ensure_ascii=False)` writes it (`", "` and `": "`
-/// separators), for the form's byte budget.
-struct PySeparators;
-
-impl serde_json::ser::Formatter for PySeparators {
-    fn begin_array_value<W: ?Sized + std::io::Write>(
-        &mut self,
-        writer: &mut W,
-        first: bool,
-    ) -> std::io::Result<()> {
-        if first {
-            Ok(())
-        } else {
-            writer.write_all(b", ")
-        }
-    }
-
-    fn begin_object_key<W: ?Sized + std::io::Write>(
-        &mut self,
-        writer: &mut W,
-        first: bool,
-    ) -> std::io::Result<()> {
-        if first {
-            Ok(())
-        } else {
-            writer.write_all(b", ")
-        }
-    }
-
-    fn begin_object_value<W: ?Sized + std::io::Write>(
-        &mut self,
-        writer: &mut W,
-    ) -> std::io::Result<()> {
-        writer.write_all(b": ")
-    }
-}
-
+/// Length of `v` as Python's `json.dumps(…, ensure_ascii=False)` writes it, for the form's
+/// byte budget: serde's compact form plus the space Python's `", "` and `": "` separators add.
 fn py_json_len(v: &Value) -> usize {
-    let mut buf = Vec::new();
-    let mut ser = serde_json::Serializer::with_formatter(&mut buf, PySeparators);
-    match serde::Serialize::serialize(v, &mut ser) {
-        Ok(()) => buf.len(),
+    fn separator_spaces(v: &Value) -> usize {
+        match v {
+            Value::Array(a) => {
+                a.len().saturating_sub(1) + a.iter().map(separator_spaces).sum::<usize>()
+            }
+            Value::Object(o) => {
+                o.len().saturating_sub(1)
+                    + o.len()
+                    + o.values().map(separator_spaces).sum::<usize>()
+            }
+            _ => 0,
+        }
+    }
+    match serde_json::to_vec(v) {
+        Ok(compact) => compact.len() + separator_spaces(v),
         Err(_) => usize::MAX,
     }
 }
@@ -520,5 +496,29 @@ impl Middleware for ClarificationMiddleware {
             update: StateUpdate::message(msg),
             goto: Some(Goto::End),
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn py_json_len_counts_python_separators() {
+        // Lengths of `json.dumps(v, ensure_ascii=False).encode()` in CPython.
+        let cases = [
+            (json!([]), 2),
+            (json!({}), 2),
+            (json!([1]), 3),
+            (json!({"a": [1, 2], "b": {"c": "x, y: z"}}), 36),
+            (
+                json!([{"name": "é", "options": [{"id": "a", "label": "b"}]}, null, true]),
+                68,
+            ),
+            (json!({"k": [[], {}]}), 15),
+        ];
+        for (value, python_len) in cases {
+            assert_eq!(py_json_len(&value), python_len, "{value}");
+        }
     }
 }

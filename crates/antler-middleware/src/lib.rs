@@ -61,6 +61,7 @@ mod py;
 pub mod read_before_write;
 pub mod sandbox;
 pub mod sandbox_audit;
+mod side_model;
 pub mod skill_activation;
 pub mod skill_registry;
 pub mod skill_tool_policy;

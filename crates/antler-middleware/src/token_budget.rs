@@ -60,19 +60,26 @@ struct Runs {
     stop_order: VecDeque<String>,
 }
 
+/// Before `run` enters `map` (insertion order in `order`), evicts the oldest runs so at most
+/// `MAX_RUNS` stay.
+fn make_room<V>(map: &mut HashMap<String, V>, order: &mut VecDeque<String>, run: &str) {
+    if map.contains_key(run) {
+        return;
+    }
+    while map.len() >= MAX_RUNS {
+        match order.pop_front() {
+            Some(old) => {
+                map.remove(&old);
+            }
+            None => break,
+        }
+    }
+    order.push_back(run.to_owned());
+}
+
 impl Runs {
     fn get(&mut self, run: &str) -> &mut RunBudget {
-        if !self.by_run.contains_key(run) {
-            while self.by_run.len() >= MAX_RUNS {
-                match self.order.pop_front() {
-                    Some(old) => {
-                        self.by_run.remove(&old);
-                    }
-                    None => break,
-                }
-            }
-            self.order.push_back(run.to_owned());
-        }
+        make_room(&mut self.by_run, &mut self.order, run);
         self.by_run.entry(run.to_owned()).or_default()
     }
 
@@ -83,17 +90,7 @@ impl Runs {
     }
 
     fn set_stop(&mut self, run: &str) {
-        if !self.stop_reasons.contains_key(run) {
-            while self.stop_reasons.len() >= MAX_RUNS {
-                match self.stop_order.pop_front() {
-                    Some(old) => {
-                        self.stop_reasons.remove(&old);
-                    }
-                    None => break,
-                }
-            }
-            self.stop_order.push_back(run.to_owned());
-        }
+        make_room(&mut self.stop_reasons, &mut self.stop_order, run);
         self.stop_reasons
             .insert(run.to_owned(), STOP_REASON.to_owned());
     }
