@@ -190,6 +190,15 @@ pub fn normalize_options(raw: Option<&Value>) -> Vec<String> {
     out
 }
 
+/// Options as card entries: ids `<prefix>option-1`, `<prefix>option-2`, … in order.
+fn option_entries(options: &[String], prefix: &str) -> Value {
+    options
+        .iter()
+        .enumerate()
+        .map(|(i, o)| json!({"id": format!("{prefix}option-{}", i + 1), "label": o, "value": o}))
+        .collect()
+}
+
 fn coerce_bool(v: Option<&Value>) -> bool {
     match v {
         Some(Value::Bool(b)) => *b,
@@ -279,12 +288,10 @@ pub fn normalize_fields(raw: Option<&Value>) -> Vec<Value> {
             Value::Bool(coerce_bool(entry.get("required"))),
         );
         if matches!(kind, "select" | "multi_select") {
-            let opts: Vec<Value> = options
-                .iter()
-                .enumerate()
-                .map(|(i, o)| json!({"id": format!("{name}-option-{}", i + 1), "label": o, "value": o}))
-                .collect();
-            field.insert("options".into(), Value::Array(opts));
+            field.insert(
+                "options".into(),
+                option_entries(&options, &format!("{name}-")),
+            );
         }
         if let Some(p) = entry
             .get("placeholder")
@@ -428,12 +435,7 @@ pub fn human_input_payload(
     if mode == "form" {
         p.insert("fields".into(), Value::Array(fields.to_vec()));
     } else if !options.is_empty() {
-        let opts: Vec<Value> = options
-            .iter()
-            .enumerate()
-            .map(|(i, o)| json!({"id": format!("option-{}", i + 1), "label": o, "value": o}))
-            .collect();
-        p.insert("options".into(), Value::Array(opts));
+        p.insert("options".into(), option_entries(&options, ""));
     }
     Value::Object(p)
 }

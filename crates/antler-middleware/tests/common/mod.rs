@@ -93,6 +93,67 @@ impl RunObserver for Recorder {
     }
 }
 
+/// Keeps an owned summary of every run event (`kind` names it; `other` for the rest).
+#[derive(Default)]
+pub struct EventLog {
+    pub events: Mutex<Vec<Value>>,
+}
+
+impl EventLog {
+    pub fn new() -> Arc<EventLog> {
+        Arc::new(EventLog::default())
+    }
+
+    pub fn all(&self) -> Vec<Value> {
+        self.events.lock().unwrap().clone()
+    }
+
+    /// Events whose `kind` is `kind`.
+    pub fn of(&self, kind: &str) -> Vec<Value> {
+        self.all()
+            .into_iter()
+            .filter(|e| e["kind"] == kind)
+            .collect()
+    }
+}
+
+impl RunObserver for EventLog {
+    fn on_event(&self, _run: &RunContext, event: &RunEvent<'_>) {
+        let v = match event {
+            RunEvent::ModelResponse {
+                caller,
+                model,
+                request_messages,
+                response,
+                ..
+            } => serde_json::json!({
+                "kind": "model_response",
+                "caller": caller,
+                "model": model,
+                "request_messages": request_messages,
+                "text": response.content.text(),
+            }),
+            RunEvent::ModelError {
+                caller,
+                model,
+                error,
+                ..
+            } => {
+                serde_json::json!({"kind": "model_error", "caller": caller, "model": model, "error": error.to_string()})
+            }
+            RunEvent::Middleware {
+                name,
+                action,
+                payload,
+            } => {
+                serde_json::json!({"kind": "middleware", "name": name, "action": action, "payload": payload})
+            }
+            _ => serde_json::json!({"kind": "other"}),
+        };
+        self.events.lock().unwrap().push(v);
+    }
+}
+
 /// Captures the formatted `message` of every tracing event on this thread while alive.
 pub struct LogCapture {
     lines: Arc<Mutex<Vec<String>>>,
