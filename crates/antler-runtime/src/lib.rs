@@ -20,9 +20,10 @@ pub use context::{
     RunOptions,
 };
 pub use middleware::{
-    AfterAgentOutput, BeforeAgentOutput, Chain, ChainError, HookOutput, HookSet, JumpTo, JumpToEnd,
-    Middleware, MiddlewareError, ModelCallError, ModelNext, ModelRequest, ModelResponse, NoJump,
-    ToolCallRequest, ToolNext,
+    AfterAgentOutput, AfterAgentResult, BeforeAgentOutput, BeforeAgentResult, Chain, ChainError,
+    HookOutput, HookResult, HookSet, JumpTo, JumpToEnd, Middleware, MiddlewareError,
+    ModelCallError, ModelNext, ModelRequest, ModelResponse, ModelResult, NoJump, ToolCallRequest,
+    ToolNext, ToolResult,
 };
 pub use observe::{RunEvent, RunObserver};
 pub use tokio_util::sync::CancellationToken;

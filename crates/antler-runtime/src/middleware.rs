@@ -267,6 +267,36 @@ impl ToolNext<'_> {
     }
 }
 
+// Short names for the hook signatures, so that every middleware spells its hooks the same
+// way in one line instead of repeating the long result types.
+/// What `before_model` and `after_model` return.
+pub type HookResult = Result<HookOutput, MiddlewareError>;
+/// What `before_agent` returns.
+pub type BeforeAgentResult = Result<BeforeAgentOutput, MiddlewareError>;
+/// What `after_agent` returns.
+pub type AfterAgentResult = Result<AfterAgentOutput, MiddlewareError>;
+/// What `wrap_model_call` returns.
+pub type ModelResult = Result<ModelResponse, ModelCallError>;
+/// What `wrap_tool_call` returns.
+pub type ToolResult = Result<ToolOutcome, ToolError>;
+
+/// A middleware's identity inside its `impl Middleware`: its chain name and the hooks it runs.
+///
+/// `middleware_identity!(NAME, HookSet::WRAP_TOOL);` stands for the trait's `name` and
+/// `hooks` methods. A name read from `self` (configurable names) keeps the hand-written form.
+#[macro_export]
+macro_rules! middleware_identity {
+    ($name:expr, $hooks:expr) => {
+        fn name(&self) -> &str {
+            $name
+        }
+
+        fn hooks(&self) -> $crate::HookSet {
+            $hooks
+        }
+    };
+}
+
 /// A middleware. Implement the hooks you declare in [`Middleware::hooks`].
 #[async_trait]
 pub trait Middleware: Send + Sync {
@@ -275,51 +305,27 @@ pub trait Middleware: Send + Sync {
 
     fn hooks(&self) -> HookSet;
 
-    async fn before_agent(
-        &self,
-        _state: &ThreadState,
-        _run: &RunContext,
-    ) -> Result<BeforeAgentOutput, MiddlewareError> {
+    async fn before_agent(&self, _state: &ThreadState, _run: &RunContext) -> BeforeAgentResult {
         Ok(HookOutput::none())
     }
 
-    async fn before_model(
-        &self,
-        _state: &ThreadState,
-        _run: &RunContext,
-    ) -> Result<HookOutput, MiddlewareError> {
+    async fn before_model(&self, _state: &ThreadState, _run: &RunContext) -> HookResult {
         Ok(HookOutput::none())
     }
 
-    async fn after_model(
-        &self,
-        _state: &ThreadState,
-        _run: &RunContext,
-    ) -> Result<HookOutput, MiddlewareError> {
+    async fn after_model(&self, _state: &ThreadState, _run: &RunContext) -> HookResult {
         Ok(HookOutput::none())
     }
 
-    async fn after_agent(
-        &self,
-        _state: &ThreadState,
-        _run: &RunContext,
-    ) -> Result<AfterAgentOutput, MiddlewareError> {
+    async fn after_agent(&self, _state: &ThreadState, _run: &RunContext) -> AfterAgentResult {
         Ok(HookOutput::none())
     }
 
-    async fn wrap_model_call(
-        &self,
-        req: ModelRequest,
-        next: ModelNext<'_>,
-    ) -> Result<ModelResponse, ModelCallError> {
+    async fn wrap_model_call(&self, req: ModelRequest, next: ModelNext<'_>) -> ModelResult {
         next.run(req).await
     }
 
-    async fn wrap_tool_call(
-        &self,
-        req: ToolCallRequest,
-        next: ToolNext<'_>,
-    ) -> Result<ToolOutcome, ToolError> {
+    async fn wrap_tool_call(&self, req: ToolCallRequest, next: ToolNext<'_>) -> ToolResult {
         next.run(req).await
     }
 }

@@ -229,6 +229,17 @@ pub trait TypedTool: Send + Sync {
         -> Result<ToolOutput, ToolError>;
 }
 
+/// A [`TypedTool`]'s `typed_spec`, read from the named field of `self`:
+/// `typed_spec!(spec);` inside the `impl TypedTool`.
+#[macro_export]
+macro_rules! typed_spec {
+    ($field:ident) => {
+        fn typed_spec(&self) -> &$crate::TypedSpec<Self::Args> {
+            &self.$field
+        }
+    };
+}
+
 #[async_trait]
 impl<T: TypedTool> Tool for T {
     fn spec(&self) -> &Arc<ToolSpec> {

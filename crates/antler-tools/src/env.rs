@@ -316,9 +316,7 @@ macro_rules! sandbox_tool {
         impl antler_runtime::TypedTool for $tool {
             type Args = $args;
 
-            fn typed_spec(&self) -> &antler_runtime::TypedSpec<$args> {
-                &self.spec
-            }
+            antler_runtime::typed_spec!(spec);
 
             async fn invoke(
                 &self,

@@ -260,9 +260,7 @@ Query forms:\n\
 impl TypedTool for ToolSearchTool {
     type Args = Args;
 
-    fn typed_spec(&self) -> &TypedSpec<Args> {
-        &self.spec
-    }
+    antler_runtime::typed_spec!(spec);
 
     async fn invoke(&self, a: Args, ctx: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
         let matched = self.catalog.search(&a.query);

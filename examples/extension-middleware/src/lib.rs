@@ -38,13 +38,7 @@ impl ToolAudit {
 
 #[async_trait]
 impl Middleware for ToolAudit {
-    fn name(&self) -> &str {
-        "ToolAuditMiddleware"
-    }
-
-    fn hooks(&self) -> HookSet {
-        HookSet::WRAP_TOOL
-    }
+    antler_runtime::middleware_identity!("ToolAuditMiddleware", HookSet::WRAP_TOOL);
 
     async fn wrap_tool_call(
         &self,
@@ -83,13 +77,7 @@ impl LogicalCallCounter {
 
 #[async_trait]
 impl Middleware for LogicalCallCounter {
-    fn name(&self) -> &str {
-        "LogicalCallCounterMiddleware"
-    }
-
-    fn hooks(&self) -> HookSet {
-        HookSet::WRAP_MODEL
-    }
+    antler_runtime::middleware_identity!("LogicalCallCounterMiddleware", HookSet::WRAP_MODEL);
 
     async fn wrap_model_call(
         &self,
