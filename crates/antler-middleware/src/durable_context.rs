@@ -423,6 +423,16 @@ impl DurableContextMiddleware {
         msgs.len()
     }
 
+    /// [`Self::capture`] as a hook's output (none when nothing was captured).
+    fn capture_output(&self, state: &ThreadState, run: &RunContext, skills: bool) -> HookOutput {
+        let u = self.capture(state, run, skills);
+        if u.is_empty() {
+            HookOutput::none()
+        } else {
+            HookOutput::update(u)
+        }
+    }
+
     fn capture(&self, state: &ThreadState, run: &RunContext, skills: bool) -> StateUpdate {
         let msgs = &state.messages;
         let start = Self::window_start(state, run);
@@ -592,21 +602,11 @@ impl Middleware for DurableContextMiddleware {
     );
 
     async fn before_model(&self, state: &ThreadState, run: &RunContext) -> HookResult {
-        let u = self.capture(state, run, true);
-        Ok(if u.is_empty() {
-            HookOutput::none()
-        } else {
-            HookOutput::update(u)
-        })
+        Ok(self.capture_output(state, run, true))
     }
 
     async fn after_model(&self, state: &ThreadState, run: &RunContext) -> HookResult {
-        let u = self.capture(state, run, false);
-        Ok(if u.is_empty() {
-            HookOutput::none()
-        } else {
-            HookOutput::update(u)
-        })
+        Ok(self.capture_output(state, run, false))
     }
 
     async fn wrap_model_call(&self, mut req: ModelRequest, next: ModelNext<'_>) -> ModelResult {

@@ -24,9 +24,7 @@ use antler_protocol::markers;
 use antler_protocol::{
     AiMessage, Content, HumanMessage, Message, Object, StateUpdate, ThreadState, ToolCall,
 };
-use antler_runtime::{
-    keys, HookOutput, HookSet, Middleware, ModelNext, ModelRequest, RunContext, RunEvent,
-};
+use antler_runtime::{keys, HookOutput, Middleware, ModelNext, ModelRequest, RunContext, RunEvent};
 use async_trait::async_trait;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -725,10 +723,7 @@ fn names(calls: &[ToolCall]) -> Vec<&str> {
 
 #[async_trait]
 impl Middleware for LoopDetectionMiddleware {
-    middleware_identity!(
-        NAME,
-        HookSet::BEFORE_AGENT | HookSet::AFTER_MODEL | HookSet::AFTER_AGENT | HookSet::WRAP_MODEL
-    );
+    middleware_identity!(NAME, crate::hook::RUN_GUARD_HOOKS);
 
     /// Warnings of earlier runs of this thread never reach this run.
     async fn before_agent(&self, _state: &ThreadState, run: &RunContext) -> BeforeAgentResult {

@@ -57,6 +57,9 @@ impl PolicySource {
     }
 }
 
+/// The middleware's name in chain listings.
+pub const NAME: &str = "SkillToolPolicyMiddleware";
+
 /// The policy a model step computed, reused by that step's tool calls.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PolicyDecision {
@@ -227,10 +230,7 @@ fn filter_tool_search(
 
 #[async_trait]
 impl Middleware for SkillToolPolicyMiddleware {
-    middleware_identity!(
-        "SkillToolPolicyMiddleware",
-        HookSet::WRAP_MODEL | HookSet::WRAP_TOOL
-    );
+    middleware_identity!(NAME, HookSet::WRAP_MODEL | HookSet::WRAP_TOOL);
 
     async fn wrap_model_call(&self, mut req: ModelRequest, next: ModelNext<'_>) -> ModelResult {
         let (source, paths) = self.source(&req.state, &req.run);

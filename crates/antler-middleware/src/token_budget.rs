@@ -22,7 +22,7 @@ use std::sync::Mutex;
 use antler_protocol::markers;
 use antler_protocol::{AiMessage, Content, HumanMessage, Message, StateUpdate, ThreadState};
 use antler_runtime::{
-    keys, HookOutput, HookSet, Middleware, MiddlewareError, ModelNext, ModelRequest, RunContext,
+    keys, HookOutput, Middleware, MiddlewareError, ModelNext, ModelRequest, RunContext,
 };
 use async_trait::async_trait;
 use serde_json::json;
@@ -222,10 +222,7 @@ fn accumulate(budget: &mut RunBudget, state: &ThreadState) {
 
 #[async_trait]
 impl Middleware for TokenBudgetMiddleware {
-    middleware_identity!(
-        NAME,
-        HookSet::BEFORE_AGENT | HookSet::AFTER_MODEL | HookSet::AFTER_AGENT | HookSet::WRAP_MODEL
-    );
+    middleware_identity!(NAME, crate::hook::RUN_GUARD_HOOKS);
 
     async fn before_agent(&self, state: &ThreadState, run: &RunContext) -> BeforeAgentResult {
         if !self.settings.enabled {

@@ -27,6 +27,13 @@ pub fn human(id: &str, text: &str) -> Message {
     })
 }
 
+/// `h` hidden from the UI (`hide_from_ui: true`), as the framework's own messages are.
+pub fn hidden(mut h: HumanMessage) -> HumanMessage {
+    h.additional_kwargs
+        .insert("hide_from_ui".into(), Value::Bool(true));
+    h
+}
+
 pub fn state_of(msgs: Vec<Message>) -> ThreadState {
     ThreadState {
         messages: Messages::from_messages(msgs),
@@ -251,6 +258,34 @@ where
     }
 }
 
+/// A tool that blocks until cancelled (to leave a dangling call behind, or a run to
+/// interrupt); `entered` is notified when a call starts.
+pub struct Blocker {
+    spec: Arc<ToolSpec>,
+    pub entered: Arc<tokio::sync::Notify>,
+}
+
+impl Blocker {
+    pub fn new(name: &str) -> Arc<Blocker> {
+        Arc::new(Blocker {
+            spec: object_spec(name, "blocks"),
+            entered: Arc::new(tokio::sync::Notify::new()),
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl Tool for Blocker {
+    fn spec(&self) -> &Arc<ToolSpec> {
+        &self.spec
+    }
+    async fn call(&self, _: Object, _: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
+        self.entered.notify_one();
+        std::future::pending::<()>().await;
+        Ok(ToolOutput::text("never"))
+    }
+}
+
 /// Run `agent` on one human message and check the run succeeded.
 pub async fn run_ok(agent: &Agent, text: &str, run: Arc<RunContext>) -> RunOutcome {
     let out = agent
@@ -270,6 +305,19 @@ pub fn first<'a, T>(state: &'a ThreadState, pick: fn(&'a Message) -> Option<&'a 
 }
 
 /// The first tool message of `state`.
+/// The tool messages of `state`, in order.
+pub fn tool_messages(state: &ThreadState) -> Vec<&ToolMessage> {
+    state.messages.iter().filter_map(Message::as_tool).collect()
+}
+
+/// The ids the tool messages of `state` answer, in order.
+pub fn answered_ids(state: &ThreadState) -> Vec<&str> {
+    tool_messages(state)
+        .into_iter()
+        .map(|t| t.tool_call_id.as_str())
+        .collect()
+}
+
 pub fn first_tool(state: &ThreadState) -> &ToolMessage {
     first(state, Message::as_tool)
 }

@@ -23,7 +23,7 @@ use async_trait::async_trait;
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 
-use crate::common::{first, run_ok, FnTool};
+use crate::common::{first, object_spec, run_ok, FnTool};
 
 /// A provider that counts acquire/release calls.
 struct Counting {
@@ -80,11 +80,7 @@ struct Acquirer {
 impl Acquirer {
     fn new(name: &str, provider: Arc<dyn SandboxProvider>, command: bool) -> Arc<Acquirer> {
         Arc::new(Acquirer {
-            spec: Arc::new(ToolSpec {
-                name: name.into(),
-                description: String::new(),
-                parameters: json!({"type": "object"}),
-            }),
+            spec: object_spec(name, ""),
             provider,
             command,
         })
@@ -169,15 +165,7 @@ async fn lazy_acquisition_is_persisted_once_and_released_after_the_run() {
         ])
         .unwrap(),
     );
-    let out = agent
-        .run(RunInput::message(Message::human("go")), run_ctx("t1"))
-        .await;
-    assert_eq!(
-        out.status,
-        RunStatus::Success,
-        "{:?}",
-        out.error.map(|e| e.to_string())
-    );
+    let out = run_ok(&agent, "go", run_ctx("t1")).await;
     assert_eq!(
         out.state.sandbox.as_ref().unwrap().sandbox_id.as_deref(),
         Some("local:t1")
@@ -615,24 +603,10 @@ async fn uploads_scans_history_for_files_from_earlier_messages() {
     assert_eq!(sent, "again");
 }
 
-/// A scratch base outside `/tmp`: confined commands may write `/tmp`, so "cannot write outside"
-/// checks need a place that is not under it. Prefers cargo's per-target temp dir, else
-/// `/var/tmp`, else the crate folder's `target/`.
+/// A scratch base outside `/tmp` (see [`antler_test_support::dd_mw_support::scratch_base`]).
 fn scratch_base() -> PathBuf {
-    let under_tmp = |p: &std::path::Path| {
-        std::fs::canonicalize(p)
-            .map(|c| c.starts_with("/tmp") || c.starts_with("/dev/shm"))
-            .unwrap_or(true)
-    };
-    let candidates = [
-        PathBuf::from(env!("CARGO_TARGET_TMPDIR")),
-        PathBuf::from("/var/tmp/antler-tests"),
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/test-scratch"),
-    ];
-    for c in candidates {
-        if std::fs::create_dir_all(&c).is_ok() && !under_tmp(&c) {
-            return c;
-        }
-    }
-    PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+    antler_test_support::dd_mw_support::scratch_base(
+        env!("CARGO_TARGET_TMPDIR"),
+        env!("CARGO_MANIFEST_DIR"),
+    )
 }

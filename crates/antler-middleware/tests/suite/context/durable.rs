@@ -7,15 +7,14 @@ use antler_middleware::durable_context::*;
 use antler_models::{ScriptedModel, ScriptedReply};
 use antler_protocol::{
     AiMessage, Delegation, HumanMessage, Message, Object, SkillEntry, StateUpdate, ThreadState,
-    ToolCall, ToolMessage, ToolSpec, ToolStatus,
+    ToolCall, ToolMessage, ToolStatus,
 };
 use antler_runtime::*;
-use async_trait::async_trait;
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 
 use super::*;
-use crate::common::FnTool;
+use crate::common::{Blocker, FnTool};
 
 fn mw() -> DurableContextMiddleware {
     DurableContextMiddleware::new(DurableContextSettings::default())
@@ -500,23 +499,6 @@ async fn the_ledger_survives_compaction_and_reaches_every_later_request() {
     assert_eq!(req.messages.last().unwrap().text(), "what did we delegate?");
 }
 
-/// A `task` stand-in that never finishes (the run is cancelled while it works).
-struct Hanging {
-    spec: Arc<ToolSpec>,
-    started: Arc<tokio::sync::Notify>,
-}
-
-#[async_trait]
-impl Tool for Hanging {
-    fn spec(&self) -> &Arc<ToolSpec> {
-        &self.spec
-    }
-    async fn call(&self, _: Object, _: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
-        self.started.notify_one();
-        std::future::pending().await
-    }
-}
-
 #[tokio::test]
 async fn an_interrupted_delegation_is_still_known_after_resuming() {
     let model = Arc::new(ScriptedModel::new([ScriptedReply::tool_call(
@@ -524,15 +506,9 @@ async fn an_interrupted_delegation_is_still_known_after_resuming() {
         "task",
         json!({"description": "crawl the site", "prompt": "p", "subagent_type": "general-purpose"}),
     )]));
-    let started = Arc::new(tokio::sync::Notify::new());
-    let task = Arc::new(Hanging {
-        spec: Arc::new(ToolSpec {
-            name: "task".into(),
-            description: String::new(),
-            parameters: json!({"type": "object"}),
-        }),
-        started: started.clone(),
-    });
+    // A `task` stand-in that never finishes (the run is cancelled while it works).
+    let task = Blocker::new("task");
+    let started = task.entered.clone();
     let agent =
         agent(model.clone(), vec![Arc::new(mw())]).with_tools(ToolRegistry::new().with(task));
     let run = run_ctx("t", "r1");
@@ -550,13 +526,7 @@ async fn an_interrupted_delegation_is_still_known_after_resuming() {
     );
 
     model.push(ScriptedReply::text("waiting for the crawl"));
-    agent
-        .run(
-            RunInput::message(Message::human("continue")),
-            run_ctx("t", "r2"),
-        )
-        .await;
-    let req = last_request(&model);
+    let req = asked(&agent, &model, "continue", run_ctx("t", "r2")).await;
     let data = req
         .messages
         .iter()

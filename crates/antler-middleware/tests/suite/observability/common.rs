@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 
 use crate::common::args_object;
 
-pub use crate::common::{state_of as state, EventLog, LogCapture};
+pub use crate::common::{hidden, state_of as state, EventLog, LogCapture};
 
 pub fn run_ctx(thread: &str, run: &str) -> RunContext {
     RunContext::new(thread, run, Arc::new(NullSink))

@@ -399,14 +399,11 @@ async fn after_model_removes_only_marked_messages() {
     assert_eq!(s.messages.last().unwrap().text(), "I can see the image.");
 
     // A client message that reuses the prefix without the marker stays.
-    let mut client = HumanMessage {
+    let client = hidden(HumanMessage {
         content: "Here are the images you've viewed: user-authored text".into(),
         id: Some("view-image-context:client-supplied".into()),
         ..Default::default()
-    };
-    client
-        .additional_kwargs
-        .insert("hide_from_ui".into(), Value::Bool(true));
+    });
     let s = state(vec![Message::Human(client), Message::ai("response")]);
     assert_eq!(mw.after_model(&s, &run).await.unwrap().update, None);
 }
