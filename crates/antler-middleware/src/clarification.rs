@@ -46,7 +46,8 @@ pub const MAX_FIELD_TEXT_CHARS: usize = 200;
 /// Budget of the serialized normalized fields, in UTF-8 bytes.
 pub const MAX_FORM_SERIALIZED_BYTES: usize = 16_384;
 
-const FIELD_TYPES: &[&str] = &[
+/// Form field types a card can render; any other type degrades to `text`.
+pub const FIELD_TYPES: &[&str] = &[
     "text",
     "textarea",
     "number",

@@ -141,50 +141,11 @@ pub fn validate(config: &LoopDetectionConfig) -> Result<(), LoopDetectionConfigE
 
 /// JSON with object keys sorted at every level: the canonical form two equal argument maps share.
 fn canonical(v: &Value) -> String {
-    let mut out = String::new();
-    write_canonical(v, &mut out);
-    out
-}
-
-fn write_canonical(v: &Value, out: &mut String) {
-    match v {
-        Value::Object(o) => write_canonical_object(o.iter(), out),
-        Value::Array(a) => {
-            out.push('[');
-            for (i, item) in a.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_canonical(item, out);
-            }
-            out.push(']');
-        }
-        scalar => out.push_str(&scalar.to_string()),
-    }
-}
-
-fn write_canonical_object<'a>(
-    entries: impl Iterator<Item = (&'a String, &'a Value)>,
-    out: &mut String,
-) {
-    let mut entries: Vec<(&String, &Value)> = entries.collect();
-    entries.sort_by(|a, b| a.0.cmp(b.0));
-    out.push('{');
-    for (i, (k, val)) in entries.into_iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        out.push_str(&Value::String(k.clone()).to_string());
-        out.push(':');
-        write_canonical(val, out);
-    }
-    out.push('}');
+    antler_runtime::canonical_json(v, (",", ":"))
 }
 
 fn canonical_object(o: &Object) -> String {
-    let mut out = String::new();
-    write_canonical_object(o.iter(), &mut out);
-    out
+    antler_runtime::canonical_json_object(o, (",", ":"))
 }
 
 /// Arguments as a map plus, for payloads that are not a map, a stable fallback key. Never fails.

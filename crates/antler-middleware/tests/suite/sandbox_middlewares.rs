@@ -125,6 +125,12 @@ impl Tool for Acquirer {
     }
 }
 
+/// The text of the first human message in `msgs`.
+fn first_human_text(msgs: &[Message]) -> String {
+    let human = msgs.iter().find_map(Message::as_human);
+    human.expect("a human message").content.text()
+}
+
 fn run_ctx(thread: &str) -> Arc<RunContext> {
     Arc::new(RunContext::new(thread, "run-1", Arc::new(NullSink)))
 }
@@ -335,13 +341,7 @@ async fn uploads_run_with(
     );
     let out = agent.run(RunInput::message(msg), run_ctx("t1")).await;
     assert_eq!(out.status, RunStatus::Success);
-    let sent = model.requests()[0]
-        .messages
-        .iter()
-        .find_map(Message::as_human)
-        .unwrap()
-        .content
-        .text();
+    let sent = first_human_text(&model.requests()[0].messages);
     (out.state, sent)
 }
 

@@ -42,20 +42,32 @@ fn task_call(msg_id: &str, calls: &[(&str, &str)]) -> Message {
     })
 }
 
-fn task_result(call: &str, text: &str, kwargs: Value) -> Message {
-    let mut t = ToolMessage::new(call, text).with_name("task");
-    t.id = Some(format!("tm-{call}"));
-    if let Value::Object(o) = kwargs {
-        t.additional_kwargs = o;
-    }
+/// The answer to `call` from tool `name`, with message id `id` and `kwargs`.
+fn result_of(call: &str, (name, id): (&str, String), text: &str, kwargs: Object) -> Message {
+    let mut t = ToolMessage::new(call, text).with_name(name);
+    t.id = Some(id);
+    t.additional_kwargs = kwargs;
     Message::Tool(t)
 }
 
-fn delegations(out: &HookOutput) -> Vec<Delegation> {
+fn task_result(call: &str, text: &str, kwargs: Value) -> Message {
+    let kwargs = match kwargs {
+        Value::Object(o) => o,
+        _ => Object::new(),
+    };
+    result_of(call, ("task", format!("tm-{call}")), text, kwargs)
+}
+
+/// One list the update of `out` writes (empty when it writes none).
+fn written_list<T: Clone>(out: &HookOutput, list: fn(&StateUpdate) -> &Option<Vec<T>>) -> Vec<T> {
     out.update
         .as_ref()
-        .and_then(|u| u.delegations.clone())
+        .and_then(|u| list(u).clone())
         .unwrap_or_default()
+}
+
+fn delegations(out: &HookOutput) -> Vec<Delegation> {
+    written_list(out, |u| &u.delegations)
 }
 
 #[tokio::test]
@@ -170,19 +182,15 @@ fn skill_read(call: &str, tool: &str, path: &str) -> Message {
 }
 
 fn skill_result(call: &str, stamp: Option<Value>) -> Message {
-    let mut t = ToolMessage::new(call, "---\nname: x\n---\nTHE BODY").with_name("read_file");
-    t.id = Some(format!("t-{call}"));
-    if let Some(s) = stamp {
-        t.additional_kwargs.insert(SKILL_ENTRY_KEY.into(), s);
-    }
-    Message::Tool(t)
+    let kwargs = stamp
+        .map(|s| Object::from_iter([(SKILL_ENTRY_KEY.to_owned(), s)]))
+        .unwrap_or_default();
+    let body = "---\nname: x\n---\nTHE BODY";
+    result_of(call, ("read_file", format!("t-{call}")), body, kwargs)
 }
 
 fn skills(out: &HookOutput) -> Vec<SkillEntry> {
-    out.update
-        .as_ref()
-        .and_then(|u| u.skill_context.clone())
-        .unwrap_or_default()
+    written_list(out, |u| &u.skill_context)
 }
 
 #[tokio::test]
