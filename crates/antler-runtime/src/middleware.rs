@@ -44,6 +44,12 @@ impl HookSet {
     pub const AFTER_AGENT: HookSet = HookSet(1 << 3);
     pub const WRAP_MODEL: HookSet = HookSet(1 << 4);
     pub const WRAP_TOOL: HookSet = HookSet(1 << 5);
+    /// Both run-boundary hooks: `before_agent` and `after_agent`.
+    pub const AGENT: HookSet = HookSet::BEFORE_AGENT.union(HookSet::AFTER_AGENT);
+    /// Every model-step hook: `before_model`, `after_model` and `wrap_model`.
+    pub const MODEL: HookSet = HookSet::BEFORE_MODEL
+        .union(HookSet::AFTER_MODEL)
+        .union(HookSet::WRAP_MODEL);
 
     pub const fn union(self, other: HookSet) -> HookSet {
         HookSet(self.0 | other.0)
@@ -409,5 +415,19 @@ impl Chain {
         }
         .run(req)
         .await
+    }
+}
+
+#[cfg(test)]
+mod hook_set_tests {
+    use super::HookSet;
+
+    #[test]
+    fn the_named_groups_hold_their_hooks() {
+        assert_eq!(HookSet::AGENT.names(), ["before_agent", "after_agent"]);
+        assert_eq!(
+            HookSet::MODEL.names(),
+            ["before_model", "after_model", "wrap_model"]
+        );
     }
 }

@@ -775,7 +775,6 @@ struct ShoutArgs {
 #[async_trait]
 impl TypedTool for Shout {
     type Args = ShoutArgs;
-    const RETURN_DIRECT: bool = false;
 
     antler_runtime::typed_spec!(spec);
 

@@ -275,7 +275,22 @@ pub(crate) use why;
 /// The [`TypedTool`](antler_runtime::TypedTool) impl of a sandbox tool: a struct with a
 /// `spec: TypedSpec<Args>` field and a `run(&self, Args, ToolContext) -> Step<ToolOutput>`
 /// method whose failures are already worded for the model.
+///
+/// With a name and description it also writes the tool's `new(env: ToolEnv)`, for the tools
+/// that hold nothing else.
 macro_rules! sandbox_tool {
+    ($tool:ident, $args:ty, $name:literal, $description:expr) => {
+        impl $tool {
+            pub fn new(env: $crate::env::ToolEnv) -> $tool {
+                $tool {
+                    spec: antler_runtime::TypedSpec::new($name, $description),
+                    env,
+                }
+            }
+        }
+
+        $crate::env::sandbox_tool!($tool, $args);
+    };
     ($tool:ty, $args:ty) => {
         #[async_trait::async_trait]
         impl antler_runtime::TypedTool for $tool {
