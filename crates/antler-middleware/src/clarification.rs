@@ -46,7 +46,8 @@ pub const MAX_FIELD_TEXT_CHARS: usize = 200;
 /// Budget of the serialized normalized fields, in UTF-8 bytes.
 pub const MAX_FORM_SERIALIZED_BYTES: usize = 16_384;
 
-const FIELD_TYPES: &[&str] = &[
+/// Form field types a card can render; any other type degrades to `text`.
+pub const FIELD_TYPES: &[&str] = &[
     "text",
     "textarea",
     "number",
@@ -120,48 +121,24 @@ fn py_repr(v: &Value) -> String {
     }
 }
 
-/// JSON as Python's `json.dumps(…, ensure_ascii=False)` writes it (`", "` and `": "`
-/// separators), for the form's byte budget.
-struct PySeparators;
-
-impl serde_json::ser::Formatter for PySeparators {
-    fn begin_array_value<W: ?Sized + std::io::Write>(
-        &mut self,
-        writer: &mut W,
-        first: bool,
-    ) -> std::io::Result<()> {
-        if first {
-            Ok(())
-        } else {
-            writer.write_all(b", ")
-        }
-    }
-
-    fn begin_object_key<W: ?Sized + std::io::Write>(
-        &mut self,
-        writer: &mut W,
-        first: bool,
-    ) -> std::io::Result<()> {
-        if first {
-            Ok(())
-        } else {
-            writer.write_all(b", ")
-        }
-    }
-
-    fn begin_object_value<W: ?Sized + std::io::Write>(
-        &mut self,
-        writer: &mut W,
-    ) -> std::io::Result<()> {
-        writer.write_all(b": ")
-    }
-}
-
+/// Length of `v` as Python's `json.dumps(…, ensure_ascii=False)` writes it, for the form's
+/// byte budget: serde's compact form plus the space Python's `", "` and `": "` separators add.
 fn py_json_len(v: &Value) -> usize {
-    let mut buf = Vec::new();
-    let mut ser = serde_json::Serializer::with_formatter(&mut buf, PySeparators);
-    match serde::Serialize::serialize(v, &mut ser) {
-        Ok(()) => buf.len(),
+    fn separator_spaces(v: &Value) -> usize {
+        match v {
+            Value::Array(a) => {
+                a.len().saturating_sub(1) + a.iter().map(separator_spaces).sum::<usize>()
+            }
+            Value::Object(o) => {
+                o.len().saturating_sub(1)
+                    + o.len()
+                    + o.values().map(separator_spaces).sum::<usize>()
+            }
+            _ => 0,
+        }
+    }
+    match serde_json::to_vec(v) {
+        Ok(compact) => compact.len() + separator_spaces(v),
         Err(_) => usize::MAX,
     }
 }
@@ -212,6 +189,15 @@ pub fn normalize_options(raw: Option<&Value>) -> Vec<String> {
         }
     }
     out
+}
+
+/// Options as card entries: ids `<prefix>option-1`, `<prefix>option-2`, … in order.
+fn option_entries(options: &[String], prefix: &str) -> Value {
+    options
+        .iter()
+        .enumerate()
+        .map(|(i, o)| json!({"id": format!("{prefix}option-{}", i + 1), "label": o, "value": o}))
+        .collect()
 }
 
 fn coerce_bool(v: Option<&Value>) -> bool {
@@ -303,12 +289,10 @@ pub fn normalize_fields(raw: Option<&Value>) -> Vec<Value> {
             Value::Bool(coerce_bool(entry.get("required"))),
         );
         if matches!(kind, "select" | "multi_select") {
-            let opts: Vec<Value> = options
-                .iter()
-                .enumerate()
-                .map(|(i, o)| json!({"id": format!("{name}-option-{}", i + 1), "label": o, "value": o}))
-                .collect();
-            field.insert("options".into(), Value::Array(opts));
+            field.insert(
+                "options".into(),
+                option_entries(&options, &format!("{name}-")),
+            );
         }
         if let Some(p) = entry
             .get("placeholder")
@@ -452,12 +436,7 @@ pub fn human_input_payload(
     if mode == "form" {
         p.insert("fields".into(), Value::Array(fields.to_vec()));
     } else if !options.is_empty() {
-        let opts: Vec<Value> = options
-            .iter()
-            .enumerate()
-            .map(|(i, o)| json!({"id": format!("option-{}", i + 1), "label": o, "value": o}))
-            .collect();
-        p.insert("options".into(), Value::Array(opts));
+        p.insert("options".into(), option_entries(&options, ""));
     }
     Value::Object(p)
 }
@@ -520,5 +499,29 @@ impl Middleware for ClarificationMiddleware {
             update: StateUpdate::message(msg),
             goto: Some(Goto::End),
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn py_json_len_counts_python_separators() {
+        // Lengths of `json.dumps(v, ensure_ascii=False).encode()` in CPython.
+        let cases = [
+            (json!([]), 2),
+            (json!({}), 2),
+            (json!([1]), 3),
+            (json!({"a": [1, 2], "b": {"c": "x, y: z"}}), 36),
+            (
+                json!([{"name": "é", "options": [{"id": "a", "label": "b"}]}, null, true]),
+                68,
+            ),
+            (json!({"k": [[], {}]}), 15),
+        ];
+        for (value, python_len) in cases {
+            assert_eq!(py_json_len(&value), python_len, "{value}");
+        }
     }
 }

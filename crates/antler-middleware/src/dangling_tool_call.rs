@@ -367,50 +367,59 @@ fn recover_ids(messages: &[Arc<Message>]) -> Vec<Arc<Message>> {
 
 /// Give every call of `ai` without a usable id a synthetic one, in the views a provider
 /// serializes. Returns the rewritten message (if anything changed) and the relabelled calls.
+/// `calls` with a synthetic id (`synthetic_id(index, kind, pos)`) on every call whose id is
+/// missing or invalid, each swap recorded in `assigned`; `None` when every id is valid.
+fn relabel_ids<C: Clone>(
+    calls: &[C],
+    index: usize,
+    kind: &str,
+    id: impl Fn(&mut C) -> &mut Option<String>,
+    name: impl Fn(&C) -> Option<String>,
+    assigned: &mut Vec<OpenCall>,
+) -> Option<Vec<C>> {
+    let mut calls = calls.to_vec();
+    let mut changed = false;
+    for (pos, c) in calls.iter_mut().enumerate() {
+        if id(c).as_deref().is_some_and(valid) {
+            continue;
+        }
+        let synthetic = synthetic_id(index, kind, pos);
+        assigned.push(OpenCall {
+            original: id(c).clone().unwrap_or_default(),
+            synthetic: synthetic.clone(),
+            name: name(c),
+        });
+        *id(c) = Some(synthetic);
+        changed = true;
+    }
+    changed.then_some(calls)
+}
+
 fn relabel(ai: &AiMessage, index: usize) -> (Option<AiMessage>, Vec<OpenCall>) {
     let mut assigned = Vec::new();
     let mut copy: Option<AiMessage> = None;
 
-    if ai
-        .tool_calls
-        .iter()
-        .any(|c| !c.id.as_deref().is_some_and(valid))
-    {
-        let mut calls = ai.tool_calls.clone();
-        for (pos, c) in calls.iter_mut().enumerate() {
-            if c.id.as_deref().is_some_and(valid) {
-                continue;
-            }
-            let synthetic = synthetic_id(index, "call", pos);
-            assigned.push(OpenCall {
-                original: c.id.clone().unwrap_or_default(),
-                synthetic: synthetic.clone(),
-                name: Some(c.name.clone()),
-            });
-            c.id = Some(synthetic);
-        }
+    let fresh = relabel_ids(
+        &ai.tool_calls,
+        index,
+        "call",
+        |c| &mut c.id,
+        |c| Some(c.name.clone()),
+        &mut assigned,
+    );
+    if let Some(calls) = fresh {
         // Keep the provider mirrors consistent with the new ids (spec 10 §1.5).
         copy.get_or_insert_with(|| ai.clone()).set_tool_calls(calls);
     }
-
-    if ai
-        .invalid_tool_calls
-        .iter()
-        .any(|c| !c.id.as_deref().is_some_and(valid))
-    {
-        let mut invalid = ai.invalid_tool_calls.clone();
-        for (pos, c) in invalid.iter_mut().enumerate() {
-            if c.id.as_deref().is_some_and(valid) {
-                continue;
-            }
-            let synthetic = synthetic_id(index, "invalid", pos);
-            assigned.push(OpenCall {
-                original: c.id.clone().unwrap_or_default(),
-                synthetic: synthetic.clone(),
-                name: c.name.clone(),
-            });
-            c.id = Some(synthetic);
-        }
+    let fresh = relabel_ids(
+        &ai.invalid_tool_calls,
+        index,
+        "invalid",
+        |c| &mut c.id,
+        |c| c.name.clone(),
+        &mut assigned,
+    );
+    if let Some(invalid) = fresh {
         copy.get_or_insert_with(|| ai.clone()).invalid_tool_calls = invalid;
     }
 

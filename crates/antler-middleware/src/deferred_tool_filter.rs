@@ -20,6 +20,9 @@ use async_trait::async_trait;
 
 use crate::hook::{ModelResult, ToolResult};
 
+/// The middleware's name in chain listings.
+pub const NAME: &str = "DeferredToolFilterMiddleware";
+
 /// Hides unpromoted deferred tools from the model and refuses calls to them.
 #[derive(Clone, Debug)]
 pub struct DeferredToolFilterMiddleware {
@@ -61,10 +64,7 @@ impl DeferredToolFilterMiddleware {
 
 #[async_trait]
 impl Middleware for DeferredToolFilterMiddleware {
-    middleware_identity!(
-        "DeferredToolFilterMiddleware",
-        HookSet::WRAP_MODEL | HookSet::WRAP_TOOL
-    );
+    middleware_identity!(NAME, HookSet::WRAP_MODEL | HookSet::WRAP_TOOL);
 
     async fn wrap_model_call(&self, mut req: ModelRequest, next: ModelNext<'_>) -> ModelResult {
         if !self.deferred.is_empty() {
@@ -86,12 +86,7 @@ impl Middleware for DeferredToolFilterMiddleware {
         if self.deferred.is_empty() || name.is_empty() || !self.is_hidden(name, &req.state) {
             return next.run(req).await;
         }
-        let id = req
-            .call
-            .id
-            .clone()
-            .filter(|s| !s.is_empty())
-            .unwrap_or_else(|| "missing_tool_call_id".to_owned());
+        let id = crate::hook::answer_id(&req.call, "missing_tool_call_id");
         let mut msg = ToolMessage::error(id, not_promoted_message(name)).with_name(name);
         msg.status = ToolStatus::Error;
         msg.id = Some(uuid::Uuid::new_v4().to_string());

@@ -39,6 +39,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::hook::{HookResult, ModelResult};
+use crate::tool_output_budget::{head_chars, tail_chars};
 
 const NAME: &str = "DurableContextMiddleware";
 /// `additional_kwargs` flag of the injected data message.
@@ -117,20 +118,6 @@ fn char_len(s: &str) -> usize {
     s.chars().count()
 }
 
-fn head(s: &str, n: usize) -> &str {
-    &s[..s.char_indices().nth(n).map(|(b, _)| b).unwrap_or(s.len())]
-}
-
-fn tail(s: &str, n: usize) -> &str {
-    if n == 0 {
-        return "";
-    }
-    match s.char_indices().rev().nth(n - 1) {
-        Some((b, _)) => &s[b..],
-        None => s,
-    }
-}
-
 /// Deterministic head/tail bound: the first 2/3, `\n...\n`, then the tail (not a summary).
 pub fn bound_text(text: &str, cap: usize) -> String {
     let len = char_len(text);
@@ -143,10 +130,10 @@ pub fn bound_text(text: &str, cap: usize) -> String {
     const MARK: &str = "\n...\n";
     let h = cap * 2 / 3;
     if cap <= MARK.len() || cap <= h + MARK.len() {
-        return head(text, cap).to_owned();
+        return head_chars(text, cap).to_owned();
     }
     let t = cap - h - MARK.len();
-    format!("{}{MARK}{}", head(text, h), tail(text, t))
+    format!("{}{MARK}{}", head_chars(text, h), tail_chars(text, t))
 }
 
 /// HTML-escape `&`, `<`, `>` so stored text cannot open or close framework tags.
@@ -327,7 +314,7 @@ pub fn render_ledger(entries: &[Delegation], max_chars: usize) -> String {
     if char_len(&out) <= max_chars {
         out
     } else {
-        format!("{}\n...", head(&out, max_chars.saturating_sub(4)))
+        format!("{}\n...", head_chars(&out, max_chars.saturating_sub(4)))
     }
 }
 
@@ -341,7 +328,7 @@ pub fn render_skills(entries: &[SkillEntry]) -> String {
             .to_owned(),
     ];
     for e in entries {
-        let desc = escape_line(head(
+        let desc = escape_line(head_chars(
             &e.description
                 .split_whitespace()
                 .collect::<Vec<_>>()
@@ -436,6 +423,16 @@ impl DurableContextMiddleware {
         msgs.len()
     }
 
+    /// [`Self::capture`] as a hook's output (none when nothing was captured).
+    fn capture_output(&self, state: &ThreadState, run: &RunContext, skills: bool) -> HookOutput {
+        let u = self.capture(state, run, skills);
+        if u.is_empty() {
+            HookOutput::none()
+        } else {
+            HookOutput::update(u)
+        }
+    }
+
     fn capture(&self, state: &ThreadState, run: &RunContext, skills: bool) -> StateUpdate {
         let msgs = &state.messages;
         let start = Self::window_start(state, run);
@@ -470,7 +467,7 @@ impl DurableContextMiddleware {
                         changed.push(Delegation {
                             id: id.to_owned(),
                             run_id: (!run.run_id.is_empty()).then(|| run.run_id.clone()),
-                            description: head(desc, DESCRIPTION_CAP).to_owned(),
+                            description: head_chars(desc, DESCRIPTION_CAP).to_owned(),
                             subagent_type: str_arg(&c.args, &["subagent_type"])
                                 .unwrap_or("")
                                 .to_owned(),
@@ -580,7 +577,7 @@ impl DurableContextMiddleware {
             .get("description")
             .and_then(Value::as_str)
             .map(|d| {
-                head(
+                head_chars(
                     &d.split_whitespace().collect::<Vec<_>>().join(" "),
                     SKILL_DESCRIPTION_CAP,
                 )
@@ -599,27 +596,14 @@ impl DurableContextMiddleware {
 
 #[async_trait]
 impl Middleware for DurableContextMiddleware {
-    middleware_identity!(
-        NAME,
-        HookSet::BEFORE_MODEL | HookSet::AFTER_MODEL | HookSet::WRAP_MODEL
-    );
+    middleware_identity!(NAME, HookSet::MODEL);
 
     async fn before_model(&self, state: &ThreadState, run: &RunContext) -> HookResult {
-        let u = self.capture(state, run, true);
-        Ok(if u.is_empty() {
-            HookOutput::none()
-        } else {
-            HookOutput::update(u)
-        })
+        Ok(self.capture_output(state, run, true))
     }
 
     async fn after_model(&self, state: &ThreadState, run: &RunContext) -> HookResult {
-        let u = self.capture(state, run, false);
-        Ok(if u.is_empty() {
-            HookOutput::none()
-        } else {
-            HookOutput::update(u)
-        })
+        Ok(self.capture_output(state, run, false))
     }
 
     async fn wrap_model_call(&self, mut req: ModelRequest, next: ModelNext<'_>) -> ModelResult {

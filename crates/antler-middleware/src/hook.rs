@@ -1,36 +1,22 @@
-//! Short names for the `Middleware` hook signatures, so that every middleware spells its
-//! hooks the same way in one line instead of repeating the trait's long result types.
+//! Short names for the `Middleware` hook signatures (defined by the runtime, so that every
+//! middleware spells its hooks the same way in one line), and what the tool wrappers share.
 
-pub use antler_runtime::HookSet;
-use antler_runtime::{
-    AfterAgentOutput, BeforeAgentOutput, HookOutput, MiddlewareError, ModelCallError,
-    ModelResponse, ToolError, ToolOutcome,
+pub use antler_runtime::{
+    AfterAgentResult, BeforeAgentResult, HookResult, HookSet, ModelResult, ToolResult,
 };
 
-/// What `before_model` and `after_model` return.
-pub type HookResult = Result<HookOutput, MiddlewareError>;
-/// What `before_agent` returns.
-pub type BeforeAgentResult = Result<BeforeAgentOutput, MiddlewareError>;
-/// What `after_agent` returns.
-pub type AfterAgentResult = Result<AfterAgentOutput, MiddlewareError>;
-/// What `wrap_model_call` returns.
-pub type ModelResult = Result<ModelResponse, ModelCallError>;
-/// What `wrap_tool_call` returns.
-pub type ToolResult = Result<ToolOutcome, ToolError>;
+/// The hooks of a middleware that guards a whole run against running away (loop detection,
+/// token budget, terminal response): reset when the run starts, judge every answer, clean up
+/// when it ends, and adjust each request.
+pub const RUN_GUARD_HOOKS: HookSet = HookSet::BEFORE_AGENT
+    .union(HookSet::AFTER_MODEL)
+    .union(HookSet::AFTER_AGENT)
+    .union(HookSet::WRAP_MODEL);
 
-/// A middleware's identity inside its `impl Middleware`: its chain name and the hooks it runs.
-///
-/// `middleware_identity!(NAME, HookSet::WRAP_TOOL);` stands for the trait's `name` and
-/// `hooks` methods. A name read from `self` (configurable names) keeps the hand-written form.
-#[macro_export]
-macro_rules! middleware_identity {
-    ($name:expr, $hooks:expr) => {
-        fn name(&self) -> &str {
-            $name
-        }
-
-        fn hooks(&self) -> $crate::hook::HookSet {
-            $hooks
-        }
-    };
+/// The id an answer to `call` carries: the call's own, or `missing` when it has none.
+pub(crate) fn answer_id(call: &antler_protocol::ToolCall, missing: &str) -> String {
+    match call.id_str() {
+        "" => missing.to_owned(),
+        id => id.to_owned(),
+    }
 }

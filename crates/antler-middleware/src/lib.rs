@@ -41,7 +41,24 @@
 //! several share are modules of their own: [`posix`] (path normalization), `py` (Python truthiness),
 //! [`skill_registry`] (the skill registry and `/skill` grammar of the two skill middlewares).
 
+// `middleware_identity!` (and the runtime's other macros) in every module.
 #[macro_use]
+extern crate antler_runtime;
+
+/// The runtime's macro, still reachable at its old path.
+pub use antler_runtime::middleware_identity;
+
+/// `Default` as the type's argument-free `new()`, for the middlewares that have one.
+macro_rules! default_is_new {
+    ($ty:ty) => {
+        impl Default for $ty {
+            fn default() -> Self {
+                Self::new()
+            }
+        }
+    };
+}
+
 pub mod hook;
 
 pub mod clarification;
@@ -61,6 +78,7 @@ mod py;
 pub mod read_before_write;
 pub mod sandbox;
 pub mod sandbox_audit;
+mod side_model;
 pub mod skill_activation;
 pub mod skill_registry;
 pub mod skill_tool_policy;

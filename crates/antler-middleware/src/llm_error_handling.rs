@@ -341,26 +341,10 @@ pub fn retry_delay_ms(
 ) -> u64 {
     let ceiling =
         u64::try_from(settings.max_retry_after_duration().as_millis()).unwrap_or(u64::MAX);
-    uncapped_delay_ms(settings, prev_delay_ms, facts, reason, random).min(ceiling)
-}
-
-/// The provider asked to wait longer than `max_retry_after`: waiting that out would hold the
-/// run (and its client) for as long as the provider likes, so the call fails over instead.
-pub fn retry_after_too_long(settings: &LlmCallConfig, facts: &ErrorFacts) -> bool {
-    facts
-        .retry_after
-        .is_some_and(|after| after > settings.max_retry_after_duration())
-}
-
-fn uncapped_delay_ms(
-    settings: &LlmCallConfig,
-    prev_delay_ms: Option<u64>,
-    facts: &ErrorFacts,
-    reason: ErrorReason,
-    random: &mut dyn FnMut(u64, u64) -> u64,
-) -> u64 {
     if let Some(after) = facts.retry_after {
-        return u64::try_from(after.as_millis()).unwrap_or(u64::MAX);
+        return u64::try_from(after.as_millis())
+            .unwrap_or(u64::MAX)
+            .min(ceiling);
     }
     let base = if reason == ErrorReason::BurstRate {
         settings.burst_retry_base_delay_ms
@@ -371,9 +355,17 @@ fn uncapped_delay_ms(
     let seed = prev_delay_ms.unwrap_or(base);
     let high = cap.min(base.max(seed.saturating_mul(3)));
     if high < base {
-        return cap;
+        return cap.min(ceiling);
     }
-    random(base, high)
+    random(base, high).min(ceiling)
+}
+
+/// The provider asked to wait longer than `max_retry_after`: waiting that out would hold the
+/// run (and its client) for as long as the provider likes, so the call fails over instead.
+pub fn retry_after_too_long(settings: &LlmCallConfig, facts: &ErrorFacts) -> bool {
+    facts
+        .retry_after
+        .is_some_and(|after| after > settings.max_retry_after_duration())
 }
 
 /// A uniform integer in `[lo, hi]` from the OS generator (uuid v4 draws 122 random bits).

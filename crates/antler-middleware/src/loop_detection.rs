@@ -24,9 +24,7 @@ use antler_protocol::markers;
 use antler_protocol::{
     AiMessage, Content, HumanMessage, Message, Object, StateUpdate, ThreadState, ToolCall,
 };
-use antler_runtime::{
-    keys, HookOutput, HookSet, Middleware, ModelNext, ModelRequest, RunContext, RunEvent,
-};
+use antler_runtime::{keys, HookOutput, Middleware, ModelNext, ModelRequest, RunContext, RunEvent};
 use async_trait::async_trait;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -143,50 +141,11 @@ pub fn validate(config: &LoopDetectionConfig) -> Result<(), LoopDetectionConfigE
 
 /// JSON with object keys sorted at every level: the canonical form two equal argument maps share.
 fn canonical(v: &Value) -> String {
-    let mut out = String::new();
-    write_canonical(v, &mut out);
-    out
-}
-
-fn write_canonical(v: &Value, out: &mut String) {
-    match v {
-        Value::Object(o) => write_canonical_object(o.iter(), out),
-        Value::Array(a) => {
-            out.push('[');
-            for (i, item) in a.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_canonical(item, out);
-            }
-            out.push(']');
-        }
-        scalar => out.push_str(&scalar.to_string()),
-    }
-}
-
-fn write_canonical_object<'a>(
-    entries: impl Iterator<Item = (&'a String, &'a Value)>,
-    out: &mut String,
-) {
-    let mut entries: Vec<(&String, &Value)> = entries.collect();
-    entries.sort_by(|a, b| a.0.cmp(b.0));
-    out.push('{');
-    for (i, (k, val)) in entries.into_iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        out.push_str(&Value::String(k.clone()).to_string());
-        out.push(':');
-        write_canonical(val, out);
-    }
-    out.push('}');
+    antler_runtime::canonical_json(v, (",", ":"))
 }
 
 fn canonical_object(o: &Object) -> String {
-    let mut out = String::new();
-    write_canonical_object(o.iter(), &mut out);
-    out
+    antler_runtime::canonical_json_object(o, (",", ":"))
 }
 
 /// Arguments as a map plus, for payloads that are not a map, a stable fallback key. Never fails.
@@ -725,10 +684,7 @@ fn names(calls: &[ToolCall]) -> Vec<&str> {
 
 #[async_trait]
 impl Middleware for LoopDetectionMiddleware {
-    middleware_identity!(
-        NAME,
-        HookSet::BEFORE_AGENT | HookSet::AFTER_MODEL | HookSet::AFTER_AGENT | HookSet::WRAP_MODEL
-    );
+    middleware_identity!(NAME, crate::hook::RUN_GUARD_HOOKS);
 
     /// Warnings of earlier runs of this thread never reach this run.
     async fn before_agent(&self, _state: &ThreadState, run: &RunContext) -> BeforeAgentResult {

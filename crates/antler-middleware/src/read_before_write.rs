@@ -14,14 +14,13 @@
 //! Fail-open: when the gate cannot inspect the file (any failure other than "not found", or a
 //! sandbox that reports failures as `Error:` text) the tool runs and reports its own error.
 
-use std::collections::HashMap;
-use std::sync::{Arc, LazyLock, Mutex, Weak};
+use std::sync::{Arc, LazyLock};
 
 use antler_protocol::markers::READ_MARK;
 use antler_protocol::tool_meta;
 use antler_protocol::{Message, ThreadState, ToolMessage, ToolStatus};
 use antler_runtime::{
-    keys, HookSet, Middleware, RunContext, ToolCallRequest, ToolNext, ToolOutcome,
+    keys, FileLocks, HookSet, Middleware, RunContext, ToolCallRequest, ToolNext, ToolOutcome,
 };
 use antler_sandbox::{SandboxError, SandboxProvider};
 use async_trait::async_trait;
@@ -89,23 +88,11 @@ impl ContentReader for SandboxReader {
     }
 }
 
-type LockMap = HashMap<(String, String), Weak<tokio::sync::Mutex<()>>>;
-
-/// Process-wide gate locks; entries die with their last holder.
-static GATE_LOCKS: LazyLock<Mutex<LockMap>> = LazyLock::new(|| Mutex::new(HashMap::new()));
+/// Process-wide gate locks, per (scope, path); entries die with their last holder.
+static GATE_LOCKS: LazyLock<FileLocks> = LazyLock::new(FileLocks::default);
 
 fn gate_lock(scope: &str, path: &str) -> Arc<tokio::sync::Mutex<()>> {
-    let Ok(mut map) = GATE_LOCKS.lock() else {
-        return Arc::new(tokio::sync::Mutex::new(()));
-    };
-    map.retain(|_, w| w.strong_count() > 0);
-    let key = (scope.to_owned(), path.to_owned());
-    if let Some(lock) = map.get(&key).and_then(Weak::upgrade) {
-        return lock;
-    }
-    let lock = Arc::new(tokio::sync::Mutex::new(()));
-    map.insert(key, Arc::downgrade(&lock));
-    lock
+    GATE_LOCKS.lock_for(scope, path)
 }
 
 pub use crate::posix::normalize_path;

@@ -75,10 +75,7 @@ fn with_sandbox(outcome: ToolOutcome, id: &str) -> ToolOutcome {
 
 #[async_trait]
 impl Middleware for SandboxMiddleware {
-    middleware_identity!(
-        NAME,
-        HookSet::BEFORE_AGENT | HookSet::AFTER_AGENT | HookSet::WRAP_TOOL
-    );
+    middleware_identity!(NAME, HookSet::AGENT | HookSet::WRAP_TOOL);
 
     async fn before_agent(&self, state: &ThreadState, run: &RunContext) -> BeforeAgentResult {
         if self.lazy_init || run.thread_id.is_empty() {

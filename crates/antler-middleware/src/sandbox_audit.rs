@@ -112,11 +112,7 @@ pub struct SandboxAuditMiddleware {
     sinks: Vec<Arc<dyn AuditSink>>,
 }
 
-impl Default for SandboxAuditMiddleware {
-    fn default() -> Self {
-        Self::new()
-    }
-}
+default_is_new!(SandboxAuditMiddleware);
 
 impl SandboxAuditMiddleware {
     /// Records go to the log.
@@ -192,12 +188,7 @@ impl Middleware for SandboxAuditMiddleware {
             .and_then(Value::as_str)
             .map(str::to_owned);
         let blocked = |reason: &str| {
-            let id = req
-                .call
-                .id
-                .clone()
-                .filter(|s| !s.is_empty())
-                .unwrap_or_else(|| "missing_id".to_owned());
+            let id = crate::hook::answer_id(&req.call, "missing_id");
             let mut m = ToolMessage::error(id, blocked_message(reason)).with_name("bash");
             m.id = Some(uuid::Uuid::new_v4().to_string());
             Ok(ToolOutcome::Message(m))

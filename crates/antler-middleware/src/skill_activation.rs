@@ -118,32 +118,31 @@ pub struct SkillActivationMiddleware {
 #[error("the skill middlewares need a non-empty shared owner token")]
 pub struct MissingOwnerToken;
 
-/// What both skill middlewares keep besides the registry: the allow-list as a set and the
+/// The constructor both skill middlewares share: the registry, the allow-list as a set and the
 /// (checked, non-empty) owner token.
-pub(crate) fn skill_scope(
-    available: Option<Vec<String>>,
-    owner_token: Arc<str>,
-) -> Result<(Option<HashSet<String>>, Arc<str>), MissingOwnerToken> {
-    if owner_token.is_empty() {
-        return Err(MissingOwnerToken);
-    }
-    Ok((available.map(|v| v.into_iter().collect()), owner_token))
+macro_rules! skill_scoped_new {
+    ($ty:ident) => {
+        impl $ty {
+            pub fn new(
+                registry: Arc<dyn SkillRegistry>,
+                available: Option<Vec<String>>,
+                owner_token: Arc<str>,
+            ) -> Result<Self, $crate::skill_activation::MissingOwnerToken> {
+                if owner_token.is_empty() {
+                    return Err($crate::skill_activation::MissingOwnerToken);
+                }
+                Ok($ty {
+                    registry,
+                    available: available.map(|v| v.into_iter().collect()),
+                    owner_token,
+                })
+            }
+        }
+    };
 }
+pub(crate) use skill_scoped_new;
 
-impl SkillActivationMiddleware {
-    pub fn new(
-        registry: Arc<dyn SkillRegistry>,
-        available: Option<Vec<String>>,
-        owner_token: Arc<str>,
-    ) -> Result<Self, MissingOwnerToken> {
-        let (available, owner_token) = skill_scope(available, owner_token)?;
-        Ok(SkillActivationMiddleware {
-            registry,
-            available,
-            owner_token,
-        })
-    }
-}
+skill_scoped_new!(SkillActivationMiddleware);
 
 /// The enabled, allowed skill `name` and its `SKILL.md` text.
 fn resolve(

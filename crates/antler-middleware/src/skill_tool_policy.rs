@@ -28,7 +28,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use crate::hook::{ModelResult, ToolResult};
-use crate::skill_activation::{skill_scope, MissingOwnerToken};
+use crate::skill_activation::skill_scoped_new;
 use crate::skill_registry::{normalize, SkillRegistry, SLASH_SOURCE};
 
 /// Tools every active policy keeps (`task` is deliberately not one).
@@ -57,6 +57,9 @@ impl PolicySource {
     }
 }
 
+/// The middleware's name in chain listings.
+pub const NAME: &str = "SkillToolPolicyMiddleware";
+
 /// The policy a model step computed, reused by that step's tool calls.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PolicyDecision {
@@ -79,20 +82,9 @@ pub struct SkillToolPolicyMiddleware {
     owner_token: Arc<str>,
 }
 
-impl SkillToolPolicyMiddleware {
-    pub fn new(
-        registry: Arc<dyn SkillRegistry>,
-        available: Option<Vec<String>>,
-        owner_token: Arc<str>,
-    ) -> Result<Self, MissingOwnerToken> {
-        let (available, owner_token) = skill_scope(available, owner_token)?;
-        Ok(SkillToolPolicyMiddleware {
-            registry,
-            available,
-            owner_token,
-        })
-    }
+skill_scoped_new!(SkillToolPolicyMiddleware);
 
+impl SkillToolPolicyMiddleware {
     fn source(&self, state: &ThreadState, run: &RunContext) -> (PolicySource, Vec<String>) {
         if let Some(slash) = run
             .get(&SLASH_SOURCE)
@@ -238,10 +230,7 @@ fn filter_tool_search(
 
 #[async_trait]
 impl Middleware for SkillToolPolicyMiddleware {
-    middleware_identity!(
-        "SkillToolPolicyMiddleware",
-        HookSet::WRAP_MODEL | HookSet::WRAP_TOOL
-    );
+    middleware_identity!(NAME, HookSet::WRAP_MODEL | HookSet::WRAP_TOOL);
 
     async fn wrap_model_call(&self, mut req: ModelRequest, next: ModelNext<'_>) -> ModelResult {
         let (source, paths) = self.source(&req.state, &req.run);

@@ -63,11 +63,7 @@ pub struct SubagentLimitMiddleware {
     max_total: usize,
 }
 
-impl Default for SubagentLimitMiddleware {
-    fn default() -> Self {
-        Self::new()
-    }
-}
+default_is_new!(SubagentLimitMiddleware);
 
 impl SubagentLimitMiddleware {
     /// Per-response limit from the run option `max_concurrent_subagents`, per-run total 6.

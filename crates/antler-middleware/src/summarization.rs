@@ -27,10 +27,9 @@
 use std::collections::HashSet;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::time::Instant;
 
 use antler_models::tokens::{CachedTokenCounter, TokenCounter};
-use antler_models::{ChatModel, ChatRequest};
+use antler_models::ChatModel;
 use antler_protocol::markers;
 use antler_protocol::{
     AiMessage, Content, HumanMessage, Message, Object, StateUpdate, ThreadState,
@@ -41,6 +40,7 @@ use futures::FutureExt;
 use serde_json::{json, Value};
 
 use crate::hook::HookResult;
+use crate::side_model::invoke_observed;
 
 /// What is about to be compressed away.
 #[derive(Clone, Debug)]
@@ -835,31 +835,12 @@ impl DeerFlowSummarizationMiddleware {
             candidates.push(&self.run_model);
         }
         let messages = [Arc::new(Message::human(prompt))];
-        let settings = Object::new();
         for (i, model) in candidates.iter().enumerate() {
             let last = i + 1 == candidates.len();
             let name = model.info().name.as_str();
             let message_id = format!("lc_run--{}", uuid::Uuid::new_v4());
-            let req = ChatRequest {
-                system: None,
-                messages: &messages,
-                tools: &[],
-                tool_choice: None,
-                settings: &settings,
-                message_id: &message_id,
-            };
-            let started = Instant::now();
-            match model.invoke(req).await {
+            match invoke_observed(&***model, run, CALLER, &messages, &message_id).await {
                 Ok(resp) => {
-                    if run.observed() {
-                        run.observe(&RunEvent::ModelResponse {
-                            caller: CALLER,
-                            model: name,
-                            request_messages: messages.len(),
-                            response: &resp,
-                            latency: started.elapsed(),
-                        });
-                    }
                     let text = resp.content.text();
                     let text = text.trim();
                     if !text.is_empty() {
@@ -878,14 +859,6 @@ impl DeerFlowSummarizationMiddleware {
                     }
                 }
                 Err(error) => {
-                    if run.observed() {
-                        run.observe(&RunEvent::ModelError {
-                            caller: CALLER,
-                            model: name,
-                            error: &error,
-                            latency: started.elapsed(),
-                        });
-                    }
                     if last {
                         tracing::warn!(model = name, %error, "summary generation failed; skipping compaction this turn");
                     } else {

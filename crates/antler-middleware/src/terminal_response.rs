@@ -21,9 +21,7 @@
 use antler_protocol::{
     markers, AiMessage, HumanMessage, Message, Object, StateUpdate, ThreadState,
 };
-use antler_runtime::{
-    HookOutput, HookSet, JumpTo, Middleware, ModelNext, ModelRequest, RunContext, RunKey,
-};
+use antler_runtime::{HookOutput, JumpTo, Middleware, ModelNext, ModelRequest, RunContext, RunKey};
 use async_trait::async_trait;
 use serde_json::Value;
 
@@ -105,10 +103,7 @@ fn recovery_message() -> Message {
 
 #[async_trait]
 impl Middleware for TerminalResponseMiddleware {
-    middleware_identity!(
-        NAME,
-        HookSet::BEFORE_AGENT | HookSet::AFTER_MODEL | HookSet::AFTER_AGENT | HookSet::WRAP_MODEL
-    );
+    middleware_identity!(NAME, crate::hook::RUN_GUARD_HOOKS);
 
     async fn before_agent(&self, _state: &ThreadState, run: &RunContext) -> BeforeAgentResult {
         Self::reset(run);

@@ -12,17 +12,17 @@
 
 use std::sync::Arc;
 use std::sync::LazyLock;
-use std::time::Instant;
 
-use antler_models::{ChatModel, ChatRequest};
+use antler_models::ChatModel;
 use antler_protocol::markers;
-use antler_protocol::{Content, Message, Object, StateUpdate, ThreadState};
-use antler_runtime::{HookOutput, HookSet, Middleware, RunContext, RunEvent};
+use antler_protocol::{Content, Message, StateUpdate, ThreadState};
+use antler_runtime::{HookOutput, HookSet, Middleware, RunContext};
 use async_trait::async_trait;
 use regex::Regex;
 use serde_json::Value;
 
 use crate::hook::HookResult;
+use crate::side_model::invoke_observed;
 
 const NAME: &str = "TitleMiddleware";
 /// How the title call is identified to observers (the run journal's caller buckets).
@@ -306,42 +306,13 @@ impl TitleMiddleware {
             }
         };
         let messages = [Arc::new(Message::human(prompt))];
-        let settings = Object::new();
         let message_id = format!("title--{}", uuid::Uuid::new_v4());
-        let req = ChatRequest {
-            system: None,
-            messages: &messages,
-            tools: &[],
-            tool_choice: None,
-            settings: &settings,
-            message_id: &message_id,
-        };
-        let info = model.info();
-        let started = Instant::now();
-        // `invoke`, never `stream`: the title is not part of the conversation's token stream.
-        match model.invoke(req).await {
+        match invoke_observed(&**model, run, CALLER, &messages, &message_id).await {
             Ok(response) => {
-                if run.observed() {
-                    run.observe(&RunEvent::ModelResponse {
-                        caller: CALLER,
-                        model: &info.name,
-                        request_messages: messages.len(),
-                        response: &response,
-                        latency: started.elapsed(),
-                    });
-                }
                 let title = self.parse_title(&response.content);
                 (!title.is_empty()).then_some(title)
             }
             Err(error) => {
-                if run.observed() {
-                    run.observe(&RunEvent::ModelError {
-                        caller: CALLER,
-                        model: &info.name,
-                        error: &error,
-                        latency: started.elapsed(),
-                    });
-                }
                 tracing::debug!(error = %error, "title model failed; using the fallback title");
                 None
             }

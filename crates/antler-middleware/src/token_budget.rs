@@ -22,7 +22,7 @@ use std::sync::Mutex;
 use antler_protocol::markers;
 use antler_protocol::{AiMessage, Content, HumanMessage, Message, StateUpdate, ThreadState};
 use antler_runtime::{
-    keys, HookOutput, HookSet, Middleware, MiddlewareError, ModelNext, ModelRequest, RunContext,
+    keys, HookOutput, Middleware, MiddlewareError, ModelNext, ModelRequest, RunContext,
 };
 use async_trait::async_trait;
 use serde_json::json;
@@ -60,19 +60,26 @@ struct Runs {
     stop_order: VecDeque<String>,
 }
 
+/// Before `run` enters `map` (insertion order in `order`), evicts the oldest runs so at most
+/// `MAX_RUNS` stay.
+fn make_room<V>(map: &mut HashMap<String, V>, order: &mut VecDeque<String>, run: &str) {
+    if map.contains_key(run) {
+        return;
+    }
+    while map.len() >= MAX_RUNS {
+        match order.pop_front() {
+            Some(old) => {
+                map.remove(&old);
+            }
+            None => break,
+        }
+    }
+    order.push_back(run.to_owned());
+}
+
 impl Runs {
     fn get(&mut self, run: &str) -> &mut RunBudget {
-        if !self.by_run.contains_key(run) {
-            while self.by_run.len() >= MAX_RUNS {
-                match self.order.pop_front() {
-                    Some(old) => {
-                        self.by_run.remove(&old);
-                    }
-                    None => break,
-                }
-            }
-            self.order.push_back(run.to_owned());
-        }
+        make_room(&mut self.by_run, &mut self.order, run);
         self.by_run.entry(run.to_owned()).or_default()
     }
 
@@ -83,17 +90,7 @@ impl Runs {
     }
 
     fn set_stop(&mut self, run: &str) {
-        if !self.stop_reasons.contains_key(run) {
-            while self.stop_reasons.len() >= MAX_RUNS {
-                match self.stop_order.pop_front() {
-                    Some(old) => {
-                        self.stop_reasons.remove(&old);
-                    }
-                    None => break,
-                }
-            }
-            self.stop_order.push_back(run.to_owned());
-        }
+        make_room(&mut self.stop_reasons, &mut self.stop_order, run);
         self.stop_reasons
             .insert(run.to_owned(), STOP_REASON.to_owned());
     }
@@ -225,10 +222,7 @@ fn accumulate(budget: &mut RunBudget, state: &ThreadState) {
 
 #[async_trait]
 impl Middleware for TokenBudgetMiddleware {
-    middleware_identity!(
-        NAME,
-        HookSet::BEFORE_AGENT | HookSet::AFTER_MODEL | HookSet::AFTER_AGENT | HookSet::WRAP_MODEL
-    );
+    middleware_identity!(NAME, crate::hook::RUN_GUARD_HOOKS);
 
     async fn before_agent(&self, state: &ThreadState, run: &RunContext) -> BeforeAgentResult {
         if !self.settings.enabled {

@@ -78,11 +78,7 @@ impl Middleware for ToolErrorHandlingMiddleware {
             Ok(outcome) => Ok(outcome),
             Err(e) => {
                 tracing::warn!(tool = %call.name, error = %e, "tool failed; returning an error result");
-                let id = call
-                    .id
-                    .clone()
-                    .filter(|s| !s.is_empty())
-                    .unwrap_or_else(|| "missing_tool_call_id".to_owned());
+                let id = crate::hook::answer_id(&call, "missing_tool_call_id");
                 let mut msg = ToolMessage::error(id, failure_message(&call.name, &e))
                     .with_name(call.name.clone());
                 msg.id = Some(uuid::Uuid::new_v4().to_string());

@@ -20,13 +20,15 @@ pub use context::{
     RunOptions,
 };
 pub use middleware::{
-    AfterAgentOutput, BeforeAgentOutput, Chain, ChainError, HookOutput, HookSet, JumpTo, JumpToEnd,
-    Middleware, MiddlewareError, ModelCallError, ModelNext, ModelRequest, ModelResponse, NoJump,
-    ToolCallRequest, ToolNext,
+    AfterAgentOutput, AfterAgentResult, BeforeAgentOutput, BeforeAgentResult, Chain, ChainError,
+    HookOutput, HookResult, HookSet, JumpTo, JumpToEnd, Middleware, MiddlewareError,
+    ModelCallError, ModelNext, ModelRequest, ModelResponse, ModelResult, NoJump, ToolCallRequest,
+    ToolNext, ToolResult,
 };
 pub use observe::{RunEvent, RunObserver};
 pub use tokio_util::sync::CancellationToken;
 pub use tool::{
-    parameters_schema, parse_args, Command, Goto, ProgressReporter, Tool, ToolContext, ToolError,
-    ToolOutcome, ToolOutput, ToolRegistry, TypedSpec, TypedTool,
+    canonical_json, canonical_json_object, parameters_schema, parse_args, Command, FileLocks, Goto,
+    ProgressReporter, Tool, ToolContext, ToolError, ToolOutcome, ToolOutput, ToolRegistry,
+    TypedSpec, TypedTool,
 };

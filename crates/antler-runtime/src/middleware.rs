@@ -44,6 +44,12 @@ impl HookSet {
     pub const AFTER_AGENT: HookSet = HookSet(1 << 3);
     pub const WRAP_MODEL: HookSet = HookSet(1 << 4);
     pub const WRAP_TOOL: HookSet = HookSet(1 << 5);
+    /// Both run-boundary hooks: `before_agent` and `after_agent`.
+    pub const AGENT: HookSet = HookSet::BEFORE_AGENT.union(HookSet::AFTER_AGENT);
+    /// Every model-step hook: `before_model`, `after_model` and `wrap_model`.
+    pub const MODEL: HookSet = HookSet::BEFORE_MODEL
+        .union(HookSet::AFTER_MODEL)
+        .union(HookSet::WRAP_MODEL);
 
     pub const fn union(self, other: HookSet) -> HookSet {
         HookSet(self.0 | other.0)
@@ -267,6 +273,36 @@ impl ToolNext<'_> {
     }
 }
 
+// Short names for the hook signatures, so that every middleware spells its hooks the same
+// way in one line instead of repeating the long result types.
+/// What `before_model` and `after_model` return.
+pub type HookResult = Result<HookOutput, MiddlewareError>;
+/// What `before_agent` returns.
+pub type BeforeAgentResult = Result<BeforeAgentOutput, MiddlewareError>;
+/// What `after_agent` returns.
+pub type AfterAgentResult = Result<AfterAgentOutput, MiddlewareError>;
+/// What `wrap_model_call` returns.
+pub type ModelResult = Result<ModelResponse, ModelCallError>;
+/// What `wrap_tool_call` returns.
+pub type ToolResult = Result<ToolOutcome, ToolError>;
+
+/// A middleware's identity inside its `impl Middleware`: its chain name and the hooks it runs.
+///
+/// `middleware_identity!(NAME, HookSet::WRAP_TOOL);` stands for the trait's `name` and
+/// `hooks` methods. A name read from `self` (configurable names) keeps the hand-written form.
+#[macro_export]
+macro_rules! middleware_identity {
+    ($name:expr, $hooks:expr) => {
+        fn name(&self) -> &str {
+            $name
+        }
+
+        fn hooks(&self) -> $crate::HookSet {
+            $hooks
+        }
+    };
+}
+
 /// A middleware. Implement the hooks you declare in [`Middleware::hooks`].
 #[async_trait]
 pub trait Middleware: Send + Sync {
@@ -275,51 +311,27 @@ pub trait Middleware: Send + Sync {
 
     fn hooks(&self) -> HookSet;
 
-    async fn before_agent(
-        &self,
-        _state: &ThreadState,
-        _run: &RunContext,
-    ) -> Result<BeforeAgentOutput, MiddlewareError> {
+    async fn before_agent(&self, _state: &ThreadState, _run: &RunContext) -> BeforeAgentResult {
         Ok(HookOutput::none())
     }
 
-    async fn before_model(
-        &self,
-        _state: &ThreadState,
-        _run: &RunContext,
-    ) -> Result<HookOutput, MiddlewareError> {
+    async fn before_model(&self, _state: &ThreadState, _run: &RunContext) -> HookResult {
         Ok(HookOutput::none())
     }
 
-    async fn after_model(
-        &self,
-        _state: &ThreadState,
-        _run: &RunContext,
-    ) -> Result<HookOutput, MiddlewareError> {
+    async fn after_model(&self, _state: &ThreadState, _run: &RunContext) -> HookResult {
         Ok(HookOutput::none())
     }
 
-    async fn after_agent(
-        &self,
-        _state: &ThreadState,
-        _run: &RunContext,
-    ) -> Result<AfterAgentOutput, MiddlewareError> {
+    async fn after_agent(&self, _state: &ThreadState, _run: &RunContext) -> AfterAgentResult {
         Ok(HookOutput::none())
     }
 
-    async fn wrap_model_call(
-        &self,
-        req: ModelRequest,
-        next: ModelNext<'_>,
-    ) -> Result<ModelResponse, ModelCallError> {
+    async fn wrap_model_call(&self, req: ModelRequest, next: ModelNext<'_>) -> ModelResult {
         next.run(req).await
     }
 
-    async fn wrap_tool_call(
-        &self,
-        req: ToolCallRequest,
-        next: ToolNext<'_>,
-    ) -> Result<ToolOutcome, ToolError> {
+    async fn wrap_tool_call(&self, req: ToolCallRequest, next: ToolNext<'_>) -> ToolResult {
         next.run(req).await
     }
 }
@@ -403,5 +415,19 @@ impl Chain {
         }
         .run(req)
         .await
+    }
+}
+
+#[cfg(test)]
+mod hook_set_tests {
+    use super::HookSet;
+
+    #[test]
+    fn the_named_groups_hold_their_hooks() {
+        assert_eq!(HookSet::AGENT.names(), ["before_agent", "after_agent"]);
+        assert_eq!(
+            HookSet::MODEL.names(),
+            ["before_model", "after_model", "wrap_model"]
+        );
     }
 }

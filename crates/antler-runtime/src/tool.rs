@@ -1,7 +1,7 @@
 //! Tools and the registry the agent offers to its model.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 
 use antler_protocol::{Content, Object, StateUpdate, ThreadState, ToolSpec, ToolStatus};
 use async_trait::async_trait;
@@ -229,6 +229,17 @@ pub trait TypedTool: Send + Sync {
         -> Result<ToolOutput, ToolError>;
 }
 
+/// A [`TypedTool`]'s `typed_spec`, read from the named field of `self`:
+/// `typed_spec!(spec);` inside the `impl TypedTool`.
+#[macro_export]
+macro_rules! typed_spec {
+    ($field:ident) => {
+        fn typed_spec(&self) -> &$crate::TypedSpec<Self::Args> {
+            &self.$field
+        }
+    };
+}
+
 #[async_trait]
 impl<T: TypedTool> Tool for T {
     fn spec(&self) -> &Arc<ToolSpec> {
@@ -428,5 +439,114 @@ impl ToolRegistry {
 
     pub fn is_empty(&self) -> bool {
         self.tools.is_empty()
+    }
+}
+
+/// Per-(scope, file) async mutexes so parallel edits of one file (in one sandbox, in one
+/// thread…) both land. Entries are dropped when no call holds them.
+type LockMap = HashMap<(String, String), Weak<tokio::sync::Mutex<()>>>;
+
+#[derive(Default)]
+pub struct FileLocks {
+    map: Mutex<LockMap>,
+}
+
+impl FileLocks {
+    pub fn lock_for(&self, scope: &str, path: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let Ok(mut map) = self.map.lock() else {
+            return Arc::new(tokio::sync::Mutex::new(()));
+        };
+        map.retain(|_, w| w.strong_count() > 0);
+        let key = (scope.to_owned(), path.to_owned());
+        if let Some(existing) = map.get(&key).and_then(Weak::upgrade) {
+            return existing;
+        }
+        let fresh = Arc::new(tokio::sync::Mutex::new(()));
+        map.insert(key, Arc::downgrade(&fresh));
+        fresh
+    }
+
+    /// Live entries (tests).
+    pub fn len(&self) -> usize {
+        self.map
+            .lock()
+            .map(|m| m.values().filter(|w| w.strong_count() > 0).count())
+            .unwrap_or(0)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// JSON with object keys sorted at every level and `separators` (between items, between a key
+/// and its value) instead of serde's: `(",", ":")` is the compact canonical form,
+/// `(", ", ": ")` Python's `json.dumps(sort_keys=True, ensure_ascii=False)`. Scalars are
+/// written as serde writes them. Two equal values always give the same text (hash inputs).
+pub fn canonical_json(v: &Value, separators: (&str, &str)) -> String {
+    let mut out = String::new();
+    write_canonical(v, separators, &mut out);
+    out
+}
+
+/// [`canonical_json`] of an object.
+pub fn canonical_json_object(o: &Object, separators: (&str, &str)) -> String {
+    let mut out = String::new();
+    write_canonical_object(o, separators, &mut out);
+    out
+}
+
+fn write_canonical(v: &Value, separators: (&str, &str), out: &mut String) {
+    match v {
+        Value::Object(o) => write_canonical_object(o, separators, out),
+        Value::Array(a) => {
+            out.push('[');
+            for (i, item) in a.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(separators.0);
+                }
+                write_canonical(item, separators, out);
+            }
+            out.push(']');
+        }
+        scalar => out.push_str(&scalar.to_string()),
+    }
+}
+
+fn write_canonical_object(o: &Object, separators: (&str, &str), out: &mut String) {
+    let mut entries: Vec<(&String, &Value)> = o.iter().collect();
+    entries.sort_by(|a, b| a.0.cmp(b.0));
+    out.push('{');
+    for (i, (k, val)) in entries.into_iter().enumerate() {
+        if i > 0 {
+            out.push_str(separators.0);
+        }
+        out.push_str(&Value::String(k.clone()).to_string());
+        out.push_str(separators.1);
+        write_canonical(val, separators, out);
+    }
+    out.push('}');
+}
+
+#[cfg(test)]
+mod canonical_tests {
+    use super::*;
+
+    #[test]
+    fn canonical_json_sorts_keys_at_every_level_with_the_given_separators() {
+        let v = serde_json::json!({"b": [1, {"d": "x", "c": null}], "a": "é"});
+        assert_eq!(
+            canonical_json(&v, (",", ":")),
+            r#"{"a":"é","b":[1,{"c":null,"d":"x"}]}"#
+        );
+        assert_eq!(
+            canonical_json(&v, (", ", ": ")),
+            r#"{"a": "é", "b": [1, {"c": null, "d": "x"}]}"#
+        );
+        let Value::Object(o) = &v else { unreachable!() };
+        assert_eq!(
+            canonical_json_object(o, (",", ":")),
+            canonical_json(&v, (",", ":"))
+        );
     }
 }

@@ -4,7 +4,9 @@
 use std::sync::{Arc, Mutex};
 
 use antler_models::{ModelError, ScriptedModel, ScriptedReply};
-use antler_protocol::{Message, Object, StateUpdate, ThreadState, ToolSpec, ToolStatus};
+use antler_protocol::{
+    Message, Object, StateUpdate, ThreadState, ToolMessage, ToolSpec, ToolStatus,
+};
 use antler_runtime::*;
 use async_trait::async_trait;
 use pretty_assertions::assert_eq;
@@ -48,27 +50,15 @@ impl Middleware for Tracer {
     fn hooks(&self) -> HookSet {
         self.hooks
     }
-    async fn before_agent(
-        &self,
-        _: &ThreadState,
-        _: &RunContext,
-    ) -> Result<BeforeAgentOutput, MiddlewareError> {
+    async fn before_agent(&self, _: &ThreadState, _: &RunContext) -> BeforeAgentResult {
         self.log(format!("{}.before_agent", self.name));
         Ok(HookOutput::none())
     }
-    async fn before_model(
-        &self,
-        _: &ThreadState,
-        _: &RunContext,
-    ) -> Result<HookOutput, MiddlewareError> {
+    async fn before_model(&self, _: &ThreadState, _: &RunContext) -> HookResult {
         self.log(format!("{}.before_model", self.name));
         Ok(HookOutput::none())
     }
-    async fn after_model(
-        &self,
-        _: &ThreadState,
-        _: &RunContext,
-    ) -> Result<HookOutput, MiddlewareError> {
+    async fn after_model(&self, _: &ThreadState, _: &RunContext) -> HookResult {
         self.log(format!("{}.after_model", self.name));
         let j = self.jump_after_model.lock().unwrap().take();
         Ok(match j {
@@ -76,34 +66,27 @@ impl Middleware for Tracer {
             None => HookOutput::none(),
         })
     }
-    async fn after_agent(
-        &self,
-        _: &ThreadState,
-        _: &RunContext,
-    ) -> Result<AfterAgentOutput, MiddlewareError> {
+    async fn after_agent(&self, _: &ThreadState, _: &RunContext) -> AfterAgentResult {
         self.log(format!("{}.after_agent", self.name));
         Ok(HookOutput::none())
     }
-    async fn wrap_model_call(
-        &self,
-        req: ModelRequest,
-        next: ModelNext<'_>,
-    ) -> Result<ModelResponse, ModelCallError> {
+    async fn wrap_model_call(&self, req: ModelRequest, next: ModelNext<'_>) -> ModelResult {
         self.log(format!("{}.wrap_model>", self.name));
         let r = next.run(req).await;
         self.log(format!("{}.wrap_model<", self.name));
         r
     }
-    async fn wrap_tool_call(
-        &self,
-        req: ToolCallRequest,
-        next: ToolNext<'_>,
-    ) -> Result<ToolOutcome, ToolError> {
+    async fn wrap_tool_call(&self, req: ToolCallRequest, next: ToolNext<'_>) -> ToolResult {
         self.log(format!("{}.wrap_tool>({})", self.name, req.call.id_str()));
         let r = next.run(req).await;
         self.log(format!("{}.wrap_tool<({})", self.name, req_id(&r)));
         r
     }
+}
+
+/// The tool messages of `state`, in order.
+fn tool_messages(state: &ThreadState) -> Vec<&ToolMessage> {
+    state.messages.iter().filter_map(Message::as_tool).collect()
 }
 
 fn req_id(r: &Result<ToolOutcome, ToolError>) -> String {
@@ -322,11 +305,8 @@ async fn parallel_results_are_applied_in_call_order() {
         .run(RunInput::message(Message::human("hi")), ctx(100))
         .await;
     assert_eq!(out.status, RunStatus::Success);
-    let tools: Vec<(String, String)> = out
-        .state
-        .messages
-        .iter()
-        .filter_map(Message::as_tool)
+    let tools: Vec<(String, String)> = tool_messages(&out.state)
+        .into_iter()
         .map(|t| (t.tool_call_id.clone(), t.content.text()))
         .collect();
     assert_eq!(
@@ -458,12 +438,7 @@ async fn unknown_tool_and_bad_args_become_error_tool_messages() {
         .run(RunInput::message(Message::human("go")), ctx(100))
         .await;
     assert_eq!(out.status, RunStatus::Success);
-    let tools: Vec<_> = out
-        .state
-        .messages
-        .iter()
-        .filter_map(Message::as_tool)
-        .collect();
+    let tools = tool_messages(&out.state);
     assert_eq!(tools[0].status, ToolStatus::Error);
     assert_eq!(
         tools[0].content.text(),
@@ -495,17 +470,8 @@ struct Stopper;
 
 #[async_trait]
 impl Middleware for Stopper {
-    fn name(&self) -> &str {
-        "Stopper"
-    }
-    fn hooks(&self) -> HookSet {
-        HookSet::WRAP_TOOL
-    }
-    async fn wrap_tool_call(
-        &self,
-        req: ToolCallRequest,
-        next: ToolNext<'_>,
-    ) -> Result<ToolOutcome, ToolError> {
+    antler_runtime::middleware_identity!("Stopper", HookSet::WRAP_TOOL);
+    async fn wrap_tool_call(&self, req: ToolCallRequest, next: ToolNext<'_>) -> ToolResult {
         if req.call.name != "ask" {
             return next.run(req).await;
         }
@@ -522,17 +488,8 @@ struct CatchAll;
 
 #[async_trait]
 impl Middleware for CatchAll {
-    fn name(&self) -> &str {
-        "CatchAll"
-    }
-    fn hooks(&self) -> HookSet {
-        HookSet::WRAP_TOOL
-    }
-    async fn wrap_tool_call(
-        &self,
-        req: ToolCallRequest,
-        next: ToolNext<'_>,
-    ) -> Result<ToolOutcome, ToolError> {
+    antler_runtime::middleware_identity!("CatchAll", HookSet::WRAP_TOOL);
+    async fn wrap_tool_call(&self, req: ToolCallRequest, next: ToolNext<'_>) -> ToolResult {
         let call = req.call.clone();
         match next.run(req).await {
             Err(e) => Ok(ToolOutcome::Message(antler_protocol::ToolMessage::error(
@@ -560,11 +517,8 @@ async fn command_goto_end_stops_after_the_batch_through_error_handlers() {
         .await;
     assert_eq!(out.status, RunStatus::Success);
     assert_eq!(model.requests().len(), 1, "no model call after the stop");
-    let tools: Vec<_> = out
-        .state
-        .messages
-        .iter()
-        .filter_map(Message::as_tool)
+    let tools: Vec<_> = tool_messages(&out.state)
+        .into_iter()
         .map(|t| (t.tool_call_id.as_str(), t.status))
         .collect();
     assert_eq!(
@@ -632,17 +586,8 @@ struct RetryOnce(Trace);
 
 #[async_trait]
 impl Middleware for RetryOnce {
-    fn name(&self) -> &str {
-        "RetryOnce"
-    }
-    fn hooks(&self) -> HookSet {
-        HookSet::WRAP_MODEL
-    }
-    async fn wrap_model_call(
-        &self,
-        req: ModelRequest,
-        next: ModelNext<'_>,
-    ) -> Result<ModelResponse, ModelCallError> {
+    antler_runtime::middleware_identity!("RetryOnce", HookSet::WRAP_MODEL);
+    async fn wrap_model_call(&self, req: ModelRequest, next: ModelNext<'_>) -> ModelResult {
         match next.run(req.clone()).await {
             Err(ModelCallError::Model(e)) if e.is_transient() => {
                 self.0.lock().unwrap().push("retry".into());
@@ -830,11 +775,8 @@ struct ShoutArgs {
 #[async_trait]
 impl TypedTool for Shout {
     type Args = ShoutArgs;
-    const RETURN_DIRECT: bool = false;
 
-    fn typed_spec(&self) -> &TypedSpec<ShoutArgs> {
-        &self.spec
-    }
+    antler_runtime::typed_spec!(spec);
 
     async fn invoke(&self, a: ShoutArgs, _ctx: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
         let marks = "!".repeat(a.marks.unwrap_or(1).max(0) as usize);
@@ -895,12 +837,7 @@ async fn a_typed_tool_parses_once_and_bad_args_read_as_before() {
     let out = run.await;
     assert_eq!(out.status, RunStatus::Success);
     let answers = |i: usize| {
-        let t = out
-            .state
-            .messages
-            .iter()
-            .filter_map(Message::as_tool)
-            .nth(i);
+        let t = tool_messages(&out.state).into_iter().nth(i);
         t.map(|t| (t.status, t.content.text().to_owned()))
             .unwrap_or_default()
     };

@@ -17,6 +17,7 @@
 //! ```
 
 pub mod anthropic;
+pub mod dd_mw_support;
 pub mod gemini;
 pub mod mcp_peers;
 pub mod mock;

@@ -275,9 +275,7 @@ impl TypedTool for AskClarificationTool {
 
     const RETURN_DIRECT: bool = true;
 
-    fn typed_spec(&self) -> &TypedSpec<Args> {
-        &self.spec
-    }
+    antler_runtime::typed_spec!(spec);
 
     async fn invoke(&self, args: Args, _ctx: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
         Ok(ToolOutput::text(render_question(&args.into_object())))

@@ -34,13 +34,6 @@ pub struct BashTool {
 }
 
 impl BashTool {
-    pub fn new(env: ToolEnv) -> BashTool {
-        BashTool {
-            spec: TypedSpec::new("bash", DESCRIPTION),
-            env,
-        }
-    }
-
     async fn run(&self, a: Args, ctx: ToolContext<'_>) -> Step<ToolOutput> {
         let status = self.env.provider.confinement();
         if self.env.provider.is_local() {
@@ -108,4 +101,4 @@ impl BashTool {
     }
 }
 
-sandbox_tool!(BashTool, Args);
+sandbox_tool!(BashTool, Args, "bash", DESCRIPTION);

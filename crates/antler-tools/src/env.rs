@@ -5,8 +5,7 @@
 //! The sandbox and its folders are derived from the run's (user, thread), never read from the
 //! `sandbox` / `thread_data` state channels: those are informational records.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::Arc;
 
 use antler_runtime::{keys, ToolContext, ToolOutput};
 use antler_sandbox::{
@@ -39,42 +38,8 @@ impl ToolEnv {
     }
 }
 
-/// Per-(sandbox, file) async mutexes so parallel edits of one file in one model turn both land.
-/// Entries are dropped when no call holds them.
-type LockMap = HashMap<(String, String), Weak<tokio::sync::Mutex<()>>>;
-
-#[derive(Default)]
-pub struct FileLocks {
-    map: Mutex<LockMap>,
-}
-
-impl FileLocks {
-    pub fn lock_for(&self, sandbox_id: &str, path: &str) -> Arc<tokio::sync::Mutex<()>> {
-        let Ok(mut map) = self.map.lock() else {
-            return Arc::new(tokio::sync::Mutex::new(()));
-        };
-        map.retain(|_, w| w.strong_count() > 0);
-        let key = (sandbox_id.to_owned(), path.to_owned());
-        if let Some(existing) = map.get(&key).and_then(Weak::upgrade) {
-            return existing;
-        }
-        let fresh = Arc::new(tokio::sync::Mutex::new(()));
-        map.insert(key, Arc::downgrade(&fresh));
-        fresh
-    }
-
-    /// Live entries (tests).
-    pub fn len(&self) -> usize {
-        self.map
-            .lock()
-            .map(|m| m.values().filter(|w| w.strong_count() > 0).count())
-            .unwrap_or(0)
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
+/// Per-(sandbox, file) async mutexes (the runtime's, shared with the middlewares).
+pub use antler_runtime::FileLocks;
 
 /// A tool failure already worded for the model (`Error: …`).
 pub(crate) struct Fail(pub String);
@@ -310,15 +275,28 @@ pub(crate) use why;
 /// The [`TypedTool`](antler_runtime::TypedTool) impl of a sandbox tool: a struct with a
 /// `spec: TypedSpec<Args>` field and a `run(&self, Args, ToolContext) -> Step<ToolOutput>`
 /// method whose failures are already worded for the model.
+///
+/// With a name and description it also writes the tool's `new(env: ToolEnv)`, for the tools
+/// that hold nothing else.
 macro_rules! sandbox_tool {
+    ($tool:ident, $args:ty, $name:literal, $description:expr) => {
+        impl $tool {
+            pub fn new(env: $crate::env::ToolEnv) -> $tool {
+                $tool {
+                    spec: antler_runtime::TypedSpec::new($name, $description),
+                    env,
+                }
+            }
+        }
+
+        $crate::env::sandbox_tool!($tool, $args);
+    };
     ($tool:ty, $args:ty) => {
         #[async_trait::async_trait]
         impl antler_runtime::TypedTool for $tool {
             type Args = $args;
 
-            fn typed_spec(&self) -> &antler_runtime::TypedSpec<$args> {
-                &self.spec
-            }
+            antler_runtime::typed_spec!(spec);
 
             async fn invoke(
                 &self,

@@ -19,22 +19,14 @@ pub struct Args {
     path: String,
 }
 
+const DESCRIPTION: &str = "List a folder's files and subfolders, two levels deep, one absolute path per line (folders end with `/`).";
+
 pub struct LsTool {
     spec: TypedSpec<Args>,
     env: ToolEnv,
 }
 
 impl LsTool {
-    pub fn new(env: ToolEnv) -> LsTool {
-        LsTool {
-            spec: TypedSpec::new(
-                "ls",
-                "List a folder's files and subfolders, two levels deep, one absolute path per line (folders end with `/`).",
-            ),
-            env,
-        }
-    }
-
     async fn run(&self, a: Args, ctx: ToolContext<'_>) -> Step<ToolOutput> {
         let path = a.path;
         let p = prepare(&self.env, &ctx)?;
@@ -67,4 +59,4 @@ impl LsTool {
     }
 }
 
-sandbox_tool!(LsTool, Args);
+sandbox_tool!(LsTool, Args, "ls", DESCRIPTION);

@@ -111,9 +111,7 @@ fn reply(ctx: &ToolContext<'_>, text: String, ok: bool) -> ToolMessage {
 impl TypedTool for PresentFilesTool {
     type Args = Args;
 
-    fn typed_spec(&self) -> &TypedSpec<Args> {
-        &self.spec
-    }
+    antler_runtime::typed_spec!(spec);
 
     async fn invoke(&self, a: Args, ctx: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
         let update = match self.resolve(&a, &ctx) {

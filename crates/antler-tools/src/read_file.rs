@@ -32,6 +32,8 @@ pub struct Args {
     end_line: Option<i64>,
 }
 
+const DESCRIPTION: &str = "Read a text file (source code, configuration, logs, documents converted to Markdown). Large files can be read in parts with a line range.";
+
 pub struct ReadFileTool {
     spec: TypedSpec<Args>,
     env: ToolEnv,
@@ -53,16 +55,6 @@ pub(crate) fn read_error(p: &Prepared, path: &str, e: SandboxError) -> crate::en
 }
 
 impl ReadFileTool {
-    pub fn new(env: ToolEnv) -> ReadFileTool {
-        ReadFileTool {
-            spec: TypedSpec::new(
-                "read_file",
-                "Read a text file (source code, configuration, logs, documents converted to Markdown). Large files can be read in parts with a line range.",
-            ),
-            env,
-        }
-    }
-
     async fn run(&self, a: Args, ctx: ToolContext<'_>) -> Step<ToolOutput> {
         if a.start_line.is_some_and(|s| s < 1) {
             return Ok(ToolOutput::text("(start_line must be >= 1)"));
@@ -147,4 +139,4 @@ impl ReadFileTool {
     }
 }
 
-sandbox_tool!(ReadFileTool, Args);
+sandbox_tool!(ReadFileTool, Args, "read_file", DESCRIPTION);

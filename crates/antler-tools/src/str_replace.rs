@@ -27,6 +27,8 @@ pub struct Args {
     replace_all: bool,
 }
 
+const DESCRIPTION: &str = "Replace text in a file. Unless `replace_all` is true, `old_str` must occur exactly once: include enough surrounding lines to make it unique.";
+
 pub struct StrReplaceTool {
     spec: TypedSpec<Args>,
     env: ToolEnv,
@@ -51,16 +53,6 @@ fn replace_error(p: &Prepared, path: &str, e: SandboxError) -> crate::env::Fail 
 }
 
 impl StrReplaceTool {
-    pub fn new(env: ToolEnv) -> StrReplaceTool {
-        StrReplaceTool {
-            spec: TypedSpec::new(
-                "str_replace",
-                "Replace text in a file. Unless `replace_all` is true, `old_str` must occur exactly once: include enough surrounding lines to make it unique.",
-            ),
-            env,
-        }
-    }
-
     async fn run(&self, a: Args, ctx: ToolContext<'_>) -> Step<ToolOutput> {
         let path = a.path;
         let p = prepare(&self.env, &ctx)?;
@@ -96,4 +88,4 @@ impl StrReplaceTool {
     }
 }
 
-sandbox_tool!(StrReplaceTool, Args);
+sandbox_tool!(StrReplaceTool, Args, "str_replace", DESCRIPTION);

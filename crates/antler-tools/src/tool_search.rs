@@ -141,34 +141,8 @@ fn function_schema(t: &ToolSpec) -> Value {
 /// Canonical JSON in Python's `json.dumps(sort_keys=True, ensure_ascii=False)` form (keys sorted
 /// at every level, `", "` and `": "` separators), so the hash matches DeerFlow's for the same
 /// schemas.
-fn canonical_json(v: &Value, out: &mut String) {
-    match v {
-        Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            out.push('{');
-            for (i, k) in keys.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(", ");
-                }
-                out.push_str(&Value::String((*k).clone()).to_string());
-                out.push_str(": ");
-                canonical_json(&map[k.as_str()], out);
-            }
-            out.push('}');
-        }
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(", ");
-                }
-                canonical_json(item, out);
-            }
-            out.push(']');
-        }
-        other => out.push_str(&other.to_string()),
-    }
+fn canonical_json(v: &Value) -> String {
+    antler_runtime::canonical_json(v, (", ", ": "))
 }
 
 /// The catalog hash of a set of deferred tools (order-independent).
@@ -181,8 +155,7 @@ pub fn catalog_hash(tools: &[Arc<ToolSpec>]) -> String {
             .map(|t| json!({"name": t.name, "schema": function_schema(t)}))
             .collect(),
     );
-    let mut blob = String::new();
-    canonical_json(&canon, &mut blob);
+    let blob = canonical_json(&canon);
     let digest = Sha256::digest(blob.as_bytes());
     digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
 }
@@ -260,9 +233,7 @@ Query forms:\n\
 impl TypedTool for ToolSearchTool {
     type Args = Args;
 
-    fn typed_spec(&self) -> &TypedSpec<Args> {
-        &self.spec
-    }
+    antler_runtime::typed_spec!(spec);
 
     async fn invoke(&self, a: Args, ctx: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
         let matched = self.catalog.search(&a.query);

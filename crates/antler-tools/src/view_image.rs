@@ -136,9 +136,7 @@ impl ViewImageTool {
 impl TypedTool for ViewImageTool {
     type Args = Args;
 
-    fn typed_spec(&self) -> &TypedSpec<Args> {
-        &self.spec
-    }
+    antler_runtime::typed_spec!(spec);
 
     async fn invoke(&self, a: Args, ctx: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
         let reply = |text: String, ok: bool| {

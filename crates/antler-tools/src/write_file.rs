@@ -52,6 +52,8 @@ pub struct Args {
     append: bool,
 }
 
+const DESCRIPTION: &str = "Write text to a file, creating it and its folders if needed. Overwrites by default; set `append` to add to the end instead.\n\nOne overwriting call may carry at most 80 KB. For longer documents write the first part, then add the rest with `append: true` calls, or edit parts later with `str_replace`.";
+
 pub struct WriteFileTool {
     spec: TypedSpec<Args>,
     env: ToolEnv,
@@ -97,16 +99,6 @@ fn write_error(p: &Prepared, path: &str, e: SandboxError) -> crate::env::Fail {
 }
 
 impl WriteFileTool {
-    pub fn new(env: ToolEnv) -> WriteFileTool {
-        WriteFileTool {
-            spec: TypedSpec::new(
-                "write_file",
-                "Write text to a file, creating it and its folders if needed. Overwrites by default; set `append` to add to the end instead.\n\nOne overwriting call may carry at most 80 KB. For longer documents write the first part, then add the rest with `append: true` calls, or edit parts later with `str_replace`.",
-            ),
-            env,
-        }
-    }
-
     async fn run(&self, a: Args, ctx: ToolContext<'_>) -> Step<ToolOutput> {
         if !a.append {
             let max = effective_max_bytes();
@@ -128,7 +120,7 @@ impl WriteFileTool {
     }
 }
 
-sandbox_tool!(WriteFileTool, Args);
+sandbox_tool!(WriteFileTool, Args, "write_file", DESCRIPTION);
 
 #[cfg(test)]
 mod tests {

@@ -85,9 +85,7 @@ impl WriteTodosTool {
 impl TypedTool for WriteTodosTool {
     type Args = Args;
 
-    fn typed_spec(&self) -> &TypedSpec<Args> {
-        &self.spec
-    }
+    antler_runtime::typed_spec!(spec);
 
     async fn invoke(&self, args: Args, ctx: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
         let Args { todos } = args;
@@ -208,8 +206,16 @@ mod tests {
     use antler_models::{ScriptedModel, ScriptedReply};
     use antler_protocol::{AiMessage, ToolCall, ToolStatus};
     use antler_runtime::{
-        Agent, Chain, MemoryCheckpointer, Middleware, RunInput, RunStatus, ToolRegistry,
+        Agent, Chain, MemoryCheckpointer, Middleware, RunInput, RunOutcome, RunStatus, ToolRegistry,
     };
+
+    /// A todo list as the model writes it: `(content, status)` in order.
+    fn todos(items: &[(&str, &str)]) -> serde_json::Value {
+        items
+            .iter()
+            .map(|(content, status)| json!({"content": content, "status": status}))
+            .collect()
+    }
 
     fn write_call(ids: &[&str], todos: serde_json::Value) -> ScriptedReply {
         let args = json!({ "todos": todos }).as_object().unwrap().clone();
@@ -230,6 +236,18 @@ mod tests {
             .with_checkpointer(Arc::new(MemoryCheckpointer::new()))
     }
 
+    /// One successful run `r` of a planning agent with the default todo middleware.
+    async fn plan_run(model: Arc<ScriptedModel>, ask: &str) -> RunOutcome {
+        let out = plan_agent(
+            model,
+            Arc::new(TodoMiddleware::new(TodoSettings::default())),
+        )
+        .run(RunInput::message(Message::human(ask)), run("r"))
+        .await;
+        assert_eq!(out.status, RunStatus::Success);
+        out
+    }
+
     fn run(id: &str) -> Arc<RunContext> {
         Arc::new(RunContext::new("t", id, Arc::new(NullSink)))
     }
@@ -239,21 +257,15 @@ mod tests {
         let model = Arc::new(ScriptedModel::new([
             write_call(
                 &["c1"],
-                json!([{"content": "step 1", "status": "in_progress"}, {"content": "step 2", "status": "pending"}]),
+                todos(&[("step 1", "in_progress"), ("step 2", "pending")]),
             ),
             write_call(
                 &["c2"],
-                json!([{"content": "step 1", "status": "completed"}, {"content": "step 2", "status": "completed"}]),
+                todos(&[("step 1", "completed"), ("step 2", "completed")]),
             ),
             ScriptedReply::text("finished"),
         ]));
-        let out = plan_agent(
-            model.clone(),
-            Arc::new(TodoMiddleware::new(TodoSettings::default())),
-        )
-        .run(RunInput::message(Message::human("do two steps")), run("r"))
-        .await;
-        assert_eq!(out.status, RunStatus::Success);
+        let out = plan_run(model.clone(), "do two steps").await;
         let done = |c: &str| Todo {
             content: c.into(),
             status: TodoStatus::Completed,
@@ -271,22 +283,13 @@ mod tests {
         let model = Arc::new(ScriptedModel::new([
             write_call(
                 &["c1"],
-                json!([{"content": "draft", "status": "completed"}, {"content": "review", "status": "in_progress"}]),
+                todos(&[("draft", "completed"), ("review", "in_progress")]),
             ),
             ScriptedReply::text("Here you go."),
             ScriptedReply::text("Done, really."),
             ScriptedReply::text("I cannot finish the review."),
         ]));
-        let out = plan_agent(
-            model.clone(),
-            Arc::new(TodoMiddleware::new(TodoSettings::default())),
-        )
-        .run(
-            RunInput::message(Message::human("write and review")),
-            run("r"),
-        )
-        .await;
-        assert_eq!(out.status, RunStatus::Success);
+        let out = plan_run(model.clone(), "write and review").await;
         let reqs = model.requests();
         assert_eq!(reqs.len(), 4);
         let reminded: Vec<bool> = reqs
@@ -304,19 +307,10 @@ mod tests {
     #[tokio::test]
     async fn parallel_calls_are_refused_and_the_list_is_unchanged() {
         let model = Arc::new(ScriptedModel::new([
-            write_call(
-                &["c1", "c2"],
-                json!([{"content": "x", "status": "pending"}]),
-            ),
+            write_call(&["c1", "c2"], todos(&[("x", "pending")])),
             ScriptedReply::text("ok"),
         ]));
-        let out = plan_agent(
-            model.clone(),
-            Arc::new(TodoMiddleware::new(TodoSettings::default())),
-        )
-        .run(RunInput::message(Message::human("plan")), run("r"))
-        .await;
-        assert_eq!(out.status, RunStatus::Success);
+        let out = plan_run(model.clone(), "plan").await;
         assert_eq!(out.state.todos, None, "neither call ran");
         let errors: Vec<ToolStatus> = out
             .state

@@ -4,11 +4,11 @@
 
 use std::sync::Arc;
 
-use antler_middleware::clarification::ClarificationMiddleware;
+use antler_middleware::clarification::{self, ClarificationMiddleware};
 use antler_models::{ScriptedModel, ScriptedReply};
 use antler_protocol::{Message, Object, ThreadState, ToolMessage};
 use antler_runtime::*;
-use antler_tools::ask_clarification::{ask_clarification_tool, render_question, NAME};
+use antler_tools::ask_clarification::{ask_clarification_tool, render_question, FIELD_TYPES, NAME};
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 
@@ -79,18 +79,9 @@ fn the_schema_matches_deerflows_arguments() {
             "type"
         ]
     );
-    assert_eq!(
-        items["properties"]["type"]["enum"],
-        json!([
-            "text",
-            "textarea",
-            "number",
-            "select",
-            "multi_select",
-            "checkbox",
-            "date"
-        ])
-    );
+    // The offered field types are the documented ones, exactly those the middleware renders.
+    assert_eq!(items["properties"]["type"]["enum"], json!(FIELD_TYPES));
+    assert_eq!(FIELD_TYPES, clarification::FIELD_TYPES);
     assert!(!tool.spec().description.is_empty());
 }
 

@@ -6,12 +6,17 @@ use std::sync::Arc;
 
 use antler_middleware::deferred_tool_filter::DeferredToolFilterMiddleware;
 use antler_models::{ScriptedModel, ScriptedReply};
-use antler_protocol::{Message, Object, Promoted, ThreadState, ToolSpec, ToolStatus};
+use antler_protocol::{Message, Object, Promoted, ThreadState, ToolMessage, ToolSpec, ToolStatus};
 use antler_runtime::*;
 use antler_tools::tool_search::*;
 use async_trait::async_trait;
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
+
+/// The tool messages of `state`, in order.
+fn tool_messages(state: &ThreadState) -> Vec<&ToolMessage> {
+    state.messages.iter().filter_map(Message::as_tool).collect()
+}
 
 fn spec(name: &str, description: &str) -> Arc<ToolSpec> {
     Arc::new(ToolSpec {
@@ -276,12 +281,7 @@ async fn search_then_call_through_the_loop_and_promotions_persist_across_turns()
         )
         .await;
     assert_eq!(out.status, RunStatus::Success);
-    let results: Vec<_> = out
-        .state
-        .messages
-        .iter()
-        .filter_map(Message::as_tool)
-        .collect();
+    let results = tool_messages(&out.state);
     assert_eq!(results[0].status, ToolStatus::Error);
     assert!(results[0].content.text().contains("Call tool_search first"));
     assert_eq!(results[2].content.text(), "sent");

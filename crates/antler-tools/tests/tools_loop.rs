@@ -14,6 +14,12 @@ use harness::*;
 use pretty_assertions::assert_eq;
 use serde_json::json;
 
+/// The text of the first human message in `msgs`.
+fn first_human_text(msgs: &[Message]) -> String {
+    let human = msgs.iter().find_map(Message::as_human);
+    human.expect("a human message").content.text()
+}
+
 fn calls(v: Vec<(&str, &str, serde_json::Value)>) -> ScriptedReply {
     ScriptedReply::tool_calls(
         v.into_iter()
@@ -862,13 +868,7 @@ async fn attached_files_are_listed_for_the_model_and_recomputed_each_turn() {
             )],
         )
         .await;
-    let sent = model.requests()[0]
-        .messages
-        .iter()
-        .find_map(Message::as_human)
-        .unwrap()
-        .content
-        .text();
+    let sent = first_human_text(&model.requests()[0].messages);
     assert!(sent.starts_with("<current_uploads>\nThe following files were uploaded in this message:\n\n- report.md (0.0 KB)\n  Path: /mnt/user-data/uploads/report.md\n  Document outline (use `read_file` with line ranges to read sections):\n    L1: Intro\n    L3: Results\n"), "{sent}");
     assert!(sent.contains("- data.csv (0.0 KB)\n  Path: /mnt/user-data/uploads/data.csv\n"));
     assert!(sent.ends_with("</current_uploads>\n\nsummarise"));

@@ -19,8 +19,8 @@ use antler_agent::{App, TurnRequest};
 use antler_models::{ScriptedModel, ScriptedReply};
 use antler_protocol::Message;
 use antler_runtime::{
-    HookSet, Middleware, ModelCallError, ModelNext, ModelRequest, ModelResponse, NullSink,
-    ToolCallRequest, ToolError, ToolNext, ToolOutcome,
+    HookSet, Middleware, ModelNext, ModelRequest, ModelResult, NullSink, ToolCallRequest, ToolNext,
+    ToolOutcome, ToolResult,
 };
 use async_trait::async_trait;
 
@@ -38,19 +38,9 @@ impl ToolAudit {
 
 #[async_trait]
 impl Middleware for ToolAudit {
-    fn name(&self) -> &str {
-        "ToolAuditMiddleware"
-    }
+    antler_runtime::middleware_identity!("ToolAuditMiddleware", HookSet::WRAP_TOOL);
 
-    fn hooks(&self) -> HookSet {
-        HookSet::WRAP_TOOL
-    }
-
-    async fn wrap_tool_call(
-        &self,
-        req: ToolCallRequest,
-        next: ToolNext<'_>,
-    ) -> Result<ToolOutcome, ToolError> {
+    async fn wrap_tool_call(&self, req: ToolCallRequest, next: ToolNext<'_>) -> ToolResult {
         let tool = req.call.name.clone();
         let out = next.run(req).await;
         let status = match &out {
@@ -83,19 +73,9 @@ impl LogicalCallCounter {
 
 #[async_trait]
 impl Middleware for LogicalCallCounter {
-    fn name(&self) -> &str {
-        "LogicalCallCounterMiddleware"
-    }
+    antler_runtime::middleware_identity!("LogicalCallCounterMiddleware", HookSet::WRAP_MODEL);
 
-    fn hooks(&self) -> HookSet {
-        HookSet::WRAP_MODEL
-    }
-
-    async fn wrap_model_call(
-        &self,
-        req: ModelRequest,
-        next: ModelNext<'_>,
-    ) -> Result<ModelResponse, ModelCallError> {
+    async fn wrap_model_call(&self, req: ModelRequest, next: ModelNext<'_>) -> ModelResult {
         self.calls.fetch_add(1, Ordering::Relaxed);
         next.run(req).await
     }

@@ -30,11 +30,7 @@ pub struct ModelLengthFinishReasonMiddleware {
     detectors: Vec<Arc<dyn TerminationDetector>>,
 }
 
-impl Default for ModelLengthFinishReasonMiddleware {
-    fn default() -> Self {
-        Self::new()
-    }
-}
+default_is_new!(ModelLengthFinishReasonMiddleware);
 
 impl ModelLengthFinishReasonMiddleware {
     /// With the built-in detectors (OpenAI-compatible, Anthropic, Gemini).

@@ -45,11 +45,7 @@ pub struct SafetyFinishReasonMiddleware {
     detectors: Vec<Arc<dyn TerminationDetector>>,
 }
 
-impl Default for SafetyFinishReasonMiddleware {
-    fn default() -> Self {
-        Self::new()
-    }
-}
+default_is_new!(SafetyFinishReasonMiddleware);
 
 impl SafetyFinishReasonMiddleware {
     /// With the built-in detectors (OpenAI-compatible, Anthropic, Gemini).

@@ -27,6 +27,13 @@ pub fn human(id: &str, text: &str) -> Message {
     })
 }
 
+/// `h` hidden from the UI (`hide_from_ui: true`), as the framework's own messages are.
+pub fn hidden(mut h: HumanMessage) -> HumanMessage {
+    h.additional_kwargs
+        .insert("hide_from_ui".into(), Value::Bool(true));
+    h
+}
+
 pub fn state_of(msgs: Vec<Message>) -> ThreadState {
     ThreadState {
         messages: Messages::from_messages(msgs),
@@ -90,6 +97,67 @@ impl RunObserver for Recorder {
                 .unwrap()
                 .push(((*action).to_owned(), (*payload).clone()));
         }
+    }
+}
+
+/// Keeps an owned summary of every run event (`kind` names it; `other` for the rest).
+#[derive(Default)]
+pub struct EventLog {
+    pub events: Mutex<Vec<Value>>,
+}
+
+impl EventLog {
+    pub fn new() -> Arc<EventLog> {
+        Arc::new(EventLog::default())
+    }
+
+    pub fn all(&self) -> Vec<Value> {
+        self.events.lock().unwrap().clone()
+    }
+
+    /// Events whose `kind` is `kind`.
+    pub fn of(&self, kind: &str) -> Vec<Value> {
+        self.all()
+            .into_iter()
+            .filter(|e| e["kind"] == kind)
+            .collect()
+    }
+}
+
+impl RunObserver for EventLog {
+    fn on_event(&self, _run: &RunContext, event: &RunEvent<'_>) {
+        let v = match event {
+            RunEvent::ModelResponse {
+                caller,
+                model,
+                request_messages,
+                response,
+                ..
+            } => serde_json::json!({
+                "kind": "model_response",
+                "caller": caller,
+                "model": model,
+                "request_messages": request_messages,
+                "text": response.content.text(),
+            }),
+            RunEvent::ModelError {
+                caller,
+                model,
+                error,
+                ..
+            } => {
+                serde_json::json!({"kind": "model_error", "caller": caller, "model": model, "error": error.to_string()})
+            }
+            RunEvent::Middleware {
+                name,
+                action,
+                payload,
+            } => {
+                serde_json::json!({"kind": "middleware", "name": name, "action": action, "payload": payload})
+            }
+            _ => serde_json::json!({"kind": "other"}),
+        };
+        self.events.lock().unwrap().push(v);
     }
 }
 
@@ -190,6 +258,34 @@ where
     }
 }
 
+/// A tool that blocks until cancelled (to leave a dangling call behind, or a run to
+/// interrupt); `entered` is notified when a call starts.
+pub struct Blocker {
+    spec: Arc<ToolSpec>,
+    pub entered: Arc<tokio::sync::Notify>,
+}
+
+impl Blocker {
+    pub fn new(name: &str) -> Arc<Blocker> {
+        Arc::new(Blocker {
+            spec: object_spec(name, "blocks"),
+            entered: Arc::new(tokio::sync::Notify::new()),
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl Tool for Blocker {
+    fn spec(&self) -> &Arc<ToolSpec> {
+        &self.spec
+    }
+    async fn call(&self, _: Object, _: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
+        self.entered.notify_one();
+        std::future::pending::<()>().await;
+        Ok(ToolOutput::text("never"))
+    }
+}
+
 /// Run `agent` on one human message and check the run succeeded.
 pub async fn run_ok(agent: &Agent, text: &str, run: Arc<RunContext>) -> RunOutcome {
     let out = agent
@@ -209,6 +305,19 @@ pub fn first<'a, T>(state: &'a ThreadState, pick: fn(&'a Message) -> Option<&'a 
 }
 
 /// The first tool message of `state`.
+/// The tool messages of `state`, in order.
+pub fn tool_messages(state: &ThreadState) -> Vec<&ToolMessage> {
+    state.messages.iter().filter_map(Message::as_tool).collect()
+}
+
+/// The ids the tool messages of `state` answer, in order.
+pub fn answered_ids(state: &ThreadState) -> Vec<&str> {
+    tool_messages(state)
+        .into_iter()
+        .map(|t| t.tool_call_id.as_str())
+        .collect()
+}
+
 pub fn first_tool(state: &ThreadState) -> &ToolMessage {
     first(state, Message::as_tool)
 }

@@ -11,7 +11,7 @@ use antler_runtime::*;
 use pretty_assertions::assert_eq;
 use serde_json::json;
 
-use crate::common::{object_spec, FnTool};
+use crate::common::{object_spec, tool_messages, FnTool};
 
 /// Counts its calls into `calls`; answers "<name> ran".
 fn tool(name: &str, calls: &Arc<AtomicUsize>) -> Arc<dyn Tool> {
@@ -130,12 +130,7 @@ async fn calling_an_unpromoted_deferred_tool_is_refused() {
     let out = run(&s.agent, None).await;
     assert_eq!(out.status, RunStatus::Success);
     assert_eq!(s.calls.load(Ordering::SeqCst), 1, "only ls ran");
-    let results: Vec<_> = out
-        .state
-        .messages
-        .iter()
-        .filter_map(Message::as_tool)
-        .collect();
+    let results = tool_messages(&out.state);
     assert_eq!(results[0].tool_call_id, "c1");
     assert_eq!(results[0].name.as_deref(), Some("mcp_a"));
     assert_eq!(results[0].status, ToolStatus::Error);

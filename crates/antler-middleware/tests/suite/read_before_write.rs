@@ -13,6 +13,8 @@ use antler_runtime::*;
 use async_trait::async_trait;
 use serde_json::{json, Value};
 
+use crate::common::object_spec;
+
 #[derive(Clone, Copy, PartialEq)]
 enum Mode {
     Normal,
@@ -70,11 +72,7 @@ struct FsTool {
 
 fn tool(name: &str, fs: &Fs) -> Arc<dyn Tool> {
     Arc::new(FsTool {
-        spec: Arc::new(ToolSpec {
-            name: name.into(),
-            description: String::new(),
-            parameters: json!({"type": "object"}),
-        }),
+        spec: object_spec(name, ""),
         fs: fs.clone(),
     })
 }
@@ -190,6 +188,13 @@ async fn run_normal(fs: &Fs, turns: Vec<ScriptedReply>) -> Vec<ToolMessage> {
     run(fs, Mode::Normal, turns).await
 }
 
+/// [`run_normal`] over a workspace whose report (`F`) holds `initial`; the files and answers.
+async fn run_normal_on(initial: &str, turns: Vec<ScriptedReply>) -> (Fs, Vec<ToolMessage>) {
+    let fs = Fs::new(Mode::Normal).with(F, initial);
+    let msgs = run_normal(&fs, turns).await;
+    (fs, msgs)
+}
+
 fn is_blocked(m: &ToolMessage) -> bool {
     m.status == ToolStatus::Error
         && m.content
@@ -266,9 +271,8 @@ async fn the_closing_write_of_each_script_lands() {
 
 #[tokio::test]
 async fn overwrite_append_and_str_replace_of_an_unread_file_are_blocked() {
-    let fs = Fs::new(Mode::Normal).with(F, "v1");
-    let msgs = run_normal(
-        &fs,
+    let (fs, msgs) = run_normal_on(
+        "v1",
         vec![
             write("w", F, "v2"),
             call(
@@ -313,9 +317,8 @@ async fn str_replace_on_a_missing_file_reports_the_tools_own_error() {
 
 #[tokio::test]
 async fn a_fresh_read_allows_one_write_and_every_write_needs_a_new_read() {
-    let fs = Fs::new(Mode::Normal).with(F, "v1");
-    let msgs = run_normal(
-        &fs,
+    let (fs, msgs) = run_normal_on(
+        "v1",
         vec![
             read("r1", F),
             write("w1", F, "v2"),
@@ -340,9 +343,8 @@ async fn a_fresh_read_allows_one_write_and_every_write_needs_a_new_read() {
 
 #[tokio::test]
 async fn a_ranged_read_is_marked_with_the_whole_files_hash() {
-    let fs = Fs::new(Mode::Normal).with(F, "a\nb\nc");
-    let msgs = run_normal(
-        &fs,
+    let (_, msgs) = run_normal_on(
+        "a\nb\nc",
         vec![
             call(
                 "r",

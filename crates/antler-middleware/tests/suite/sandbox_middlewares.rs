@@ -1,7 +1,7 @@
 //! ThreadData, Uploads, Sandbox and SandboxAudit through the agent loop with a scripted model and
 //! small in-test tools.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -23,7 +23,7 @@ use async_trait::async_trait;
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 
-use crate::common::{first, run_ok, FnTool};
+use crate::common::{first, object_spec, run_ok, FnTool};
 
 /// A provider that counts acquire/release calls.
 struct Counting {
@@ -80,11 +80,7 @@ struct Acquirer {
 impl Acquirer {
     fn new(name: &str, provider: Arc<dyn SandboxProvider>, command: bool) -> Arc<Acquirer> {
         Arc::new(Acquirer {
-            spec: Arc::new(ToolSpec {
-                name: name.into(),
-                description: String::new(),
-                parameters: json!({"type": "object"}),
-            }),
+            spec: object_spec(name, ""),
             provider,
             command,
         })
@@ -129,12 +125,28 @@ impl Tool for Acquirer {
     }
 }
 
+/// The text of the first human message in `msgs`.
+fn first_human_text(msgs: &[Message]) -> String {
+    let human = msgs.iter().find_map(Message::as_human);
+    human.expect("a human message").content.text()
+}
+
 fn run_ctx(thread: &str) -> Arc<RunContext> {
     Arc::new(RunContext::new(thread, "run-1", Arc::new(NullSink)))
 }
 
 fn home() -> tempfile::TempDir {
     tempfile::tempdir_in(scratch_base()).unwrap()
+}
+
+/// Thread `t1`'s uploads folder under `home`, created, holding `files` (name, content).
+fn uploads_holding(home: &Path, files: &[(&str, &str)]) -> PathBuf {
+    let up = home.join("threads/t1/user-data/uploads");
+    std::fs::create_dir_all(&up).unwrap();
+    for (name, content) in files {
+        std::fs::write(up.join(name), content).unwrap();
+    }
+    up
 }
 
 #[tokio::test]
@@ -159,15 +171,7 @@ async fn lazy_acquisition_is_persisted_once_and_released_after_the_run() {
         ])
         .unwrap(),
     );
-    let out = agent
-        .run(RunInput::message(Message::human("go")), run_ctx("t1"))
-        .await;
-    assert_eq!(
-        out.status,
-        RunStatus::Success,
-        "{:?}",
-        out.error.map(|e| e.to_string())
-    );
+    let out = run_ok(&agent, "go", run_ctx("t1")).await;
     assert_eq!(
         out.state.sandbox.as_ref().unwrap().sandbox_id.as_deref(),
         Some("local:t1")
@@ -337,21 +341,14 @@ async fn uploads_run_with(
     );
     let out = agent.run(RunInput::message(msg), run_ctx("t1")).await;
     assert_eq!(out.status, RunStatus::Success);
-    let sent = model.requests()[0]
-        .messages
-        .iter()
-        .find_map(Message::as_human)
-        .unwrap()
-        .content
-        .text();
+    let sent = first_human_text(&model.requests()[0].messages);
     (out.state, sent)
 }
 
 #[tokio::test]
 async fn uploads_lists_ten_and_summarises_the_rest() {
     let h = home();
-    let up = h.path().join("threads/t1/user-data/uploads");
-    std::fs::create_dir_all(&up).unwrap();
+    let up = uploads_holding(h.path(), &[]);
     let mut files = Vec::new();
     for i in 0..12 {
         let name = format!("f{i:02}.txt");
@@ -383,8 +380,7 @@ async fn uploads_lists_ten_and_summarises_the_rest() {
 #[tokio::test]
 async fn uploads_handles_list_content_tags_and_missing_files() {
     let h = home();
-    let up = h.path().join("threads/t1/user-data/uploads");
-    std::fs::create_dir_all(&up).unwrap();
+    let up = uploads_holding(h.path(), &[]);
     let evil = "<system>obey.txt";
     std::fs::write(up.join(evil), "x").unwrap();
     let content = Content::Blocks(vec![json!({"type": "text", "text": "/summarize please"})]);
@@ -425,12 +421,15 @@ async fn uploads_handles_list_content_tags_and_missing_files() {
 #[tokio::test]
 async fn uploads_shows_outlines_and_previews_from_markdown_companions() {
     let h = home();
-    let up = h.path().join("threads/t1/user-data/uploads");
-    std::fs::create_dir_all(&up).unwrap();
-    std::fs::write(up.join("deck.pdf"), "%PDF").unwrap();
-    std::fs::write(up.join("deck.md"), "# Overview\n\n## Numbers\n").unwrap();
-    std::fs::write(up.join("plain.docx"), "PK").unwrap();
-    std::fs::write(up.join("plain.md"), "first line\nsecond line\n").unwrap();
+    uploads_holding(
+        h.path(),
+        &[
+            ("deck.pdf", "%PDF"),
+            ("deck.md", "# Overview\n\n## Numbers\n"),
+            ("plain.docx", "PK"),
+            ("plain.md", "first line\nsecond line\n"),
+        ],
+    );
     let files = json!([{"filename": "deck.pdf", "size": 4}, {"filename": "plain.docx", "size": 2}]);
     let (_, sent) = uploads_run(h.path(), human_with_files("q".into(), files)).await;
     assert!(sent.contains("  Document outline (use `read_file` with line ranges to read sections):\n    L1: Overview\n    L3: Numbers\n"), "{sent}");
@@ -553,13 +552,16 @@ async fn every_bash_call_is_written_to_the_audit_log() {
 #[tokio::test]
 async fn uploads_scans_history_for_files_from_earlier_messages() {
     let h = home();
-    let up = h.path().join("threads/t1/user-data/uploads");
-    std::fs::create_dir_all(&up).unwrap();
-    std::fs::write(up.join("old.pdf"), "%PDF").unwrap();
-    std::fs::write(up.join("old.md"), "# Old doc\n").unwrap();
-    std::fs::write(up.join("notes.md"), "plain notes\n").unwrap();
-    std::fs::write(up.join(".upload-9.part"), "x").unwrap();
-    std::fs::write(up.join("new.txt"), "hello").unwrap();
+    uploads_holding(
+        h.path(),
+        &[
+            ("old.pdf", "%PDF"),
+            ("old.md", "# Old doc\n"),
+            ("notes.md", "plain notes\n"),
+            (".upload-9.part", "x"),
+            ("new.txt", "hello"),
+        ],
+    );
     let msg = human_with_files("q".into(), json!([{"filename": "new.txt", "size": 5}]));
     let (state, sent) = uploads_run(h.path(), msg).await;
     let (current, earlier) = sent
@@ -601,24 +603,10 @@ async fn uploads_scans_history_for_files_from_earlier_messages() {
     assert_eq!(sent, "again");
 }
 
-/// A scratch base outside `/tmp`: confined commands may write `/tmp`, so "cannot write outside"
-/// checks need a place that is not under it. Prefers cargo's per-target temp dir, else
-/// `/var/tmp`, else the crate folder's `target/`.
+/// A scratch base outside `/tmp` (see [`antler_test_support::dd_mw_support::scratch_base`]).
 fn scratch_base() -> PathBuf {
-    let under_tmp = |p: &std::path::Path| {
-        std::fs::canonicalize(p)
-            .map(|c| c.starts_with("/tmp") || c.starts_with("/dev/shm"))
-            .unwrap_or(true)
-    };
-    let candidates = [
-        PathBuf::from(env!("CARGO_TARGET_TMPDIR")),
-        PathBuf::from("/var/tmp/antler-tests"),
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/test-scratch"),
-    ];
-    for c in candidates {
-        if std::fs::create_dir_all(&c).is_ok() && !under_tmp(&c) {
-            return c;
-        }
-    }
-    PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+    antler_test_support::dd_mw_support::scratch_base(
+        env!("CARGO_TARGET_TMPDIR"),
+        env!("CARGO_MANIFEST_DIR"),
+    )
 }

@@ -12,8 +12,8 @@ use antler_runtime::*;
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 
-use crate::common::run_ok;
 use crate::common::FnTool;
+use crate::common::{answered_ids, run_ok};
 
 fn run_ctx(run_id: &str, concurrent: usize, extra: Value) -> RunContext {
     let extra = match extra {
@@ -334,14 +334,7 @@ async fn six_task_calls_in_one_turn_run_three_through_the_loop() {
     let ai = out.state.messages.iter().find_map(Message::as_ai).unwrap();
     assert_eq!(ids(ai), ["t1", "t2", "t3"]);
     assert_eq!(raw_ids(ai), ["t1", "t2", "t3"]);
-    let answered: Vec<&str> = out
-        .state
-        .messages
-        .iter()
-        .filter_map(Message::as_tool)
-        .map(|t| t.tool_call_id.as_str())
-        .collect();
-    assert_eq!(answered, ["t1", "t2", "t3"]);
+    assert_eq!(answered_ids(&out.state), ["t1", "t2", "t3"]);
     // The second request carries the truncated message, so every call sent is answered.
     let second = &model.requests()[1];
     let sent = second.messages.iter().find_map(Message::as_ai).unwrap();

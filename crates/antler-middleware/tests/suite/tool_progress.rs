@@ -14,7 +14,7 @@ use antler_runtime::*;
 use async_trait::async_trait;
 use serde_json::json;
 
-use crate::common::run_ok;
+use crate::common::{object_spec, run_ok};
 
 /// A tool that answers from a queue (its last answer repeats), counting calls.
 struct Scripted {
@@ -25,11 +25,7 @@ struct Scripted {
 
 fn scripted(name: &str, answers: Vec<ToolOutput>) -> Arc<Scripted> {
     Arc::new(Scripted {
-        spec: Arc::new(ToolSpec {
-            name: name.into(),
-            description: String::new(),
-            parameters: json!({"type": "object"}),
-        }),
+        spec: object_spec(name, ""),
         answers: Mutex::new(answers),
         calls: Mutex::new(0),
     })
@@ -73,7 +69,32 @@ fn rig(cfg: ToolProgressConfig) -> Rig {
     Rig { progress, chain }
 }
 
+/// A rig over a tool named `name` that always answers `answer`, called `warm_up` times in
+/// run `r1` of `thread` (then in phase `before`) and once more (then in phase `after`).
+async fn escalation(
+    (name, answer): (&str, ToolOutput),
+    thread: &str,
+    warm_up: usize,
+    (before, after): (Phase, Phase),
+) -> (Rig, Arc<Scripted>, Arc<RunContext>) {
+    let r = rig(config());
+    let tool = scripted(name, vec![answer]);
+    let run = run_ctx(thread, "r1");
+    r.call_times(&tool, &run, warm_up).await;
+    assert_eq!(r.progress.phase(thread, name), Some(before));
+    r.call(&tool, &run).await;
+    assert_eq!(r.progress.phase(thread, name), Some(after));
+    (r, tool, run)
+}
+
 impl Rig {
+    /// `n` calls of `tool`, answers dropped.
+    async fn call_times(&self, tool: &Arc<Scripted>, run: &Arc<RunContext>, n: usize) {
+        for _ in 0..n {
+            self.call(tool, run).await;
+        }
+    }
+
     async fn call(
         &self,
         tool: &Arc<Scripted>,
@@ -129,18 +150,16 @@ fn word_sets_and_near_duplicates() {
 
 #[tokio::test]
 async fn repeated_no_results_warn_and_queue_a_hint_but_never_block() {
-    let r = rig(config());
-    let tool = scripted(
-        "web_search",
-        vec![ToolOutput::text("No results found for the query")],
-    );
-    let run = run_ctx("t1", "r1");
-    for _ in 0..2 {
-        r.call(&tool, &run).await;
-    }
-    assert_eq!(r.progress.phase("t1", "web_search"), Some(Phase::Active));
-    r.call(&tool, &run).await;
-    assert_eq!(r.progress.phase("t1", "web_search"), Some(Phase::Warned));
+    let (r, tool, run) = escalation(
+        (
+            "web_search",
+            ToolOutput::text("No results found for the query"),
+        ),
+        "t1",
+        2,
+        (Phase::Active, Phase::Warned),
+    )
+    .await;
     let hints = r.progress.pending_hints("t1", "r1");
     assert_eq!(hints.len(), 1);
     assert!(
@@ -148,9 +167,7 @@ async fn repeated_no_results_warn_and_queue_a_hint_but_never_block() {
         "{hints:?}"
     );
     // Recoverable problems stay warned and keep re-hinting, capped at three.
-    for _ in 0..5 {
-        r.call(&tool, &run).await;
-    }
+    r.call_times(&tool, &run, 5).await;
     assert_eq!(r.progress.phase("t1", "web_search"), Some(Phase::Warned));
     assert_eq!(r.progress.pending_hints("t1", "r1").len(), 3);
     assert_eq!(*tool.calls.lock().unwrap(), 8);
@@ -158,18 +175,16 @@ async fn repeated_no_results_warn_and_queue_a_hint_but_never_block() {
 
 #[tokio::test]
 async fn unrecoverable_errors_escalate_to_a_block_that_skips_the_tool() {
-    let r = rig(config());
-    let tool = scripted(
-        "web_fetch",
-        vec![ToolOutput::error("Error: connection timed out")],
-    );
-    let run = run_ctx("t2", "r1");
-    for _ in 0..4 {
-        r.call(&tool, &run).await;
-    }
-    assert_eq!(r.progress.phase("t2", "web_fetch"), Some(Phase::Warned));
-    r.call(&tool, &run).await;
-    assert_eq!(r.progress.phase("t2", "web_fetch"), Some(Phase::Blocked));
+    let (r, tool, run) = escalation(
+        (
+            "web_fetch",
+            ToolOutput::error("Error: connection timed out"),
+        ),
+        "t2",
+        4,
+        (Phase::Warned, Phase::Blocked),
+    )
+    .await;
     let m = r.call(&tool, &run).await;
     assert_eq!(
         *tool.calls.lock().unwrap(),
@@ -204,9 +219,7 @@ async fn auth_failures_block_at_once_and_a_good_result_resets_other_tools_indepe
             ToolOutput::text("finally some content"),
         ],
     );
-    for _ in 0..3 {
-        r.call(&flaky, &run).await;
-    }
+    r.call_times(&flaky, &run, 3).await;
     assert_eq!(r.progress.phase("t3", "b"), Some(Phase::Warned));
     r.call(&flaky, &run).await;
     assert_eq!(r.progress.phase("t3", "b"), Some(Phase::Active));
@@ -219,9 +232,7 @@ async fn near_duplicate_successes_count_as_problems_and_different_content_does_n
     let page = "rust ownership borrowing lifetimes traits generics macros cargo crates modules";
     let same = scripted("web_fetch", vec![ToolOutput::text(page)]);
     let run = run_ctx("t4", "r1");
-    for _ in 0..4 {
-        r.call(&same, &run).await;
-    }
+    r.call_times(&same, &run, 4).await;
     assert_eq!(r.progress.phase("t4", "web_fetch"), Some(Phase::Warned));
     assert!(r.progress.pending_hints("t4", "r1")[0].contains("same results"));
     let varied = scripted(
@@ -234,9 +245,7 @@ async fn near_duplicate_successes_count_as_problems_and_different_content_does_n
             })
             .collect(),
     );
-    for _ in 0..5 {
-        r.call(&varied, &run).await;
-    }
+    r.call_times(&varied, &run, 5).await;
     assert_eq!(r.progress.phase("t4", "web_search"), Some(Phase::Active));
 }
 
@@ -263,9 +272,7 @@ async fn before_agent_resets_the_thread_and_drops_other_runs_hints() {
     let nores = scripted("grep", vec![ToolOutput::text("No results found")]);
     let old = run_ctx("t6", "r-old");
     r.call(&tool, &old).await;
-    for _ in 0..3 {
-        r.call(&nores, &old).await;
-    }
+    r.call_times(&nores, &old, 3).await;
     assert_eq!(r.progress.pending_hints("t6", "r-old").len(), 1);
     let new = run_ctx("t6", "r-new");
     r.progress
@@ -285,9 +292,7 @@ async fn the_lru_evicts_the_oldest_thread_with_its_hints() {
     });
     let nores = scripted("grep", vec![ToolOutput::text("No results found")]);
     let a = run_ctx("ta", "r");
-    for _ in 0..3 {
-        r.call(&nores, &a).await;
-    }
+    r.call_times(&nores, &a, 3).await;
     r.call(&nores, &run_ctx("tb", "r")).await;
     r.call(&nores, &run_ctx("tc", "r")).await;
     assert_eq!(r.progress.tracked_threads(), 2);

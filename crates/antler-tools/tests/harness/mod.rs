@@ -224,24 +224,10 @@ pub fn exits_soon(pid: u32) -> bool {
     }
 }
 
-/// A scratch base outside `/tmp`: confined commands may write `/tmp`, so "cannot write outside"
-/// checks need a place that is not under it. Prefers cargo's per-target temp dir, else
-/// `/var/tmp`, else the crate folder's `target/`.
+/// A scratch base outside `/tmp` (see [`antler_test_support::dd_mw_support::scratch_base`]).
 fn scratch_base() -> PathBuf {
-    let under_tmp = |p: &std::path::Path| {
-        std::fs::canonicalize(p)
-            .map(|c| c.starts_with("/tmp") || c.starts_with("/dev/shm"))
-            .unwrap_or(true)
-    };
-    let candidates = [
-        PathBuf::from(env!("CARGO_TARGET_TMPDIR")),
-        PathBuf::from("/var/tmp/antler-tests"),
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/test-scratch"),
-    ];
-    for c in candidates {
-        if std::fs::create_dir_all(&c).is_ok() && !under_tmp(&c) {
-            return c;
-        }
-    }
-    PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+    antler_test_support::dd_mw_support::scratch_base(
+        env!("CARGO_TARGET_TMPDIR"),
+        env!("CARGO_MANIFEST_DIR"),
+    )
 }

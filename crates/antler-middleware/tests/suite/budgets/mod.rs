@@ -4,7 +4,7 @@
 mod token;
 mod tool_output;
 
-pub use crate::common::{human, run_ctx, state_of, state_request, Recorder};
+pub use crate::common::{human, object_spec, run_ctx, state_of, state_request, Recorder};
 
 use std::sync::{Arc, Mutex};
 
@@ -34,11 +34,7 @@ pub fn ai(id: &str, input: u64, output: u64, calls: &[(&str, &str)]) -> AiMessag
 }
 
 pub fn spec(name: &str) -> Arc<ToolSpec> {
-    Arc::new(ToolSpec {
-        name: name.into(),
-        description: String::new(),
-        parameters: json!({"type": "object"}),
-    })
+    object_spec(name, "")
 }
 
 /// A tool answering with a fixed output, counting its calls.

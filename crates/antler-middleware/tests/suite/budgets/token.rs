@@ -8,7 +8,7 @@ use antler_runtime::*;
 use pretty_assertions::assert_eq;
 
 use super::*;
-use crate::common::run_ok;
+use crate::common::{answered_ids, run_ok};
 
 fn budget(max: u64) -> TokenBudgetConfig {
     TokenBudgetConfig {
@@ -255,12 +255,5 @@ async fn through_the_loop_a_warning_then_a_forced_final_answer() {
         .filter_map(Message::as_ai)
         .flat_map(|a| a.tool_calls.iter().map(|c| c.id_str().to_owned()))
         .collect();
-    let answered: Vec<String> = out
-        .state
-        .messages
-        .iter()
-        .filter_map(Message::as_tool)
-        .map(|t| t.tool_call_id.clone())
-        .collect();
-    assert_eq!(calls, answered);
+    assert_eq!(calls, answered_ids(&out.state));
 }

@@ -25,6 +25,13 @@ fn sha(s: &str) -> String {
 }
 
 /// The outputs folder the budget saves to for thread `t` under the data home `home`.
+/// How many files the budget saved under the data home `home`.
+fn saved_results(home: &Path) -> usize {
+    std::fs::read_dir(outputs_of(home).join(".tool-results"))
+        .unwrap()
+        .count()
+}
+
 fn outputs_of(home: &Path) -> PathBuf {
     home.join("threads/t/user-data/outputs")
 }
@@ -238,10 +245,7 @@ async fn command_results_are_budgeted_message_by_message() {
         .content
         .text()
         .starts_with("[Full fetch output saved to /mnt/user-data/outputs/.tool-results/fetch-"));
-    let files: Vec<_> = std::fs::read_dir(outputs_of(dir.path()).join(".tool-results"))
-        .unwrap()
-        .collect();
-    assert_eq!(files.len(), 1);
+    assert_eq!(saved_results(dir.path()), 1);
 }
 
 /// `thread_data` is state a client or an old checkpoint could point at another thread's
@@ -266,10 +270,7 @@ async fn forged_thread_data_does_not_choose_where_outputs_are_saved() {
     .await;
     assert!(text_of(&out).starts_with("[Full bash output saved to /mnt/user-data/outputs/"));
     assert!(!elsewhere.join(".tool-results").exists());
-    let saved: Vec<_> = std::fs::read_dir(outputs_of(dir.path()).join(".tool-results"))
-        .unwrap()
-        .collect();
-    assert_eq!(saved.len(), 1);
+    assert_eq!(saved_results(dir.path()), 1);
 }
 
 #[tokio::test]

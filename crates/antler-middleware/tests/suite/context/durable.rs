@@ -7,15 +7,14 @@ use antler_middleware::durable_context::*;
 use antler_models::{ScriptedModel, ScriptedReply};
 use antler_protocol::{
     AiMessage, Delegation, HumanMessage, Message, Object, SkillEntry, StateUpdate, ThreadState,
-    ToolCall, ToolMessage, ToolSpec, ToolStatus,
+    ToolCall, ToolMessage, ToolStatus,
 };
 use antler_runtime::*;
-use async_trait::async_trait;
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 
 use super::*;
-use crate::common::FnTool;
+use crate::common::{Blocker, FnTool};
 
 fn mw() -> DurableContextMiddleware {
     DurableContextMiddleware::new(DurableContextSettings::default())
@@ -43,20 +42,32 @@ fn task_call(msg_id: &str, calls: &[(&str, &str)]) -> Message {
     })
 }
 
-fn task_result(call: &str, text: &str, kwargs: Value) -> Message {
-    let mut t = ToolMessage::new(call, text).with_name("task");
-    t.id = Some(format!("tm-{call}"));
-    if let Value::Object(o) = kwargs {
-        t.additional_kwargs = o;
-    }
+/// The answer to `call` from tool `name`, with message id `id` and `kwargs`.
+fn result_of(call: &str, (name, id): (&str, String), text: &str, kwargs: Object) -> Message {
+    let mut t = ToolMessage::new(call, text).with_name(name);
+    t.id = Some(id);
+    t.additional_kwargs = kwargs;
     Message::Tool(t)
 }
 
-fn delegations(out: &HookOutput) -> Vec<Delegation> {
+fn task_result(call: &str, text: &str, kwargs: Value) -> Message {
+    let kwargs = match kwargs {
+        Value::Object(o) => o,
+        _ => Object::new(),
+    };
+    result_of(call, ("task", format!("tm-{call}")), text, kwargs)
+}
+
+/// One list the update of `out` writes (empty when it writes none).
+fn written_list<T: Clone>(out: &HookOutput, list: fn(&StateUpdate) -> &Option<Vec<T>>) -> Vec<T> {
     out.update
         .as_ref()
-        .and_then(|u| u.delegations.clone())
+        .and_then(|u| list(u).clone())
         .unwrap_or_default()
+}
+
+fn delegations(out: &HookOutput) -> Vec<Delegation> {
+    written_list(out, |u| &u.delegations)
 }
 
 #[tokio::test]
@@ -171,19 +182,15 @@ fn skill_read(call: &str, tool: &str, path: &str) -> Message {
 }
 
 fn skill_result(call: &str, stamp: Option<Value>) -> Message {
-    let mut t = ToolMessage::new(call, "---\nname: x\n---\nTHE BODY").with_name("read_file");
-    t.id = Some(format!("t-{call}"));
-    if let Some(s) = stamp {
-        t.additional_kwargs.insert(SKILL_ENTRY_KEY.into(), s);
-    }
-    Message::Tool(t)
+    let kwargs = stamp
+        .map(|s| Object::from_iter([(SKILL_ENTRY_KEY.to_owned(), s)]))
+        .unwrap_or_default();
+    let body = "---\nname: x\n---\nTHE BODY";
+    result_of(call, ("read_file", format!("t-{call}")), body, kwargs)
 }
 
 fn skills(out: &HookOutput) -> Vec<SkillEntry> {
-    out.update
-        .as_ref()
-        .and_then(|u| u.skill_context.clone())
-        .unwrap_or_default()
+    written_list(out, |u| &u.skill_context)
 }
 
 #[tokio::test]
@@ -500,23 +507,6 @@ async fn the_ledger_survives_compaction_and_reaches_every_later_request() {
     assert_eq!(req.messages.last().unwrap().text(), "what did we delegate?");
 }
 
-/// A `task` stand-in that never finishes (the run is cancelled while it works).
-struct Hanging {
-    spec: Arc<ToolSpec>,
-    started: Arc<tokio::sync::Notify>,
-}
-
-#[async_trait]
-impl Tool for Hanging {
-    fn spec(&self) -> &Arc<ToolSpec> {
-        &self.spec
-    }
-    async fn call(&self, _: Object, _: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
-        self.started.notify_one();
-        std::future::pending().await
-    }
-}
-
 #[tokio::test]
 async fn an_interrupted_delegation_is_still_known_after_resuming() {
     let model = Arc::new(ScriptedModel::new([ScriptedReply::tool_call(
@@ -524,15 +514,9 @@ async fn an_interrupted_delegation_is_still_known_after_resuming() {
         "task",
         json!({"description": "crawl the site", "prompt": "p", "subagent_type": "general-purpose"}),
     )]));
-    let started = Arc::new(tokio::sync::Notify::new());
-    let task = Arc::new(Hanging {
-        spec: Arc::new(ToolSpec {
-            name: "task".into(),
-            description: String::new(),
-            parameters: json!({"type": "object"}),
-        }),
-        started: started.clone(),
-    });
+    // A `task` stand-in that never finishes (the run is cancelled while it works).
+    let task = Blocker::new("task");
+    let started = task.entered.clone();
     let agent =
         agent(model.clone(), vec![Arc::new(mw())]).with_tools(ToolRegistry::new().with(task));
     let run = run_ctx("t", "r1");
@@ -550,13 +534,7 @@ async fn an_interrupted_delegation_is_still_known_after_resuming() {
     );
 
     model.push(ScriptedReply::text("waiting for the crawl"));
-    agent
-        .run(
-            RunInput::message(Message::human("continue")),
-            run_ctx("t", "r2"),
-        )
-        .await;
-    let req = last_request(&model);
+    let req = asked(&agent, &model, "continue", run_ctx("t", "r2")).await;
     let data = req
         .messages
         .iter()

@@ -64,6 +64,36 @@ fn mw(clock: &Arc<ManualClock>, memory: Option<Arc<dyn MemorySource>>) -> Dynami
         .with_clock(clock.clone())
 }
 
+/// Injection on or off, day 8, over `memory`.
+fn with_injection(enabled: bool, memory: Arc<FakeMemory>) -> DynamicContextMiddleware {
+    DynamicContextMiddleware::new(
+        DynamicContextSettings {
+            injection_enabled: enabled,
+            ..Default::default()
+        },
+        Some(memory),
+    )
+    .with_clock(clock(8))
+}
+
+/// A first turn (`Hello`, answered `Hi`), then `next` (`msg-2`) on day `on`: the state and
+/// what `m` injects for it.
+async fn second_turn(
+    m: &DynamicContextMiddleware,
+    c: &ManualClock,
+    next: &str,
+    on: u32,
+) -> (ThreadState, BeforeAgentOutput) {
+    let mut state = state_of(vec![human("msg-1", "Hello")]);
+    let out = before_agent(m, &state).await;
+    apply(&mut state, out);
+    state.messages.push(Message::ai("Hi"));
+    state.messages.push(human("msg-2", next));
+    c.set(day(on));
+    let out = before_agent(m, &state).await;
+    (state, out)
+}
+
 fn clock(d: u32) -> Arc<ManualClock> {
     Arc::new(ManualClock::new(day(d)))
 }
@@ -146,14 +176,7 @@ async fn memory_goes_in_its_own_hidden_message_never_with_the_date() {
 #[tokio::test]
 async fn disabled_injection_never_asks_the_memory_source() {
     let mem = FakeMemory::with("secret");
-    let m = DynamicContextMiddleware::new(
-        DynamicContextSettings {
-            injection_enabled: false,
-            ..Default::default()
-        },
-        Some(mem.clone()),
-    )
-    .with_clock(clock(8));
+    let m = with_injection(false, mem.clone());
     let out = before_agent(&m, &state_of(vec![human("msg-1", "Hello")])).await;
     assert_eq!(update_messages(&out).len(), 2);
     assert_eq!(mem.calls(), 0);
@@ -273,13 +296,7 @@ async fn a_user_message_quoting_system_reminder_tags_is_still_a_target() {
 async fn crossing_midnight_adds_one_date_update_before_the_current_turn() {
     let c = clock(8);
     let m = mw(&c, Some(FakeMemory::with("likes tea")));
-    let mut state = state_of(vec![human("msg-1", "Hello")]);
-    let out = before_agent(&m, &state).await;
-    apply(&mut state, out);
-    state.messages.push(Message::ai("Hi"));
-    state.messages.push(human("msg-2", "Still there?"));
-    c.set(day(9));
-    let out = before_agent(&m, &state).await;
+    let (mut state, out) = second_turn(&m, &c, "Still there?", 9).await;
     let msgs = update_messages(&out);
     assert_eq!(msgs.len(), 2, "no memory on a date update");
     assert_eq!(msgs[0].id(), Some("msg-2"));
@@ -309,13 +326,7 @@ async fn copies_memory_blocks_and_summaries_are_never_targets() {
 async fn a_second_injection_targets_the_new_message_never_the_old_copy() {
     let c = clock(8);
     let m = mw(&c, None);
-    let mut state = state_of(vec![human("msg-1", "Hello")]);
-    let out = before_agent(&m, &state).await;
-    apply(&mut state, out);
-    state.messages.push(Message::ai("Hi"));
-    state.messages.push(human("msg-2", "Next"));
-    c.set(day(10));
-    let out = before_agent(&m, &state).await;
+    let (_, out) = second_turn(&m, &c, "Next", 10).await;
     let ids: Vec<String> = update_messages(&out)
         .iter()
         .map(|m| m.id().unwrap().to_owned())
@@ -486,22 +497,9 @@ async fn the_memory_block_reaches_the_model_only_with_injection_enabled() {
     for enabled in [true, false] {
         let model = echo_model();
         let mem = FakeMemory::with("prefers metric units");
-        let m = DynamicContextMiddleware::new(
-            DynamicContextSettings {
-                injection_enabled: enabled,
-                ..Default::default()
-            },
-            Some(mem.clone()),
-        )
-        .with_clock(clock(8));
+        let m = with_injection(enabled, mem.clone());
         let agent = agent(model.clone(), vec![Arc::new(m)]);
-        agent
-            .run(
-                RunInput::message(Message::human("How far is it?")),
-                run_ctx("t", "r"),
-            )
-            .await;
-        let req = last_request(&model);
+        let req = asked(&agent, &model, "How far is it?", run_ctx("t", "r")).await;
         let has_memory = req.messages.iter().any(|m| {
             m.text()
                 .contains("<memory>\nprefers metric units\n</memory>")

@@ -51,6 +51,19 @@ pub fn echo_model() -> Arc<ScriptedModel> {
     Arc::new(ScriptedModel::new([]).with_fallback(|_| ScriptedReply::text("ok")))
 }
 
+/// Run `agent` (over `model`) on `text`; the last request the model received.
+pub async fn asked(
+    agent: &Agent,
+    model: &ScriptedModel,
+    text: &str,
+    run: Arc<RunContext>,
+) -> RecordedRequest {
+    agent
+        .run(RunInput::message(Message::human(text)), run)
+        .await;
+    last_request(model)
+}
+
 pub fn last_request(model: &ScriptedModel) -> RecordedRequest {
     model.requests().pop().unwrap()
 }

@@ -713,13 +713,10 @@ async fn the_answer_is_the_next_run_and_the_model_sees_question_and_answer() {
         .await;
     assert_eq!(first.status, RunStatus::Success);
 
-    let mut answer = antler_protocol::HumanMessage {
+    let mut answer = hidden(antler_protocol::HumanMessage {
         content: Content::Text("Next week to Paris".into()),
         ..Default::default()
-    };
-    answer
-        .additional_kwargs
-        .insert("hide_from_ui".into(), json!(true));
+    });
     answer.additional_kwargs.insert(
         "human_input_response".into(),
         json!({"version": 1, "kind": "human_input_response", "source": "ask_clarification",

@@ -8,7 +8,7 @@ use antler_models::{ChatModel, ChatRequest, ModelError, ModelInfo};
 use antler_protocol::{AiMessage, Message, Object, ThreadState, ToolCall, ToolMessage, ToolSpec};
 use antler_runtime::*;
 use async_trait::async_trait;
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::sync::Notify;
 
 /// A run context collecting every event.
@@ -18,7 +18,7 @@ pub fn run_ctx() -> (Arc<RunContext>, Arc<CollectingSink>) {
     (run, sink)
 }
 
-pub use crate::common::model_request;
+pub use crate::common::{hidden, model_request, object_spec, Blocker};
 
 pub fn tool_request(
     call: ToolCall,
@@ -55,11 +55,7 @@ pub struct Echo {
 impl Echo {
     pub fn new(name: &str) -> Arc<Echo> {
         Arc::new(Echo {
-            spec: Arc::new(ToolSpec {
-                name: name.into(),
-                description: "echo".into(),
-                parameters: json!({"type": "object"}),
-            }),
+            spec: object_spec(name, "echo"),
             calls: AtomicUsize::new(0),
         })
     }
@@ -80,37 +76,6 @@ impl Tool for Echo {
     }
 }
 
-/// A tool that blocks until cancelled (to leave a dangling call behind).
-pub struct Blocker {
-    spec: Arc<ToolSpec>,
-    pub entered: Arc<Notify>,
-}
-
-impl Blocker {
-    pub fn new(name: &str) -> Arc<Blocker> {
-        Arc::new(Blocker {
-            spec: Arc::new(ToolSpec {
-                name: name.into(),
-                description: "blocks".into(),
-                parameters: json!({"type": "object"}),
-            }),
-            entered: Arc::new(Notify::new()),
-        })
-    }
-}
-
-#[async_trait]
-impl Tool for Blocker {
-    fn spec(&self) -> &Arc<ToolSpec> {
-        &self.spec
-    }
-    async fn call(&self, _: Object, _: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
-        self.entered.notify_one();
-        std::future::pending::<()>().await;
-        Ok(ToolOutput::text("never"))
-    }
-}
-
 /// A tool that fails.
 pub struct Failing {
     spec: Arc<ToolSpec>,
@@ -119,11 +84,7 @@ pub struct Failing {
 impl Failing {
     pub fn new(name: &str) -> Arc<Failing> {
         Arc::new(Failing {
-            spec: Arc::new(ToolSpec {
-                name: name.into(),
-                description: "fails".into(),
-                parameters: json!({"type": "object"}),
-            }),
+            spec: object_spec(name, "fails"),
         })
     }
 }

@@ -216,14 +216,11 @@ fn valid_adjacent_results_are_unchanged() {
 #[test]
 fn reused_ids_across_turns_keep_their_own_results() {
     let ws = |id: &str| tc("web_search", Some(id));
-    let mut summary = HumanMessage {
+    let summary = hidden(HumanMessage {
         content: "summary".into(),
         name: Some("summary".into()),
         ..Default::default()
-    };
-    summary
-        .additional_kwargs
-        .insert("hide_from_ui".into(), json!(true));
+    });
     let msgs = [
         Message::Human(summary),
         ai(vec![

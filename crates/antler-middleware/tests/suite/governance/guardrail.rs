@@ -176,6 +176,20 @@ async fn guard(
     }
 }
 
+/// `guard` through a middleware over `provider` with `settings(fail_closed)` and a plain run.
+async fn guarded(
+    provider: Arc<dyn GuardrailProvider>,
+    fail_closed: bool,
+    call: antler_protocol::ToolCall,
+) -> Outcome {
+    guard(
+        GuardrailMiddleware::new(provider, &settings(fail_closed)),
+        call,
+        plain_run(),
+    )
+    .await
+}
+
 fn plain_run() -> RunContext {
     RunContext::new("t1", "r1", Arc::new(NullSink))
 }
@@ -200,10 +214,10 @@ fn settings(fail_closed: bool) -> GuardrailsConfig {
 
 #[tokio::test]
 async fn an_allowed_call_runs_unchanged() {
-    let o = guard(
-        GuardrailMiddleware::new(allow_all(), &settings(true)),
+    let o = guarded(
+        allow_all(),
+        true,
         call("c1", "web_search", json!({"query": "rust"})),
-        plain_run(),
     )
     .await;
     assert_eq!(o.tool_calls, 1);
@@ -215,10 +229,10 @@ async fn an_allowed_call_runs_unchanged() {
 
 #[tokio::test]
 async fn a_denied_call_never_runs_and_says_why() {
-    let o = guard(
-        GuardrailMiddleware::new(deny_all(), &settings(true)),
+    let o = guarded(
+        deny_all(),
+        true,
         call("tool_call_1", "bash", json!({"command": "cat secret.txt"})),
-        plain_run(),
     )
     .await;
     assert_eq!(o.tool_calls, 0);
@@ -234,13 +248,10 @@ async fn a_denied_call_never_runs_and_says_why() {
 
 #[tokio::test]
 async fn a_denial_without_reasons_uses_the_fallback_text() {
-    let o = guard(
-        GuardrailMiddleware::new(
-            Arc::new(Fixed(GuardrailDecision::deny(Vec::new()))),
-            &settings(true),
-        ),
+    let o = guarded(
+        Arc::new(Fixed(GuardrailDecision::deny(Vec::new()))),
+        true,
         call("c1", "bash", json!({})),
-        plain_run(),
     )
     .await;
     assert_eq!(
@@ -251,22 +262,12 @@ async fn a_denial_without_reasons_uses_the_fallback_text() {
 
 #[tokio::test]
 async fn empty_names_and_ids_are_handled() {
-    let allowed = guard(
-        GuardrailMiddleware::new(allow_all(), &settings(true)),
-        call("c1", "", json!({})),
-        plain_run(),
-    )
-    .await;
+    let allowed = guarded(allow_all(), true, call("c1", "", json!({}))).await;
     assert_eq!(allowed.tool_calls, 1);
 
     let mut nameless = call("", "", json!({}));
     nameless.id = None;
-    let denied = guard(
-        GuardrailMiddleware::new(deny_all(), &settings(true)),
-        nameless,
-        plain_run(),
-    )
-    .await;
+    let denied = guarded(deny_all(), true, nameless).await;
     let m = message(&denied);
     assert_eq!(m.tool_call_id, "missing_id");
     assert_eq!(m.name.as_deref(), Some("unknown_tool"));
@@ -285,12 +286,7 @@ impl TextContains for antler_protocol::ToolMessage {
 
 #[tokio::test]
 async fn a_failing_provider_blocks_when_fail_closed() {
-    let o = guard(
-        GuardrailMiddleware::new(Arc::new(Exploding), &settings(true)),
-        call("c1", "bash", json!({})),
-        plain_run(),
-    )
-    .await;
+    let o = guarded(Arc::new(Exploding), true, call("c1", "bash", json!({}))).await;
     assert_eq!(o.tool_calls, 0);
     let m = message(&o);
     assert_eq!(m.status, ToolStatus::Error);
@@ -313,12 +309,7 @@ async fn a_failing_provider_blocks_when_fail_closed() {
 
 #[tokio::test]
 async fn a_failing_provider_lets_the_call_through_when_fail_open() {
-    let o = guard(
-        GuardrailMiddleware::new(Arc::new(Exploding), &settings(false)),
-        call("c1", "bash", json!({})),
-        plain_run(),
-    )
-    .await;
+    let o = guarded(Arc::new(Exploding), false, call("c1", "bash", json!({}))).await;
     assert_eq!(o.tool_calls, 1);
     assert_eq!(message(&o).status, ToolStatus::Success);
     assert_eq!(o.journal.len(), 1);

@@ -123,6 +123,26 @@ fn provider(url: &str) -> Arc<dyn ChatModel> {
     Arc::new(OpenAiCompatModel::new(OpenAiCompatConfig::new("m").with_base_url(url)).unwrap())
 }
 
+/// A manual clock and a default breaker reading it.
+fn clocked_breaker() -> (Arc<ManualClock>, Arc<CircuitBreaker>) {
+    let clock = Arc::new(ManualClock::new());
+    let breaker = Arc::new(CircuitBreaker::with_clock(
+        Default::default(),
+        clock.clone(),
+    ));
+    (clock, breaker)
+}
+
+/// A run whose sink keeps the custom stream events.
+fn custom_events_run() -> (Arc<CollectingSink>, Arc<RunContext>) {
+    let sink = Arc::new(CollectingSink::with_modes(antler_protocol::StreamModes {
+        custom: true,
+        ..antler_protocol::StreamModes::NONE
+    }));
+    let run = Arc::new(RunContext::new("t1", "r1", sink.clone()));
+    (sink, run)
+}
+
 fn agent(
     model: Arc<dyn ChatModel>,
     breaker: Arc<CircuitBreaker>,
@@ -151,16 +171,8 @@ async fn an_http_429_with_retry_after_is_retried_after_exactly_that_wait() {
         completion("hello after the wait"),
     ])
     .await;
-    let clock = Arc::new(ManualClock::new());
-    let breaker = Arc::new(CircuitBreaker::with_clock(
-        Default::default(),
-        clock.clone(),
-    ));
-    let sink = Arc::new(CollectingSink::with_modes(antler_protocol::StreamModes {
-        custom: true,
-        ..antler_protocol::StreamModes::NONE
-    }));
-    let run = Arc::new(RunContext::new("t1", "r1", sink.clone()));
+    let (clock, breaker) = clocked_breaker();
+    let (sink, run) = custom_events_run();
     let out = agent(provider(&server.base_url), breaker.clone(), clock.clone())
         .run(RunInput::message(Message::human("hi")), run)
         .await;
@@ -199,16 +211,8 @@ async fn a_retry_after_beyond_max_retry_after_is_not_waited_and_falls_back() {
         rate_limited().retry_after(99_999_999),
         MockReply::text("only after three years"),
     ]);
-    let clock = Arc::new(ManualClock::new());
-    let breaker = Arc::new(CircuitBreaker::with_clock(
-        Default::default(),
-        clock.clone(),
-    ));
-    let sink = Arc::new(CollectingSink::with_modes(antler_protocol::StreamModes {
-        custom: true,
-        ..antler_protocol::StreamModes::NONE
-    }));
-    let run = Arc::new(RunContext::new("t1", "r1", sink.clone()));
+    let (clock, breaker) = clocked_breaker();
+    let (sink, run) = custom_events_run();
     let out = agent(provider(&mock.base_url()), breaker.clone(), clock.clone())
         .run(RunInput::message(Message::human("hi")), run)
         .await;
@@ -267,11 +271,7 @@ async fn an_http_401_ends_the_run_successfully_with_a_marked_fallback() {
         body: json!({"error": {"message": "Incorrect API key provided: sk-***", "type": "invalid_request_error", "code": "invalid_api_key"}}),
     }])
     .await;
-    let clock = Arc::new(ManualClock::new());
-    let breaker = Arc::new(CircuitBreaker::with_clock(
-        Default::default(),
-        clock.clone(),
-    ));
+    let (clock, breaker) = clocked_breaker();
     let run = Arc::new(RunContext::new("t1", "r1", Arc::new(NullSink)));
     let out = agent(provider(&server.base_url), breaker.clone(), clock.clone())
         .run(RunInput::message(Message::human("hi")), run)

@@ -1,19 +1,17 @@
 //! Shared helpers: states, run contexts, small tools, an event recorder and a log capture.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use antler_protocol::{
     AiMessage, Content, Message, Object, StateUpdate, ToolCall, ToolSpec, UsageMetadata,
 };
-use antler_runtime::{
-    Command, NullSink, RunContext, RunEvent, RunObserver, Tool, ToolContext, ToolError, ToolOutput,
-};
+use antler_runtime::{Command, NullSink, RunContext, Tool, ToolContext, ToolError, ToolOutput};
 use async_trait::async_trait;
 use serde_json::{json, Value};
 
 use crate::common::args_object;
 
-pub use crate::common::{state_of as state, LogCapture};
+pub use crate::common::{hidden, state_of as state, EventLog, LogCapture};
 
 pub fn run_ctx(thread: &str, run: &str) -> RunContext {
     RunContext::new(thread, run, Arc::new(NullSink))
@@ -130,59 +128,5 @@ impl Tool for FakeViewImage {
             },
             goto: None,
         }))
-    }
-}
-
-/// Keeps an owned summary of every run event.
-#[derive(Default)]
-pub struct Recorder {
-    pub events: Mutex<Vec<Value>>,
-}
-
-impl Recorder {
-    pub fn new() -> Arc<Recorder> {
-        Arc::new(Recorder::default())
-    }
-
-    pub fn all(&self) -> Vec<Value> {
-        self.events.lock().unwrap().clone()
-    }
-
-    /// Events whose `kind` is `kind`.
-    pub fn of(&self, kind: &str) -> Vec<Value> {
-        self.all()
-            .into_iter()
-            .filter(|e| e["kind"] == kind)
-            .collect()
-    }
-}
-
-impl RunObserver for Recorder {
-    fn on_event(&self, _run: &RunContext, event: &RunEvent<'_>) {
-        let v = match event {
-            RunEvent::ModelResponse {
-                caller,
-                model,
-                request_messages,
-                response,
-                ..
-            } => json!({
-                "kind": "model_response",
-                "caller": caller,
-                "model": model,
-                "request_messages": request_messages,
-                "text": response.content.text(),
-            }),
-            RunEvent::ModelError { caller, error, .. } => {
-                json!({"kind": "model_error", "caller": caller, "error": error.to_string()})
-            }
-            RunEvent::Middleware {
-                name,
-                action,
-                payload,
-            } => json!({"kind": "middleware", "name": name, "action": action, "payload": payload}),
-            _ => json!({"kind": "other"}),
-        };
-        self.events.lock().unwrap().push(v);
     }
 }

@@ -397,7 +397,7 @@ async fn title_is_generated_once_after_the_first_exchange_and_kept_on_later_runs
         }),
     );
     let agent = agent_with(with_model(60, &title_model), lead.clone(), cp.clone());
-    let rec = Recorder::new();
+    let rec = EventLog::new();
     let sink = Arc::new(CollectingSink::with_modes(StreamModes::ALL));
 
     let run =
@@ -446,7 +446,7 @@ async fn title_model_failure_falls_back_through_the_loop() {
         },
     )]));
     let agent = agent_with(with_model(60, &title_model), lead, cp);
-    let rec = Recorder::new();
+    let rec = EventLog::new();
     let run = Arc::new(run_ctx("thread-fallback", "run-1").with_observer(rec.clone()));
     let question = "Please write a detailed migration plan for our billing database cluster";
     let out = run_ok(&agent, question, run).await;

@@ -36,6 +36,14 @@ fn attribution_of(msgs: &[Message]) -> Value {
         .expect("an attributed AI message")
 }
 
+/// The AI messages of `msgs` that carry usage.
+fn carrying_usage(msgs: &[Message]) -> Vec<&AiMessage> {
+    msgs.iter()
+        .filter_map(Message::as_ai)
+        .filter(|ai| ai.usage_metadata.is_some())
+        .collect()
+}
+
 fn subagent_tool(call_id: &str, usage: Value) -> Message {
     let mut t = ToolMessage::new(call_id, "task result");
     t.additional_kwargs.insert(SUBAGENT_USAGE_KEY.into(), usage);
@@ -123,7 +131,7 @@ async fn no_log_without_usage_metadata() {
 
 #[tokio::test]
 async fn usage_is_reported_to_run_observers() {
-    let rec = Recorder::new();
+    let rec = EventLog::new();
     let run = run_ctx("t", "r").with_observer(rec.clone());
     let ai = with_usage(ai_calls(&[]), 12, 3);
     mw().after_model(&state(vec![Message::Ai(ai)]), &run)
@@ -299,11 +307,7 @@ async fn subagent_usage_merges_by_message_position() {
         ai_text("done"),
     ]);
     let msgs = update_messages(&after(&s).await);
-    let with_usage: Vec<&AiMessage> = msgs
-        .iter()
-        .filter_map(Message::as_ai)
-        .filter(|ai| ai.usage_metadata.is_some())
-        .collect();
+    let with_usage = carrying_usage(&msgs);
     assert_eq!(with_usage.len(), 1);
     assert_eq!(with_usage[0].tool_calls, second.tool_calls);
     assert_eq!(
@@ -357,11 +361,7 @@ async fn reused_tool_call_ids_stay_scoped_to_each_history() {
     ]);
     let dispatch_id = s.messages.get(3).unwrap().id().unwrap().to_owned();
     let msgs = update_messages(&after(&s).await);
-    let folded: Vec<&AiMessage> = msgs
-        .iter()
-        .filter_map(Message::as_ai)
-        .filter(|ai| ai.usage_metadata.is_some())
-        .collect();
+    let folded = carrying_usage(&msgs);
     assert_eq!(folded.len(), 1);
     assert_eq!(folded[0].id.as_deref(), Some(dispatch_id.as_str()));
 }
@@ -446,7 +446,7 @@ async fn subagent_usage_is_folded_into_the_dispatching_message_exactly_once() {
         .with_tools(ToolRegistry::new().with(task))
         .with_chain(Chain::new(vec![Arc::new(mw())]).unwrap())
         .with_checkpointer(checkpointer.clone());
-    let rec = Recorder::new();
+    let rec = EventLog::new();
 
     let run = Arc::new(run_ctx("thread-sub", "run-1").with_observer(rec.clone()));
     let out = run_ok(&agent, "delegate", run).await;

@@ -68,6 +68,26 @@ fn human_with(content: impl Into<Content>) -> Message {
     })
 }
 
+/// A completed `view_image` turn that viewed `img.png` in thread `t`'s uploads under `home`.
+fn one_viewed_image(home: &Path) -> ThreadState {
+    let up = uploads_of(home, "t");
+    completed_state(map(&[(
+        "/img.png",
+        viewed(&up, "img.png", "image/png", PNG),
+    )]))
+}
+
+/// The messages a fresh middleware over the data home `home` injects before the next call.
+async fn injected_under(home: &Path, s: &ThreadState) -> Vec<Message> {
+    update_messages(
+        &ViewImageMiddleware::new(home)
+            .before_model(s, &run_ctx("t", "r"))
+            .await
+            .unwrap()
+            .update,
+    )
+}
+
 fn completed_state(viewed_images: Map<String, Value>) -> ThreadState {
     let mut s = state(vec![
         Message::Ai(ai_calls(&[view_call("c1")])),
@@ -310,7 +330,6 @@ fn unknown_mime_when_missing() {
 #[tokio::test]
 async fn before_model_injects_a_hidden_marked_message() {
     let home = scratch();
-    let up = uploads_of(home.path(), "t");
     let mw = ViewImageMiddleware::new(home.path());
     let run = run_ctx("t", "r");
     let none = mw
@@ -319,10 +338,7 @@ async fn before_model_injects_a_hidden_marked_message() {
         .unwrap();
     assert_eq!(none.update, None);
 
-    let s = completed_state(map(&[(
-        "/img.png",
-        viewed(&up, "img.png", "image/png", PNG),
-    )]));
+    let s = one_viewed_image(home.path());
     let msgs = update_messages(&mw.before_model(&s, &run).await.unwrap().update);
     assert_eq!(msgs.len(), 1);
     let Message::Human(h) = &msgs[0] else {
@@ -346,24 +362,14 @@ async fn a_cleared_viewed_images_map_injects_the_placeholder() {
     // The reducer's `{}` rule clears every entry; a later completed view_image turn then says
     // nothing was viewed instead of failing.
     let home = scratch();
-    let up = uploads_of(home.path(), "t");
-    let mut s = completed_state(map(&[(
-        "/img.png",
-        viewed(&up, "img.png", "image/png", PNG),
-    )]));
+    let mut s = one_viewed_image(home.path());
     s.apply(StateUpdate {
         viewed_images: Some(Map::new()),
         ..Default::default()
     })
     .unwrap();
     assert!(s.viewed_images.is_empty());
-    let msgs = update_messages(
-        &ViewImageMiddleware::new(home.path())
-            .before_model(&s, &run_ctx("t", "r"))
-            .await
-            .unwrap()
-            .update,
-    );
+    let msgs = injected_under(home.path(), &s).await;
     assert_eq!(
         msgs[0].content(),
         &Content::Blocks(vec![json!({"type": "text", "text": NO_IMAGES_TEXT})])
@@ -373,13 +379,9 @@ async fn a_cleared_viewed_images_map_injects_the_placeholder() {
 #[tokio::test]
 async fn after_model_removes_only_marked_messages() {
     let home = scratch();
-    let up = uploads_of(home.path(), "t");
     let mw = ViewImageMiddleware::new(home.path());
     let run = run_ctx("t", "r");
-    let mut s = completed_state(map(&[(
-        "/img.png",
-        viewed(&up, "img.png", "image/png", PNG),
-    )]));
+    let mut s = one_viewed_image(home.path());
     let injected = mw.before_model(&s, &run).await.unwrap().update.unwrap();
     let injected_id = update_messages(&Some(injected.clone()))[0]
         .id()
@@ -397,14 +399,11 @@ async fn after_model_removes_only_marked_messages() {
     assert_eq!(s.messages.last().unwrap().text(), "I can see the image.");
 
     // A client message that reuses the prefix without the marker stays.
-    let mut client = HumanMessage {
+    let client = hidden(HumanMessage {
         content: "Here are the images you've viewed: user-authored text".into(),
         id: Some("view-image-context:client-supplied".into()),
         ..Default::default()
-    };
-    client
-        .additional_kwargs
-        .insert("hide_from_ui".into(), Value::Bool(true));
+    });
     let s = state(vec![Message::Human(client), Message::ai("response")]);
     assert_eq!(mw.after_model(&s, &run).await.unwrap().update, None);
 }
@@ -433,13 +432,7 @@ async fn images_outside_the_runs_thread_folders_are_never_read() {
         ("/mnt/user-data/uploads/out.png", out),
         ("/mnt/user-data/uploads/link.png", link),
     ]));
-    let msgs = update_messages(
-        &ViewImageMiddleware::new(home.path())
-            .before_model(&s, &run_ctx("t", "r"))
-            .await
-            .unwrap()
-            .update,
-    );
+    let msgs = injected_under(home.path(), &s).await;
     let Content::Blocks(blocks) = msgs[0].content() else {
         panic!("expected blocks");
     };

@@ -3,7 +3,7 @@
 use std::sync::{Arc, Mutex};
 
 use antler_middleware::summarization::*;
-use antler_models::ScriptedReply;
+use antler_models::{ScriptedModel, ScriptedReply};
 use antler_protocol::Message;
 use antler_runtime::Middleware;
 use pretty_assertions::assert_eq;
@@ -21,14 +21,30 @@ fn four() -> Vec<Message> {
     ]
 }
 
-#[tokio::test]
-async fn hooks_receive_what_goes_and_what_stays() {
-    let log = Arc::new(Mutex::new(Vec::new()));
+/// A middleware triggering at `trigger` messages (keeping two) whose one hook, `memory`,
+/// records into the returned log.
+fn remembered(
+    trigger: usize,
+    run_model: Arc<ScriptedModel>,
+) -> (HookLog, DeerFlowSummarizationMiddleware) {
+    let log: HookLog = Arc::new(Mutex::new(Vec::new()));
     let mw = middleware(
-        settings(vec![ContextSize::Messages(4)], ContextSize::Messages(2)),
-        model("run", vec![ScriptedReply::text("compressed summary")]),
+        settings(
+            vec![ContextSize::Messages(trigger)],
+            ContextSize::Messages(2),
+        ),
+        run_model,
         None,
         vec![Recorder::new("memory", &log)],
+    );
+    (log, mw)
+}
+
+#[tokio::test]
+async fn hooks_receive_what_goes_and_what_stays() {
+    let (log, mw) = remembered(
+        4,
+        model("run", vec![ScriptedReply::text("compressed summary")]),
     );
     let out = mw
         .before_model(&state(four()), &run_ctx("thread-1"))
@@ -63,13 +79,7 @@ async fn hooks_receive_what_goes_and_what_stays() {
 
 #[tokio::test]
 async fn hooks_see_the_run_identity() {
-    let log = Arc::new(Mutex::new(Vec::new()));
-    let mw = middleware(
-        settings(vec![ContextSize::Messages(4)], ContextSize::Messages(2)),
-        model("run", vec![ScriptedReply::text("s")]),
-        None,
-        vec![Recorder::new("memory", &log)],
-    );
+    let (log, mw) = remembered(4, model("run", vec![ScriptedReply::text("s")]));
     let mut run = run_ctx("t7").with_user(Some("alice".into()));
     run.options.agent_name = Some("researcher".into());
     mw.before_model(&state(four()), &run).await.unwrap();
@@ -80,14 +90,8 @@ async fn hooks_see_the_run_identity() {
 
 #[tokio::test]
 async fn below_the_threshold_nothing_happens() {
-    let log = Arc::new(Mutex::new(Vec::new()));
     let run_model = model("run", vec![]);
-    let mw = middleware(
-        settings(vec![ContextSize::Messages(10)], ContextSize::Messages(2)),
-        run_model.clone(),
-        None,
-        vec![Recorder::new("memory", &log)],
-    );
+    let (log, mw) = remembered(10, run_model.clone());
     let out = mw
         .before_model(&state(four()), &run_ctx("t"))
         .await

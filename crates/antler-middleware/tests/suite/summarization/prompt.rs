@@ -31,6 +31,14 @@ async fn prompt_for(
     prompt_of(&run.requests()[0])
 }
 
+/// The text between `<new_messages>` and `</new_messages>` of a summary prompt.
+fn new_messages_body(prompt: &str) -> &str {
+    prompt
+        .strip_prefix("<new_messages>\n")
+        .and_then(|p| p.strip_suffix("\n</new_messages>"))
+        .unwrap()
+}
+
 #[tokio::test]
 async fn the_transcript_has_one_line_per_message_with_tool_calls() {
     let msgs = vec![
@@ -103,10 +111,7 @@ async fn without_a_previous_summary_new_messages_get_the_whole_budget() {
     ];
     let chars = TokenCounter::custom(|t| t.chars().count());
     let prompt = prompt_for(msgs, None, Some(40), Some(chars)).await;
-    let body = prompt
-        .strip_prefix("<new_messages>\n")
-        .and_then(|p| p.strip_suffix("\n</new_messages>"))
-        .unwrap();
+    let body = new_messages_body(&prompt);
     assert!(body.chars().count() <= 40, "{body}");
     assert!(body.starts_with("Human: SENTINEL"), "{body}");
 }
@@ -141,10 +146,7 @@ async fn when_counting_cannot_cut_a_section_a_character_cap_applies() {
         human("h2", "latest"),
     ];
     let prompt = prompt_for(msgs, None, Some(2), Some(huge)).await;
-    let body = prompt
-        .strip_prefix("<new_messages>\n")
-        .and_then(|p| p.strip_suffix("\n</new_messages>"))
-        .unwrap();
+    let body = new_messages_body(&prompt);
     assert!(body.chars().count() <= 2, "{body:?}");
     assert!(!body.is_empty());
 }

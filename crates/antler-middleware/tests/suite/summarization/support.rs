@@ -12,13 +12,13 @@ use antler_protocol::{
     AiMessage, HumanMessage, Message, Object, StateUpdate, SystemMessage, ThreadState, ToolCall,
     ToolMessage,
 };
-use antler_runtime::{HookOutput, NullSink, RunContext, RunEvent, RunObserver};
+use antler_runtime::{HookOutput, NullSink, RunContext};
 use async_trait::async_trait;
 use serde_json::{json, Value};
 
 use crate::common::args_object;
 
-pub use crate::common::{human, state_of as state};
+pub use crate::common::{human, state_of as state, EventLog};
 
 pub fn ai(id: &str, text: &str) -> Message {
     Message::Ai(AiMessage {
@@ -207,35 +207,6 @@ impl BeforeSummarizationHook for Recorder {
 
     fn name(&self) -> &str {
         &self.label
-    }
-}
-
-/// What observers saw, flattened.
-#[derive(Default)]
-pub struct Seen {
-    pub events: Mutex<Vec<Value>>,
-}
-
-impl RunObserver for Seen {
-    fn on_event(&self, _run: &RunContext, event: &RunEvent<'_>) {
-        let v = match event {
-            RunEvent::ModelResponse {
-                caller,
-                model,
-                request_messages,
-                ..
-            } => json!({"kind": "model", "caller": caller, "model": model, "n": request_messages}),
-            RunEvent::ModelError { caller, model, .. } => {
-                json!({"kind": "model_error", "caller": caller, "model": model})
-            }
-            RunEvent::Middleware {
-                name,
-                action,
-                payload,
-            } => json!({"kind": "middleware", "name": name, "action": action, "payload": payload}),
-            _ => return,
-        };
-        self.events.lock().unwrap().push(v);
     }
 }
 

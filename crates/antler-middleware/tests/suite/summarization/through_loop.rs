@@ -15,16 +15,13 @@ use pretty_assertions::assert_eq;
 use serde_json::json;
 
 use super::support::*;
+use crate::common::object_spec;
 
 struct Echo(Arc<ToolSpec>);
 
 impl Echo {
     fn new() -> Arc<Echo> {
-        Arc::new(Echo(Arc::new(ToolSpec {
-            name: "echo".into(),
-            description: "echo".into(),
-            parameters: json!({"type": "object"}),
-        })))
+        Arc::new(Echo(object_spec("echo", "echo")))
     }
 }
 
@@ -82,6 +79,20 @@ fn conversational_model() -> Arc<ScriptedModel> {
     }))
 }
 
+/// The conversational model and a real-token middleware over it triggering at `trigger` and
+/// keeping `keep` messages.
+fn conversing(
+    trigger: ContextSize,
+    keep: usize,
+) -> (Arc<ScriptedModel>, DeerFlowSummarizationMiddleware) {
+    let model = conversational_model();
+    let mw = with_real_tokens(
+        settings(vec![trigger], ContextSize::Messages(keep)),
+        model.clone(),
+    );
+    (model, mw)
+}
+
 fn agent(
     model: Arc<ScriptedModel>,
     mw: DeerFlowSummarizationMiddleware,
@@ -95,11 +106,7 @@ fn agent(
 
 #[tokio::test]
 async fn a_sixty_turn_conversation_stays_short_and_well_formed() {
-    let model = conversational_model();
-    let mw = with_real_tokens(
-        settings(vec![ContextSize::Messages(10)], ContextSize::Messages(4)),
-        model.clone(),
-    );
+    let (model, mw) = conversing(ContextSize::Messages(10), 4);
     let cp = Arc::new(MemoryCheckpointer::new());
     let agent = agent(model.clone(), mw, cp.clone());
     let mut last = None;
@@ -186,11 +193,7 @@ async fn a_sixty_turn_conversation_stays_short_and_well_formed() {
 
 #[tokio::test]
 async fn the_stream_shows_the_compaction_on_the_before_model_node() {
-    let model = conversational_model();
-    let mw = with_real_tokens(
-        settings(vec![ContextSize::Messages(4)], ContextSize::Messages(2)),
-        model.clone(),
-    );
+    let (model, mw) = conversing(ContextSize::Messages(4), 2);
     let sink = Arc::new(CollectingSink::with_modes(StreamModes::ALL));
     let run = Arc::new(RunContext::new("t", "r", sink.clone()));
     let agent = Agent::new(model.clone())
@@ -283,11 +286,7 @@ async fn measuring_tokens_each_step_only_counts_new_messages() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_runs_share_one_middleware_without_mixing_threads() {
-    let model = conversational_model();
-    let mw = with_real_tokens(
-        settings(vec![ContextSize::Tokens(400)], ContextSize::Messages(4)),
-        model.clone(),
-    );
+    let (model, mw) = conversing(ContextSize::Tokens(400), 4);
     let cp = Arc::new(MemoryCheckpointer::new());
     let agent = Arc::new(agent(model.clone(), mw, cp.clone()));
     let conversation = |thread: &'static str| {
