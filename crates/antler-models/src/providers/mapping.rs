@@ -5,7 +5,10 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use antler_protocol::{AiMessageChunk, Message, Object, ToolSpec};
+use antler_protocol::{
+    AiMessage, AiMessageChunk, Content, InvalidToolCall, Message, Object, ToolCall, ToolCallChunk,
+    ToolSpec, UsageMetadata,
+};
 use serde::de::DeserializeOwned;
 use serde::ser::{SerializeMap, SerializeSeq};
 use serde::{Serialize, Serializer};
@@ -339,10 +342,104 @@ pub(crate) fn ensure_call_id(call: &mut Object, prefix: &str) {
         .and_then(Value::as_str)
         .is_some_and(|id| !id.is_empty());
     if !has_id {
-        let id = format!("{prefix}{}", uuid::Uuid::new_v4().simple());
+        let id = generated_id(prefix);
         tracing::debug!(%id, "provider sent a tool call without an id; generated one");
         call.insert("id".into(), Value::String(id));
     }
+}
+
+/// A fresh tool-call id, `{prefix}<uuid>`.
+fn generated_id(prefix: &str) -> String {
+    format!("{prefix}{}", uuid::Uuid::new_v4().simple())
+}
+
+/// The provider's tool-call id when it sent a usable one, else a generated `call_<uuid>`.
+pub(crate) fn call_id_or_new(id: Option<String>) -> String {
+    id.filter(|id| !id.is_empty())
+        .unwrap_or_else(|| generated_id("call_"))
+}
+
+/// An answer's tool calls as LangChain splits them: the calls to run, and the invalid ones (no
+/// name, or arguments that are not a JSON object) kept with their raw arguments and the reason.
+#[derive(Debug, Default)]
+pub(crate) struct Calls {
+    pub valid: Vec<ToolCall>,
+    pub invalid: Vec<InvalidToolCall>,
+}
+
+impl Calls {
+    pub(crate) fn valid(&mut self, id: Option<String>, name: String, args: Object) {
+        self.valid.push(ToolCall {
+            name,
+            args,
+            id,
+            kind: "tool_call".into(),
+        });
+    }
+
+    pub(crate) fn invalid(
+        &mut self,
+        id: Option<String>,
+        name: Option<String>,
+        args: Option<String>,
+        error: impl Into<String>,
+    ) {
+        self.invalid.push(InvalidToolCall {
+            kind: "invalid_tool_call".into(),
+            id,
+            name,
+            args,
+            error: Some(error.into()),
+        });
+    }
+
+    /// No call at all, valid or not.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.valid.is_empty() && self.invalid.is_empty()
+    }
+}
+
+/// `additional_kwargs` holding the answer's reasoning text as `reasoning_content`, when it has
+/// any.
+pub(crate) fn reasoning_kwargs(reasoning: String) -> Object {
+    let mut kwargs = Object::new();
+    if !reasoning.is_empty() {
+        kwargs.insert("reasoning_content".into(), Value::String(reasoning));
+    }
+    kwargs
+}
+
+/// The message an answer folds into, with id `message_id`.
+pub(crate) fn answer_message(
+    message_id: &str,
+    content: Content,
+    additional_kwargs: Object,
+    response_metadata: Object,
+    calls: Calls,
+    usage_metadata: Option<UsageMetadata>,
+) -> AiMessage {
+    AiMessage {
+        content,
+        additional_kwargs,
+        response_metadata,
+        name: None,
+        id: Some(message_id.to_owned()),
+        tool_calls: calls.valid,
+        invalid_tool_calls: calls.invalid,
+        usage_metadata,
+    }
+}
+
+/// Token counts that are set, by LangChain's names (`cache_read`, `reasoning`, …), as a usage
+/// details object; `None` when none is.
+pub(crate) fn token_details<'k>(
+    counts: impl IntoIterator<Item = (&'k str, Option<u64>)>,
+) -> Option<Object> {
+    let details: Object = counts
+        .into_iter()
+        .filter_map(|(name, n)| Some((name.to_owned(), Value::from(n?))))
+        .collect();
+    (!details.is_empty()).then_some(details)
 }
 
 /// The metadata every answer carries, in LangChain's keys: `finish_reason` (OpenAI's
@@ -389,5 +486,21 @@ pub(crate) fn append_str(obj: &mut Object, key: &str, delta: &str) {
         _ => {
             obj.insert(key.to_owned(), Value::from(delta));
         }
+    }
+}
+
+/// A tool call that arrived whole in a stream, as one complete chunk at position `index`.
+pub(crate) fn whole_call_chunk(
+    id: &str,
+    name: Option<String>,
+    args: String,
+    index: usize,
+) -> ToolCallChunk {
+    ToolCallChunk {
+        name,
+        args: Some(args),
+        id: Some(id.to_owned()),
+        index: Some(index as i64),
+        kind: "tool_call_chunk".into(),
     }
 }
