@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use super::driver::SseEvent;
 use super::http::truncate;
-use crate::ModelError;
+use crate::{ChatRequest, ModelError};
 
 /// Longest piece of an unreadable answer quoted in a [`ModelError::Decode`].
 const QUOTED_CHARS: usize = 500;
@@ -502,5 +502,85 @@ pub(crate) fn whole_call_chunk(
         id: Some(id.to_owned()),
         index: Some(index as i64),
         kind: "tool_call_chunk".into(),
+    }
+}
+
+/// A provider-neutral tool choice in the OpenAI family's vocabulary: `auto`/`none`/`required`
+/// stay, `any` and `true` mean `required`, `false` means `none`, another string names a
+/// function (shaped by `function`), and so does an object whose name `object_name` finds;
+/// anything else is sent as given.
+pub(crate) fn openai_tool_choice(
+    choice: &Value,
+    function: impl Fn(&str) -> Value,
+    object_name: impl Fn(&Object) -> Option<&str>,
+) -> Value {
+    match choice {
+        Value::String(s) => match s.as_str() {
+            "auto" | "none" | "required" => choice.clone(),
+            "any" => Value::from("required"),
+            name => function(name),
+        },
+        Value::Bool(true) => Value::from("required"),
+        Value::Bool(false) => Value::from("none"),
+        Value::Object(o) => object_name(o).map_or_else(|| choice.clone(), function),
+        other => other.clone(),
+    }
+}
+
+/// The call's tool choice as `map` words it; none without tools.
+pub(crate) fn call_tool_choice(req: &ChatRequest<'_>, map: fn(&Value) -> Value) -> Option<Value> {
+    if req.tools.is_empty() {
+        None
+    } else {
+        req.tool_choice.map(map)
+    }
+}
+
+/// A configured `tool_choice` among the body fields: dropped with `parallel_tool_calls` when the
+/// call has no tools (OpenAI rejects them then), dropped for the call's own choice, else worded
+/// by `map`.
+pub(crate) fn settle_tool_choice(
+    fields: &mut Object,
+    req: &ChatRequest<'_>,
+    map: fn(&Value) -> Value,
+) {
+    if req.tools.is_empty() {
+        fields.remove("tool_choice");
+        fields.remove("parallel_tool_calls");
+    } else if req.tool_choice.is_some() {
+        fields.remove("tool_choice");
+    } else if let Some(choice) = fields.get_mut("tool_choice") {
+        *choice = map(choice);
+    }
+}
+
+/// Inserts `value` at `key` when it is set.
+pub(crate) fn insert_some(fields: &mut Object, key: &str, value: Option<impl Into<Value>>) {
+    if let Some(v) = value {
+        fields.insert(key.into(), v.into());
+    }
+}
+
+/// The body of an OpenAI-family call (Chat Completions, Responses), borrowed from the request:
+/// `model`, the history `H` under `history_key`, the tools as `tool` shapes each, then
+/// [`end_body`]'s tail.
+pub struct OpenAiBody<'a, H, T> {
+    pub(crate) model: &'a str,
+    pub(crate) history_key: &'static str,
+    pub(crate) history: H,
+    pub(crate) tools: &'a [Arc<ToolSpec>],
+    pub(crate) tool: fn(&'a ToolSpec) -> T,
+    pub(crate) tool_choice: Option<Value>,
+    pub(crate) stream: bool,
+    pub(crate) params: Object,
+}
+
+impl<H: Serialize, T: Serialize> Serialize for OpenAiBody<'_, H, T> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("model", self.model)?;
+        m.serialize_entry(self.history_key, &self.history)?;
+        serialize_tools(&mut m, self.tools, |t| (self.tool)(t))?;
+        end_body(m, self.tool_choice.as_ref(), self.stream, &self.params)
     }
 }
