@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 
 use super::AnthropicReply;
 pub(crate) use crate::mock::IdRender as Render;
-use crate::mock::{estimated_tokens, split_even, split_text};
+use crate::mock::{estimated_tokens, split_even, split_text, MockAnswer};
 
 /// One content block of a scripted answer.
 #[derive(Clone, Debug, PartialEq)]
@@ -140,8 +140,12 @@ impl AnthropicAnswer {
             }
         }
     }
+}
 
-    pub(crate) fn message_json(&self, r: &Render) -> Value {
+impl MockAnswer for AnthropicAnswer {
+    type Render = Render;
+
+    fn message(&self, r: &Render) -> Value {
         let u = self.mock_usage(r);
         json!({
             "id": r.id,
@@ -160,7 +164,7 @@ impl AnthropicAnswer {
         })
     }
 
-    pub(crate) fn events_json(&self, r: &Render) -> Vec<Value> {
+    fn events(&self, r: &Render) -> Vec<Value> {
         let u = self.mock_usage(r);
         let mut out = vec![
             json!({"type": "message_start", "message": {
@@ -230,6 +234,16 @@ impl AnthropicAnswer {
         }));
         out.push(json!({"type": "message_stop"}));
         out
+    }
+
+    fn text(text: &str) -> Self {
+        Self::new(vec![AnthropicBlock::text(text)])
+    }
+
+    fn set_usage(&mut self, input: u64, output: u64) {
+        let u = self.usage_mut();
+        u.input = input;
+        u.output = output;
     }
 }
 
@@ -304,13 +318,13 @@ impl AnthropicReply {
     /// The answer as a complete `message` object (`None` for errors, raw bodies and hangs).
     pub fn message(&self, model: &str) -> Option<Value> {
         self.answer_ref()
-            .map(|a| a.message_json(&Render::standalone("msg_mock", model)))
+            .map(|a| a.message(&Render::standalone("msg_mock", model)))
     }
 
     /// The answer as stream events, `ping` included (`None` for errors, raw bodies and hangs).
     pub fn events(&self, model: &str) -> Option<Vec<Value>> {
         self.answer_ref()
-            .map(|a| a.events_json(&Render::standalone("msg_mock", model)))
+            .map(|a| a.events(&Render::standalone("msg_mock", model)))
     }
 }
 

@@ -6,7 +6,7 @@
 use serde_json::{json, Map, Value};
 
 use super::GeminiReply;
-use crate::mock::{estimated_tokens, split_text};
+use crate::mock::{estimated_tokens, split_text, MockAnswer};
 
 /// One part of a scripted answer.
 #[derive(Clone, Debug, PartialEq)]
@@ -154,8 +154,12 @@ impl GeminiAnswer {
             "responseId": r.id,
         })
     }
+}
 
-    pub(crate) fn response_json(&self, r: &Render) -> Value {
+impl MockAnswer for GeminiAnswer {
+    type Render = Render;
+
+    fn message(&self, r: &Render) -> Value {
         if let Some(reason) = &self.blocked {
             return self.blocked_json(r, reason);
         }
@@ -163,7 +167,7 @@ impl GeminiAnswer {
         self.response(r, parts, true, self.usage_json(r))
     }
 
-    pub(crate) fn chunks_json(&self, r: &Render) -> Vec<Value> {
+    fn events(&self, r: &Render) -> Vec<Value> {
         if let Some(reason) = &self.blocked {
             return vec![self.blocked_json(r, reason)];
         }
@@ -189,6 +193,16 @@ impl GeminiAnswer {
         // The real API sends the finish reason with a last (here: empty) text part.
         out.push(self.response(r, vec![json!({"text": ""})], true, self.usage_json(r)));
         out
+    }
+
+    fn text(text: &str) -> Self {
+        Self::new(vec![GeminiPart::text(text)])
+    }
+
+    fn set_usage(&mut self, input: u64, output: u64) {
+        let u = self.usage_mut();
+        u.input = input;
+        u.output = output;
     }
 }
 
@@ -270,14 +284,12 @@ impl GeminiReply {
 
     /// The answer as one `GenerateContentResponse` (`None` for errors, raw bodies and hangs).
     pub fn response(&self) -> Option<Value> {
-        self.answer_ref()
-            .map(|a| a.response_json(&Render::standalone()))
+        self.answer_ref().map(|a| a.message(&Render::standalone()))
     }
 
     /// The answer as stream chunks (`None` for errors, raw bodies and hangs).
     pub fn chunks(&self) -> Option<Vec<Value>> {
-        self.answer_ref()
-            .map(|a| a.chunks_json(&Render::standalone()))
+        self.answer_ref().map(|a| a.events(&Render::standalone()))
     }
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::MockWire;
+use super::{MockAnswer, MockWire};
 
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum ReplyBody<A> {
@@ -90,7 +90,7 @@ impl<W: MockWire> Reply<W> {
     /// Token usage to report (otherwise estimated as bytes / 4 of request and answer).
     pub fn usage(mut self, input: u64, output: u64) -> Self {
         if let Some(a) = self.answer_mut() {
-            W::set_usage(a, input, output);
+            a.set_usage(input, output);
         }
         self
     }

@@ -6,7 +6,7 @@
 use serde_json::{json, Map, Value};
 
 use super::OllamaReply;
-use crate::mock::{estimated_tokens, split_text};
+use crate::mock::{estimated_tokens, split_text, MockAnswer};
 
 /// One tool call of a scripted answer; Ollama sends `arguments` as an object.
 #[derive(Clone, Debug, PartialEq)]
@@ -111,8 +111,12 @@ impl OllamaAnswer {
             "eval_duration": 700_000u64,
         })
     }
+}
 
-    pub(crate) fn response_json(&self, r: &Render) -> Value {
+impl MockAnswer for OllamaAnswer {
+    type Render = Render;
+
+    fn message(&self, r: &Render) -> Value {
         let mut message = json!({"role": "assistant", "content": self.content});
         if let Some(t) = &self.thinking {
             message["thinking"] = json!(t);
@@ -123,7 +127,7 @@ impl OllamaAnswer {
         self.done(r, message)
     }
 
-    pub(crate) fn lines_json(&self, r: &Render) -> Vec<Value> {
+    fn events(&self, r: &Render) -> Vec<Value> {
         let mut out = Vec::new();
         for piece in self.thinking.as_deref().map(split_text).unwrap_or_default() {
             out.push(self.line(
@@ -142,6 +146,14 @@ impl OllamaAnswer {
         }
         out.push(self.done(r, json!({"role": "assistant", "content": ""})));
         out
+    }
+
+    fn text(text: &str) -> Self {
+        Self::new(text, None, Vec::new())
+    }
+
+    fn set_usage(&mut self, input: u64, output: u64) {
+        self.usage = Some((input, output));
     }
 }
 
@@ -190,13 +202,13 @@ impl OllamaReply {
     /// The answer as one response object (`None` for errors, raw bodies and hangs).
     pub fn response(&self, model: &str) -> Option<Value> {
         self.answer_ref()
-            .map(|a| a.response_json(&Render::standalone(model)))
+            .map(|a| a.message(&Render::standalone(model)))
     }
 
     /// The answer as NDJSON lines (`None` for errors, raw bodies and hangs).
     pub fn lines(&self, model: &str) -> Option<Vec<Value>> {
         self.answer_ref()
-            .map(|a| a.lines_json(&Render::standalone(model)))
+            .map(|a| a.events(&Render::standalone(model)))
     }
 }
 

@@ -6,7 +6,7 @@
 use serde_json::{json, Map, Value};
 
 use super::MockReply;
-use crate::mock::{estimated_tokens, split_even, split_text};
+use crate::mock::{estimated_tokens, split_even, split_text, MockAnswer};
 
 /// One tool call of a scripted answer.
 #[derive(Clone, Debug, PartialEq)]
@@ -128,8 +128,12 @@ impl OpenAiAnswer {
             None => "stop",
         }
     }
+}
 
-    pub(crate) fn completion_json(&self, r: &Render) -> Value {
+impl MockAnswer for OpenAiAnswer {
+    type Render = Render;
+
+    fn message(&self, r: &Render) -> Value {
         let mut message = Map::new();
         message.insert("role".into(), json!("assistant"));
         message.insert("content".into(), json!(self.content));
@@ -172,7 +176,7 @@ impl OpenAiAnswer {
         })
     }
 
-    pub(crate) fn chunks_json(&self, r: &Render) -> Vec<Value> {
+    fn events(&self, r: &Render) -> Vec<Value> {
         let chunk = |delta: Value, finish: Value| {
             let mut c = json!({
                 "id": r.id,
@@ -234,6 +238,14 @@ impl OpenAiAnswer {
             }));
         }
         out
+    }
+
+    fn text(text: &str) -> Self {
+        Self::new(Some(text.to_owned()), None, Vec::new())
+    }
+
+    fn set_usage(&mut self, input: u64, output: u64) {
+        self.usage_mut().set(input, output);
     }
 }
 
@@ -322,14 +334,14 @@ impl MockReply {
     /// The answer as a `chat.completion` object (`None` for errors, raw bodies and hangs).
     pub fn chat_completion(&self, model: &str) -> Option<Value> {
         self.answer_ref()
-            .map(|a| a.completion_json(&Render::standalone(model, false)))
+            .map(|a| a.message(&Render::standalone(model, false)))
     }
 
     /// The answer as `chat.completion.chunk` objects, with the trailing usage chunk when
     /// `include_usage` (`None` for errors, raw bodies and hangs).
     pub fn chunks(&self, model: &str, include_usage: bool) -> Option<Vec<Value>> {
         self.answer_ref()
-            .map(|a| a.chunks_json(&Render::standalone(model, include_usage)))
+            .map(|a| a.events(&Render::standalone(model, include_usage)))
     }
 }
 

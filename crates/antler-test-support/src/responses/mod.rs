@@ -43,23 +43,10 @@ pub type ResponsesReply = Reply<ResponsesWire>;
 
 impl MockWire for ResponsesWire {
     type Answer = ResponsesAnswer;
-    type Render = Render;
 
     const NAME: &'static str = "OpenAI Responses";
     const BASE_PATH: &'static str = "/v1";
     const KEEPALIVE: &'static str = ": keep-alive\n\n";
-
-    fn text(text: &str) -> ResponsesAnswer {
-        ResponsesAnswer::new(vec![ResponsesItem::text(text)])
-    }
-
-    fn set_usage(answer: &mut ResponsesAnswer, input: u64, output: u64) {
-        answer.usage_mut().set(input, output);
-    }
-
-    fn authorized(req: &MockRequest, key: &str) -> bool {
-        req.has_bearer(key)
-    }
 
     fn route(method: &Method, path: &str) -> Route {
         if method == Method::POST && path.ends_with("/responses") {
@@ -113,14 +100,6 @@ impl MockWire for ResponsesWire {
             model: request_model(request),
             prompt_bytes: prompt_bytes(request, &["input", "instructions"]),
         }
-    }
-
-    fn message(answer: &ResponsesAnswer, render: &Render) -> Value {
-        answer.response_json(render)
-    }
-
-    fn events(answer: &ResponsesAnswer, render: &Render) -> Vec<Value> {
-        answer.events_json(render)
     }
 
     fn frame(event: &Value) -> String {

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use super::ResponsesReply;
 pub(crate) use crate::mock::IdRender as Render;
-use crate::mock::{estimated_tokens, split_even, split_text};
+use crate::mock::{estimated_tokens, split_even, split_text, MockAnswer};
 use crate::openai::MockUsage;
 
 /// One output item of a scripted answer.
@@ -141,8 +141,12 @@ impl ResponsesAnswer {
             "total_tokens": u.input + u.output,
         })
     }
+}
 
-    pub(crate) fn response_json(&self, r: &Render) -> Value {
+impl MockAnswer for ResponsesAnswer {
+    type Render = Render;
+
+    fn message(&self, r: &Render) -> Value {
         let output: Vec<Value> = self
             .items
             .iter()
@@ -167,9 +171,9 @@ impl ResponsesAnswer {
         })
     }
 
-    pub(crate) fn events_json(&self, r: &Render) -> Vec<Value> {
+    fn events(&self, r: &Render) -> Vec<Value> {
         let mut out: Vec<Value> = Vec::new();
-        let mut shell = self.response_json(r);
+        let mut shell = self.message(r);
         shell["status"] = json!("in_progress");
         shell["output"] = json!([]);
         shell["usage"] = Value::Null;
@@ -218,11 +222,19 @@ impl ResponsesAnswer {
         } else {
             "response.completed"
         };
-        out.push(json!({"type": last, "response": self.response_json(r)}));
+        out.push(json!({"type": last, "response": self.message(r)}));
         for (seq, event) in out.iter_mut().enumerate() {
             event["sequence_number"] = json!(seq);
         }
         out
+    }
+
+    fn text(text: &str) -> Self {
+        Self::new(vec![ResponsesItem::text(text)])
+    }
+
+    fn set_usage(&mut self, input: u64, output: u64) {
+        self.usage_mut().set(input, output);
     }
 }
 
@@ -278,12 +290,12 @@ impl ResponsesReply {
     /// The answer as a `response` object (`None` for errors, raw bodies and hangs).
     pub fn response(&self, model: &str) -> Option<Value> {
         self.answer_ref()
-            .map(|a| a.response_json(&Render::standalone("resp_mock", model)))
+            .map(|a| a.message(&Render::standalone("resp_mock", model)))
     }
 
     /// The answer as stream events (`None` for errors, raw bodies and hangs).
     pub fn events(&self, model: &str) -> Option<Vec<Value>> {
         self.answer_ref()
-            .map(|a| a.events_json(&Render::standalone("resp_mock", model)))
+            .map(|a| a.events(&Render::standalone("resp_mock", model)))
     }
 }
