@@ -39,6 +39,24 @@ pub(crate) fn merge_settings(fields: &mut Object, settings: &Object) {
     }
 }
 
+/// The body fields of one call: the `configured` ones, then `extras` (verbatim config fields),
+/// then the call's `settings` ([`merge_settings`]), less the `reserved` keys the adapter owns
+/// (each one that was set is logged with `why`).
+pub(crate) fn call_fields<'e, 'k>(
+    mut configured: Object,
+    extras: impl IntoIterator<Item = (&'e String, &'e Value)>,
+    settings: &Object,
+    reserved: impl IntoIterator<Item = &'k str>,
+    why: &str,
+) -> Object {
+    for (k, v) in extras {
+        configured.insert(k.clone(), v.clone());
+    }
+    merge_settings(&mut configured, settings);
+    drop_keys(&mut configured, reserved, why);
+    configured
+}
+
 /// Remove `keys` from `fields`, saying why for each one that was set.
 pub(crate) fn drop_keys<'k>(
     fields: &mut Object,

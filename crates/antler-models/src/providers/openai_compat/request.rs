@@ -14,8 +14,8 @@ use serde_json::Value;
 
 use super::OpenAiCompatOptions;
 use crate::providers::mapping::{
-    answered_invalid_calls, call_tool_choice, drop_keys, insert_some, merge_settings,
-    openai_tool_choice, settle_tool_choice, OpenAiBody, ToolSchema,
+    answered_invalid_calls, call_fields, call_tool_choice, insert_some, openai_tool_choice,
+    settle_tool_choice, OpenAiBody, ToolSchema,
 };
 use crate::ChatRequest;
 
@@ -63,12 +63,10 @@ fn params(options: &OpenAiCompatOptions, req: &ChatRequest<'_>, stream: bool) ->
         "reasoning_effort",
         options.reasoning_effort.as_deref(),
     );
-    for (k, v) in options.extra.iter().chain(options.extra_body.iter()) {
-        p.insert(k.clone(), v.clone());
-    }
-    merge_settings(&mut p, req.settings);
-    drop_keys(
-        &mut p,
+    let mut p = call_fields(
+        p,
+        options.extra.iter().chain(options.extra_body.iter()),
+        req.settings,
         RESERVED_KEYS,
         "ignoring a configured body field the adapter owns",
     );

@@ -19,8 +19,8 @@ use serde_json::Value;
 
 use super::ResponsesOptions;
 use crate::providers::mapping::{
-    answered_invalid_calls, call_tool_choice, drop_keys, insert_some, merge_settings,
-    openai_tool_choice, settle_tool_choice, OpenAiBody, ToolSchema,
+    answered_invalid_calls, call_fields, call_tool_choice, insert_some, openai_tool_choice,
+    settle_tool_choice, OpenAiBody, ToolSchema,
 };
 use crate::ChatRequest;
 
@@ -68,12 +68,10 @@ fn params(options: &ResponsesOptions, req: &ChatRequest<'_>) -> Object {
         "reasoning_effort",
         options.reasoning_effort.as_deref(),
     );
-    for (k, v) in &options.extra {
-        p.insert(k.clone(), v.clone());
-    }
-    merge_settings(&mut p, req.settings);
-    drop_keys(
-        &mut p,
+    let mut p = call_fields(
+        p,
+        &options.extra,
+        req.settings,
         RESERVED_KEYS.into_iter().chain(FOREIGN_KEYS),
         "dropping a body field the Responses adapter owns or the API rejects",
     );
