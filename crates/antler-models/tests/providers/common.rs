@@ -155,6 +155,29 @@ pub fn assert_fragments_rebuild(chunks: &[AiMessageChunk], expected: &[Value]) {
     }
 }
 
+/// Invoke `call` on `model` (it must succeed); the body `mock` received.
+pub async fn sent_body<W: WireFormat, M: MockWire>(
+    model: &HttpChatModel<W>,
+    mock: &MockServer<M>,
+    call: &Call,
+) -> Value {
+    model.invoke(call.req()).await.unwrap();
+    mock.last_request().unwrap().body
+}
+
+/// `body` sends neither `tools` nor `tool_choice`.
+pub fn assert_no_tools(body: &Value) {
+    assert!(
+        body.get("tools").is_none() && body.get("tool_choice").is_none(),
+        "{body}"
+    );
+}
+
+/// A parsed tool call `id` → `name` with the JSON object `args`.
+pub fn tool_call(id: &str, name: &str, args: Value) -> ToolCall {
+    ToolCall::new(id, name, obj(args))
+}
+
 pub fn without_provider_id(mut m: AiMessage) -> AiMessage {
     m.response_metadata.remove("id");
     m

@@ -15,8 +15,8 @@ use pretty_assertions::assert_eq;
 use serde_json::json;
 
 use crate::common::{
-    answer, assert_post, both, hello_there, obj, path_tool, reasoning_of, stream, text_of,
-    without_provider_id, Call, Gemini, Vendor,
+    answer, assert_post, both, hello_there, obj, path_tool, reasoning_of, sent_body, stream,
+    text_of, without_provider_id, Call, Gemini, Vendor,
 };
 
 const MODEL: &str = Gemini::MODEL;
@@ -303,8 +303,7 @@ async fn call_settings_and_images_shape_the_request() {
         ..Default::default()
     };
     call.settings = obj(json!({"max_tokens": 64, "temperature": null, "reasoning_effort": "high"}));
-    model.invoke(call.req()).await.unwrap();
-    let body = mock.last_request().unwrap().body;
+    let body = sent_body(&model, &mock, &call).await;
     assert_eq!(
         body,
         json!({
