@@ -31,7 +31,7 @@ mod wire;
 
 #[cfg(test)]
 pub(crate) use checks::assert_problems;
-pub(crate) use checks::{prompt_bytes, request_messages, request_model, CallIds};
+pub(crate) use checks::{array_items, prompt_bytes, request_messages, request_model, CallIds};
 pub use reply::Reply;
 pub(crate) use reply::{estimated_tokens, split_even, split_text, IdRender};
 pub use wire::{Failure, MockAnswer, MockWire, Route};

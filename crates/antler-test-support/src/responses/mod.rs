@@ -26,7 +26,8 @@ pub use invariants::responses_violations;
 pub use reply::{ResponsesAnswer, ResponsesItem};
 
 use crate::mock::{
-    prompt_bytes, request_model, Failure, MockRequest, MockServer, MockWire, Reply, Route,
+    array_items, prompt_bytes, request_model, Failure, MockRequest, MockServer, MockWire, Reply,
+    Route,
 };
 use crate::openai::{openai_error, openai_failure};
 use reply::Render;
@@ -74,13 +75,7 @@ impl MockWire for ResponsesWire {
         if body.get("max_tokens").is_some() {
             return invalid("Unsupported parameter: 'max_tokens'. In the Responses API, this parameter has moved to 'max_output_tokens'.".into());
         }
-        for (i, tool) in body
-            .get("tools")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .enumerate()
-        {
+        for (i, tool) in array_items(body, "tools").enumerate() {
             if tool.get("type").and_then(Value::as_str) == Some("function")
                 && tool.get("name").and_then(Value::as_str).is_none()
             {
