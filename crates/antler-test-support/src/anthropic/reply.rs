@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 
 use super::AnthropicReply;
 pub(crate) use crate::mock::IdRender as Render;
-use crate::mock::{estimated_tokens, split_even, split_text, MockAnswer};
+use crate::mock::{split_even, split_text, MockAnswer, MockUsage};
 
 /// One content block of a scripted answer.
 #[derive(Clone, Debug, PartialEq)]
@@ -88,14 +88,6 @@ impl AnthropicBlock {
     }
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub(crate) struct MockUsage {
-    pub input: u64,
-    pub output: u64,
-    pub cache_read: u64,
-    pub cache_creation: u64,
-}
-
 /// A scripted assistant message in Anthropic's terms.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AnthropicAnswer {
@@ -113,18 +105,9 @@ impl AnthropicAnswer {
         }
     }
 
-    pub(crate) fn usage_mut(&mut self) -> &mut MockUsage {
-        self.usage.get_or_insert_with(MockUsage::default)
-    }
-
     fn mock_usage(&self, r: &Render) -> MockUsage {
-        self.usage.unwrap_or_else(|| {
-            let answer: usize = self.blocks.iter().map(AnthropicBlock::len).sum();
-            MockUsage {
-                input: estimated_tokens(r.prompt_bytes),
-                output: estimated_tokens(answer),
-                ..MockUsage::default()
-            }
+        MockUsage::or_estimate(self.usage, r.prompt_bytes, || {
+            self.blocks.iter().map(AnthropicBlock::len).sum()
         })
     }
 
@@ -158,7 +141,7 @@ impl MockAnswer for AnthropicAnswer {
             "usage": {
                 "input_tokens": u.input,
                 "cache_creation_input_tokens": u.cache_creation,
-                "cache_read_input_tokens": u.cache_read,
+                "cache_read_input_tokens": u.cached,
                 "output_tokens": u.output,
             },
         })
@@ -178,7 +161,7 @@ impl MockAnswer for AnthropicAnswer {
                 "usage": {
                     "input_tokens": u.input,
                     "cache_creation_input_tokens": u.cache_creation,
-                    "cache_read_input_tokens": u.cache_read,
+                    "cache_read_input_tokens": u.cached,
                     "output_tokens": 1,
                 },
             }}),
@@ -240,10 +223,8 @@ impl MockAnswer for AnthropicAnswer {
         Self::new(vec![AnthropicBlock::text(text)])
     }
 
-    fn set_usage(&mut self, input: u64, output: u64) {
-        let u = self.usage_mut();
-        u.input = input;
-        u.output = output;
+    fn scripted_usage(&mut self) -> &mut Option<MockUsage> {
+        &mut self.usage
     }
 }
 
@@ -294,14 +275,10 @@ impl AnthropicReply {
         Self::error(529, anthropic_error("overloaded_error", "Overloaded"))
     }
 
-    fn usage_mut(&mut self) -> Option<&mut MockUsage> {
-        self.answer_mut().map(|a| a.usage_mut())
-    }
-
     /// `cache_read_input_tokens` and `cache_creation_input_tokens`.
     pub fn cache_tokens(mut self, read: u64, creation: u64) -> Self {
         if let Some(u) = self.usage_mut() {
-            u.cache_read = read;
+            u.cached = read;
             u.cache_creation = creation;
         }
         self

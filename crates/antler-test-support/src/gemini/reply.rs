@@ -6,7 +6,7 @@
 use serde_json::{json, Map, Value};
 
 use super::GeminiReply;
-use crate::mock::{estimated_tokens, split_text, MockAnswer};
+use crate::mock::{estimated_tokens, split_text, MockAnswer, MockUsage};
 
 /// One part of a scripted answer.
 #[derive(Clone, Debug, PartialEq)]
@@ -76,14 +76,6 @@ impl GeminiPart {
     }
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub(crate) struct MockUsage {
-    pub input: u64,
-    pub output: u64,
-    pub thoughts: u64,
-    pub cached: u64,
-}
-
 /// A scripted model turn in Gemini's terms.
 #[derive(Clone, Debug, PartialEq)]
 pub struct GeminiAnswer {
@@ -104,23 +96,17 @@ impl GeminiAnswer {
         }
     }
 
-    pub(crate) fn usage_mut(&mut self) -> &mut MockUsage {
-        self.usage.get_or_insert_with(MockUsage::default)
-    }
-
     fn usage_json(&self, r: &Render) -> Value {
-        let u = self.usage.unwrap_or_else(|| MockUsage {
-            input: estimated_tokens(r.prompt_bytes),
-            output: estimated_tokens(self.parts.iter().map(GeminiPart::len).sum()),
-            ..MockUsage::default()
+        let u = MockUsage::or_estimate(self.usage, r.prompt_bytes, || {
+            self.parts.iter().map(GeminiPart::len).sum()
         });
         let mut usage = json!({
             "promptTokenCount": u.input,
             "candidatesTokenCount": u.output,
-            "totalTokenCount": u.input + u.output + u.thoughts,
+            "totalTokenCount": u.input + u.output + u.reasoning,
         });
-        if u.thoughts > 0 {
-            usage["thoughtsTokenCount"] = json!(u.thoughts);
+        if u.reasoning > 0 {
+            usage["thoughtsTokenCount"] = json!(u.reasoning);
         }
         if u.cached > 0 {
             usage["cachedContentTokenCount"] = json!(u.cached);
@@ -199,10 +185,8 @@ impl MockAnswer for GeminiAnswer {
         Self::new(vec![GeminiPart::text(text)])
     }
 
-    fn set_usage(&mut self, input: u64, output: u64) {
-        let u = self.usage_mut();
-        u.input = input;
-        u.output = output;
+    fn scripted_usage(&mut self) -> &mut Option<MockUsage> {
+        &mut self.usage
     }
 }
 
@@ -249,7 +233,7 @@ impl GeminiReply {
     pub fn thought_and_cached_tokens(mut self, thoughts: u64, cached: u64) -> Self {
         if let Some(a) = self.answer_mut() {
             let u = a.usage_mut();
-            u.thoughts = thoughts;
+            u.reasoning = thoughts;
             u.cached = cached;
         }
         self

@@ -33,7 +33,7 @@ mod wire;
 pub(crate) use checks::assert_problems;
 pub(crate) use checks::{array_items, prompt_bytes, request_messages, request_model, CallIds};
 pub use reply::Reply;
-pub(crate) use reply::{estimated_tokens, split_even, split_text, IdRender};
+pub(crate) use reply::{estimated_tokens, split_even, split_text, IdRender, MockUsage};
 pub use wire::{Failure, MockAnswer, MockWire, Route};
 
 use reply::ReplyBody;

@@ -87,6 +87,11 @@ impl<W: MockWire> Reply<W> {
         }
     }
 
+    /// The scripted token counts of an answer, zeros until set.
+    pub(crate) fn usage_mut(&mut self) -> Option<&mut MockUsage> {
+        self.answer_mut().map(MockAnswer::usage_mut)
+    }
+
     /// Token usage to report (otherwise estimated as bytes / 4 of request and answer).
     pub fn usage(mut self, input: u64, output: u64) -> Self {
         if let Some(a) = self.answer_mut() {
@@ -209,6 +214,41 @@ pub(crate) fn split_even(text: &str, n: usize) -> Vec<String> {
 /// The usage a reply reports when none is scripted: about 4 bytes a token of request and answer.
 pub(crate) fn estimated_tokens(bytes: usize) -> u64 {
     (bytes as u64 / 4).max(1)
+}
+
+/// Scripted token counts; each vendor reports the ones its API has.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct MockUsage {
+    pub input: u64,
+    pub output: u64,
+    /// Prompt tokens read from a cache.
+    pub cached: u64,
+    /// Prompt tokens written to a cache (Anthropic).
+    pub cache_creation: u64,
+    /// Reasoning (thought) tokens.
+    pub reasoning: u64,
+}
+
+impl MockUsage {
+    /// Report `input` prompt and `output` completion tokens.
+    pub(crate) fn set(&mut self, input: u64, output: u64) {
+        self.input = input;
+        self.output = output;
+    }
+
+    /// The `scripted` counts, else an estimate from the prompt's size and the answer's
+    /// (`answer_bytes`).
+    pub(crate) fn or_estimate(
+        scripted: Option<MockUsage>,
+        prompt_bytes: usize,
+        answer_bytes: impl FnOnce() -> usize,
+    ) -> MockUsage {
+        scripted.unwrap_or_else(|| MockUsage {
+            input: estimated_tokens(prompt_bytes),
+            output: estimated_tokens(answer_bytes()),
+            ..MockUsage::default()
+        })
+    }
 }
 
 /// Per-answer values of the wires whose objects carry an id and the model (Anthropic, Responses).

@@ -6,7 +6,7 @@ use std::fmt;
 use axum::http::Method;
 use serde_json::{json, Value};
 
-use super::MockRequest;
+use super::{MockRequest, MockUsage};
 use crate::sse::sse_frame;
 
 /// What to do with a request, by method and path.
@@ -50,8 +50,18 @@ pub trait MockAnswer: Clone + fmt::Debug + PartialEq + Send + Sync + 'static {
     /// A plain text answer (the default reply is `text("ok")`).
     fn text(text: &str) -> Self;
 
+    /// The scripted token counts (`None`: estimated from the sizes of prompt and answer).
+    fn scripted_usage(&mut self) -> &mut Option<MockUsage>;
+
+    /// The scripted token counts, zeros until set.
+    fn usage_mut(&mut self) -> &mut MockUsage {
+        self.scripted_usage().get_or_insert_with(MockUsage::default)
+    }
+
     /// Report `input` prompt and `output` completion tokens (instead of the size estimate).
-    fn set_usage(&mut self, input: u64, output: u64);
+    fn set_usage(&mut self, input: u64, output: u64) {
+        self.usage_mut().set(input, output);
+    }
 }
 
 /// One vendor's API as the mock server speaks it. Implemented by the marker types of the vendor

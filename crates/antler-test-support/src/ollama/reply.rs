@@ -6,7 +6,7 @@
 use serde_json::{json, Map, Value};
 
 use super::OllamaReply;
-use crate::mock::{estimated_tokens, split_text, MockAnswer};
+use crate::mock::{split_text, MockAnswer, MockUsage};
 
 /// One tool call of a scripted answer; Ollama sends `arguments` as an object.
 #[derive(Clone, Debug, PartialEq)]
@@ -39,7 +39,7 @@ pub struct OllamaAnswer {
     thinking: Option<String>,
     tool_calls: Vec<OllamaToolCall>,
     /// `(prompt_eval_count, eval_count)`.
-    pub(crate) usage: Option<(u64, u64)>,
+    pub(crate) usage: Option<MockUsage>,
     done_reason: Option<String>,
 }
 
@@ -61,16 +61,16 @@ impl OllamaAnswer {
     }
 
     fn counts(&self, r: &Render) -> (u64, u64) {
-        self.usage.unwrap_or_else(|| {
-            let answer = self.content.len()
+        let u = MockUsage::or_estimate(self.usage, r.prompt_bytes, || {
+            self.content.len()
                 + self.thinking.as_deref().map_or(0, str::len)
                 + self
                     .tool_calls
                     .iter()
                     .map(|c| c.name.len() + c.arguments.to_string().len())
-                    .sum::<usize>();
-            (estimated_tokens(r.prompt_bytes), estimated_tokens(answer))
-        })
+                    .sum::<usize>()
+        });
+        (u.input, u.output)
     }
 
     fn calls_json(&self) -> Value {
@@ -152,8 +152,8 @@ impl MockAnswer for OllamaAnswer {
         Self::new(text, None, Vec::new())
     }
 
-    fn set_usage(&mut self, input: u64, output: u64) {
-        self.usage = Some((input, output));
+    fn scripted_usage(&mut self) -> &mut Option<MockUsage> {
+        &mut self.usage
     }
 }
 

@@ -9,7 +9,6 @@ mod invariants;
 mod reply;
 
 pub use invariants::tool_call_violations;
-pub(crate) use reply::MockUsage;
 pub use reply::{openai_error, MockToolCall, OpenAiAnswer};
 
 use crate::mock::{prompt_bytes, request_model, Failure, MockServer, MockWire, Reply, Route};

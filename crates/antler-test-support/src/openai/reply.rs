@@ -6,7 +6,7 @@
 use serde_json::{json, Map, Value};
 
 use super::MockReply;
-use crate::mock::{estimated_tokens, split_even, split_text, MockAnswer};
+use crate::mock::{split_even, split_text, MockAnswer, MockUsage};
 
 /// One tool call of a scripted answer.
 #[derive(Clone, Debug, PartialEq)]
@@ -46,23 +46,6 @@ fn arguments_text(args: Value) -> String {
     }
 }
 
-/// Scripted token counts in OpenAI's terms (Chat Completions and the Responses API alike).
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub(crate) struct MockUsage {
-    pub input: u64,
-    pub output: u64,
-    pub cached: u64,
-    pub reasoning: u64,
-}
-
-impl MockUsage {
-    /// Report `input` prompt and `output` completion tokens.
-    pub(crate) fn set(&mut self, input: u64, output: u64) {
-        self.input = input;
-        self.output = output;
-    }
-}
-
 /// A scripted assistant message in OpenAI's terms.
 #[derive(Clone, Debug, PartialEq)]
 pub struct OpenAiAnswer {
@@ -88,24 +71,15 @@ impl OpenAiAnswer {
         }
     }
 
-    pub(crate) fn usage_mut(&mut self) -> &mut MockUsage {
-        self.usage.get_or_insert_with(MockUsage::default)
-    }
-
     fn usage_json(&self, r: &Render) -> Value {
-        let u = self.usage.unwrap_or_else(|| {
-            let answer = self.content.as_deref().map_or(0, str::len)
+        let u = MockUsage::or_estimate(self.usage, r.prompt_bytes, || {
+            self.content.as_deref().map_or(0, str::len)
                 + self.reasoning.as_deref().map_or(0, str::len)
                 + self
                     .tool_calls
                     .iter()
                     .map(|c| c.name.len() + c.arguments.len())
-                    .sum::<usize>();
-            MockUsage {
-                input: estimated_tokens(r.prompt_bytes),
-                output: estimated_tokens(answer),
-                ..MockUsage::default()
-            }
+                    .sum::<usize>()
         });
         json!({
             "prompt_tokens": u.input,
@@ -244,8 +218,8 @@ impl MockAnswer for OpenAiAnswer {
         Self::new(Some(text.to_owned()), None, Vec::new())
     }
 
-    fn set_usage(&mut self, input: u64, output: u64) {
-        self.usage_mut().set(input, output);
+    fn scripted_usage(&mut self) -> &mut Option<MockUsage> {
+        &mut self.usage
     }
 }
 
@@ -284,10 +258,6 @@ impl MockReply {
     /// Reasoning (`reasoning_content`, DeepSeek style) followed by a text answer.
     pub fn reasoning(reasoning: impl Into<String>, text: impl Into<String>) -> Self {
         Self::message(Some(text.into()), Some(reasoning.into()), Vec::new())
-    }
-
-    fn usage_mut(&mut self) -> Option<&mut MockUsage> {
-        self.answer_mut().map(|a| a.usage_mut())
     }
 
     /// `prompt_tokens_details.cached_tokens`.

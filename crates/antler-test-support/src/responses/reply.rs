@@ -9,8 +9,7 @@ use serde_json::{json, Value};
 
 use super::ResponsesReply;
 pub(crate) use crate::mock::IdRender as Render;
-use crate::mock::{estimated_tokens, split_even, split_text, MockAnswer};
-use crate::openai::MockUsage;
+use crate::mock::{split_even, split_text, MockAnswer, MockUsage};
 
 /// One output item of a scripted answer.
 #[derive(Clone, Debug, PartialEq)]
@@ -123,15 +122,9 @@ impl ResponsesAnswer {
         }
     }
 
-    pub(crate) fn usage_mut(&mut self) -> &mut MockUsage {
-        self.usage.get_or_insert_with(MockUsage::default)
-    }
-
     fn usage_json(&self, r: &Render) -> Value {
-        let u = self.usage.unwrap_or_else(|| MockUsage {
-            input: estimated_tokens(r.prompt_bytes),
-            output: estimated_tokens(self.items.iter().map(ResponsesItem::len).sum()),
-            ..MockUsage::default()
+        let u = MockUsage::or_estimate(self.usage, r.prompt_bytes, || {
+            self.items.iter().map(ResponsesItem::len).sum()
         });
         json!({
             "input_tokens": u.input,
@@ -233,8 +226,8 @@ impl MockAnswer for ResponsesAnswer {
         Self::new(vec![ResponsesItem::text(text)])
     }
 
-    fn set_usage(&mut self, input: u64, output: u64) {
-        self.usage_mut().set(input, output);
+    fn scripted_usage(&mut self) -> &mut Option<MockUsage> {
+        &mut self.usage
     }
 }
 
