@@ -276,20 +276,16 @@ impl AnthropicReply {
     }
 
     /// `cache_read_input_tokens` and `cache_creation_input_tokens`.
-    pub fn cache_tokens(mut self, read: u64, creation: u64) -> Self {
-        if let Some(u) = self.usage_mut() {
+    pub fn cache_tokens(self, read: u64, creation: u64) -> Self {
+        self.with_usage(|u| {
             u.cached = read;
             u.cache_creation = creation;
-        }
-        self
+        })
     }
 
     /// Override the stop reason (default `end_turn`, or `tool_use` when calling tools).
-    pub fn stop_reason(mut self, reason: impl Into<String>) -> Self {
-        if let Some(a) = self.answer_mut() {
-            a.stop_reason = Some(reason.into());
-        }
-        self
+    pub fn stop_reason(self, reason: impl Into<String>) -> Self {
+        self.with_answer(|a| a.stop_reason = Some(reason.into()))
     }
 
     /// The answer as a complete `message` object (`None` for errors, raw bodies and hangs).

@@ -214,29 +214,20 @@ impl GeminiReply {
 
     /// The prompt is blocked: no candidate, `promptFeedback.blockReason = reason`.
     pub fn blocked(reason: impl Into<String>) -> Self {
-        let mut reply = Self::parts([]);
-        if let Some(a) = reply.answer_mut() {
-            a.blocked = Some(reason.into());
-        }
-        reply
+        Self::parts([]).with_answer(|a| a.blocked = Some(reason.into()))
     }
 
     /// Override the finish reason (default `STOP`).
-    pub fn finish_reason(mut self, reason: impl Into<String>) -> Self {
-        if let Some(a) = self.answer_mut() {
-            a.finish_reason = Some(reason.into());
-        }
-        self
+    pub fn finish_reason(self, reason: impl Into<String>) -> Self {
+        self.with_answer(|a| a.finish_reason = Some(reason.into()))
     }
 
     /// `thoughtsTokenCount` and `cachedContentTokenCount` (with `.usage(…)` for the rest).
-    pub fn thought_and_cached_tokens(mut self, thoughts: u64, cached: u64) -> Self {
-        if let Some(a) = self.answer_mut() {
-            let u = a.usage_mut();
+    pub fn thought_and_cached_tokens(self, thoughts: u64, cached: u64) -> Self {
+        self.with_usage(|u| {
             u.reasoning = thoughts;
             u.cached = cached;
-        }
-        self
+        })
     }
 
     /// `429 RESOURCE_EXHAUSTED` with a `RetryInfo` detail of `secs` (the API's way of saying

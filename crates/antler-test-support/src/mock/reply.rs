@@ -87,17 +87,22 @@ impl<W: MockWire> Reply<W> {
         }
     }
 
-    /// The scripted token counts of an answer, zeros until set.
-    pub(crate) fn usage_mut(&mut self) -> Option<&mut MockUsage> {
-        self.answer_mut().map(MockAnswer::usage_mut)
+    /// The reply with `edit` applied to its answer (errors, raw bodies and hangs stay as they are).
+    pub(crate) fn with_answer(mut self, edit: impl FnOnce(&mut W::Answer)) -> Self {
+        if let Some(a) = self.answer_mut() {
+            edit(a);
+        }
+        self
+    }
+
+    /// The reply with `edit` applied to its answer's scripted token counts (zeros until set).
+    pub(crate) fn with_usage(self, edit: impl FnOnce(&mut MockUsage)) -> Self {
+        self.with_answer(|a| edit(a.usage_mut()))
     }
 
     /// Token usage to report (otherwise estimated as bytes / 4 of request and answer).
-    pub fn usage(mut self, input: u64, output: u64) -> Self {
-        if let Some(a) = self.answer_mut() {
-            a.set_usage(input, output);
-        }
-        self
+    pub fn usage(self, input: u64, output: u64) -> Self {
+        self.with_answer(|a| a.set_usage(input, output))
     }
 
     /// An extra response header.

@@ -184,11 +184,8 @@ impl OllamaReply {
     }
 
     /// Override `done_reason` (default `stop`).
-    pub fn done_reason(mut self, reason: impl Into<String>) -> Self {
-        if let Some(a) = self.answer_mut() {
-            a.done_reason = Some(reason.into());
-        }
-        self
+    pub fn done_reason(self, reason: impl Into<String>) -> Self {
+        self.with_answer(|a| a.done_reason = Some(reason.into()))
     }
 
     /// `503` "server busy" (Ollama's queue is full).

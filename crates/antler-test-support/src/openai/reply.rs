@@ -261,27 +261,18 @@ impl MockReply {
     }
 
     /// `prompt_tokens_details.cached_tokens`.
-    pub fn cached_tokens(mut self, n: u64) -> Self {
-        if let Some(u) = self.usage_mut() {
-            u.cached = n;
-        }
-        self
+    pub fn cached_tokens(self, n: u64) -> Self {
+        self.with_usage(|u| u.cached = n)
     }
 
     /// `completion_tokens_details.reasoning_tokens`.
-    pub fn reasoning_tokens(mut self, n: u64) -> Self {
-        if let Some(u) = self.usage_mut() {
-            u.reasoning = n;
-        }
-        self
+    pub fn reasoning_tokens(self, n: u64) -> Self {
+        self.with_usage(|u| u.reasoning = n)
     }
 
     /// Override the finish reason (default `stop`, or `tool_calls` when calling tools).
-    pub fn finish_reason(mut self, reason: impl Into<String>) -> Self {
-        if let Some(a) = self.answer_mut() {
-            a.finish_reason = Some(reason.into());
-        }
-        self
+    pub fn finish_reason(self, reason: impl Into<String>) -> Self {
+        self.with_answer(|a| a.finish_reason = Some(reason.into()))
     }
 
     /// Streams: send `n` chunks, then go silent ([`crate::Reply::stall_after_events`]).

@@ -263,21 +263,16 @@ impl ResponsesReply {
 
     /// Status `incomplete` with `incomplete_details.reason` (`max_output_tokens`,
     /// `content_filter`).
-    pub fn incomplete(mut self, reason: impl Into<String>) -> Self {
-        if let Some(a) = self.answer_mut() {
-            a.incomplete = Some(reason.into());
-        }
-        self
+    pub fn incomplete(self, reason: impl Into<String>) -> Self {
+        self.with_answer(|a| a.incomplete = Some(reason.into()))
     }
 
     /// `input_tokens_details.cached_tokens` and `output_tokens_details.reasoning_tokens`.
-    pub fn cached_and_reasoning_tokens(mut self, cached: u64, reasoning: u64) -> Self {
-        if let Some(a) = self.answer_mut() {
-            let u = a.usage_mut();
+    pub fn cached_and_reasoning_tokens(self, cached: u64, reasoning: u64) -> Self {
+        self.with_usage(|u| {
             u.cached = cached;
             u.reasoning = reasoning;
-        }
-        self
+        })
     }
 
     /// The answer as a `response` object (`None` for errors, raw bodies and hangs).
