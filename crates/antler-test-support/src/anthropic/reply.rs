@@ -236,11 +236,6 @@ impl AnthropicReply {
         Self::answer(AnthropicAnswer::new(blocks.into_iter().collect()))
     }
 
-    /// A plain text answer.
-    pub fn text(text: impl Into<String>) -> Self {
-        Self::blocks([AnthropicBlock::text(text)])
-    }
-
     /// One tool call (`input`: see [`AnthropicBlock::tool_use`]).
     pub fn tool_use(id: impl Into<String>, name: impl Into<String>, input: Value) -> Self {
         Self::blocks([AnthropicBlock::tool_use(id, name, input)])

@@ -197,11 +197,6 @@ impl GeminiReply {
         Self::answer(GeminiAnswer::new(parts.into_iter().collect()))
     }
 
-    /// A plain text answer.
-    pub fn text(text: impl Into<String>) -> Self {
-        Self::parts([GeminiPart::text(text)])
-    }
-
     /// One function call (no signature).
     pub fn function_call(name: impl Into<String>, args: Value) -> Self {
         Self::parts([GeminiPart::function_call(name, args)])

@@ -51,6 +51,11 @@ pub(crate) fn array_items<'a>(v: &'a Value, key: &str) -> std::slice::Iter<'a, V
         .iter()
 }
 
+/// How a problem names the `i`-th message of the history, with its role.
+pub(crate) fn message_at(i: usize, role: &str) -> String {
+    format!("messages[{i}] ({role})")
+}
+
 /// The request's `model`, or `mock-model` when it names none.
 pub(crate) fn request_model(request: &Value) -> String {
     request

@@ -31,7 +31,9 @@ mod wire;
 
 #[cfg(test)]
 pub(crate) use checks::assert_problems;
-pub(crate) use checks::{array_items, prompt_bytes, request_messages, request_model, CallIds};
+pub(crate) use checks::{
+    array_items, message_at, prompt_bytes, request_messages, request_model, CallIds,
+};
 pub use reply::Reply;
 pub(crate) use reply::{estimated_tokens, split_even, split_text, IdRender, MockUsage};
 pub use wire::{Failure, MockAnswer, MockWire, Route};

@@ -48,9 +48,14 @@ impl<W: MockWire> Reply<W> {
     }
 
     /// A successful answer in the vendor's terms (see the vendor's constructors for the usual
-    /// shapes; `Reply::answer(W::text("hi"))` in code generic over the vendor).
+    /// shapes, and [`Reply::text`] in code generic over the vendor).
     pub fn answer(answer: W::Answer) -> Self {
         Self::new(ReplyBody::Message(answer))
+    }
+
+    /// A plain text answer.
+    pub fn text(text: impl Into<String>) -> Self {
+        Self::answer(W::text(&text.into()))
     }
 
     /// An HTTP error with a JSON body (e.g. `openai_error`, `anthropic_error`).

@@ -6,7 +6,7 @@
 
 use serde_json::Value;
 
-use crate::mock::{array_items, request_messages};
+use crate::mock::{array_items, message_at, request_messages};
 
 /// Every problem in a `/api/chat` request body (empty when well-formed).
 pub fn ollama_violations(body: &Value) -> Vec<String> {
@@ -41,11 +41,7 @@ pub fn ollama_violations(body: &Value) -> Vec<String> {
         }
         match role {
             "assistant" => {
-                unanswered(
-                    &mut pending,
-                    &mut out,
-                    &format!("messages[{i}] (assistant)"),
-                );
+                unanswered(&mut pending, &mut out, &message_at(i, "assistant"));
                 for (k, call) in array_items(msg, "tool_calls").enumerate() {
                     let name = call
                         .pointer("/function/name")
@@ -75,7 +71,7 @@ pub fn ollama_violations(body: &Value) -> Vec<String> {
                     )),
                 }
             }
-            "user" => unanswered(&mut pending, &mut out, &format!("messages[{i}] (user)")),
+            "user" => unanswered(&mut pending, &mut out, &message_at(i, "user")),
             "system" => {}
             other => out.push(format!("messages[{i}]: invalid role `{other}`")),
         }

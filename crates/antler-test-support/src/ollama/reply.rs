@@ -159,11 +159,6 @@ impl MockAnswer for OllamaAnswer {
 
 /// Constructors and builders in Ollama's terms (the vendor-neutral ones are [`crate::Reply`]'s).
 impl OllamaReply {
-    /// A plain text answer.
-    pub fn text(text: impl Into<String>) -> Self {
-        Self::answer(OllamaAnswer::new(&text.into(), None, Vec::new()))
-    }
-
     /// One tool call without an id (as most Ollama versions send it).
     pub fn tool_call(name: impl Into<String>, arguments: Value) -> Self {
         Self::tool_calls([OllamaToolCall::new(name, arguments)])

@@ -233,11 +233,6 @@ impl MockReply {
         Self::answer(OpenAiAnswer::new(content, reasoning, tool_calls))
     }
 
-    /// A plain text answer.
-    pub fn text(text: impl Into<String>) -> Self {
-        Self::message(Some(text.into()), None, Vec::new())
-    }
-
     /// One tool call (`args`: see [`MockToolCall::new`]).
     pub fn tool_call(id: impl Into<String>, name: impl Into<String>, args: Value) -> Self {
         Self::tool_calls([MockToolCall::new(id, name, args)])

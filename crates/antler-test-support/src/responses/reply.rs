@@ -239,11 +239,6 @@ impl ResponsesReply {
         Self::answer(ResponsesAnswer::new(items.into_iter().collect()))
     }
 
-    /// A plain text answer.
-    pub fn text(text: impl Into<String>) -> Self {
-        Self::items([ResponsesItem::text(text)])
-    }
-
     /// One function call (`args`: see [`ResponsesItem::function_call`]).
     pub fn function_call(call_id: impl Into<String>, name: impl Into<String>, args: Value) -> Self {
         Self::items([ResponsesItem::function_call(call_id, name, args)])
