@@ -152,7 +152,10 @@ impl Serialize for WireMessages<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut seq = s.serialize_seq(None)?;
         if let Some(system) = self.system {
-            seq.serialize_element(&SystemPrompt(system))?;
+            seq.serialize_element(&RoleText {
+                role: "system",
+                content: system,
+            })?;
         }
         for msg in self.messages {
             if matches!(**msg, Message::Remove(_)) {
@@ -168,15 +171,11 @@ impl Serialize for WireMessages<'_> {
     }
 }
 
-struct SystemPrompt<'a>(&'a str);
-
-impl Serialize for SystemPrompt<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut m = s.serialize_map(Some(2))?;
-        m.serialize_entry("role", "system")?;
-        m.serialize_entry("content", self.0)?;
-        m.end()
-    }
+/// `{role, content}` with string content.
+#[derive(Serialize)]
+struct RoleText<'a> {
+    role: &'static str,
+    content: &'a str,
 }
 
 struct WireMessage<'a> {
@@ -267,7 +266,9 @@ impl Serialize for WireContent<'_> {
                 let mut seq = s.serialize_seq(None)?;
                 for block in blocks {
                     match block {
-                        Value::String(text) => seq.serialize_element(&TextPart(text))?,
+                        Value::String(text) => {
+                            seq.serialize_element(&TextPart { kind: "text", text })?
+                        }
                         b if is_dropped_block(b) => {}
                         b => seq.serialize_element(b)?,
                     }
@@ -278,15 +279,12 @@ impl Serialize for WireContent<'_> {
     }
 }
 
-struct TextPart<'a>(&'a str);
-
-impl Serialize for TextPart<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut m = s.serialize_map(Some(2))?;
-        m.serialize_entry("type", "text")?;
-        m.serialize_entry("text", self.0)?;
-        m.end()
-    }
+/// `{type: text, text}`.
+#[derive(Serialize)]
+struct TextPart<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    text: &'a str,
 }
 
 /// An assistant message's calls in OpenAI's shape: the parsed calls, answered invalid calls (with
