@@ -16,8 +16,8 @@ use serde_json::{json, Value};
 
 use crate::common::{
     answer, anthropic_usage as usage, assert_fragments_rebuild, assert_no_tools, assert_post, both,
-    obj, path_tool as tool, reasoning_of, sent_body, stream, text_of, tool_call,
-    without_provider_id, Anthropic, Call, Vendor, MESSAGE_ID,
+    obj, path_tool as tool, reasoning_of, round_trip_results, second_leg, sent_body, stream,
+    text_of, tool_call, without_provider_id, Anthropic, Call, Vendor, MESSAGE_ID,
 };
 
 const MODEL: &str = Anthropic::MODEL;
@@ -101,14 +101,9 @@ async fn tool_use_round_trip_groups_results_and_flags_errors() {
             "streaming: {streaming}"
         );
 
-        let call = call
-            .then(first)
-            .then(ToolMessage::new("toolu_a", "a.txt").with_name("ls"))
-            .then(ToolMessage::error("toolu_b", "Error: no such file").with_name("read_file"));
-        let second = model.invoke(call.req()).await.unwrap();
-        assert_eq!(second.content, Content::Text("Done.".into()));
-        mock.assert_no_violations();
-        let body = mock.last_request().unwrap().body;
+        let [ok, failed] = round_trip_results(["toolu_a", "toolu_b"]);
+        let results = [ok.with_name("ls"), failed.with_name("read_file")];
+        let body = second_leg(&model, &mock, call, first, results).await;
         assert_eq!(
             body["messages"],
             json!([

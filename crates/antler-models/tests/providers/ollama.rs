@@ -7,14 +7,14 @@ use std::sync::Arc;
 
 use antler_models::providers::ollama::OllamaModel;
 use antler_models::ChatModel;
-use antler_protocol::{Content, InvalidToolCall, Message, ToolMessage, UsageMetadata};
+use antler_protocol::{Content, InvalidToolCall, Message, UsageMetadata};
 use antler_test_support::{MockOllama, OllamaReply, OllamaToolCall};
 use pretty_assertions::assert_eq;
 use serde_json::json;
 
 use crate::common::{
-    answer, assert_post, both, hello_there, obj, path_tool as tool, reasoning_of, stream, text_of,
-    Call, Ollama, Vendor,
+    answer, assert_post, both, hello_there, obj, path_tool as tool, reasoning_of,
+    round_trip_results, second_leg, stream, text_of, Call, Ollama, Vendor,
 };
 
 const MODEL: &str = Ollama::MODEL;
@@ -112,14 +112,8 @@ async fn tool_calls_round_trip_with_object_arguments_and_tool_names() {
             .iter()
             .map(|c| c.id_str().to_owned())
             .collect();
-        let call = call
-            .then(first)
-            .then(ToolMessage::new(ids[0].clone(), "a.txt"))
-            .then(ToolMessage::error(ids[1].clone(), "Error: no such file"));
-        let second = model.invoke(call.req()).await.unwrap();
-        assert_eq!(second.content, Content::Text("Done.".into()));
-        mock.assert_no_violations();
-        let body = mock.last_request().unwrap().body;
+        let results = round_trip_results([&ids[0], &ids[1]]);
+        let body = second_leg(&model, &mock, call, first, results).await;
         assert_eq!(
             body["messages"],
             json!([

@@ -12,8 +12,8 @@ use serde_json::json;
 
 use crate::common::{
     answer, assert_fragments_rebuild, assert_post, both, hello_there, obj, path_tool as tool,
-    reasoning_of, sent_body, stream, text_of, tool_call, without_provider_id, Call, Responses,
-    Vendor,
+    reasoning_of, round_trip_results, second_leg, sent_body, stream, text_of, tool_call,
+    without_provider_id, Call, Responses, Vendor,
 };
 
 const MODEL: &str = Responses::MODEL;
@@ -91,14 +91,8 @@ async fn function_calls_round_trip_paired_by_call_id() {
                 tool_call("call_b", "read_file", json!({"path": "/x"})),
             ]
         );
-        let call = call
-            .then(first)
-            .then(ToolMessage::new("call_a", "a.txt"))
-            .then(ToolMessage::error("call_b", "Error: no such file"));
-        let second = model.invoke(call.req()).await.unwrap();
-        assert_eq!(second.content, Content::Text("Done.".into()));
-        mock.assert_no_violations();
-        let body = mock.last_request().unwrap().body;
+        let results = round_trip_results(["call_a", "call_b"]);
+        let body = second_leg(&model, &mock, call, first, results).await;
         assert_eq!(
             body["input"],
             json!([
