@@ -16,8 +16,8 @@ use serde_json::{json, Value};
 
 use crate::common::{
     answer, anthropic_usage as usage, assert_fragments_rebuild, assert_no_tools, assert_post, both,
-    obj, path_tool as tool, reasoning_of, round_trip_results, second_leg, sent_body, stream,
-    text_of, tool_call, without_provider_id, Anthropic, Call, Vendor, MESSAGE_ID,
+    invoke_user, obj, path_tool as tool, reasoning_of, round_trip_results, second_leg, sent_body,
+    stream, text_of, tool_call, without_provider_id, Anthropic, Call, Vendor, MESSAGE_ID,
 };
 
 const MODEL: &str = Anthropic::MODEL;
@@ -28,10 +28,7 @@ async fn text_reply_without_streaming() {
         .await
         .require_api_key("sk-ant-test")
         .with_replies([AnthropicReply::text("Hello there, friend.").usage(12, 4)]);
-    let msg = Anthropic::model(&mock)
-        .invoke(Call::user("hi").req())
-        .await
-        .unwrap();
+    let msg = invoke_user::<Anthropic>(&mock, "hi").await;
     assert_eq!(
         msg,
         AiMessage {

@@ -86,6 +86,11 @@ impl Call {
     }
 }
 
+/// Vendor `V`'s model answering one user message `text` (it must succeed).
+pub async fn invoke_user<V: Vendor>(mock: &MockServer<V::Mock>, text: &str) -> AiMessage {
+    V::model(mock).invoke(Call::user(text).req()).await.unwrap()
+}
+
 /// Stream `call`; the result and every chunk the sink received.
 pub async fn stream<W: WireFormat>(
     model: &HttpChatModel<W>,

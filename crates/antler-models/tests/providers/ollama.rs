@@ -13,7 +13,7 @@ use pretty_assertions::assert_eq;
 use serde_json::json;
 
 use crate::common::{
-    answer, assert_post, both, hello_there, obj, path_tool as tool, reasoning_of,
+    answer, assert_post, both, hello_there, invoke_user, obj, path_tool as tool, reasoning_of,
     round_trip_results, second_leg, stream, text_of, Call, Ollama, Vendor,
 };
 
@@ -144,10 +144,7 @@ async fn string_arguments_are_read_and_non_objects_become_invalid_calls() {
     let mock = MockOllama::start()
         .await
         .with_replies([OllamaReply::raw_body(200, raw)]);
-    let msg = Ollama::model(&mock)
-        .invoke(Call::user("x").req())
-        .await
-        .unwrap();
+    let msg = invoke_user::<Ollama>(&mock, "x").await;
     assert_eq!(msg.tool_calls.len(), 1);
     assert_eq!(msg.tool_calls[0].args, obj(json!({"path": "/"})));
     let InvalidToolCall { name, args, .. } = &msg.invalid_tool_calls[0];

@@ -15,8 +15,8 @@ use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 
 use crate::common::{
-    assert_fragments_rebuild, assert_no_tools, obj, openai_usage as usage, sent_body, stream,
-    text_of, tool_call, without_provider_id, Call, OpenAi, Vendor, MESSAGE_ID,
+    assert_fragments_rebuild, assert_no_tools, invoke_user, obj, openai_usage as usage, sent_body,
+    stream, text_of, tool_call, without_provider_id, Call, OpenAi, Vendor, MESSAGE_ID,
 };
 
 #[tokio::test]
@@ -24,10 +24,7 @@ async fn text_reply_without_streaming() {
     let mock = MockOpenAi::start()
         .await
         .with_replies([MockReply::text("Hello there, friend.").usage(12, 4)]);
-    let msg = OpenAi::model(&mock)
-        .invoke(Call::user("hi").req())
-        .await
-        .unwrap();
+    let msg = invoke_user::<OpenAi>(&mock, "hi").await;
     assert_eq!(
         msg,
         AiMessage {
@@ -178,10 +175,7 @@ async fn raw_provider_tool_calls_are_kept_verbatim() {
     let raw =
         reply.chat_completion("gpt-test").unwrap()["choices"][0]["message"]["tool_calls"].clone();
     let mock = MockOpenAi::start().await.with_replies([reply]);
-    let msg = OpenAi::model(&mock)
-        .invoke(Call::user("search").req())
-        .await
-        .unwrap();
+    let msg = invoke_user::<OpenAi>(&mock, "search").await;
     assert_eq!(msg.additional_kwargs["tool_calls"], raw);
     assert_eq!(msg.content, Content::Text(String::new()));
     assert_eq!(
@@ -484,10 +478,7 @@ async fn fallback_generates_long_conversations() {
         let n = body["messages"].as_array().map_or(0, Vec::len);
         MockReply::text(format!("{n} messages"))
     });
-    let msg = OpenAi::model(&mock)
-        .invoke(Call::user("x").req())
-        .await
-        .unwrap();
+    let msg = invoke_user::<OpenAi>(&mock, "x").await;
     assert_eq!(msg.content, Content::Text("2 messages".into()));
 }
 
