@@ -73,8 +73,8 @@ pub trait WireFormat: Sized + Send + Sync + 'static {
     type Options: Clone + fmt::Debug + Default + Send + Sync;
     /// A borrowed view of one request body, serialized straight into the outgoing buffer.
     type Body<'a>: Serialize;
-    /// The state of one streamed answer.
-    type Fold<'a>: StreamFold + Send;
+    /// The state of one streamed answer, empty for a message id (its chunks and message carry it).
+    type Fold<'a>: StreamFold + Send + From<&'a str>;
 
     /// `ModelInfo::provider` of a new config (`openai`, `anthropic`; `ls_provider` in metadata).
     const PROVIDER: &'static str;
@@ -112,9 +112,6 @@ pub trait WireFormat: Sized + Send + Sync + 'static {
 
     /// A 2xx non-streaming answer → the message (`model` when the answer names none).
     fn decode(body: &[u8], message_id: &str, model: &str) -> Result<AiMessage, ModelError>;
-
-    /// An empty fold for a streamed answer whose chunks and message carry `message_id`.
-    fn fold(message_id: &str) -> Self::Fold<'_>;
 }
 
 /// Folds a stream's events into deltas for the sink and, at the end, the final message.
@@ -434,7 +431,7 @@ impl<W: WireFormat> ChatModel for HttpChatModel<W> {
         let body = self.encode(req, true)?;
         let deadline = CallDeadline::start(self.cfg.call_timeout);
         let mut resp = deadline.bound(self.model(), self.open(body, true)).await?;
-        let mut fold = W::fold(req.message_id);
+        let mut fold = W::Fold::from(req.message_id);
         read_stream(
             &mut resp,
             W::FRAMING,

@@ -5,7 +5,10 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use antler_protocol::{AiMessageChunk, Message, Object, ToolSpec};
+use antler_protocol::{
+    AiMessage, AiMessageChunk, Content, InvalidToolCall, Message, Object, ToolCall, ToolCallChunk,
+    ToolSpec, UsageMetadata,
+};
 use serde::de::DeserializeOwned;
 use serde::ser::{SerializeMap, SerializeSeq};
 use serde::{Serialize, Serializer};
@@ -13,7 +16,7 @@ use serde_json::Value;
 
 use super::driver::SseEvent;
 use super::http::truncate;
-use crate::ModelError;
+use crate::{ChatRequest, ModelError};
 
 /// Longest piece of an unreadable answer quoted in a [`ModelError::Decode`].
 const QUOTED_CHARS: usize = 500;
@@ -34,6 +37,24 @@ pub(crate) fn merge_settings(fields: &mut Object, settings: &Object) {
             }
         }
     }
+}
+
+/// The body fields of one call: the `configured` ones, then `extras` (verbatim config fields),
+/// then the call's `settings` ([`merge_settings`]), less the `reserved` keys the adapter owns
+/// (each one that was set is logged with `why`).
+pub(crate) fn call_fields<'e, 'k>(
+    mut configured: Object,
+    extras: impl IntoIterator<Item = (&'e String, &'e Value)>,
+    settings: &Object,
+    reserved: impl IntoIterator<Item = &'k str>,
+    why: &str,
+) -> Object {
+    for (k, v) in extras {
+        configured.insert(k.clone(), v.clone());
+    }
+    merge_settings(&mut configured, settings);
+    drop_keys(&mut configured, reserved, why);
+    configured
 }
 
 /// Remove `keys` from `fields`, saying why for each one that was set.
@@ -339,10 +360,104 @@ pub(crate) fn ensure_call_id(call: &mut Object, prefix: &str) {
         .and_then(Value::as_str)
         .is_some_and(|id| !id.is_empty());
     if !has_id {
-        let id = format!("{prefix}{}", uuid::Uuid::new_v4().simple());
+        let id = generated_id(prefix);
         tracing::debug!(%id, "provider sent a tool call without an id; generated one");
         call.insert("id".into(), Value::String(id));
     }
+}
+
+/// A fresh tool-call id, `{prefix}<uuid>`.
+fn generated_id(prefix: &str) -> String {
+    format!("{prefix}{}", uuid::Uuid::new_v4().simple())
+}
+
+/// The provider's tool-call id when it sent a usable one, else a generated `call_<uuid>`.
+pub(crate) fn call_id_or_new(id: Option<String>) -> String {
+    id.filter(|id| !id.is_empty())
+        .unwrap_or_else(|| generated_id("call_"))
+}
+
+/// An answer's tool calls as LangChain splits them: the calls to run, and the invalid ones (no
+/// name, or arguments that are not a JSON object) kept with their raw arguments and the reason.
+#[derive(Debug, Default)]
+pub(crate) struct Calls {
+    pub valid: Vec<ToolCall>,
+    pub invalid: Vec<InvalidToolCall>,
+}
+
+impl Calls {
+    pub(crate) fn valid(&mut self, id: Option<String>, name: String, args: Object) {
+        self.valid.push(ToolCall {
+            name,
+            args,
+            id,
+            kind: "tool_call".into(),
+        });
+    }
+
+    pub(crate) fn invalid(
+        &mut self,
+        id: Option<String>,
+        name: Option<String>,
+        args: Option<String>,
+        error: impl Into<String>,
+    ) {
+        self.invalid.push(InvalidToolCall {
+            kind: "invalid_tool_call".into(),
+            id,
+            name,
+            args,
+            error: Some(error.into()),
+        });
+    }
+
+    /// No call at all, valid or not.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.valid.is_empty() && self.invalid.is_empty()
+    }
+}
+
+/// `additional_kwargs` holding the answer's reasoning text as `reasoning_content`, when it has
+/// any.
+pub(crate) fn reasoning_kwargs(reasoning: String) -> Object {
+    let mut kwargs = Object::new();
+    if !reasoning.is_empty() {
+        kwargs.insert("reasoning_content".into(), Value::String(reasoning));
+    }
+    kwargs
+}
+
+/// The message an answer folds into, with id `message_id`.
+pub(crate) fn answer_message(
+    message_id: &str,
+    content: Content,
+    additional_kwargs: Object,
+    response_metadata: Object,
+    calls: Calls,
+    usage_metadata: Option<UsageMetadata>,
+) -> AiMessage {
+    AiMessage {
+        content,
+        additional_kwargs,
+        response_metadata,
+        name: None,
+        id: Some(message_id.to_owned()),
+        tool_calls: calls.valid,
+        invalid_tool_calls: calls.invalid,
+        usage_metadata,
+    }
+}
+
+/// Token counts that are set, by LangChain's names (`cache_read`, `reasoning`, …), as a usage
+/// details object; `None` when none is.
+pub(crate) fn token_details<'k>(
+    counts: impl IntoIterator<Item = (&'k str, Option<u64>)>,
+) -> Option<Object> {
+    let details: Object = counts
+        .into_iter()
+        .filter_map(|(name, n)| Some((name.to_owned(), Value::from(n?))))
+        .collect();
+    (!details.is_empty()).then_some(details)
 }
 
 /// The metadata every answer carries, in LangChain's keys: `finish_reason` (OpenAI's
@@ -389,5 +504,101 @@ pub(crate) fn append_str(obj: &mut Object, key: &str, delta: &str) {
         _ => {
             obj.insert(key.to_owned(), Value::from(delta));
         }
+    }
+}
+
+/// A tool call that arrived whole in a stream, as one complete chunk at position `index`.
+pub(crate) fn whole_call_chunk(
+    id: &str,
+    name: Option<String>,
+    args: String,
+    index: usize,
+) -> ToolCallChunk {
+    ToolCallChunk {
+        name,
+        args: Some(args),
+        id: Some(id.to_owned()),
+        index: Some(index as i64),
+        kind: "tool_call_chunk".into(),
+    }
+}
+
+/// A provider-neutral tool choice in the OpenAI family's vocabulary: `auto`/`none`/`required`
+/// stay, `any` and `true` mean `required`, `false` means `none`, another string names a
+/// function (shaped by `function`), and so does an object whose name `object_name` finds;
+/// anything else is sent as given.
+pub(crate) fn openai_tool_choice(
+    choice: &Value,
+    function: impl Fn(&str) -> Value,
+    object_name: impl Fn(&Object) -> Option<&str>,
+) -> Value {
+    match choice {
+        Value::String(s) => match s.as_str() {
+            "auto" | "none" | "required" => choice.clone(),
+            "any" => Value::from("required"),
+            name => function(name),
+        },
+        Value::Bool(true) => Value::from("required"),
+        Value::Bool(false) => Value::from("none"),
+        Value::Object(o) => object_name(o).map_or_else(|| choice.clone(), function),
+        other => other.clone(),
+    }
+}
+
+/// The call's tool choice as `map` words it; none without tools.
+pub(crate) fn call_tool_choice(req: &ChatRequest<'_>, map: fn(&Value) -> Value) -> Option<Value> {
+    if req.tools.is_empty() {
+        None
+    } else {
+        req.tool_choice.map(map)
+    }
+}
+
+/// A configured `tool_choice` among the body fields: dropped with `parallel_tool_calls` when the
+/// call has no tools (OpenAI rejects them then), dropped for the call's own choice, else worded
+/// by `map`.
+pub(crate) fn settle_tool_choice(
+    fields: &mut Object,
+    req: &ChatRequest<'_>,
+    map: fn(&Value) -> Value,
+) {
+    if req.tools.is_empty() {
+        fields.remove("tool_choice");
+        fields.remove("parallel_tool_calls");
+    } else if req.tool_choice.is_some() {
+        fields.remove("tool_choice");
+    } else if let Some(choice) = fields.get_mut("tool_choice") {
+        *choice = map(choice);
+    }
+}
+
+/// Inserts `value` at `key` when it is set.
+pub(crate) fn insert_some(fields: &mut Object, key: &str, value: Option<impl Into<Value>>) {
+    if let Some(v) = value {
+        fields.insert(key.into(), v.into());
+    }
+}
+
+/// The body of an OpenAI-family call (Chat Completions, Responses), borrowed from the request:
+/// `model`, the history `H` under `history_key`, the tools as `tool` shapes each, then
+/// [`end_body`]'s tail.
+pub struct OpenAiBody<'a, H, T> {
+    pub(crate) model: &'a str,
+    pub(crate) history_key: &'static str,
+    pub(crate) history: H,
+    pub(crate) tools: &'a [Arc<ToolSpec>],
+    pub(crate) tool: fn(&'a ToolSpec) -> T,
+    pub(crate) tool_choice: Option<Value>,
+    pub(crate) stream: bool,
+    pub(crate) params: Object,
+}
+
+impl<H: Serialize, T: Serialize> Serialize for OpenAiBody<'_, H, T> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("model", self.model)?;
+        m.serialize_entry(self.history_key, &self.history)?;
+        serialize_tools(&mut m, self.tools, |t| (self.tool)(t))?;
+        end_body(m, self.tool_choice.as_ref(), self.stream, &self.params)
     }
 }

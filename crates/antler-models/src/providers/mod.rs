@@ -3,6 +3,7 @@
 //! one is in the [`driver`] docs.
 
 pub mod anthropic;
+pub(crate) mod chunked;
 pub mod driver;
 pub mod gemini;
 pub(crate) mod http;

@@ -89,14 +89,21 @@ fn an_event_without_data_is_not_dispatched() {
     );
 }
 
-#[test]
-fn unterminated_last_event_is_flushed_on_finish() {
+/// `input` pushed in one piece: the events `push` gives, then all of them after `finish`.
+fn push_then_finish(input: &[u8]) -> (Vec<SseEvent>, Vec<SseEvent>) {
     let mut dec = SseDecoder::new();
     let mut out = Vec::new();
-    dec.push(b"data: [DONE]", &mut out).unwrap();
-    assert!(out.is_empty());
+    dec.push(input, &mut out).unwrap();
+    let pushed = out.clone();
     dec.finish(&mut out);
-    assert_eq!(out, vec![data("[DONE]")]);
+    (pushed, out)
+}
+
+#[test]
+fn unterminated_last_event_is_flushed_on_finish() {
+    let (pushed, all) = push_then_finish(b"data: [DONE]");
+    assert!(pushed.is_empty());
+    assert_eq!(all, vec![data("[DONE]")]);
 }
 
 #[test]
@@ -132,12 +139,9 @@ fn events_split_anywhere_decode_the_same() {
 
 #[test]
 fn an_unterminated_event_is_flushed_at_the_end() {
-    let mut d = SseDecoder::new();
-    let mut out = Vec::new();
-    d.push(b"event: error\ndata: {\"a\":1}", &mut out).unwrap();
-    assert!(out.is_empty());
-    d.finish(&mut out);
-    assert_eq!(out, vec![ev("error", "{\"a\":1}")]);
+    let (pushed, all) = push_then_finish(b"event: error\ndata: {\"a\":1}");
+    assert!(pushed.is_empty());
+    assert_eq!(all, vec![ev("error", "{\"a\":1}")]);
 }
 
 #[test]

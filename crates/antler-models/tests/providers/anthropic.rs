@@ -15,9 +15,9 @@ use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 
 use crate::common::{
-    answer, anthropic_usage as usage, assert_fragments_rebuild, assert_post, both, obj,
-    path_tool as tool, reasoning_of, stream, text_of, without_provider_id, Anthropic, Call, Vendor,
-    MESSAGE_ID,
+    answer, anthropic_usage as usage, assert_fragments_rebuild, assert_no_tools, assert_post, both,
+    invoke_user, obj, path_tool as tool, reasoning_of, round_trip_results, second_leg, sent_body,
+    stream, text_of, tool_call, without_provider_id, Anthropic, Call, Vendor, MESSAGE_ID,
 };
 
 const MODEL: &str = Anthropic::MODEL;
@@ -28,10 +28,7 @@ async fn text_reply_without_streaming() {
         .await
         .require_api_key("sk-ant-test")
         .with_replies([AnthropicReply::text("Hello there, friend.").usage(12, 4)]);
-    let msg = Anthropic::model(&mock)
-        .invoke(Call::user("hi").req())
-        .await
-        .unwrap();
+    let msg = invoke_user::<Anthropic>(&mock, "hi").await;
     assert_eq!(
         msg,
         AiMessage {
@@ -87,8 +84,8 @@ async fn tool_use_round_trip_groups_results_and_flags_errors() {
         assert_eq!(
             first.tool_calls,
             vec![
-                ToolCall::new("toolu_a", "ls", obj(json!({"path": "/mnt"}))),
-                ToolCall::new("toolu_b", "read_file", obj(json!({"path": "/x"}))),
+                tool_call("toolu_a", "ls", json!({"path": "/mnt"})),
+                tool_call("toolu_b", "read_file", json!({"path": "/x"})),
             ]
         );
         assert_eq!(
@@ -101,14 +98,9 @@ async fn tool_use_round_trip_groups_results_and_flags_errors() {
             "streaming: {streaming}"
         );
 
-        let call = call
-            .then(first)
-            .then(ToolMessage::new("toolu_a", "a.txt").with_name("ls"))
-            .then(ToolMessage::error("toolu_b", "Error: no such file").with_name("read_file"));
-        let second = model.invoke(call.req()).await.unwrap();
-        assert_eq!(second.content, Content::Text("Done.".into()));
-        mock.assert_no_violations();
-        let body = mock.last_request().unwrap().body;
+        let [ok, failed] = round_trip_results(["toolu_a", "toolu_b"]);
+        let results = [ok.with_name("ls"), failed.with_name("read_file")];
+        let body = second_leg(&model, &mock, call, first, results).await;
         assert_eq!(
             body["messages"],
             json!([
@@ -231,8 +223,7 @@ async fn thinking_blocks_are_kept_streamed_and_replayed_with_their_signature() {
 
     // The next turn replays the blocks untouched.
     let call = call.then(streamed).then(Message::human("are you sure?"));
-    model.invoke(call.req()).await.unwrap();
-    let body = mock.last_request().unwrap().body;
+    let body = sent_body(&model, &mock, &call).await;
     assert_eq!(
         body["messages"][1],
         json!({"role": "assistant", "content": blocks})
@@ -277,8 +268,7 @@ async fn thinking_settings_are_checked_and_shape_the_request() {
         tool_choice: Some(json!("required")),
         ..Call::user("x")
     };
-    model.invoke(call.req()).await.unwrap();
-    let body = mock.last_request().unwrap().body;
+    let body = sent_body(&model, &mock, &call).await;
     assert!(
         body.get("temperature").is_none() && body.get("tool_choice").is_none(),
         "{body}"
@@ -374,11 +364,7 @@ async fn sse_split_into_tiny_network_writes() {
     assert_eq!(reasoning_of(&chunks).concat(), "hmm ü");
     assert_eq!(
         msg.tool_calls,
-        vec![ToolCall::new(
-            "toolu_1",
-            "ls",
-            obj(json!({"path": "/tmp/ü"}))
-        )]
+        vec![tool_call("toolu_1", "ls", json!({"path": "/tmp/ü"}))]
     );
 }
 
@@ -424,7 +410,7 @@ async fn malformed_tool_input_becomes_an_invalid_call_and_is_replayed_once_answe
     for msg in [&invoked, &streamed] {
         assert_eq!(
             msg.tool_calls,
-            vec![ToolCall::new("toolu_ok", "ls", obj(json!({"path": "/"})))]
+            vec![tool_call("toolu_ok", "ls", json!({"path": "/"}))]
         );
         let invalid: Vec<_> = msg
             .invalid_tool_calls
@@ -479,8 +465,8 @@ async fn request_body_shape() {
             json!({"type": "reasoning", "summary": []}),
         ]),
         tool_calls: vec![
-            ToolCall::new("toolu_1", "bash", obj(json!({"command": "ls"}))),
-            ToolCall::new("toolu_2", "read_file", obj(json!({"path": "/a"}))),
+            tool_call("toolu_1", "bash", json!({"command": "ls"})),
+            tool_call("toolu_2", "read_file", json!({"path": "/a"})),
         ],
         ..Default::default()
     };
@@ -619,12 +605,8 @@ async fn tool_choice_mapping_and_no_tools() {
         settings: obj(json!({"parallel_tool_calls": false})),
         ..Call::user("x")
     };
-    model.invoke(call.req()).await.unwrap();
-    let body = mock.last_request().unwrap().body;
-    assert!(
-        body.get("tools").is_none() && body.get("tool_choice").is_none(),
-        "{body}"
-    );
+    let body = sent_body(&model, &mock, &call).await;
+    assert_no_tools(&body);
 }
 
 #[tokio::test]
@@ -636,11 +618,7 @@ async fn tool_use_blocks_of_cleared_calls_are_not_replayed() {
             json!({"type": "text", "text": "Trying."}),
             json!({"type": "tool_use", "id": "toolu_x", "name": "bash", "input": {"command": "rm"}}),
         ]),
-        tool_calls: vec![ToolCall::new(
-            "toolu_x",
-            "bash",
-            obj(json!({"command": "rm"})),
-        )],
+        tool_calls: vec![tool_call("toolu_x", "bash", json!({"command": "rm"}))],
         ..Default::default()
     };
     ai.set_tool_calls(Vec::new());

@@ -11,7 +11,8 @@ use antler_models::providers::openai_responses::Responses as ResponsesApi;
 use antler_models::providers::{HttpChatModel, HttpModelConfig, WireFormat};
 use antler_models::{ChatModel, ChatRequest, ModelError};
 use antler_protocol::{
-    AiMessage, AiMessageChunk, Message, Object, ToolCall, ToolMessage, ToolSpec, UsageMetadata,
+    AiMessage, AiMessageChunk, Content, Message, Object, ToolCall, ToolMessage, ToolSpec,
+    UsageMetadata,
 };
 use antler_test_support::{
     anthropic_error, gemini_error, ollama_error, openai_error, AnthropicReply, AnthropicWire,
@@ -85,6 +86,11 @@ impl Call {
     }
 }
 
+/// Vendor `V`'s model answering one user message `text` (it must succeed).
+pub async fn invoke_user<V: Vendor>(mock: &MockServer<V::Mock>, text: &str) -> AiMessage {
+    V::model(mock).invoke(Call::user(text).req()).await.unwrap()
+}
+
 /// Stream `call`; the result and every chunk the sink received.
 pub async fn stream<W: WireFormat>(
     model: &HttpChatModel<W>,
@@ -153,6 +159,55 @@ pub fn assert_fragments_rebuild(chunks: &[AiMessageChunk], expected: &[Value]) {
         let parsed: Value = serde_json::from_str(&args).unwrap();
         assert_eq!(&parsed, expected);
     }
+}
+
+/// Invoke `call` on `model` (it must succeed); the body `mock` received.
+pub async fn sent_body<W: WireFormat, M: MockWire>(
+    model: &HttpChatModel<W>,
+    mock: &MockServer<M>,
+    call: &Call,
+) -> Value {
+    model.invoke(call.req()).await.unwrap();
+    mock.last_request().unwrap().body
+}
+
+/// `body` sends neither `tools` nor `tool_choice`.
+pub fn assert_no_tools(body: &Value) {
+    assert!(
+        body.get("tools").is_none() && body.get("tool_choice").is_none(),
+        "{body}"
+    );
+}
+
+/// The results of the two-call round trips: `a.txt` for call `ids[0]`, the error
+/// `Error: no such file` for `ids[1]`.
+pub fn round_trip_results(ids: [&str; 2]) -> [ToolMessage; 2] {
+    [
+        ToolMessage::new(ids[0], "a.txt"),
+        ToolMessage::error(ids[1], "Error: no such file"),
+    ]
+}
+
+/// The second leg of a two-call round trip: `call` continued by `first` and its `results` must
+/// be answered `Done.` with no violation; the body `mock` received.
+pub async fn second_leg<W: WireFormat, M: MockWire>(
+    model: &HttpChatModel<W>,
+    mock: &MockServer<M>,
+    call: Call,
+    first: AiMessage,
+    results: [ToolMessage; 2],
+) -> Value {
+    let [ok, failed] = results;
+    let call = call.then(first).then(ok).then(failed);
+    let second = model.invoke(call.req()).await.unwrap();
+    assert_eq!(second.content, Content::Text("Done.".into()));
+    mock.assert_no_violations();
+    mock.last_request().unwrap().body
+}
+
+/// A parsed tool call `id` → `name` with the JSON object `args`.
+pub fn tool_call(id: &str, name: &str, args: Value) -> ToolCall {
+    ToolCall::new(id, name, obj(args))
 }
 
 pub fn without_provider_id(mut m: AiMessage) -> AiMessage {

@@ -15,8 +15,8 @@ use pretty_assertions::assert_eq;
 use serde_json::json;
 
 use crate::common::{
-    answer, assert_post, both, hello_there, obj, path_tool, reasoning_of, stream, text_of,
-    without_provider_id, Call, Gemini, Vendor,
+    answer, assert_post, both, hello_there, obj, path_tool, reasoning_of, round_trip_results,
+    second_leg, sent_body, stream, text_of, without_provider_id, Call, Gemini, Vendor,
 };
 
 const MODEL: &str = Gemini::MODEL;
@@ -126,14 +126,8 @@ async fn function_calls_round_trip_with_signatures_and_named_responses() {
             assert_eq!(calls[1].args.as_deref(), Some(r#"{"path":"/x"}"#));
         }
 
-        let call = call
-            .then(first)
-            .then(ToolMessage::new(ids[0].clone(), "a.txt"))
-            .then(ToolMessage::error(ids[1].clone(), "Error: no such file"));
-        let second = model.invoke(call.req()).await.unwrap();
-        assert_eq!(second.content, Content::Text("Done.".into()));
-        mock.assert_no_violations();
-        let body = mock.last_request().unwrap().body;
+        let results = round_trip_results([&ids[0], &ids[1]]);
+        let body = second_leg(&model, &mock, call, first, results).await;
         assert_eq!(
             body["contents"],
             json!([
@@ -303,8 +297,7 @@ async fn call_settings_and_images_shape_the_request() {
         ..Default::default()
     };
     call.settings = obj(json!({"max_tokens": 64, "temperature": null, "reasoning_effort": "high"}));
-    model.invoke(call.req()).await.unwrap();
-    let body = mock.last_request().unwrap().body;
+    let body = sent_body(&model, &mock, &call).await;
     assert_eq!(
         body,
         json!({

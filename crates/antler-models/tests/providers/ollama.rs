@@ -7,14 +7,14 @@ use std::sync::Arc;
 
 use antler_models::providers::ollama::OllamaModel;
 use antler_models::ChatModel;
-use antler_protocol::{Content, InvalidToolCall, Message, ToolMessage, UsageMetadata};
+use antler_protocol::{Content, InvalidToolCall, Message, UsageMetadata};
 use antler_test_support::{MockOllama, OllamaReply, OllamaToolCall};
 use pretty_assertions::assert_eq;
 use serde_json::json;
 
 use crate::common::{
-    answer, assert_post, both, hello_there, obj, path_tool as tool, reasoning_of, stream, text_of,
-    Call, Ollama, Vendor,
+    answer, assert_post, both, hello_there, invoke_user, obj, path_tool as tool, reasoning_of,
+    round_trip_results, second_leg, stream, text_of, Call, Ollama, Vendor,
 };
 
 const MODEL: &str = Ollama::MODEL;
@@ -112,14 +112,8 @@ async fn tool_calls_round_trip_with_object_arguments_and_tool_names() {
             .iter()
             .map(|c| c.id_str().to_owned())
             .collect();
-        let call = call
-            .then(first)
-            .then(ToolMessage::new(ids[0].clone(), "a.txt"))
-            .then(ToolMessage::error(ids[1].clone(), "Error: no such file"));
-        let second = model.invoke(call.req()).await.unwrap();
-        assert_eq!(second.content, Content::Text("Done.".into()));
-        mock.assert_no_violations();
-        let body = mock.last_request().unwrap().body;
+        let results = round_trip_results([&ids[0], &ids[1]]);
+        let body = second_leg(&model, &mock, call, first, results).await;
         assert_eq!(
             body["messages"],
             json!([
@@ -150,10 +144,7 @@ async fn string_arguments_are_read_and_non_objects_become_invalid_calls() {
     let mock = MockOllama::start()
         .await
         .with_replies([OllamaReply::raw_body(200, raw)]);
-    let msg = Ollama::model(&mock)
-        .invoke(Call::user("x").req())
-        .await
-        .unwrap();
+    let msg = invoke_user::<Ollama>(&mock, "x").await;
     assert_eq!(msg.tool_calls.len(), 1);
     assert_eq!(msg.tool_calls[0].args, obj(json!({"path": "/"})));
     let InvalidToolCall { name, args, .. } = &msg.invalid_tool_calls[0];

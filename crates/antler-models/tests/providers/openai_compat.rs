@@ -15,8 +15,8 @@ use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 
 use crate::common::{
-    assert_fragments_rebuild, obj, openai_usage as usage, stream, text_of, without_provider_id,
-    Call, OpenAi, Vendor, MESSAGE_ID,
+    assert_fragments_rebuild, assert_no_tools, invoke_user, obj, openai_usage as usage, sent_body,
+    stream, text_of, tool_call, without_provider_id, Call, OpenAi, Vendor, MESSAGE_ID,
 };
 
 #[tokio::test]
@@ -24,10 +24,7 @@ async fn text_reply_without_streaming() {
     let mock = MockOpenAi::start()
         .await
         .with_replies([MockReply::text("Hello there, friend.").usage(12, 4)]);
-    let msg = OpenAi::model(&mock)
-        .invoke(Call::user("hi").req())
-        .await
-        .unwrap();
+    let msg = invoke_user::<OpenAi>(&mock, "hi").await;
     assert_eq!(
         msg,
         AiMessage {
@@ -72,15 +69,15 @@ async fn parallel_tool_calls_are_reassembled_by_index() {
     let msg = res.unwrap();
 
     let expected_calls = vec![
-        ToolCall::new(
+        tool_call(
             "call_a",
             "bash",
-            obj(json!({"command": "ls -la /mnt/user-data"})),
+            json!({"command": "ls -la /mnt/user-data"}),
         ),
-        ToolCall::new(
+        tool_call(
             "call_b",
             "read_file",
-            obj(json!({"path": "/mnt/a.txt", "limit": 20})),
+            json!({"path": "/mnt/a.txt", "limit": 20}),
         ),
     ];
     assert_eq!(msg.tool_calls, expected_calls);
@@ -178,18 +175,15 @@ async fn raw_provider_tool_calls_are_kept_verbatim() {
     let raw =
         reply.chat_completion("gpt-test").unwrap()["choices"][0]["message"]["tool_calls"].clone();
     let mock = MockOpenAi::start().await.with_replies([reply]);
-    let msg = OpenAi::model(&mock)
-        .invoke(Call::user("search").req())
-        .await
-        .unwrap();
+    let msg = invoke_user::<OpenAi>(&mock, "search").await;
     assert_eq!(msg.additional_kwargs["tool_calls"], raw);
     assert_eq!(msg.content, Content::Text(String::new()));
     assert_eq!(
         msg.tool_calls,
-        vec![ToolCall::new(
+        vec![tool_call(
             "call_9",
             "web_search",
-            obj(json!({"query": "rust sse"}))
+            json!({"query": "rust sse"})
         )]
     );
 }
@@ -217,7 +211,7 @@ async fn malformed_arguments_become_invalid_tool_calls() {
         assert_eq!(
             msg.tool_calls,
             vec![
-                ToolCall::new("call_ok", "ls", obj(json!({"path": "/"}))),
+                tool_call("call_ok", "ls", json!({"path": "/"})),
                 ToolCall::new("call_empty", "now", Object::new()),
             ]
         );
@@ -281,8 +275,8 @@ async fn request_body_shape() {
     let mut ai = AiMessage {
         content: "".into(),
         tool_calls: vec![
-            ToolCall::new("call_1", "bash", obj(json!({"command": "ls"}))),
-            ToolCall::new("call_2", "read_file", obj(json!({"path": "/a"}))),
+            tool_call("call_1", "bash", json!({"command": "ls"})),
+            tool_call("call_2", "read_file", json!({"path": "/a"})),
         ],
         ..Default::default()
     };
@@ -393,8 +387,7 @@ async fn tool_choice_strings_and_no_tools() {
             tool_choice: Some(choice),
             ..Call::user("x")
         };
-        model.invoke(call.req()).await.unwrap();
-        let body = mock.last_request().unwrap().body;
+        let body = sent_body(&model, &mock, &call).await;
         assert_eq!(body["tool_choice"], expected);
         assert_eq!(
             body["tools"][0]["function"]["parameters"],
@@ -406,12 +399,8 @@ async fn tool_choice_strings_and_no_tools() {
         tool_choice: Some(json!("required")),
         ..Call::user("x")
     };
-    model.invoke(call.req()).await.unwrap();
-    let body = mock.last_request().unwrap().body;
-    assert!(
-        body.get("tools").is_none() && body.get("tool_choice").is_none(),
-        "{body}"
-    );
+    let body = sent_body(&model, &mock, &call).await;
+    assert_no_tools(&body);
 }
 
 #[tokio::test]
@@ -447,11 +436,7 @@ async fn sse_split_into_tiny_network_writes() {
     assert_eq!(text_of(&chunks), "héllo wörld");
     assert_eq!(
         msg.tool_calls,
-        vec![ToolCall::new(
-            "call_1",
-            "ls",
-            obj(json!({"path": "/tmp/ü"}))
-        )]
+        vec![tool_call("call_1", "ls", json!({"path": "/tmp/ü"}))]
     );
 }
 
@@ -493,10 +478,7 @@ async fn fallback_generates_long_conversations() {
         let n = body["messages"].as_array().map_or(0, Vec::len);
         MockReply::text(format!("{n} messages"))
     });
-    let msg = OpenAi::model(&mock)
-        .invoke(Call::user("x").req())
-        .await
-        .unwrap();
+    let msg = invoke_user::<OpenAi>(&mock, "x").await;
     assert_eq!(msg.content, Content::Text("2 messages".into()));
 }
 

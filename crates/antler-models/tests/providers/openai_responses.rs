@@ -5,14 +5,15 @@
 
 use antler_models::providers::openai_responses::ResponsesModel;
 use antler_models::ChatModel;
-use antler_protocol::{AiMessage, Content, Message, ToolCall, ToolMessage};
+use antler_protocol::{AiMessage, Content, Message, ToolMessage};
 use antler_test_support::{MockResponses, ResponsesItem, ResponsesReply};
 use pretty_assertions::assert_eq;
 use serde_json::json;
 
 use crate::common::{
     answer, assert_fragments_rebuild, assert_post, both, hello_there, obj, path_tool as tool,
-    reasoning_of, stream, text_of, without_provider_id, Call, Responses, Vendor,
+    reasoning_of, round_trip_results, second_leg, sent_body, stream, text_of, tool_call,
+    without_provider_id, Call, Responses, Vendor,
 };
 
 const MODEL: &str = Responses::MODEL;
@@ -86,18 +87,12 @@ async fn function_calls_round_trip_paired_by_call_id() {
         assert_eq!(
             first.tool_calls,
             vec![
-                ToolCall::new("call_a", "ls", obj(json!({"path": "/mnt"}))),
-                ToolCall::new("call_b", "read_file", obj(json!({"path": "/x"}))),
+                tool_call("call_a", "ls", json!({"path": "/mnt"})),
+                tool_call("call_b", "read_file", json!({"path": "/x"})),
             ]
         );
-        let call = call
-            .then(first)
-            .then(ToolMessage::new("call_a", "a.txt"))
-            .then(ToolMessage::error("call_b", "Error: no such file"));
-        let second = model.invoke(call.req()).await.unwrap();
-        assert_eq!(second.content, Content::Text("Done.".into()));
-        mock.assert_no_violations();
-        let body = mock.last_request().unwrap().body;
+        let results = round_trip_results(["call_a", "call_b"]);
+        let body = second_leg(&model, &mock, call, first, results).await;
         assert_eq!(
             body["input"],
             json!([
@@ -264,8 +259,7 @@ async fn call_settings_rename_and_tool_choice_maps() {
     call.settings = obj(
         json!({"max_tokens": 64, "reasoning_effort": "high", "stream_options": {"include_usage": true}}),
     );
-    model.invoke(call.req()).await.unwrap();
-    let body = mock.last_request().unwrap().body;
+    let body = sent_body(&model, &mock, &call).await;
     assert_eq!(
         body["tool_choice"],
         json!({"type": "function", "name": "ls"})

@@ -43,22 +43,11 @@ pub type AnthropicReply = Reply<AnthropicWire>;
 
 impl MockWire for AnthropicWire {
     type Answer = AnthropicAnswer;
-    type Render = Render;
 
     const NAME: &'static str = "Anthropic";
     const BASE_PATH: &'static str = "";
     const KEEPALIVE: &'static str = "event: ping\ndata: {\"type\":\"ping\"}\n\n";
     const RESPONSE_HEADERS: &'static [(&'static str, &'static str)] = &[("request-id", "req_mock")];
-
-    fn text(text: &str) -> AnthropicAnswer {
-        AnthropicAnswer::new(vec![AnthropicBlock::text(text)])
-    }
-
-    fn set_usage(answer: &mut AnthropicAnswer, input: u64, output: u64) {
-        let u = answer.usage_mut();
-        u.input = input;
-        u.output = output;
-    }
 
     fn authorized(req: &MockRequest, key: &str) -> bool {
         req.header("x-api-key") == Some(key)
@@ -125,14 +114,6 @@ impl MockWire for AnthropicWire {
             model: request_model(request),
             prompt_bytes: prompt_bytes(request, &["messages", "system"]),
         }
-    }
-
-    fn message(answer: &AnthropicAnswer, render: &Render) -> Value {
-        answer.message_json(render)
-    }
-
-    fn events(answer: &AnthropicAnswer, render: &Render) -> Vec<Value> {
-        answer.events_json(render)
     }
 
     fn frame(event: &Value) -> String {

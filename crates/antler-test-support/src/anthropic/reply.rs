@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 
 use super::AnthropicReply;
 pub(crate) use crate::mock::IdRender as Render;
-use crate::mock::{estimated_tokens, split_even, split_text};
+use crate::mock::{split_even, split_text, MockAnswer, MockUsage};
 
 /// One content block of a scripted answer.
 #[derive(Clone, Debug, PartialEq)]
@@ -88,14 +88,6 @@ impl AnthropicBlock {
     }
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub(crate) struct MockUsage {
-    pub input: u64,
-    pub output: u64,
-    pub cache_read: u64,
-    pub cache_creation: u64,
-}
-
 /// A scripted assistant message in Anthropic's terms.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AnthropicAnswer {
@@ -113,18 +105,9 @@ impl AnthropicAnswer {
         }
     }
 
-    pub(crate) fn usage_mut(&mut self) -> &mut MockUsage {
-        self.usage.get_or_insert_with(MockUsage::default)
-    }
-
     fn mock_usage(&self, r: &Render) -> MockUsage {
-        self.usage.unwrap_or_else(|| {
-            let answer: usize = self.blocks.iter().map(AnthropicBlock::len).sum();
-            MockUsage {
-                input: estimated_tokens(r.prompt_bytes),
-                output: estimated_tokens(answer),
-                ..MockUsage::default()
-            }
+        MockUsage::or_estimate(self.usage, r.prompt_bytes, || {
+            self.blocks.iter().map(AnthropicBlock::len).sum()
         })
     }
 
@@ -140,8 +123,12 @@ impl AnthropicAnswer {
             }
         }
     }
+}
 
-    pub(crate) fn message_json(&self, r: &Render) -> Value {
+impl MockAnswer for AnthropicAnswer {
+    type Render = Render;
+
+    fn message(&self, r: &Render) -> Value {
         let u = self.mock_usage(r);
         json!({
             "id": r.id,
@@ -154,13 +141,13 @@ impl AnthropicAnswer {
             "usage": {
                 "input_tokens": u.input,
                 "cache_creation_input_tokens": u.cache_creation,
-                "cache_read_input_tokens": u.cache_read,
+                "cache_read_input_tokens": u.cached,
                 "output_tokens": u.output,
             },
         })
     }
 
-    pub(crate) fn events_json(&self, r: &Render) -> Vec<Value> {
+    fn events(&self, r: &Render) -> Vec<Value> {
         let u = self.mock_usage(r);
         let mut out = vec![
             json!({"type": "message_start", "message": {
@@ -174,7 +161,7 @@ impl AnthropicAnswer {
                 "usage": {
                     "input_tokens": u.input,
                     "cache_creation_input_tokens": u.cache_creation,
-                    "cache_read_input_tokens": u.cache_read,
+                    "cache_read_input_tokens": u.cached,
                     "output_tokens": 1,
                 },
             }}),
@@ -231,6 +218,14 @@ impl AnthropicAnswer {
         out.push(json!({"type": "message_stop"}));
         out
     }
+
+    fn text(text: &str) -> Self {
+        Self::new(vec![AnthropicBlock::text(text)])
+    }
+
+    fn scripted_usage(&mut self) -> &mut Option<MockUsage> {
+        &mut self.usage
+    }
 }
 
 /// Constructors and builders in Anthropic's terms (the vendor-neutral ones are
@@ -239,11 +234,6 @@ impl AnthropicReply {
     /// An answer made of `blocks`, in order.
     pub fn blocks(blocks: impl IntoIterator<Item = AnthropicBlock>) -> Self {
         Self::answer(AnthropicAnswer::new(blocks.into_iter().collect()))
-    }
-
-    /// A plain text answer.
-    pub fn text(text: impl Into<String>) -> Self {
-        Self::blocks([AnthropicBlock::text(text)])
     }
 
     /// One tool call (`input`: see [`AnthropicBlock::tool_use`]).
@@ -280,37 +270,29 @@ impl AnthropicReply {
         Self::error(529, anthropic_error("overloaded_error", "Overloaded"))
     }
 
-    fn usage_mut(&mut self) -> Option<&mut MockUsage> {
-        self.answer_mut().map(|a| a.usage_mut())
-    }
-
     /// `cache_read_input_tokens` and `cache_creation_input_tokens`.
-    pub fn cache_tokens(mut self, read: u64, creation: u64) -> Self {
-        if let Some(u) = self.usage_mut() {
-            u.cache_read = read;
+    pub fn cache_tokens(self, read: u64, creation: u64) -> Self {
+        self.with_usage(|u| {
+            u.cached = read;
             u.cache_creation = creation;
-        }
-        self
+        })
     }
 
     /// Override the stop reason (default `end_turn`, or `tool_use` when calling tools).
-    pub fn stop_reason(mut self, reason: impl Into<String>) -> Self {
-        if let Some(a) = self.answer_mut() {
-            a.stop_reason = Some(reason.into());
-        }
-        self
+    pub fn stop_reason(self, reason: impl Into<String>) -> Self {
+        self.with_answer(|a| a.stop_reason = Some(reason.into()))
     }
 
     /// The answer as a complete `message` object (`None` for errors, raw bodies and hangs).
     pub fn message(&self, model: &str) -> Option<Value> {
         self.answer_ref()
-            .map(|a| a.message_json(&Render::standalone("msg_mock", model)))
+            .map(|a| a.message(&Render::standalone("msg_mock", model)))
     }
 
     /// The answer as stream events, `ping` included (`None` for errors, raw bodies and hangs).
     pub fn events(&self, model: &str) -> Option<Vec<Value>> {
         self.answer_ref()
-            .map(|a| a.events_json(&Render::standalone("msg_mock", model)))
+            .map(|a| a.events(&Render::standalone("msg_mock", model)))
     }
 }
 

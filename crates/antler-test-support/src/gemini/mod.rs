@@ -25,7 +25,6 @@ pub use invariants::gemini_violations;
 pub use reply::{gemini_error, GeminiAnswer, GeminiPart};
 
 use crate::mock::{prompt_bytes, Failure, MockRequest, MockServer, MockWire, Reply, Route};
-use crate::sse::sse_frame;
 use reply::Render;
 
 /// The Gemini API wire of the mock server.
@@ -54,21 +53,10 @@ fn model_method(path: &str) -> Option<(&str, &str)> {
 
 impl MockWire for GeminiWire {
     type Answer = GeminiAnswer;
-    type Render = Render;
 
     const NAME: &'static str = "Gemini";
     const BASE_PATH: &'static str = "";
     const KEEPALIVE: &'static str = ": keep-alive\n\n";
-
-    fn text(text: &str) -> GeminiAnswer {
-        GeminiAnswer::new(vec![GeminiPart::text(text)])
-    }
-
-    fn set_usage(answer: &mut GeminiAnswer, input: u64, output: u64) {
-        let u = answer.usage_mut();
-        u.input = input;
-        u.output = output;
-    }
 
     fn is_stream(path: &str, _body: &Value) -> bool {
         model_method(path).is_some_and(|(_, m)| m == "streamGenerateContent")
@@ -152,21 +140,5 @@ impl MockWire for GeminiWire {
             id: format!("resp-mock-{n}"),
             prompt_bytes: prompt_bytes(request, &["contents", "systemInstruction"]),
         }
-    }
-
-    fn message(answer: &GeminiAnswer, render: &Render) -> Value {
-        answer.response_json(render)
-    }
-
-    fn events(answer: &GeminiAnswer, render: &Render) -> Vec<Value> {
-        answer.chunks_json(render)
-    }
-
-    fn frame(event: &Value) -> String {
-        sse_frame(event)
-    }
-
-    fn error_event(error: &Value) -> Value {
-        json!({ "error": error })
     }
 }

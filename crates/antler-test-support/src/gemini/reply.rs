@@ -6,7 +6,7 @@
 use serde_json::{json, Map, Value};
 
 use super::GeminiReply;
-use crate::mock::{estimated_tokens, split_text};
+use crate::mock::{estimated_tokens, split_text, MockAnswer, MockUsage};
 
 /// One part of a scripted answer.
 #[derive(Clone, Debug, PartialEq)]
@@ -76,14 +76,6 @@ impl GeminiPart {
     }
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub(crate) struct MockUsage {
-    pub input: u64,
-    pub output: u64,
-    pub thoughts: u64,
-    pub cached: u64,
-}
-
 /// A scripted model turn in Gemini's terms.
 #[derive(Clone, Debug, PartialEq)]
 pub struct GeminiAnswer {
@@ -104,23 +96,17 @@ impl GeminiAnswer {
         }
     }
 
-    pub(crate) fn usage_mut(&mut self) -> &mut MockUsage {
-        self.usage.get_or_insert_with(MockUsage::default)
-    }
-
     fn usage_json(&self, r: &Render) -> Value {
-        let u = self.usage.unwrap_or_else(|| MockUsage {
-            input: estimated_tokens(r.prompt_bytes),
-            output: estimated_tokens(self.parts.iter().map(GeminiPart::len).sum()),
-            ..MockUsage::default()
+        let u = MockUsage::or_estimate(self.usage, r.prompt_bytes, || {
+            self.parts.iter().map(GeminiPart::len).sum()
         });
         let mut usage = json!({
             "promptTokenCount": u.input,
             "candidatesTokenCount": u.output,
-            "totalTokenCount": u.input + u.output + u.thoughts,
+            "totalTokenCount": u.input + u.output + u.reasoning,
         });
-        if u.thoughts > 0 {
-            usage["thoughtsTokenCount"] = json!(u.thoughts);
+        if u.reasoning > 0 {
+            usage["thoughtsTokenCount"] = json!(u.reasoning);
         }
         if u.cached > 0 {
             usage["cachedContentTokenCount"] = json!(u.cached);
@@ -154,8 +140,12 @@ impl GeminiAnswer {
             "responseId": r.id,
         })
     }
+}
 
-    pub(crate) fn response_json(&self, r: &Render) -> Value {
+impl MockAnswer for GeminiAnswer {
+    type Render = Render;
+
+    fn message(&self, r: &Render) -> Value {
         if let Some(reason) = &self.blocked {
             return self.blocked_json(r, reason);
         }
@@ -163,7 +153,7 @@ impl GeminiAnswer {
         self.response(r, parts, true, self.usage_json(r))
     }
 
-    pub(crate) fn chunks_json(&self, r: &Render) -> Vec<Value> {
+    fn events(&self, r: &Render) -> Vec<Value> {
         if let Some(reason) = &self.blocked {
             return vec![self.blocked_json(r, reason)];
         }
@@ -190,6 +180,14 @@ impl GeminiAnswer {
         out.push(self.response(r, vec![json!({"text": ""})], true, self.usage_json(r)));
         out
     }
+
+    fn text(text: &str) -> Self {
+        Self::new(vec![GeminiPart::text(text)])
+    }
+
+    fn scripted_usage(&mut self) -> &mut Option<MockUsage> {
+        &mut self.usage
+    }
 }
 
 /// Constructors and builders in Gemini's terms (the vendor-neutral ones are [`crate::Reply`]'s).
@@ -197,11 +195,6 @@ impl GeminiReply {
     /// A model turn made of `parts`, in order.
     pub fn parts(parts: impl IntoIterator<Item = GeminiPart>) -> Self {
         Self::answer(GeminiAnswer::new(parts.into_iter().collect()))
-    }
-
-    /// A plain text answer.
-    pub fn text(text: impl Into<String>) -> Self {
-        Self::parts([GeminiPart::text(text)])
     }
 
     /// One function call (no signature).
@@ -216,29 +209,20 @@ impl GeminiReply {
 
     /// The prompt is blocked: no candidate, `promptFeedback.blockReason = reason`.
     pub fn blocked(reason: impl Into<String>) -> Self {
-        let mut reply = Self::parts([]);
-        if let Some(a) = reply.answer_mut() {
-            a.blocked = Some(reason.into());
-        }
-        reply
+        Self::parts([]).with_answer(|a| a.blocked = Some(reason.into()))
     }
 
     /// Override the finish reason (default `STOP`).
-    pub fn finish_reason(mut self, reason: impl Into<String>) -> Self {
-        if let Some(a) = self.answer_mut() {
-            a.finish_reason = Some(reason.into());
-        }
-        self
+    pub fn finish_reason(self, reason: impl Into<String>) -> Self {
+        self.with_answer(|a| a.finish_reason = Some(reason.into()))
     }
 
     /// `thoughtsTokenCount` and `cachedContentTokenCount` (with `.usage(…)` for the rest).
-    pub fn thought_and_cached_tokens(mut self, thoughts: u64, cached: u64) -> Self {
-        if let Some(a) = self.answer_mut() {
-            let u = a.usage_mut();
-            u.thoughts = thoughts;
+    pub fn thought_and_cached_tokens(self, thoughts: u64, cached: u64) -> Self {
+        self.with_usage(|u| {
+            u.reasoning = thoughts;
             u.cached = cached;
-        }
-        self
+        })
     }
 
     /// `429 RESOURCE_EXHAUSTED` with a `RetryInfo` detail of `secs` (the API's way of saying
@@ -270,14 +254,12 @@ impl GeminiReply {
 
     /// The answer as one `GenerateContentResponse` (`None` for errors, raw bodies and hangs).
     pub fn response(&self) -> Option<Value> {
-        self.answer_ref()
-            .map(|a| a.response_json(&Render::standalone()))
+        self.answer_ref().map(|a| a.message(&Render::standalone()))
     }
 
     /// The answer as stream chunks (`None` for errors, raw bodies and hangs).
     pub fn chunks(&self) -> Option<Vec<Value>> {
-        self.answer_ref()
-            .map(|a| a.chunks_json(&Render::standalone()))
+        self.answer_ref().map(|a| a.events(&Render::standalone()))
     }
 }
 

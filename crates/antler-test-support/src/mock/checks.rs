@@ -43,6 +43,19 @@ pub(crate) fn request_messages<'a>(body: &'a Value, out: &mut Vec<String>) -> Op
     Some(messages)
 }
 
+/// The elements of the array at `key` of `v` (none when it is absent or not an array).
+pub(crate) fn array_items<'a>(v: &'a Value, key: &str) -> std::slice::Iter<'a, Value> {
+    v.get(key)
+        .and_then(Value::as_array)
+        .map_or(&[][..], Vec::as_slice)
+        .iter()
+}
+
+/// How a problem names the `i`-th message of the history, with its role.
+pub(crate) fn message_at(i: usize, role: &str) -> String {
+    format!("messages[{i}] ({role})")
+}
+
 /// The request's `model`, or `mock-model` when it names none.
 pub(crate) fn request_model(request: &Value) -> String {
     request

@@ -31,10 +31,12 @@ mod wire;
 
 #[cfg(test)]
 pub(crate) use checks::assert_problems;
-pub(crate) use checks::{prompt_bytes, request_messages, request_model, CallIds};
+pub(crate) use checks::{
+    array_items, message_at, prompt_bytes, request_messages, request_model, CallIds,
+};
 pub use reply::Reply;
-pub(crate) use reply::{estimated_tokens, split_even, split_text, IdRender};
-pub use wire::{Failure, MockWire, Route};
+pub(crate) use reply::{estimated_tokens, split_even, split_text, IdRender, MockUsage};
+pub use wire::{Failure, MockAnswer, MockWire, Route};
 
 use reply::ReplyBody;
 
@@ -538,10 +540,10 @@ async fn answer<W: MockWire>(
             let n = shared.served.fetch_add(1, Ordering::Relaxed) + 1;
             let render = W::render(n, request);
             if stream {
-                let events = W::events(answer, &render);
+                let events = answer.events(&render);
                 sse_response(&reply, &events, stop)
             } else {
-                json_response::<W>(200, &W::message(answer, &render), &reply.headers)
+                json_response::<W>(200, &answer.message(&render), &reply.headers)
             }
         }
     }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::MockWire;
+use super::{MockAnswer, MockWire};
 
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum ReplyBody<A> {
@@ -48,9 +48,14 @@ impl<W: MockWire> Reply<W> {
     }
 
     /// A successful answer in the vendor's terms (see the vendor's constructors for the usual
-    /// shapes; `Reply::answer(W::text("hi"))` in code generic over the vendor).
+    /// shapes, and [`Reply::text`] in code generic over the vendor).
     pub fn answer(answer: W::Answer) -> Self {
         Self::new(ReplyBody::Message(answer))
+    }
+
+    /// A plain text answer.
+    pub fn text(text: impl Into<String>) -> Self {
+        Self::answer(W::text(&text.into()))
     }
 
     /// An HTTP error with a JSON body (e.g. `openai_error`, `anthropic_error`).
@@ -87,12 +92,22 @@ impl<W: MockWire> Reply<W> {
         }
     }
 
-    /// Token usage to report (otherwise estimated as bytes / 4 of request and answer).
-    pub fn usage(mut self, input: u64, output: u64) -> Self {
+    /// The reply with `edit` applied to its answer (errors, raw bodies and hangs stay as they are).
+    pub(crate) fn with_answer(mut self, edit: impl FnOnce(&mut W::Answer)) -> Self {
         if let Some(a) = self.answer_mut() {
-            W::set_usage(a, input, output);
+            edit(a);
         }
         self
+    }
+
+    /// The reply with `edit` applied to its answer's scripted token counts (zeros until set).
+    pub(crate) fn with_usage(self, edit: impl FnOnce(&mut MockUsage)) -> Self {
+        self.with_answer(|a| edit(a.usage_mut()))
+    }
+
+    /// Token usage to report (otherwise estimated as bytes / 4 of request and answer).
+    pub fn usage(self, input: u64, output: u64) -> Self {
+        self.with_answer(|a| a.set_usage(input, output))
     }
 
     /// An extra response header.
@@ -209,6 +224,41 @@ pub(crate) fn split_even(text: &str, n: usize) -> Vec<String> {
 /// The usage a reply reports when none is scripted: about 4 bytes a token of request and answer.
 pub(crate) fn estimated_tokens(bytes: usize) -> u64 {
     (bytes as u64 / 4).max(1)
+}
+
+/// Scripted token counts; each vendor reports the ones its API has.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct MockUsage {
+    pub input: u64,
+    pub output: u64,
+    /// Prompt tokens read from a cache.
+    pub cached: u64,
+    /// Prompt tokens written to a cache (Anthropic).
+    pub cache_creation: u64,
+    /// Reasoning (thought) tokens.
+    pub reasoning: u64,
+}
+
+impl MockUsage {
+    /// Report `input` prompt and `output` completion tokens.
+    pub(crate) fn set(&mut self, input: u64, output: u64) {
+        self.input = input;
+        self.output = output;
+    }
+
+    /// The `scripted` counts, else an estimate from the prompt's size and the answer's
+    /// (`answer_bytes`).
+    pub(crate) fn or_estimate(
+        scripted: Option<MockUsage>,
+        prompt_bytes: usize,
+        answer_bytes: impl FnOnce() -> usize,
+    ) -> MockUsage {
+        scripted.unwrap_or_else(|| MockUsage {
+            input: estimated_tokens(prompt_bytes),
+            output: estimated_tokens(answer_bytes()),
+            ..MockUsage::default()
+        })
+    }
 }
 
 /// Per-answer values of the wires whose objects carry an id and the model (Anthropic, Responses).

@@ -4,9 +4,10 @@
 use std::fmt;
 
 use axum::http::Method;
-use serde_json::Value;
+use serde_json::{json, Value};
 
-use super::MockRequest;
+use super::{MockRequest, MockUsage};
+use crate::sse::sse_frame;
 
 /// What to do with a request, by method and path.
 #[derive(Clone, Debug, PartialEq)]
@@ -34,14 +35,41 @@ pub enum Failure<'a> {
     ShuttingDown,
 }
 
+/// A scripted successful answer in its vendor's terms (text, tool calls, usage, …), and how it
+/// looks on the vendor's wire.
+pub trait MockAnswer: Clone + fmt::Debug + PartialEq + Send + Sync + 'static {
+    /// Per-answer values of the wire objects (id, model, usage estimate, …).
+    type Render;
+
+    /// The answer as one JSON response body.
+    fn message(&self, render: &Self::Render) -> Value;
+
+    /// The answer as stream events, in order.
+    fn events(&self, render: &Self::Render) -> Vec<Value>;
+
+    /// A plain text answer (the default reply is `text("ok")`).
+    fn text(text: &str) -> Self;
+
+    /// The scripted token counts (`None`: estimated from the sizes of prompt and answer).
+    fn scripted_usage(&mut self) -> &mut Option<MockUsage>;
+
+    /// The scripted token counts, zeros until set.
+    fn usage_mut(&mut self) -> &mut MockUsage {
+        self.scripted_usage().get_or_insert_with(MockUsage::default)
+    }
+
+    /// Report `input` prompt and `output` completion tokens (instead of the size estimate).
+    fn set_usage(&mut self, input: u64, output: u64) {
+        self.usage_mut().set(input, output);
+    }
+}
+
 /// One vendor's API as the mock server speaks it. Implemented by the marker types of the vendor
 /// modules ([`crate::openai::OpenAiWire`], [`crate::anthropic::AnthropicWire`]); a new vendor
 /// is one more module with one more impl.
 pub trait MockWire: Clone + fmt::Debug + PartialEq + Send + Sync + 'static {
-    /// A scripted successful answer in the vendor's terms (text, tool calls, usage, …).
-    type Answer: Clone + fmt::Debug + PartialEq + Send + Sync + 'static;
-    /// Per-answer values of the wire objects (id, model, usage estimate, …).
-    type Render;
+    /// A scripted successful answer in the vendor's terms.
+    type Answer: MockAnswer;
 
     /// The vendor's name in messages (`OpenAI`).
     const NAME: &'static str;
@@ -63,13 +91,15 @@ pub trait MockWire: Clone + fmt::Debug + PartialEq + Send + Sync + 'static {
     }
 
     /// A plain text answer (the default reply is `text("ok")`).
-    fn text(text: &str) -> Self::Answer;
+    fn text(text: &str) -> Self::Answer {
+        Self::Answer::text(text)
+    }
 
-    /// Report `input` prompt and `output` completion tokens (instead of the size estimate).
-    fn set_usage(answer: &mut Self::Answer, input: u64, output: u64);
-
-    /// Whether `req` carries `key` the way the vendor expects it.
-    fn authorized(req: &MockRequest, key: &str) -> bool;
+    /// Whether `req` carries `key` the way the vendor expects it; by default as
+    /// `Authorization: Bearer <key>`, OpenAI's scheme.
+    fn authorized(req: &MockRequest, key: &str) -> bool {
+        req.has_bearer(key)
+    }
 
     fn route(method: &Method, path: &str) -> Route;
 
@@ -87,17 +117,16 @@ pub trait MockWire: Clone + fmt::Debug + PartialEq + Send + Sync + 'static {
     fn violations(body: &Value, strict_order: bool) -> Vec<String>;
 
     /// The values of the `n`-th answer served for `request`.
-    fn render(n: u64, request: &Value) -> Self::Render;
+    fn render(n: u64, request: &Value) -> <Self::Answer as MockAnswer>::Render;
 
-    /// The answer as one JSON response body.
-    fn message(answer: &Self::Answer, render: &Self::Render) -> Value;
+    /// One event as a frame of the stream (SSE, or a JSON line); by default a `data:` event.
+    fn frame(event: &Value) -> String {
+        sse_frame(event)
+    }
 
-    /// The answer as stream events, in order.
-    fn events(answer: &Self::Answer, render: &Self::Render) -> Vec<Value>;
-
-    /// One event as a frame of the stream (SSE, or a JSON line).
-    fn frame(event: &Value) -> String;
-
-    /// The event that carries a mid-stream error (`error_after_events`).
-    fn error_event(error: &Value) -> Value;
+    /// The event that carries a mid-stream error (`error_after_events`); by default
+    /// `{"error": error}`.
+    fn error_event(error: &Value) -> Value {
+        json!({ "error": error })
+    }
 }

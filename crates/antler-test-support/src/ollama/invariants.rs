@@ -6,7 +6,7 @@
 
 use serde_json::Value;
 
-use crate::mock::request_messages;
+use crate::mock::{array_items, message_at, request_messages};
 
 /// Every problem in a `/api/chat` request body (empty when well-formed).
 pub fn ollama_violations(body: &Value) -> Vec<String> {
@@ -32,13 +32,7 @@ pub fn ollama_violations(body: &Value) -> Vec<String> {
                 go_kind(other)
             )),
         }
-        for (k, image) in msg
-            .get("images")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .enumerate()
-        {
+        for (k, image) in array_items(msg, "images").enumerate() {
             if image.as_str().is_none_or(|s| s.starts_with("data:")) {
                 out.push(format!(
                     "messages[{i}].images[{k}]: illegal base64 data (a data URL or not a string)"
@@ -47,18 +41,8 @@ pub fn ollama_violations(body: &Value) -> Vec<String> {
         }
         match role {
             "assistant" => {
-                unanswered(
-                    &mut pending,
-                    &mut out,
-                    &format!("messages[{i}] (assistant)"),
-                );
-                for (k, call) in msg
-                    .get("tool_calls")
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                    .enumerate()
-                {
+                unanswered(&mut pending, &mut out, &message_at(i, "assistant"));
+                for (k, call) in array_items(msg, "tool_calls").enumerate() {
                     let name = call
                         .pointer("/function/name")
                         .and_then(Value::as_str)
@@ -87,7 +71,7 @@ pub fn ollama_violations(body: &Value) -> Vec<String> {
                     )),
                 }
             }
-            "user" => unanswered(&mut pending, &mut out, &format!("messages[{i}] (user)")),
+            "user" => unanswered(&mut pending, &mut out, &message_at(i, "user")),
             "system" => {}
             other => out.push(format!("messages[{i}]: invalid role `{other}`")),
         }

@@ -43,7 +43,6 @@ pub type OllamaReply = Reply<OllamaWire>;
 
 impl MockWire for OllamaWire {
     type Answer = OllamaAnswer;
-    type Render = Render;
 
     const NAME: &'static str = "Ollama";
     const BASE_PATH: &'static str = "";
@@ -51,21 +50,9 @@ impl MockWire for OllamaWire {
     const KEEPALIVE: &'static str = "\n";
     const STREAM_CONTENT_TYPE: &'static str = "application/x-ndjson";
 
-    fn text(text: &str) -> OllamaAnswer {
-        OllamaAnswer::new(text, None, Vec::new())
-    }
-
-    fn set_usage(answer: &mut OllamaAnswer, input: u64, output: u64) {
-        answer.usage = Some((input, output));
-    }
-
     /// Ollama streams unless told not to.
     fn is_stream(_path: &str, body: &Value) -> bool {
         body.get("stream").and_then(Value::as_bool).unwrap_or(true)
-    }
-
-    fn authorized(req: &MockRequest, key: &str) -> bool {
-        req.has_bearer(key)
     }
 
     fn route(method: &Method, path: &str) -> Route {
@@ -106,14 +93,6 @@ impl MockWire for OllamaWire {
             model: request_model(request),
             prompt_bytes: prompt_bytes(request, &["messages"]),
         }
-    }
-
-    fn message(answer: &OllamaAnswer, render: &Render) -> Value {
-        answer.response_json(render)
-    }
-
-    fn events(answer: &OllamaAnswer, render: &Render) -> Vec<Value> {
-        answer.lines_json(render)
     }
 
     fn frame(event: &Value) -> String {

@@ -6,7 +6,7 @@
 use serde_json::{json, Map, Value};
 
 use super::OllamaReply;
-use crate::mock::{estimated_tokens, split_text};
+use crate::mock::{split_text, MockAnswer, MockUsage};
 
 /// One tool call of a scripted answer; Ollama sends `arguments` as an object.
 #[derive(Clone, Debug, PartialEq)]
@@ -39,7 +39,7 @@ pub struct OllamaAnswer {
     thinking: Option<String>,
     tool_calls: Vec<OllamaToolCall>,
     /// `(prompt_eval_count, eval_count)`.
-    pub(crate) usage: Option<(u64, u64)>,
+    pub(crate) usage: Option<MockUsage>,
     done_reason: Option<String>,
 }
 
@@ -61,16 +61,16 @@ impl OllamaAnswer {
     }
 
     fn counts(&self, r: &Render) -> (u64, u64) {
-        self.usage.unwrap_or_else(|| {
-            let answer = self.content.len()
+        let u = MockUsage::or_estimate(self.usage, r.prompt_bytes, || {
+            self.content.len()
                 + self.thinking.as_deref().map_or(0, str::len)
                 + self
                     .tool_calls
                     .iter()
                     .map(|c| c.name.len() + c.arguments.to_string().len())
-                    .sum::<usize>();
-            (estimated_tokens(r.prompt_bytes), estimated_tokens(answer))
-        })
+                    .sum::<usize>()
+        });
+        (u.input, u.output)
     }
 
     fn calls_json(&self) -> Value {
@@ -111,8 +111,12 @@ impl OllamaAnswer {
             "eval_duration": 700_000u64,
         })
     }
+}
 
-    pub(crate) fn response_json(&self, r: &Render) -> Value {
+impl MockAnswer for OllamaAnswer {
+    type Render = Render;
+
+    fn message(&self, r: &Render) -> Value {
         let mut message = json!({"role": "assistant", "content": self.content});
         if let Some(t) = &self.thinking {
             message["thinking"] = json!(t);
@@ -123,7 +127,7 @@ impl OllamaAnswer {
         self.done(r, message)
     }
 
-    pub(crate) fn lines_json(&self, r: &Render) -> Vec<Value> {
+    fn events(&self, r: &Render) -> Vec<Value> {
         let mut out = Vec::new();
         for piece in self.thinking.as_deref().map(split_text).unwrap_or_default() {
             out.push(self.line(
@@ -143,15 +147,18 @@ impl OllamaAnswer {
         out.push(self.done(r, json!({"role": "assistant", "content": ""})));
         out
     }
+
+    fn text(text: &str) -> Self {
+        Self::new(text, None, Vec::new())
+    }
+
+    fn scripted_usage(&mut self) -> &mut Option<MockUsage> {
+        &mut self.usage
+    }
 }
 
 /// Constructors and builders in Ollama's terms (the vendor-neutral ones are [`crate::Reply`]'s).
 impl OllamaReply {
-    /// A plain text answer.
-    pub fn text(text: impl Into<String>) -> Self {
-        Self::answer(OllamaAnswer::new(&text.into(), None, Vec::new()))
-    }
-
     /// One tool call without an id (as most Ollama versions send it).
     pub fn tool_call(name: impl Into<String>, arguments: Value) -> Self {
         Self::tool_calls([OllamaToolCall::new(name, arguments)])
@@ -172,11 +179,8 @@ impl OllamaReply {
     }
 
     /// Override `done_reason` (default `stop`).
-    pub fn done_reason(mut self, reason: impl Into<String>) -> Self {
-        if let Some(a) = self.answer_mut() {
-            a.done_reason = Some(reason.into());
-        }
-        self
+    pub fn done_reason(self, reason: impl Into<String>) -> Self {
+        self.with_answer(|a| a.done_reason = Some(reason.into()))
     }
 
     /// `503` "server busy" (Ollama's queue is full).
@@ -190,13 +194,13 @@ impl OllamaReply {
     /// The answer as one response object (`None` for errors, raw bodies and hangs).
     pub fn response(&self, model: &str) -> Option<Value> {
         self.answer_ref()
-            .map(|a| a.response_json(&Render::standalone(model)))
+            .map(|a| a.message(&Render::standalone(model)))
     }
 
     /// The answer as NDJSON lines (`None` for errors, raw bodies and hangs).
     pub fn lines(&self, model: &str) -> Option<Vec<Value>> {
         self.answer_ref()
-            .map(|a| a.lines_json(&Render::standalone(model)))
+            .map(|a| a.events(&Render::standalone(model)))
     }
 }
 

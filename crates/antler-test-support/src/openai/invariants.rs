@@ -6,7 +6,7 @@ use std::collections::HashSet;
 
 use serde_json::Value;
 
-use crate::mock::{request_messages, CallIds};
+use crate::mock::{message_at, request_messages, CallIds};
 
 /// Every pairing problem in a Chat Completions request body (empty when well-formed).
 ///
@@ -35,11 +35,7 @@ pub fn tool_call_violations(body: &Value, strict_order: bool) -> Vec<String> {
         let role = msg.get("role").and_then(Value::as_str).unwrap_or("");
         match role {
             "assistant" => {
-                unanswered(
-                    &mut pending,
-                    &mut out,
-                    &format!("messages[{i}] (assistant)"),
-                );
+                unanswered(&mut pending, &mut out, &message_at(i, "assistant"));
                 let calls = match msg.get("tool_calls") {
                     None | Some(Value::Null) => continue,
                     Some(Value::Array(calls)) => calls,

@@ -9,13 +9,10 @@ mod invariants;
 mod reply;
 
 pub use invariants::tool_call_violations;
-pub(crate) use reply::MockUsage;
 pub use reply::{openai_error, MockToolCall, OpenAiAnswer};
 
-use crate::mock::{
-    prompt_bytes, request_model, Failure, MockRequest, MockServer, MockWire, Reply, Route,
-};
-use crate::sse::{sse_frame, SSE_DONE};
+use crate::mock::{prompt_bytes, request_model, Failure, MockServer, MockWire, Reply, Route};
+use crate::sse::SSE_DONE;
 use reply::Render;
 
 /// OpenAI's answers to the mock's failures (shared by Chat Completions and the Responses API,
@@ -65,24 +62,11 @@ impl MockServer<OpenAiWire> {
 
 impl MockWire for OpenAiWire {
     type Answer = OpenAiAnswer;
-    type Render = Render;
 
     const NAME: &'static str = "OpenAI";
     const BASE_PATH: &'static str = "/v1";
     const KEEPALIVE: &'static str = ": ping\n\n";
     const DONE: Option<&'static str> = Some(SSE_DONE);
-
-    fn text(text: &str) -> OpenAiAnswer {
-        OpenAiAnswer::new(Some(text.to_owned()), None, Vec::new())
-    }
-
-    fn set_usage(answer: &mut OpenAiAnswer, input: u64, output: u64) {
-        answer.usage_mut().set(input, output);
-    }
-
-    fn authorized(req: &MockRequest, key: &str) -> bool {
-        req.has_bearer(key)
-    }
 
     fn route(method: &Method, path: &str) -> Route {
         if method == Method::GET && path.ends_with("/models") {
@@ -119,21 +103,5 @@ impl MockWire for OpenAiWire {
                 .and_then(Value::as_bool)
                 .unwrap_or(false),
         }
-    }
-
-    fn message(answer: &OpenAiAnswer, render: &Render) -> Value {
-        answer.completion_json(render)
-    }
-
-    fn events(answer: &OpenAiAnswer, render: &Render) -> Vec<Value> {
-        answer.chunks_json(render)
-    }
-
-    fn frame(event: &Value) -> String {
-        sse_frame(event)
-    }
-
-    fn error_event(error: &Value) -> Value {
-        json!({ "error": error })
     }
 }

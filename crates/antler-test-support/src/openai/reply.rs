@@ -6,7 +6,7 @@
 use serde_json::{json, Map, Value};
 
 use super::MockReply;
-use crate::mock::{estimated_tokens, split_even, split_text};
+use crate::mock::{split_even, split_text, MockAnswer, MockUsage};
 
 /// One tool call of a scripted answer.
 #[derive(Clone, Debug, PartialEq)]
@@ -46,23 +46,6 @@ fn arguments_text(args: Value) -> String {
     }
 }
 
-/// Scripted token counts in OpenAI's terms (Chat Completions and the Responses API alike).
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub(crate) struct MockUsage {
-    pub input: u64,
-    pub output: u64,
-    pub cached: u64,
-    pub reasoning: u64,
-}
-
-impl MockUsage {
-    /// Report `input` prompt and `output` completion tokens.
-    pub(crate) fn set(&mut self, input: u64, output: u64) {
-        self.input = input;
-        self.output = output;
-    }
-}
-
 /// A scripted assistant message in OpenAI's terms.
 #[derive(Clone, Debug, PartialEq)]
 pub struct OpenAiAnswer {
@@ -88,24 +71,15 @@ impl OpenAiAnswer {
         }
     }
 
-    pub(crate) fn usage_mut(&mut self) -> &mut MockUsage {
-        self.usage.get_or_insert_with(MockUsage::default)
-    }
-
     fn usage_json(&self, r: &Render) -> Value {
-        let u = self.usage.unwrap_or_else(|| {
-            let answer = self.content.as_deref().map_or(0, str::len)
+        let u = MockUsage::or_estimate(self.usage, r.prompt_bytes, || {
+            self.content.as_deref().map_or(0, str::len)
                 + self.reasoning.as_deref().map_or(0, str::len)
                 + self
                     .tool_calls
                     .iter()
                     .map(|c| c.name.len() + c.arguments.len())
-                    .sum::<usize>();
-            MockUsage {
-                input: estimated_tokens(r.prompt_bytes),
-                output: estimated_tokens(answer),
-                ..MockUsage::default()
-            }
+                    .sum::<usize>()
         });
         json!({
             "prompt_tokens": u.input,
@@ -128,8 +102,12 @@ impl OpenAiAnswer {
             None => "stop",
         }
     }
+}
 
-    pub(crate) fn completion_json(&self, r: &Render) -> Value {
+impl MockAnswer for OpenAiAnswer {
+    type Render = Render;
+
+    fn message(&self, r: &Render) -> Value {
         let mut message = Map::new();
         message.insert("role".into(), json!("assistant"));
         message.insert("content".into(), json!(self.content));
@@ -172,7 +150,7 @@ impl OpenAiAnswer {
         })
     }
 
-    pub(crate) fn chunks_json(&self, r: &Render) -> Vec<Value> {
+    fn events(&self, r: &Render) -> Vec<Value> {
         let chunk = |delta: Value, finish: Value| {
             let mut c = json!({
                 "id": r.id,
@@ -235,6 +213,14 @@ impl OpenAiAnswer {
         }
         out
     }
+
+    fn text(text: &str) -> Self {
+        Self::new(Some(text.to_owned()), None, Vec::new())
+    }
+
+    fn scripted_usage(&mut self) -> &mut Option<MockUsage> {
+        &mut self.usage
+    }
 }
 
 /// Constructors and builders in OpenAI's terms (the vendor-neutral ones are [`crate::Reply`]'s).
@@ -245,11 +231,6 @@ impl MockReply {
         tool_calls: Vec<MockToolCall>,
     ) -> Self {
         Self::answer(OpenAiAnswer::new(content, reasoning, tool_calls))
-    }
-
-    /// A plain text answer.
-    pub fn text(text: impl Into<String>) -> Self {
-        Self::message(Some(text.into()), None, Vec::new())
     }
 
     /// One tool call (`args`: see [`MockToolCall::new`]).
@@ -274,32 +255,19 @@ impl MockReply {
         Self::message(Some(text.into()), Some(reasoning.into()), Vec::new())
     }
 
-    fn usage_mut(&mut self) -> Option<&mut MockUsage> {
-        self.answer_mut().map(|a| a.usage_mut())
-    }
-
     /// `prompt_tokens_details.cached_tokens`.
-    pub fn cached_tokens(mut self, n: u64) -> Self {
-        if let Some(u) = self.usage_mut() {
-            u.cached = n;
-        }
-        self
+    pub fn cached_tokens(self, n: u64) -> Self {
+        self.with_usage(|u| u.cached = n)
     }
 
     /// `completion_tokens_details.reasoning_tokens`.
-    pub fn reasoning_tokens(mut self, n: u64) -> Self {
-        if let Some(u) = self.usage_mut() {
-            u.reasoning = n;
-        }
-        self
+    pub fn reasoning_tokens(self, n: u64) -> Self {
+        self.with_usage(|u| u.reasoning = n)
     }
 
     /// Override the finish reason (default `stop`, or `tool_calls` when calling tools).
-    pub fn finish_reason(mut self, reason: impl Into<String>) -> Self {
-        if let Some(a) = self.answer_mut() {
-            a.finish_reason = Some(reason.into());
-        }
-        self
+    pub fn finish_reason(self, reason: impl Into<String>) -> Self {
+        self.with_answer(|a| a.finish_reason = Some(reason.into()))
     }
 
     /// Streams: send `n` chunks, then go silent ([`crate::Reply::stall_after_events`]).
@@ -322,14 +290,14 @@ impl MockReply {
     /// The answer as a `chat.completion` object (`None` for errors, raw bodies and hangs).
     pub fn chat_completion(&self, model: &str) -> Option<Value> {
         self.answer_ref()
-            .map(|a| a.completion_json(&Render::standalone(model, false)))
+            .map(|a| a.message(&Render::standalone(model, false)))
     }
 
     /// The answer as `chat.completion.chunk` objects, with the trailing usage chunk when
     /// `include_usage` (`None` for errors, raw bodies and hangs).
     pub fn chunks(&self, model: &str, include_usage: bool) -> Option<Vec<Value>> {
         self.answer_ref()
-            .map(|a| a.chunks_json(&Render::standalone(model, include_usage)))
+            .map(|a| a.events(&Render::standalone(model, include_usage)))
     }
 }
 

@@ -26,7 +26,8 @@ pub use invariants::responses_violations;
 pub use reply::{ResponsesAnswer, ResponsesItem};
 
 use crate::mock::{
-    prompt_bytes, request_model, Failure, MockRequest, MockServer, MockWire, Reply, Route,
+    array_items, prompt_bytes, request_model, Failure, MockRequest, MockServer, MockWire, Reply,
+    Route,
 };
 use crate::openai::{openai_error, openai_failure};
 use reply::Render;
@@ -43,23 +44,10 @@ pub type ResponsesReply = Reply<ResponsesWire>;
 
 impl MockWire for ResponsesWire {
     type Answer = ResponsesAnswer;
-    type Render = Render;
 
     const NAME: &'static str = "OpenAI Responses";
     const BASE_PATH: &'static str = "/v1";
     const KEEPALIVE: &'static str = ": keep-alive\n\n";
-
-    fn text(text: &str) -> ResponsesAnswer {
-        ResponsesAnswer::new(vec![ResponsesItem::text(text)])
-    }
-
-    fn set_usage(answer: &mut ResponsesAnswer, input: u64, output: u64) {
-        answer.usage_mut().set(input, output);
-    }
-
-    fn authorized(req: &MockRequest, key: &str) -> bool {
-        req.has_bearer(key)
-    }
 
     fn route(method: &Method, path: &str) -> Route {
         if method == Method::POST && path.ends_with("/responses") {
@@ -87,13 +75,7 @@ impl MockWire for ResponsesWire {
         if body.get("max_tokens").is_some() {
             return invalid("Unsupported parameter: 'max_tokens'. In the Responses API, this parameter has moved to 'max_output_tokens'.".into());
         }
-        for (i, tool) in body
-            .get("tools")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .enumerate()
-        {
+        for (i, tool) in array_items(body, "tools").enumerate() {
             if tool.get("type").and_then(Value::as_str) == Some("function")
                 && tool.get("name").and_then(Value::as_str).is_none()
             {
@@ -113,14 +95,6 @@ impl MockWire for ResponsesWire {
             model: request_model(request),
             prompt_bytes: prompt_bytes(request, &["input", "instructions"]),
         }
-    }
-
-    fn message(answer: &ResponsesAnswer, render: &Render) -> Value {
-        answer.response_json(render)
-    }
-
-    fn events(answer: &ResponsesAnswer, render: &Render) -> Vec<Value> {
-        answer.events_json(render)
     }
 
     fn frame(event: &Value) -> String {

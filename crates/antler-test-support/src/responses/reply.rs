@@ -9,8 +9,7 @@ use serde_json::{json, Value};
 
 use super::ResponsesReply;
 pub(crate) use crate::mock::IdRender as Render;
-use crate::mock::{estimated_tokens, split_even, split_text};
-use crate::openai::MockUsage;
+use crate::mock::{split_even, split_text, MockAnswer, MockUsage};
 
 /// One output item of a scripted answer.
 #[derive(Clone, Debug, PartialEq)]
@@ -123,15 +122,9 @@ impl ResponsesAnswer {
         }
     }
 
-    pub(crate) fn usage_mut(&mut self) -> &mut MockUsage {
-        self.usage.get_or_insert_with(MockUsage::default)
-    }
-
     fn usage_json(&self, r: &Render) -> Value {
-        let u = self.usage.unwrap_or_else(|| MockUsage {
-            input: estimated_tokens(r.prompt_bytes),
-            output: estimated_tokens(self.items.iter().map(ResponsesItem::len).sum()),
-            ..MockUsage::default()
+        let u = MockUsage::or_estimate(self.usage, r.prompt_bytes, || {
+            self.items.iter().map(ResponsesItem::len).sum()
         });
         json!({
             "input_tokens": u.input,
@@ -141,8 +134,12 @@ impl ResponsesAnswer {
             "total_tokens": u.input + u.output,
         })
     }
+}
 
-    pub(crate) fn response_json(&self, r: &Render) -> Value {
+impl MockAnswer for ResponsesAnswer {
+    type Render = Render;
+
+    fn message(&self, r: &Render) -> Value {
         let output: Vec<Value> = self
             .items
             .iter()
@@ -167,9 +164,9 @@ impl ResponsesAnswer {
         })
     }
 
-    pub(crate) fn events_json(&self, r: &Render) -> Vec<Value> {
+    fn events(&self, r: &Render) -> Vec<Value> {
         let mut out: Vec<Value> = Vec::new();
-        let mut shell = self.response_json(r);
+        let mut shell = self.message(r);
         shell["status"] = json!("in_progress");
         shell["output"] = json!([]);
         shell["usage"] = Value::Null;
@@ -218,11 +215,19 @@ impl ResponsesAnswer {
         } else {
             "response.completed"
         };
-        out.push(json!({"type": last, "response": self.response_json(r)}));
+        out.push(json!({"type": last, "response": self.message(r)}));
         for (seq, event) in out.iter_mut().enumerate() {
             event["sequence_number"] = json!(seq);
         }
         out
+    }
+
+    fn text(text: &str) -> Self {
+        Self::new(vec![ResponsesItem::text(text)])
+    }
+
+    fn scripted_usage(&mut self) -> &mut Option<MockUsage> {
+        &mut self.usage
     }
 }
 
@@ -232,11 +237,6 @@ impl ResponsesReply {
     /// A response made of `items`, in order.
     pub fn items(items: impl IntoIterator<Item = ResponsesItem>) -> Self {
         Self::answer(ResponsesAnswer::new(items.into_iter().collect()))
-    }
-
-    /// A plain text answer.
-    pub fn text(text: impl Into<String>) -> Self {
-        Self::items([ResponsesItem::text(text)])
     }
 
     /// One function call (`args`: see [`ResponsesItem::function_call`]).
@@ -258,32 +258,27 @@ impl ResponsesReply {
 
     /// Status `incomplete` with `incomplete_details.reason` (`max_output_tokens`,
     /// `content_filter`).
-    pub fn incomplete(mut self, reason: impl Into<String>) -> Self {
-        if let Some(a) = self.answer_mut() {
-            a.incomplete = Some(reason.into());
-        }
-        self
+    pub fn incomplete(self, reason: impl Into<String>) -> Self {
+        self.with_answer(|a| a.incomplete = Some(reason.into()))
     }
 
     /// `input_tokens_details.cached_tokens` and `output_tokens_details.reasoning_tokens`.
-    pub fn cached_and_reasoning_tokens(mut self, cached: u64, reasoning: u64) -> Self {
-        if let Some(a) = self.answer_mut() {
-            let u = a.usage_mut();
+    pub fn cached_and_reasoning_tokens(self, cached: u64, reasoning: u64) -> Self {
+        self.with_usage(|u| {
             u.cached = cached;
             u.reasoning = reasoning;
-        }
-        self
+        })
     }
 
     /// The answer as a `response` object (`None` for errors, raw bodies and hangs).
     pub fn response(&self, model: &str) -> Option<Value> {
         self.answer_ref()
-            .map(|a| a.response_json(&Render::standalone("resp_mock", model)))
+            .map(|a| a.message(&Render::standalone("resp_mock", model)))
     }
 
     /// The answer as stream events (`None` for errors, raw bodies and hangs).
     pub fn events(&self, model: &str) -> Option<Vec<Value>> {
         self.answer_ref()
-            .map(|a| a.events_json(&Render::standalone("resp_mock", model)))
+            .map(|a| a.events(&Render::standalone("resp_mock", model)))
     }
 }

@@ -23,8 +23,8 @@ use serde_json::Value;
 
 use super::{AnthropicOptions, DEFAULT_MAX_TOKENS};
 use crate::providers::mapping::{
-    self, answered_invalid_calls, base64_data_url, block_type, drop_keys, end_body, image_data,
-    image_url, merge_settings, non_blank, push_turn, serialize_tools, ToolSchema, TurnRole,
+    self, answered_invalid_calls, base64_data_url, block_type, call_fields, end_body, image_data,
+    image_url, insert_some, non_blank, push_turn, serialize_tools, ToolSchema, TurnRole,
 };
 use crate::{ChatRequest, ModelError};
 
@@ -115,22 +115,15 @@ fn params(
     model: &str,
     req: &ChatRequest<'_>,
 ) -> Result<Params, ModelError> {
-    let mut p = Object::new();
-    if let Some(t) = options.temperature {
-        p.insert("temperature".into(), Value::from(t));
-    }
-    if let Some(m) = options.max_tokens {
-        p.insert("max_tokens".into(), Value::from(m));
-    }
-    if let Some(t) = options.thinking.as_ref().filter(|t| !t.is_null()) {
-        p.insert("thinking".into(), t.clone());
-    }
-    for (k, v) in &options.extra {
-        p.insert(k.clone(), v.clone());
-    }
-    merge_settings(&mut p, req.settings);
-    drop_keys(
-        &mut p,
+    let mut configured = Object::new();
+    insert_some(&mut configured, "temperature", options.temperature);
+    insert_some(&mut configured, "max_tokens", options.max_tokens);
+    let thinking = options.thinking.as_ref().filter(|t| !t.is_null());
+    insert_some(&mut configured, "thinking", thinking.cloned());
+    let mut p = call_fields(
+        configured,
+        &options.extra,
+        req.settings,
         RESERVED_KEYS.into_iter().chain(FOREIGN_KEYS),
         "dropping a body field the Anthropic adapter owns or the API rejects",
     );
@@ -386,8 +379,13 @@ fn image_source(url: &str) -> Option<ImageSource<'_>> {
     (url.starts_with("https://") || url.starts_with("http://")).then_some(ImageSource::Url(url))
 }
 
-/// Blocks of human content or of a tool result's block content.
-fn user_blocks<'a>(content: &'a Content, out: &mut Vec<Block<'a>>) {
+/// Walks `content` in order: non-blank text (the whole content, or a string item) becomes a
+/// text block, a `text` block with non-blank text is kept, other object blocks go to `other`.
+fn content_blocks<'a>(
+    content: &'a Content,
+    out: &mut Vec<Block<'a>>,
+    mut other: impl FnMut(&'a Object, &mut Vec<Block<'a>>),
+) {
     let blocks = match content {
         Content::Text(t) => {
             if !t.trim().is_empty() {
@@ -398,59 +396,60 @@ fn user_blocks<'a>(content: &'a Content, out: &mut Vec<Block<'a>>) {
         Content::Blocks(blocks) => blocks,
     };
     for block in blocks {
-        let obj = match block {
-            Value::String(t) if !t.trim().is_empty() => {
-                out.push(Block::Text(t));
-                continue;
-            }
-            Value::Object(obj) => obj,
-            _ => continue,
-        };
-        match block_type(obj) {
-            "text" => {
-                if non_blank(obj.get("text")).is_some() {
-                    out.push(Block::Pick(obj, TEXT_KEYS));
+        match block {
+            Value::String(t) if !t.trim().is_empty() => out.push(Block::Text(t)),
+            Value::Object(obj) => match block_type(obj) {
+                "text" => {
+                    out.extend(non_blank(obj.get("text")).map(|_| Block::Pick(obj, TEXT_KEYS)))
                 }
-            }
-            "output_text" => {
-                if let Some(t) = non_blank(obj.get("text")) {
-                    out.push(Block::Text(t));
-                }
-            }
-            "image_url" => {
-                let url = image_url(obj);
-                match url.and_then(image_source) {
-                    Some(source) => out.push(Block::Image(source)),
-                    None => tracing::debug!("dropping an image_url block without a usable url"),
-                }
-            }
-            "image" if obj.contains_key("source") => out.push(Block::Pick(obj, IMAGE_KEYS)),
-            "image" => {
-                // LangChain's standard image block: base64 data + mime type, or a URL.
-                let data = image_data(obj);
-                let mime = obj.get("mime_type").and_then(Value::as_str);
-                match (data, mime, obj.get("url").and_then(Value::as_str)) {
-                    (Some(data), Some(media_type), _) => {
-                        out.push(Block::Image(ImageSource::Base64 { media_type, data }));
-                    }
-                    (_, _, Some(url)) => match image_source(url) {
-                        Some(source) => out.push(Block::Image(source)),
-                        None => out.push(Block::Verbatim(obj)),
-                    },
-                    _ => out.push(Block::Verbatim(obj)),
-                }
-            }
-            // Model-side blocks have no place in a user turn.
-            "thinking" | "redacted_thinking" | "reasoning" | "reasoning_content" | "tool_use"
-            | "tool_call" | "tool_result" => {
-                tracing::debug!(
-                    kind = block_type(obj),
-                    "dropping a model-side block from user content"
-                );
-            }
-            _ => out.push(Block::Verbatim(obj)),
+                _ => other(obj, out),
+            },
+            _ => {}
         }
     }
+}
+
+/// Blocks of human content or of a tool result's block content.
+fn user_blocks<'a>(content: &'a Content, out: &mut Vec<Block<'a>>) {
+    content_blocks(content, out, |obj, out| match block_type(obj) {
+        "output_text" => {
+            if let Some(t) = non_blank(obj.get("text")) {
+                out.push(Block::Text(t));
+            }
+        }
+        "image_url" => {
+            let url = image_url(obj);
+            match url.and_then(image_source) {
+                Some(source) => out.push(Block::Image(source)),
+                None => tracing::debug!("dropping an image_url block without a usable url"),
+            }
+        }
+        "image" if obj.contains_key("source") => out.push(Block::Pick(obj, IMAGE_KEYS)),
+        "image" => {
+            // LangChain's standard image block: base64 data + mime type, or a URL.
+            let data = image_data(obj);
+            let mime = obj.get("mime_type").and_then(Value::as_str);
+            match (data, mime, obj.get("url").and_then(Value::as_str)) {
+                (Some(data), Some(media_type), _) => {
+                    out.push(Block::Image(ImageSource::Base64 { media_type, data }));
+                }
+                (_, _, Some(url)) => match image_source(url) {
+                    Some(source) => out.push(Block::Image(source)),
+                    None => out.push(Block::Verbatim(obj)),
+                },
+                _ => out.push(Block::Verbatim(obj)),
+            }
+        }
+        // Model-side blocks have no place in a user turn.
+        "thinking" | "redacted_thinking" | "reasoning" | "reasoning_content" | "tool_use"
+        | "tool_call" | "tool_result" => {
+            tracing::debug!(
+                kind = block_type(obj),
+                "dropping a model-side block from user content"
+            );
+        }
+        _ => out.push(Block::Verbatim(obj)),
+    });
 }
 
 /// An assistant message's blocks: content in order (a `tool_use` block only for a call still in
@@ -477,49 +476,25 @@ fn assistant_blocks<'a>(
             });
         }
     };
-    match &ai.content {
-        Content::Text(t) => {
-            if !t.trim().is_empty() {
-                out.push(Block::Text(t));
+    content_blocks(&ai.content, out, |obj, out| match block_type(obj) {
+        "thinking" => {
+            if non_blank(obj.get("signature")).is_some() {
+                out.push(Block::Pick(obj, THINKING_KEYS));
+            } else {
+                tracing::debug!("dropping a thinking block without a signature");
             }
         }
-        Content::Blocks(blocks) => {
-            for block in blocks {
-                let obj = match block {
-                    Value::String(t) if !t.trim().is_empty() => {
-                        out.push(Block::Text(t));
-                        continue;
-                    }
-                    Value::Object(obj) => obj,
-                    _ => continue,
-                };
-                match block_type(obj) {
-                    "text" => {
-                        if non_blank(obj.get("text")).is_some() {
-                            out.push(Block::Pick(obj, TEXT_KEYS));
-                        }
-                    }
-                    "thinking" => {
-                        if non_blank(obj.get("signature")).is_some() {
-                            out.push(Block::Pick(obj, THINKING_KEYS));
-                        } else {
-                            tracing::debug!("dropping a thinking block without a signature");
-                        }
-                    }
-                    "redacted_thinking" => out.push(Block::Pick(obj, REDACTED_THINKING_KEYS)),
-                    "tool_use" => {
-                        if let Some(id) = obj.get("id").and_then(Value::as_str) {
-                            use_call(id, out);
-                        }
-                    }
-                    // Other providers' reasoning and call shapes; images are not model output.
-                    "reasoning" | "reasoning_content" | "tool_call" | "function_call"
-                    | "image_url" | "tool_result" => {}
-                    _ => out.push(Block::Verbatim(obj)),
-                }
+        "redacted_thinking" => out.push(Block::Pick(obj, REDACTED_THINKING_KEYS)),
+        "tool_use" => {
+            if let Some(id) = obj.get("id").and_then(Value::as_str) {
+                use_call(id, out);
             }
         }
-    }
+        // Other providers' reasoning and call shapes; images are not model output.
+        "reasoning" | "reasoning_content" | "tool_call" | "function_call" | "image_url"
+        | "tool_result" => {}
+        _ => out.push(Block::Verbatim(obj)),
+    });
     for (call, done) in ai.tool_calls.iter().zip(&used) {
         if !done {
             out.push(Block::ToolUse {

@@ -10,25 +10,22 @@
 //! input. antler adds `additional_kwargs.reasoning_content` (the thinking text, which the UI
 //! shows) and a `finish_reason` mapped to OpenAI's vocabulary next to Anthropic's `stop_reason`.
 
-use antler_protocol::{AiMessage, Content, InvalidToolCall, Object, ToolCall, UsageMetadata};
+use antler_protocol::{AiMessage, Content, Object, UsageMetadata};
 use serde::Deserialize;
 use serde_json::Value;
 
 use crate::providers::mapping::{
-    check_kind, decode_json, ensure_call_id, error_description, error_in_answer, response_metadata,
+    answer_message, check_kind, decode_json, ensure_call_id, error_description, error_in_answer,
+    reasoning_kwargs, response_metadata, token_details, Calls,
 };
 use crate::ModelError;
 
 /// Anthropic's `usage` object. Every field is optional: stream events carry partial copies.
 #[derive(Clone, Debug, Default, Deserialize)]
 pub(crate) struct WireUsage {
-    #[serde(default)]
     input_tokens: Option<u64>,
-    #[serde(default)]
     output_tokens: Option<u64>,
-    #[serde(default)]
     cache_creation_input_tokens: Option<u64>,
-    #[serde(default)]
     cache_read_input_tokens: Option<u64>,
 }
 
@@ -59,15 +56,11 @@ impl WireUsage {
         let creation = self.cache_creation_input_tokens;
         let input = self.input_tokens.unwrap_or(0) + read.unwrap_or(0) + creation.unwrap_or(0);
         let output = self.output_tokens.unwrap_or(0);
-        let mut details = Object::new();
-        if let Some(n) = read {
-            details.insert("cache_read".into(), Value::from(n));
-        }
-        if let Some(n) = creation {
-            details.insert("cache_creation".into(), Value::from(n));
-        }
         UsageMetadata {
-            input_token_details: (!details.is_empty()).then_some(details),
+            input_token_details: token_details([
+                ("cache_read", read),
+                ("cache_creation", creation),
+            ]),
             ..UsageMetadata::new(input, output)
         }
     }
@@ -112,8 +105,7 @@ fn block_type(block: &Value) -> Option<&str> {
 
 impl Parts {
     pub(crate) fn into_message(mut self, message_id: &str, default_model: &str) -> AiMessage {
-        let mut tool_calls = Vec::new();
-        let mut invalid_tool_calls = Vec::new();
+        let mut calls = Calls::default();
         let mut reasoning = String::new();
         let mut plain_text = true;
         for (pos, block) in self.blocks.iter_mut().enumerate() {
@@ -137,43 +129,26 @@ impl Parts {
                         .map(str::to_owned);
                     let bad = self.bad_inputs.iter().find(|b| b.block == pos);
                     match (obj.get("input"), name, bad) {
-                        (_, name, Some(bad)) => invalid_tool_calls.push(InvalidToolCall {
-                            kind: "invalid_tool_call".into(),
-                            id,
-                            name,
-                            args: Some(bad.raw.clone()),
-                            error: Some(bad.error.clone()),
-                        }),
-                        (Some(Value::Object(args)), Some(name), None) => {
-                            tool_calls.push(ToolCall {
-                                name,
-                                args: args.clone(),
-                                id,
-                                kind: "tool_call".into(),
-                            })
+                        (_, name, Some(bad)) => {
+                            calls.invalid(id, name, Some(bad.raw.clone()), bad.error.clone())
                         }
-                        (None | Some(Value::Null), Some(name), None) => tool_calls.push(ToolCall {
-                            name,
-                            args: Object::new(),
-                            id,
-                            kind: "tool_call".into(),
-                        }),
+                        (Some(Value::Object(args)), Some(name), None) => {
+                            calls.valid(id, name, args.clone())
+                        }
+                        (None | Some(Value::Null), Some(name), None) => {
+                            calls.valid(id, name, Object::new())
+                        }
                         (input, name, None) => {
                             let error = if name.is_none() {
                                 "tool_use has no name"
                             } else {
                                 "tool_use input is not a JSON object"
                             };
-                            invalid_tool_calls.push(InvalidToolCall {
-                                kind: "invalid_tool_call".into(),
-                                id,
-                                name,
-                                args: input.map(|i| match i {
-                                    Value::String(s) => s.clone(),
-                                    other => other.to_string(),
-                                }),
-                                error: Some(error.into()),
+                            let raw = input.map(|i| match i {
+                                Value::String(s) => s.clone(),
+                                other => other.to_string(),
                             });
+                            calls.invalid(id, name, raw, error);
                         }
                     }
                 }
@@ -192,11 +167,6 @@ impl Parts {
             Content::Blocks(self.blocks)
         };
 
-        let mut additional_kwargs = Object::new();
-        if !reasoning.is_empty() {
-            additional_kwargs.insert("reasoning_content".into(), Value::String(reasoning));
-        }
-
         let mut response_metadata = response_metadata(
             self.stop_reason.as_deref().map(finish_reason),
             self.model,
@@ -212,16 +182,9 @@ impl Parts {
             self.stop_sequence.map_or(Value::Null, Value::String),
         );
 
-        AiMessage {
-            content,
-            additional_kwargs,
-            response_metadata,
-            name: None,
-            id: Some(message_id.to_owned()),
-            tool_calls,
-            invalid_tool_calls,
-            usage_metadata: self.usage.map(WireUsage::into_usage),
-        }
+        let usage = self.usage.map(WireUsage::into_usage);
+        let kwargs = reasoning_kwargs(reasoning);
+        answer_message(message_id, content, kwargs, response_metadata, calls, usage)
     }
 }
 
@@ -230,19 +193,12 @@ impl Parts {
 struct WireMessage {
     #[serde(default, rename = "type")]
     kind: Option<String>,
-    #[serde(default)]
     id: Option<String>,
-    #[serde(default)]
     model: Option<String>,
-    #[serde(default)]
     content: Option<Vec<Value>>,
-    #[serde(default)]
     stop_reason: Option<String>,
-    #[serde(default)]
     stop_sequence: Option<String>,
-    #[serde(default)]
     usage: Option<WireUsage>,
-    #[serde(default)]
     error: Option<Value>,
 }
 

@@ -40,8 +40,8 @@ pub struct Fold<'a> {
     usage: Option<WireUsage>,
 }
 
-impl<'a> Fold<'a> {
-    pub(crate) fn new(message_id: &'a str) -> Self {
+impl<'a> From<&'a str> for Fold<'a> {
+    fn from(message_id: &'a str) -> Self {
         Fold {
             message_id,
             blocks: BTreeMap::new(),
@@ -53,7 +53,9 @@ impl<'a> Fold<'a> {
             usage: None,
         }
     }
+}
 
+impl Fold<'_> {
     fn on_usage(&mut self, usage: Value) {
         match serde_json::from_value::<WireUsage>(usage) {
             Ok(u) => match &mut self.usage {

@@ -220,8 +220,4 @@ impl WireFormat for Gemini {
     fn decode(body: &[u8], message_id: &str, model: &str) -> Result<AiMessage, ModelError> {
         response::parse_response(body, message_id, model)
     }
-
-    fn fold(message_id: &str) -> stream::Fold<'_> {
-        stream::Fold::new(message_id)
-    }
 }

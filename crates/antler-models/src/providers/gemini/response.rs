@@ -4,13 +4,14 @@
 //! response, the streaming path accumulates them from the chunks. So a streamed answer folds into
 //! the message the same answer gives unstreamed.
 
-use antler_protocol::{AiMessage, Content, InvalidToolCall, Object, ToolCall, UsageMetadata};
+use antler_protocol::{AiMessage, Content, Object, UsageMetadata};
 use serde::Deserialize;
 use serde_json::Value;
 
 use super::THOUGHT_SIGNATURES_KEY;
 use crate::providers::mapping::{
-    decode_json, error_description, error_in_answer, response_metadata,
+    answer_message, call_id_or_new, decode_json, error_description, error_in_answer,
+    reasoning_kwargs, response_metadata, token_details, Calls,
 };
 use crate::ModelError;
 
@@ -18,15 +19,10 @@ use crate::ModelError;
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct WireUsage {
-    #[serde(default)]
     prompt_token_count: Option<u64>,
-    #[serde(default)]
     candidates_token_count: Option<u64>,
-    #[serde(default)]
     total_token_count: Option<u64>,
-    #[serde(default)]
     thoughts_token_count: Option<u64>,
-    #[serde(default)]
     cached_content_token_count: Option<u64>,
 }
 
@@ -41,16 +37,9 @@ impl WireUsage {
         if let Some(total) = self.total_token_count {
             usage.total_tokens = total;
         }
-        if let Some(n) = self.cached_content_token_count {
-            let mut d = Object::new();
-            d.insert("cache_read".into(), Value::from(n));
-            usage.input_token_details = Some(d);
-        }
-        if let Some(n) = thoughts {
-            let mut d = Object::new();
-            d.insert("reasoning".into(), Value::from(n));
-            usage.output_token_details = Some(d);
-        }
+        usage.input_token_details =
+            token_details([("cache_read", self.cached_content_token_count)]);
+        usage.output_token_details = token_details([("reasoning", thoughts)]);
         usage
     }
 }
@@ -58,60 +47,42 @@ impl WireUsage {
 /// One `GenerateContentResponse` (a whole answer, or one stream chunk).
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct WireResponse {
-    #[serde(default)]
-    pub candidates: Option<Vec<WireCandidate>>,
-    #[serde(default)]
-    pub prompt_feedback: Option<Value>,
-    #[serde(default)]
-    pub usage_metadata: Option<WireUsage>,
-    #[serde(default)]
-    pub model_version: Option<String>,
-    #[serde(default)]
-    pub response_id: Option<String>,
-    #[serde(default)]
-    pub error: Option<Value>,
+pub struct WireResponse {
+    pub(crate) candidates: Option<Vec<WireCandidate>>,
+    pub(crate) prompt_feedback: Option<Value>,
+    pub(crate) usage_metadata: Option<WireUsage>,
+    pub(crate) model_version: Option<String>,
+    pub(crate) response_id: Option<String>,
+    pub(crate) error: Option<Value>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct WireCandidate {
-    #[serde(default)]
     pub content: Option<WireContent>,
-    #[serde(default)]
     pub finish_reason: Option<String>,
-    #[serde(default)]
     pub finish_message: Option<String>,
-    #[serde(default)]
     pub safety_ratings: Option<Value>,
 }
 
 #[derive(Debug, Deserialize)]
 pub(crate) struct WireContent {
-    #[serde(default)]
     pub parts: Option<Vec<WirePart>>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct WirePart {
-    #[serde(default)]
     pub text: Option<String>,
-    #[serde(default)]
     pub thought: Option<bool>,
-    #[serde(default)]
     pub function_call: Option<WireCall>,
-    #[serde(default)]
     pub thought_signature: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
 pub(crate) struct WireCall {
-    #[serde(default)]
     pub id: Option<String>,
-    #[serde(default)]
     pub name: Option<String>,
-    #[serde(default)]
     pub args: Option<Value>,
 }
 
@@ -126,12 +97,8 @@ pub(crate) struct Call {
 
 impl Call {
     pub(crate) fn new(call: WireCall, signature: Option<String>) -> Self {
-        let id = call
-            .id
-            .filter(|id| !id.is_empty())
-            .unwrap_or_else(|| format!("call_{}", uuid::Uuid::new_v4().simple()));
         Call {
-            id,
+            id: call_id_or_new(call.id),
             name: call.name.filter(|n| !n.is_empty()),
             args: call.args,
             signature,
@@ -141,17 +108,17 @@ impl Call {
 
 /// Everything the final message is built from.
 #[derive(Debug, Default)]
-pub(crate) struct Parts {
-    pub text: String,
-    pub thoughts: String,
-    pub calls: Vec<Call>,
-    pub finish_reason: Option<String>,
-    pub finish_message: Option<String>,
-    pub safety_ratings: Option<Value>,
-    pub prompt_feedback: Option<Value>,
-    pub model_version: Option<String>,
-    pub response_id: Option<String>,
-    pub usage: Option<WireUsage>,
+pub struct Parts {
+    pub(crate) text: String,
+    pub(crate) thoughts: String,
+    pub(crate) calls: Vec<Call>,
+    pub(crate) finish_reason: Option<String>,
+    pub(crate) finish_message: Option<String>,
+    pub(crate) safety_ratings: Option<Value>,
+    pub(crate) prompt_feedback: Option<Value>,
+    pub(crate) model_version: Option<String>,
+    pub(crate) response_id: Option<String>,
+    pub(crate) usage: Option<WireUsage>,
 }
 
 impl Parts {
@@ -200,19 +167,11 @@ impl Parts {
 
     /// The answer is complete: a finish reason, or the prompt was blocked.
     pub(crate) fn finished(&self) -> bool {
-        self.finish_reason.is_some() || self.block_reason().is_some()
-    }
-
-    fn block_reason(&self) -> Option<&str> {
-        self.prompt_feedback
-            .as_ref()
-            .and_then(|f| f.get("blockReason"))
-            .and_then(Value::as_str)
+        self.finish_reason.is_some() || block_reason(self.prompt_feedback.as_ref()).is_some()
     }
 
     pub(crate) fn into_message(self, message_id: &str, default_model: &str) -> AiMessage {
-        let mut tool_calls = Vec::new();
-        let mut invalid_tool_calls = Vec::new();
+        let mut calls = Calls::default();
         let mut signatures = Object::new();
         for call in self.calls {
             if let Some(sig) = call.signature {
@@ -220,41 +179,28 @@ impl Parts {
             }
             match (call.args, call.name) {
                 (None | Some(Value::Null), Some(name)) => {
-                    tool_calls.push(ToolCall::new(call.id, name, Object::new()))
+                    calls.valid(Some(call.id), name, Object::new())
                 }
-                (Some(Value::Object(args)), Some(name)) => {
-                    tool_calls.push(ToolCall::new(call.id, name, args))
-                }
-                (args, name) => invalid_tool_calls.push(InvalidToolCall {
-                    kind: "invalid_tool_call".into(),
-                    error: Some(if name.is_none() {
-                        "function call has no name".into()
+                (Some(Value::Object(args)), Some(name)) => calls.valid(Some(call.id), name, args),
+                (args, name) => {
+                    let error = if name.is_none() {
+                        "function call has no name"
                     } else {
-                        "function call args are not a JSON object".into()
-                    }),
-                    id: Some(call.id),
-                    name,
-                    args: args.map(|a| a.to_string()),
-                }),
+                        "function call args are not a JSON object"
+                    };
+                    calls.invalid(Some(call.id), name, args.map(|a| a.to_string()), error);
+                }
             }
-        }
-        let mut additional_kwargs = Object::new();
-        if !self.thoughts.is_empty() {
-            additional_kwargs.insert("reasoning_content".into(), Value::String(self.thoughts));
-        }
-        if !signatures.is_empty() {
-            additional_kwargs.insert(THOUGHT_SIGNATURES_KEY.into(), Value::Object(signatures));
         }
         let finish_reason = self
             .finish_reason
             .as_deref()
-            .or_else(|| {
-                self.prompt_feedback
-                    .as_ref()
-                    .and_then(|f| f.get("blockReason"))
-                    .and_then(Value::as_str)
-            })
+            .or_else(|| block_reason(self.prompt_feedback.as_ref()))
             .map(str::to_owned);
+        let mut additional_kwargs = reasoning_kwargs(self.thoughts);
+        if !signatures.is_empty() {
+            additional_kwargs.insert(THOUGHT_SIGNATURES_KEY.into(), Value::Object(signatures));
+        }
         let mut meta = response_metadata(
             finish_reason.as_deref(),
             None,
@@ -276,16 +222,15 @@ impl Parts {
         if let Some(f) = self.prompt_feedback {
             meta.insert("prompt_feedback".into(), f);
         }
-        AiMessage {
-            content: Content::Text(self.text),
+        let usage = self.usage.map(WireUsage::into_usage);
+        answer_message(
+            message_id,
+            Content::Text(self.text),
             additional_kwargs,
-            response_metadata: meta,
-            name: None,
-            id: Some(message_id.to_owned()),
-            tool_calls,
-            invalid_tool_calls,
-            usage_metadata: self.usage.map(WireUsage::into_usage),
-        }
+            meta,
+            calls,
+            usage,
+        )
     }
 }
 
@@ -295,6 +240,13 @@ pub(crate) enum PartEvent<'a> {
     Thought(&'a str),
     /// The call and its position among the answer's calls.
     Call(&'a Call, usize),
+}
+
+/// Why the prompt was blocked, from `promptFeedback`.
+fn block_reason(feedback: Option<&Value>) -> Option<&str> {
+    feedback
+        .and_then(|f| f.get("blockReason"))
+        .and_then(Value::as_str)
 }
 
 fn keep_first(slot: &mut Option<String>, value: Option<String>) {

@@ -5,55 +5,45 @@
 //! call), the last chunk carries `finishReason` and the full `usageMetadata`. The stream has no
 //! end marker: it ends when the body does.
 
-use antler_protocol::{AiMessage, Content, ToolCallChunk};
+use antler_protocol::{AiMessage, AiMessageChunk, Content};
 use serde_json::Value;
 
 use super::response::{error_text, PartEvent, Parts, WireResponse};
-use crate::providers::driver::{SseEvent, StreamFold};
-use crate::providers::mapping::{
-    append_str, decode_event, delta_chunk, error_mid_stream, has_payload,
-};
-use crate::{ChunkSink, ModelError};
+use crate::providers::chunked::{ChunkFold, ChunkedAnswer};
+use crate::providers::mapping::{append_str, whole_call_chunk};
 
 /// Accumulates a streamed answer.
-#[derive(Debug)]
-pub struct Fold<'a> {
-    message_id: &'a str,
-    parts: Parts,
-}
+pub type Fold<'a> = ChunkFold<'a, Parts>;
 
-impl<'a> Fold<'a> {
-    pub(crate) fn new(message_id: &'a str) -> Self {
-        Fold {
-            message_id,
-            parts: Parts::default(),
-        }
+impl ChunkedAnswer for Parts {
+    type Chunk = WireResponse;
+    const NOT_A_CHUNK: &'static str = "stream chunk is not a GenerateContentResponse";
+
+    fn error(chunk: &WireResponse) -> Option<&Value> {
+        chunk.error.as_ref()
     }
-}
 
-impl StreamFold for Fold<'_> {
-    fn on_event(&mut self, event: &SseEvent, emit: ChunkSink<'_>) -> Result<bool, ModelError> {
-        let Some(wire) =
-            decode_event::<WireResponse>(event, "stream chunk is not a GenerateContentResponse")?
-        else {
-            return Ok(false);
-        };
-        error_mid_stream(wire.error.as_ref(), error_text)?;
-        let mut out = delta_chunk(self.message_id);
+    fn error_text(error: &Value) -> String {
+        error_text(error)
+    }
+
+    fn absorb_chunk(&mut self, chunk: WireResponse, out: &mut AiMessageChunk) {
         let mut text = String::new();
-        self.parts.absorb(wire, |part| match part {
+        self.absorb(chunk, |part| match part {
             PartEvent::Text(t) => text.push_str(t),
             PartEvent::Thought(t) => append_str(&mut out.additional_kwargs, "reasoning_content", t),
-            PartEvent::Call(call, index) => out.tool_call_chunks.push(ToolCallChunk {
-                name: call.name.clone(),
-                args: Some(match &call.args {
+            PartEvent::Call(call, index) => {
+                let args = match &call.args {
                     None | Some(Value::Null) => "{}".to_owned(),
                     Some(args) => args.to_string(),
-                }),
-                id: Some(call.id.clone()),
-                index: Some(index as i64),
-                kind: "tool_call_chunk".into(),
-            }),
+                };
+                out.tool_call_chunks.push(whole_call_chunk(
+                    &call.id,
+                    call.name.clone(),
+                    args,
+                    index,
+                ));
+            }
         });
         if !text.is_empty() {
             out.content = Content::Text(text);
@@ -63,17 +53,13 @@ impl StreamFold for Fold<'_> {
                 out.additional_kwargs.remove("reasoning_content");
             }
         }
-        if has_payload(&out) {
-            emit(out);
-        }
-        Ok(false)
     }
 
     fn finished(&self) -> bool {
-        self.parts.finished()
+        Parts::finished(self)
     }
 
-    fn finish(self, default_model: &str) -> AiMessage {
-        self.parts.into_message(self.message_id, default_model)
+    fn into_message(self, message_id: &str, default_model: &str) -> AiMessage {
+        Parts::into_message(self, message_id, default_model)
     }
 }

@@ -4,67 +4,49 @@
 //! response object, the streaming path accumulates them from the NDJSON lines (each the same
 //! shape, `done: true` on the last).
 
-use antler_protocol::{AiMessage, Content, InvalidToolCall, Object, ToolCall, UsageMetadata};
+use antler_protocol::{AiMessage, Content, Object, UsageMetadata};
 use serde::Deserialize;
 use serde_json::Value;
 
 use crate::providers::mapping::{
-    decode_json, error_description, error_in_answer, response_metadata,
+    answer_message, call_id_or_new, decode_json, error_description, error_in_answer,
+    reasoning_kwargs, response_metadata, Calls,
 };
 use crate::ModelError;
 
 /// One response object (the whole answer, or one line of a stream).
 #[derive(Debug, Deserialize)]
-pub(crate) struct WireChat {
-    #[serde(default)]
-    pub model: Option<String>,
-    #[serde(default)]
-    pub created_at: Option<String>,
-    #[serde(default)]
-    pub message: Option<WireMessage>,
-    #[serde(default)]
-    pub done: Option<bool>,
-    #[serde(default)]
-    pub done_reason: Option<String>,
-    #[serde(default)]
-    pub prompt_eval_count: Option<u64>,
-    #[serde(default)]
-    pub eval_count: Option<u64>,
-    #[serde(default)]
-    pub total_duration: Option<u64>,
-    #[serde(default)]
-    pub load_duration: Option<u64>,
-    #[serde(default)]
-    pub prompt_eval_duration: Option<u64>,
-    #[serde(default)]
-    pub eval_duration: Option<u64>,
-    #[serde(default)]
-    pub error: Option<Value>,
+pub struct WireChat {
+    pub(crate) model: Option<String>,
+    pub(crate) created_at: Option<String>,
+    pub(crate) message: Option<WireMessage>,
+    pub(crate) done: Option<bool>,
+    pub(crate) done_reason: Option<String>,
+    pub(crate) prompt_eval_count: Option<u64>,
+    pub(crate) eval_count: Option<u64>,
+    pub(crate) total_duration: Option<u64>,
+    pub(crate) load_duration: Option<u64>,
+    pub(crate) prompt_eval_duration: Option<u64>,
+    pub(crate) eval_duration: Option<u64>,
+    pub(crate) error: Option<Value>,
 }
 
 #[derive(Debug, Deserialize)]
 pub(crate) struct WireMessage {
-    #[serde(default)]
     pub content: Option<String>,
-    #[serde(default)]
     pub thinking: Option<String>,
-    #[serde(default)]
     pub tool_calls: Option<Vec<WireToolCall>>,
 }
 
 #[derive(Debug, Deserialize)]
 pub(crate) struct WireToolCall {
-    #[serde(default)]
     pub id: Option<String>,
-    #[serde(default)]
     pub function: Option<WireFunction>,
 }
 
 #[derive(Debug, Deserialize)]
 pub(crate) struct WireFunction {
-    #[serde(default)]
     pub name: Option<String>,
-    #[serde(default)]
     pub arguments: Option<Value>,
 }
 
@@ -78,18 +60,18 @@ pub(crate) struct Call {
 
 /// Everything the final message is built from.
 #[derive(Debug, Default)]
-pub(crate) struct Parts {
-    pub text: String,
-    pub thinking: String,
-    pub calls: Vec<Call>,
-    pub done: bool,
-    pub done_reason: Option<String>,
-    pub model: Option<String>,
-    pub created_at: Option<String>,
-    pub prompt_eval_count: Option<u64>,
-    pub eval_count: Option<u64>,
+pub struct Parts {
+    pub(crate) text: String,
+    pub(crate) thinking: String,
+    pub(crate) calls: Vec<Call>,
+    pub(crate) done: bool,
+    pub(crate) done_reason: Option<String>,
+    pub(crate) model: Option<String>,
+    pub(crate) created_at: Option<String>,
+    pub(crate) prompt_eval_count: Option<u64>,
+    pub(crate) eval_count: Option<u64>,
     /// `total_duration`, `load_duration`, `prompt_eval_duration`, `eval_duration` (ns).
-    pub durations: Object,
+    pub(crate) durations: Object,
 }
 
 impl Parts {
@@ -118,12 +100,8 @@ impl Parts {
                     Some(f) => (f.name.filter(|n| !n.is_empty()), f.arguments),
                     None => (None, None),
                 };
-                let id = call
-                    .id
-                    .filter(|id| !id.is_empty())
-                    .unwrap_or_else(|| format!("call_{}", uuid::Uuid::new_v4().simple()));
                 self.calls.push(Call {
-                    id,
+                    id: call_id_or_new(call.id),
                     name,
                     arguments,
                 });
@@ -149,8 +127,7 @@ impl Parts {
     }
 
     pub(crate) fn into_message(self, message_id: &str, default_model: &str) -> AiMessage {
-        let mut tool_calls = Vec::new();
-        let mut invalid_tool_calls = Vec::new();
+        let mut calls = Calls::default();
         for call in self.calls {
             // Ollama sends an object; a JSON string (an OpenAI habit of some templates) is read.
             let args = match call.arguments {
@@ -163,28 +140,19 @@ impl Parts {
                 Some(other) => Err(other.to_string()),
             };
             match (args, call.name) {
-                (Ok(args), Some(name)) => tool_calls.push(ToolCall::new(call.id, name, args)),
-                (args, name) => invalid_tool_calls.push(InvalidToolCall {
-                    kind: "invalid_tool_call".into(),
-                    error: Some(if name.is_none() {
-                        "tool call has no function name".into()
+                (Ok(args), Some(name)) => calls.valid(Some(call.id), name, args),
+                (args, name) => {
+                    let error = if name.is_none() {
+                        "tool call has no function name"
                     } else {
-                        "tool call arguments are not a JSON object".into()
-                    }),
-                    id: Some(call.id),
-                    name,
-                    args: Some(match args {
-                        Ok(o) => Value::Object(o).to_string(),
-                        Err(raw) => raw,
-                    }),
-                }),
+                        "tool call arguments are not a JSON object"
+                    };
+                    let raw = args.map_or_else(|raw| raw, |o| Value::Object(o).to_string());
+                    calls.invalid(Some(call.id), name, Some(raw), error);
+                }
             }
         }
-        let mut additional_kwargs = Object::new();
-        if !self.thinking.is_empty() {
-            additional_kwargs.insert("reasoning_content".into(), Value::String(self.thinking));
-        }
-        let finish_reason = if !tool_calls.is_empty() && self.done {
+        let finish_reason = if !calls.valid.is_empty() && self.done {
             Some("tool_calls")
         } else {
             self.done_reason.as_deref()
@@ -203,16 +171,15 @@ impl Parts {
                 self.eval_count.unwrap_or(0),
             )
         });
-        AiMessage {
-            content: Content::Text(self.text),
-            additional_kwargs,
-            response_metadata: meta,
-            name: None,
-            id: Some(message_id.to_owned()),
-            tool_calls,
-            invalid_tool_calls,
-            usage_metadata: usage,
-        }
+        let kwargs = reasoning_kwargs(self.thinking);
+        answer_message(
+            message_id,
+            Content::Text(self.text),
+            kwargs,
+            meta,
+            calls,
+            usage,
+        )
     }
 }
 

@@ -14,7 +14,8 @@ use serde_json::Value;
 
 use super::OpenAiCompatOptions;
 use crate::providers::mapping::{
-    answered_invalid_calls, drop_keys, end_body, merge_settings, serialize_tools, ToolSchema,
+    answered_invalid_calls, call_fields, call_tool_choice, insert_some, openai_tool_choice,
+    settle_tool_choice, OpenAiBody, ToolSchema,
 };
 use crate::ChatRequest;
 
@@ -39,15 +40,13 @@ pub(crate) fn body<'a>(
     req: ChatRequest<'a>,
     stream: bool,
 ) -> WireBody<'a> {
-    WireBody {
+    OpenAiBody {
         model,
-        messages: WireMessages::new(&req, options.replay_reasoning_content),
+        history_key: "messages",
+        history: WireMessages::new(&req, options.replay_reasoning_content),
         tools: req.tools,
-        tool_choice: if req.tools.is_empty() {
-            None
-        } else {
-            req.tool_choice.map(map_tool_choice)
-        },
+        tool: WireTool,
+        tool_choice: call_tool_choice(&req, map_tool_choice),
         stream,
         params: params(options, &req, stream),
     }
@@ -57,33 +56,21 @@ pub(crate) fn body<'a>(
 /// wins; `null` settings are ignored; a `settings.extra_body` object is merged like `extra_body`).
 fn params(options: &OpenAiCompatOptions, req: &ChatRequest<'_>, stream: bool) -> Object {
     let mut p = Object::new();
-    if let Some(t) = options.temperature {
-        p.insert("temperature".into(), Value::from(t));
-    }
-    if let Some(m) = options.max_tokens {
-        p.insert("max_tokens".into(), Value::from(m));
-    }
-    if let Some(r) = &options.reasoning_effort {
-        p.insert("reasoning_effort".into(), Value::from(r.as_str()));
-    }
-    for (k, v) in options.extra.iter().chain(options.extra_body.iter()) {
-        p.insert(k.clone(), v.clone());
-    }
-    merge_settings(&mut p, req.settings);
-    drop_keys(
+    insert_some(&mut p, "temperature", options.temperature);
+    insert_some(&mut p, "max_tokens", options.max_tokens);
+    insert_some(
         &mut p,
+        "reasoning_effort",
+        options.reasoning_effort.as_deref(),
+    );
+    let mut p = call_fields(
+        p,
+        options.extra.iter().chain(options.extra_body.iter()),
+        req.settings,
         RESERVED_KEYS,
         "ignoring a configured body field the adapter owns",
     );
-    if req.tools.is_empty() {
-        // OpenAI rejects these without `tools`.
-        p.remove("tool_choice");
-        p.remove("parallel_tool_calls");
-    } else if req.tool_choice.is_some() {
-        p.remove("tool_choice");
-    } else if let Some(choice) = p.get_mut("tool_choice") {
-        *choice = map_tool_choice(choice);
-    }
+    settle_tool_choice(&mut p, req, map_tool_choice);
     if stream && options.stream_usage {
         let mut opts = match p.remove("stream_options") {
             Some(Value::Object(o)) => o,
@@ -100,46 +87,22 @@ fn params(options: &OpenAiCompatOptions, req: &ChatRequest<'_>, stream: bool) ->
 /// Provider-neutral tool choice → OpenAI's: `auto`/`none`/`required` stay, `any` means
 /// `required`, `{"name": n}` or any other string names a function.
 fn map_tool_choice(choice: &Value) -> Value {
-    let function = |name: &str| serde_json::json!({"type": "function", "function": {"name": name}});
-    match choice {
-        Value::String(s) => match s.as_str() {
-            "auto" | "none" | "required" => choice.clone(),
-            "any" => Value::from("required"),
-            name => function(name),
+    openai_tool_choice(
+        choice,
+        |name| serde_json::json!({"type": "function", "function": {"name": name}}),
+        // An object with a `type` is already OpenAI's shape.
+        |o| match o.get("type") {
+            None => o.get("name").and_then(Value::as_str),
+            Some(_) => None,
         },
-        Value::Bool(true) => Value::from("required"),
-        Value::Bool(false) => Value::from("none"),
-        Value::Object(o) if o.get("type").is_none() => {
-            match o.get("name").and_then(Value::as_str) {
-                Some(name) => function(name),
-                None => choice.clone(),
-            }
-        }
-        other => other.clone(),
-    }
+    )
 }
 
 /// The body of one `POST /chat/completions`, borrowed from the request.
-pub struct WireBody<'a> {
-    model: &'a str,
-    messages: WireMessages<'a>,
-    tools: &'a [Arc<ToolSpec>],
-    tool_choice: Option<Value>,
-    stream: bool,
-    params: Object,
-}
+pub type WireBody<'a> = OpenAiBody<'a, WireMessages<'a>, WireTool<'a>>;
 
-impl Serialize for WireBody<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut m = s.serialize_map(None)?;
-        m.serialize_entry("model", self.model)?;
-        m.serialize_entry("messages", &self.messages)?;
-        serialize_tools(&mut m, self.tools, |t| WireTool(t))?;
-        end_body(m, self.tool_choice.as_ref(), self.stream, &self.params)
-    }
-}
-
-struct WireTool<'a>(&'a ToolSpec);
+/// A tool as `{type: function, function: {name, description, parameters}}`.
+pub struct WireTool<'a>(&'a ToolSpec);
 
 impl Serialize for WireTool<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -164,7 +127,7 @@ impl Serialize for WireFunction<'_> {
 }
 
 /// The system prompt followed by the history.
-struct WireMessages<'a> {
+pub struct WireMessages<'a> {
     system: Option<&'a str>,
     messages: &'a [Arc<Message>],
     replay_reasoning: bool,
@@ -189,7 +152,10 @@ impl Serialize for WireMessages<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut seq = s.serialize_seq(None)?;
         if let Some(system) = self.system {
-            seq.serialize_element(&SystemPrompt(system))?;
+            seq.serialize_element(&RoleText {
+                role: "system",
+                content: system,
+            })?;
         }
         for msg in self.messages {
             if matches!(**msg, Message::Remove(_)) {
@@ -205,15 +171,11 @@ impl Serialize for WireMessages<'_> {
     }
 }
 
-struct SystemPrompt<'a>(&'a str);
-
-impl Serialize for SystemPrompt<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut m = s.serialize_map(Some(2))?;
-        m.serialize_entry("role", "system")?;
-        m.serialize_entry("content", self.0)?;
-        m.end()
-    }
+/// `{role, content}` with string content.
+#[derive(Serialize)]
+struct RoleText<'a> {
+    role: &'static str,
+    content: &'a str,
 }
 
 struct WireMessage<'a> {
@@ -304,7 +266,9 @@ impl Serialize for WireContent<'_> {
                 let mut seq = s.serialize_seq(None)?;
                 for block in blocks {
                     match block {
-                        Value::String(text) => seq.serialize_element(&TextPart(text))?,
+                        Value::String(text) => {
+                            seq.serialize_element(&TextPart { kind: "text", text })?
+                        }
                         b if is_dropped_block(b) => {}
                         b => seq.serialize_element(b)?,
                     }
@@ -315,15 +279,12 @@ impl Serialize for WireContent<'_> {
     }
 }
 
-struct TextPart<'a>(&'a str);
-
-impl Serialize for TextPart<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut m = s.serialize_map(Some(2))?;
-        m.serialize_entry("type", "text")?;
-        m.serialize_entry("text", self.0)?;
-        m.end()
-    }
+/// `{type: text, text}`.
+#[derive(Serialize)]
+struct TextPart<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    text: &'a str,
 }
 
 /// An assistant message's calls in OpenAI's shape: the parsed calls, answered invalid calls (with

@@ -5,12 +5,13 @@
 //! deltas. So a streamed answer folds into exactly the message the same answer would give
 //! unstreamed.
 
-use antler_protocol::{AiMessage, Content, InvalidToolCall, Object, ToolCall, UsageMetadata};
+use antler_protocol::{AiMessage, Content, Object, UsageMetadata};
 use serde::Deserialize;
 use serde_json::Value;
 
 use crate::providers::mapping::{
-    decode_json, ensure_call_id, error_description, error_in_answer, response_metadata,
+    answer_message, decode_json, ensure_call_id, error_description, error_in_answer,
+    reasoning_kwargs, response_metadata, token_details, Calls,
 };
 use crate::ModelError;
 
@@ -34,12 +35,9 @@ impl Parts {
     /// filled in), parsed calls in `tool_calls` / `invalid_tool_calls`.
     pub(crate) fn into_message(mut self, message_id: &str, default_model: &str) -> AiMessage {
         ensure_tool_call_ids(&mut self.raw_tool_calls);
-        let (tool_calls, invalid_tool_calls) = parse_tool_calls(&self.raw_tool_calls);
+        let calls = parse_tool_calls(&self.raw_tool_calls);
 
-        let mut additional_kwargs = Object::new();
-        if let Some(r) = self.reasoning.filter(|r| !r.is_empty()) {
-            additional_kwargs.insert("reasoning_content".into(), Value::String(r));
-        }
+        let mut additional_kwargs = reasoning_kwargs(self.reasoning.unwrap_or_default());
         if let Some(r) = self.refusal {
             additional_kwargs.insert("refusal".into(), Value::String(r));
         }
@@ -57,16 +55,14 @@ impl Parts {
             response_metadata.insert("system_fingerprint".into(), Value::String(fp));
         }
 
-        AiMessage {
-            content: self.content,
+        answer_message(
+            message_id,
+            self.content,
             additional_kwargs,
             response_metadata,
-            name: None,
-            id: Some(message_id.to_owned()),
-            tool_calls,
-            invalid_tool_calls,
-            usage_metadata: self.usage,
-        }
+            calls,
+            self.usage,
+        )
     }
 }
 
@@ -81,9 +77,8 @@ fn ensure_tool_call_ids(raw: &mut [Value]) {
 
 /// Parse raw OpenAI tool calls: arguments that are empty mean `{}`; arguments that are not a JSON
 /// object become an [`InvalidToolCall`] carrying the raw text and the error.
-fn parse_tool_calls(raw: &[Value]) -> (Vec<ToolCall>, Vec<InvalidToolCall>) {
-    let mut valid = Vec::new();
-    let mut invalid = Vec::new();
+fn parse_tool_calls(raw: &[Value]) -> Calls {
+    let mut calls = Calls::default();
     for entry in raw {
         let id = entry.get("id").and_then(Value::as_str).map(str::to_owned);
         let function = entry.get("function");
@@ -115,57 +110,33 @@ fn parse_tool_calls(raw: &[Value]) -> (Vec<ToolCall>, Vec<InvalidToolCall>) {
             )),
         };
         match (parsed, name) {
-            (Ok(args), Some(name)) => valid.push(ToolCall {
-                name,
-                args,
-                id,
-                kind: "tool_call".into(),
-            }),
-            (Ok(args), None) => invalid.push(InvalidToolCall {
-                kind: "invalid_tool_call".into(),
-                id,
-                name: None,
-                args: Some(
-                    arguments
-                        .and_then(Value::as_str)
-                        .map_or_else(|| Value::Object(args).to_string(), str::to_owned),
-                ),
-                error: Some("tool call has no function name".into()),
-            }),
-            (Err((args, error)), name) => invalid.push(InvalidToolCall {
-                kind: "invalid_tool_call".into(),
-                id,
-                name,
-                args: Some(args),
-                error: Some(error),
-            }),
+            (Ok(args), Some(name)) => calls.valid(id, name, args),
+            (Ok(args), None) => {
+                let raw = arguments
+                    .and_then(Value::as_str)
+                    .map_or_else(|| Value::Object(args).to_string(), str::to_owned);
+                calls.invalid(id, None, Some(raw), "tool call has no function name");
+            }
+            (Err((args, error)), name) => calls.invalid(id, name, Some(args), error),
         }
     }
-    (valid, invalid)
+    calls
 }
 
 /// OpenAI's `usage` object.
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct WireUsage {
-    #[serde(default)]
     prompt_tokens: Option<u64>,
-    #[serde(default)]
     completion_tokens: Option<u64>,
-    #[serde(default)]
     total_tokens: Option<u64>,
-    #[serde(default)]
     prompt_tokens_details: Option<WireTokenDetails>,
-    #[serde(default)]
     completion_tokens_details: Option<WireTokenDetails>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 struct WireTokenDetails {
-    #[serde(default)]
     cached_tokens: Option<u64>,
-    #[serde(default)]
     reasoning_tokens: Option<u64>,
-    #[serde(default)]
     audio_tokens: Option<u64>,
 }
 
@@ -203,51 +174,29 @@ pub(crate) fn reasoning_text(
     })
 }
 
-/// The counts that are set, by LangChain's names; `None` when none is.
-fn token_details(counts: [(&str, Option<u64>); 2]) -> Option<Object> {
-    let details: Object = counts
-        .into_iter()
-        .filter_map(|(name, n)| Some((name.to_owned(), Value::from(n?))))
-        .collect();
-    (!details.is_empty()).then_some(details)
-}
-
 /// A `chat.completion` object, as much of it as we read.
 #[derive(Debug, Deserialize)]
 struct WireCompletion {
-    #[serde(default)]
     id: Option<String>,
-    #[serde(default)]
     model: Option<String>,
-    #[serde(default)]
     system_fingerprint: Option<String>,
-    #[serde(default)]
     choices: Option<Vec<WireChoice>>,
-    #[serde(default)]
     usage: Option<WireUsage>,
-    #[serde(default)]
     error: Option<Value>,
 }
 
 #[derive(Debug, Deserialize)]
 struct WireChoice {
-    #[serde(default)]
     message: Option<WireMessage>,
-    #[serde(default)]
     finish_reason: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
 struct WireMessage {
-    #[serde(default)]
     content: Option<Value>,
-    #[serde(default)]
     reasoning_content: Option<String>,
-    #[serde(default)]
     reasoning: Option<Value>,
-    #[serde(default)]
     tool_calls: Option<Vec<Value>>,
-    #[serde(default)]
     refusal: Option<String>,
 }
 

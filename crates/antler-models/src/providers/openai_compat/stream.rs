@@ -15,59 +15,40 @@ use crate::{ChunkSink, ModelError};
 
 #[derive(Debug, Deserialize)]
 struct WireChunk {
-    #[serde(default)]
     id: Option<String>,
-    #[serde(default)]
     model: Option<String>,
-    #[serde(default)]
     system_fingerprint: Option<String>,
-    #[serde(default)]
     choices: Option<Vec<WireChunkChoice>>,
-    #[serde(default)]
     usage: Option<WireUsage>,
-    #[serde(default)]
     error: Option<Value>,
 }
 
 #[derive(Debug, Deserialize)]
 struct WireChunkChoice {
-    #[serde(default)]
     index: Option<u64>,
-    #[serde(default)]
     delta: Option<WireDelta>,
-    #[serde(default)]
     finish_reason: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
 struct WireDelta {
-    #[serde(default)]
     content: Option<Value>,
-    #[serde(default)]
     reasoning_content: Option<String>,
-    #[serde(default)]
     reasoning: Option<Value>,
-    #[serde(default)]
     tool_calls: Option<Vec<WireToolCallDelta>>,
-    #[serde(default)]
     refusal: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
 struct WireToolCallDelta {
-    #[serde(default)]
     index: Option<i64>,
-    #[serde(default)]
     id: Option<String>,
-    #[serde(default)]
     function: Option<WireFunctionDelta>,
 }
 
 #[derive(Debug, Deserialize)]
 struct WireFunctionDelta {
-    #[serde(default)]
     name: Option<String>,
-    #[serde(default)]
     arguments: Option<String>,
 }
 
@@ -96,8 +77,8 @@ pub struct Fold<'a> {
     usage: Option<WireUsage>,
 }
 
-impl<'a> Fold<'a> {
-    pub(crate) fn new(message_id: &'a str) -> Self {
+impl<'a> From<&'a str> for Fold<'a> {
+    fn from(message_id: &'a str) -> Self {
         Fold {
             message_id,
             text: String::new(),
@@ -112,7 +93,9 @@ impl<'a> Fold<'a> {
             usage: None,
         }
     }
+}
 
+impl Fold<'_> {
     fn on_tool_call(&mut self, call: WireToolCallDelta) -> ToolCallChunk {
         let (name, arguments) = match call.function {
             Some(f) => (f.name, f.arguments),

@@ -88,8 +88,4 @@ impl WireFormat for Responses {
     fn decode(body: &[u8], message_id: &str, model: &str) -> Result<AiMessage, ModelError> {
         response::parse_response(body, message_id, model)
     }
-
-    fn fold(message_id: &str) -> stream::Fold<'_> {
-        stream::Fold::new(message_id)
-    }
 }

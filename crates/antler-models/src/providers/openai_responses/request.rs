@@ -19,7 +19,8 @@ use serde_json::Value;
 
 use super::ResponsesOptions;
 use crate::providers::mapping::{
-    answered_invalid_calls, drop_keys, end_body, merge_settings, serialize_tools, ToolSchema,
+    answered_invalid_calls, call_fields, call_tool_choice, insert_some, openai_tool_choice,
+    settle_tool_choice, OpenAiBody, ToolSchema,
 };
 use crate::ChatRequest;
 
@@ -39,20 +40,18 @@ pub(crate) fn body<'a>(
     let params = params(options, &req);
     // Without storage, an item id refers to nothing: only encrypted reasoning can be replayed.
     let stored = params.get("store").and_then(Value::as_bool) != Some(false);
-    WireBody {
+    OpenAiBody {
         model,
-        input: Input {
+        history_key: "input",
+        history: Input {
             system: req.system.filter(|s| !s.is_empty()),
             messages: req.messages,
             stored,
             answered: answered_invalid_calls(req.messages),
         },
         tools: req.tools,
-        tool_choice: if req.tools.is_empty() {
-            None
-        } else {
-            req.tool_choice.map(map_tool_choice)
-        },
+        tool: WireTool,
+        tool_choice: call_tool_choice(&req, map_tool_choice),
         stream,
         params,
     }
@@ -62,21 +61,17 @@ pub(crate) fn body<'a>(
 /// object is merged like its keys), in the Responses API's names.
 fn params(options: &ResponsesOptions, req: &ChatRequest<'_>) -> Object {
     let mut p = Object::new();
-    if let Some(t) = options.temperature {
-        p.insert("temperature".into(), Value::from(t));
-    }
-    if let Some(m) = options.max_output_tokens {
-        p.insert("max_output_tokens".into(), Value::from(m));
-    }
-    if let Some(r) = &options.reasoning_effort {
-        p.insert("reasoning_effort".into(), Value::from(r.as_str()));
-    }
-    for (k, v) in &options.extra {
-        p.insert(k.clone(), v.clone());
-    }
-    merge_settings(&mut p, req.settings);
-    drop_keys(
+    insert_some(&mut p, "temperature", options.temperature);
+    insert_some(&mut p, "max_output_tokens", options.max_output_tokens);
+    insert_some(
         &mut p,
+        "reasoning_effort",
+        options.reasoning_effort.as_deref(),
+    );
+    let mut p = call_fields(
+        p,
+        &options.extra,
+        req.settings,
         RESERVED_KEYS.into_iter().chain(FOREIGN_KEYS),
         "dropping a body field the Responses adapter owns or the API rejects",
     );
@@ -102,62 +97,30 @@ fn params(options: &ResponsesOptions, req: &ChatRequest<'_>) -> Object {
             }
         }
     }
-    if req.tools.is_empty() {
-        p.remove("tool_choice");
-        p.remove("parallel_tool_calls");
-    } else if req.tool_choice.is_some() {
-        p.remove("tool_choice");
-    } else if let Some(choice) = p.get_mut("tool_choice") {
-        *choice = map_tool_choice(choice);
-    }
+    settle_tool_choice(&mut p, req, map_tool_choice);
     p
 }
 
 /// Provider-neutral tool choice → the Responses API's: `auto`/`none`/`required` stay, `any`
 /// means `required`, a name or `{"name": n}` (or Chat Completions' nested shape) names a function.
 fn map_tool_choice(choice: &Value) -> Value {
-    let function = |name: &str| serde_json::json!({"type": "function", "name": name});
-    match choice {
-        Value::String(s) => match s.as_str() {
-            "auto" | "none" | "required" => choice.clone(),
-            "any" => Value::from("required"),
-            name => function(name),
+    openai_tool_choice(
+        choice,
+        |name| serde_json::json!({"type": "function", "name": name}),
+        |o| {
+            o.get("function")
+                .and_then(|f| f.get("name"))
+                .or_else(|| o.get("name"))
+                .and_then(Value::as_str)
         },
-        Value::Bool(true) => Value::from("required"),
-        Value::Bool(false) => Value::from("none"),
-        Value::Object(o) => match choice
-            .pointer("/function/name")
-            .or_else(|| o.get("name"))
-            .and_then(Value::as_str)
-        {
-            Some(name) => function(name),
-            None => choice.clone(),
-        },
-        other => other.clone(),
-    }
+    )
 }
 
 /// The body of one `POST /responses`, borrowed from the request.
-pub struct WireBody<'a> {
-    model: &'a str,
-    input: Input<'a>,
-    tools: &'a [Arc<ToolSpec>],
-    tool_choice: Option<Value>,
-    stream: bool,
-    params: Object,
-}
+pub type WireBody<'a> = OpenAiBody<'a, Input<'a>, WireTool<'a>>;
 
-impl Serialize for WireBody<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut m = s.serialize_map(None)?;
-        m.serialize_entry("model", self.model)?;
-        m.serialize_entry("input", &self.input)?;
-        serialize_tools(&mut m, self.tools, |t| WireTool(t))?;
-        end_body(m, self.tool_choice.as_ref(), self.stream, &self.params)
-    }
-}
-
-struct WireTool<'a>(&'a ToolSpec);
+/// A tool as the flat `{type: function, name, description, parameters}`.
+pub struct WireTool<'a>(&'a ToolSpec);
 
 impl Serialize for WireTool<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -170,7 +133,8 @@ impl Serialize for WireTool<'_> {
     }
 }
 
-struct Input<'a> {
+/// The system prompt followed by the history, as `input` items.
+pub struct Input<'a> {
     system: Option<&'a str>,
     messages: &'a [Arc<Message>],
     stored: bool,

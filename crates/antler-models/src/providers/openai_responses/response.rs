@@ -5,27 +5,23 @@
 //! takes them from `response.completed`). So a streamed answer folds into the message the same
 //! answer gives unstreamed.
 
-use antler_protocol::{AiMessage, Content, InvalidToolCall, Object, ToolCall, UsageMetadata};
+use antler_protocol::{AiMessage, Content, Object, UsageMetadata};
 use serde::Deserialize;
 use serde_json::Value;
 
 use crate::providers::mapping::{
-    check_kind, decode_json, error_description, error_in_answer, response_metadata,
+    answer_message, call_id_or_new, check_kind, decode_json, error_description, error_in_answer,
+    reasoning_kwargs, response_metadata, token_details, Calls,
 };
 use crate::ModelError;
 
 /// The Responses API's `usage`.
 #[derive(Clone, Debug, Default, Deserialize)]
 pub(crate) struct WireUsage {
-    #[serde(default)]
     input_tokens: Option<u64>,
-    #[serde(default)]
     output_tokens: Option<u64>,
-    #[serde(default)]
     total_tokens: Option<u64>,
-    #[serde(default)]
     input_tokens_details: Option<Value>,
-    #[serde(default)]
     output_tokens_details: Option<Value>,
 }
 
@@ -40,14 +36,10 @@ impl WireUsage {
             usage.total_tokens = t;
         }
         let detail = |d: &Option<Value>, from: &str, to: &str| {
-            d.as_ref()
-                .and_then(|d| d.get(from))
-                .and_then(Value::as_u64)
-                .map(|n| {
-                    let mut o = Object::new();
-                    o.insert(to.into(), Value::from(n));
-                    o
-                })
+            token_details([(
+                to,
+                d.as_ref().and_then(|d| d.get(from)).and_then(Value::as_u64),
+            )])
         };
         usage.input_token_details =
             detail(&self.input_tokens_details, "cached_tokens", "cache_read");
@@ -60,21 +52,13 @@ impl WireUsage {
 /// A `response` object, as much of it as we read.
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct WireResponse {
-    #[serde(default)]
     pub id: Option<String>,
-    #[serde(default)]
     pub object: Option<String>,
-    #[serde(default)]
     pub status: Option<String>,
-    #[serde(default)]
     pub model: Option<String>,
-    #[serde(default)]
     pub output: Option<Vec<Value>>,
-    #[serde(default)]
     pub usage: Option<WireUsage>,
-    #[serde(default)]
     pub incomplete_details: Option<Value>,
-    #[serde(default)]
     pub error: Option<Value>,
 }
 
@@ -135,8 +119,7 @@ impl Parts {
         let mut reasoning = String::new();
         let mut refusal: Option<String> = None;
         let mut has_reasoning = false;
-        let mut tool_calls = Vec::new();
-        let mut invalid_tool_calls = Vec::new();
+        let mut calls = Calls::default();
         for item in self.output {
             match item_type(&item) {
                 "message" => {
@@ -190,12 +173,11 @@ impl Parts {
                     blocks.push(Value::Object(block));
                 }
                 "function_call" => {
-                    let call_id = item
-                        .get("call_id")
-                        .and_then(Value::as_str)
-                        .filter(|c| !c.is_empty())
-                        .map(str::to_owned)
-                        .unwrap_or_else(|| format!("call_{}", uuid::Uuid::new_v4().simple()));
+                    let call_id = call_id_or_new(
+                        item.get("call_id")
+                            .and_then(Value::as_str)
+                            .map(str::to_owned),
+                    );
                     let name = item
                         .get("name")
                         .and_then(Value::as_str)
@@ -216,22 +198,13 @@ impl Parts {
                         }
                     };
                     match (parsed, name) {
-                        (Ok(args), Some(name)) => tool_calls.push(ToolCall {
-                            name,
-                            args,
-                            id: Some(call_id),
-                            kind: "tool_call".into(),
-                        }),
-                        (parsed, name) => invalid_tool_calls.push(InvalidToolCall {
-                            kind: "invalid_tool_call".into(),
-                            error: Some(match (&parsed, &name) {
-                                (Err(e), _) => e.clone(),
-                                _ => "function call has no name".into(),
-                            }),
-                            id: Some(call_id),
-                            name,
-                            args: Some(raw.to_owned()),
-                        }),
+                        (Ok(args), Some(name)) => calls.valid(Some(call_id), name, args),
+                        (parsed, name) => {
+                            let error = parsed
+                                .err()
+                                .unwrap_or_else(|| "function call has no name".into());
+                            calls.invalid(Some(call_id), name, Some(raw.to_owned()), error);
+                        }
                     }
                 }
                 other => tracing::debug!(kind = other, "ignoring a Responses output item"),
@@ -242,10 +215,7 @@ impl Parts {
         } else {
             Content::Text(text)
         };
-        let mut additional_kwargs = Object::new();
-        if !reasoning.is_empty() {
-            additional_kwargs.insert("reasoning_content".into(), Value::String(reasoning));
-        }
+        let mut additional_kwargs = reasoning_kwargs(reasoning);
         if let Some(r) = refusal {
             additional_kwargs.insert("refusal".into(), Value::String(r));
         }
@@ -258,7 +228,7 @@ impl Parts {
             (Some("incomplete"), Some("max_output_tokens")) => Some("length"),
             (Some("incomplete"), Some(reason)) => Some(reason),
             (Some("incomplete"), None) => Some("length"),
-            _ if !tool_calls.is_empty() || !invalid_tool_calls.is_empty() => Some("tool_calls"),
+            _ if !calls.is_empty() => Some("tool_calls"),
             (Some("completed"), _) => Some("stop"),
             (other, _) => other,
         };
@@ -270,16 +240,8 @@ impl Parts {
         if let Some(d) = self.incomplete_details {
             meta.insert("incomplete_details".into(), d);
         }
-        AiMessage {
-            content,
-            additional_kwargs,
-            response_metadata: meta,
-            name: None,
-            id: Some(message_id.to_owned()),
-            tool_calls,
-            invalid_tool_calls,
-            usage_metadata: self.usage.map(WireUsage::into_usage),
-        }
+        let usage = self.usage.map(WireUsage::into_usage);
+        answer_message(message_id, content, additional_kwargs, meta, calls, usage)
     }
 }
 

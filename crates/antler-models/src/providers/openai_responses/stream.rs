@@ -39,8 +39,8 @@ pub struct Fold<'a> {
     model: Option<String>,
 }
 
-impl<'a> Fold<'a> {
-    pub(crate) fn new(message_id: &'a str) -> Self {
+impl<'a> From<&'a str> for Fold<'a> {
+    fn from(message_id: &'a str) -> Self {
         Fold {
             message_id,
             items: BTreeMap::new(),
@@ -50,7 +50,9 @@ impl<'a> Fold<'a> {
             model: None,
         }
     }
+}
 
+impl Fold<'_> {
     fn item(&mut self, v: &Value) -> Option<&mut Item> {
         let index = v.get("output_index").and_then(Value::as_u64)?;
         self.items.get_mut(&index)
