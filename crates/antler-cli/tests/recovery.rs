@@ -129,15 +129,10 @@ struct Killed {
 
 /// Run a task with `--output jsonl`; SIGKILL it after `after_lines` lines plus `extra_ms`.
 fn run_and_kill(p: &Project, thread: &str, after_lines: usize, extra_ms: u64) -> Killed {
-    let mut child = p.spawn(
-        &[
-            "run",
-            "--thread-id",
-            thread,
-            "--output",
-            "jsonl",
-            &format!("{TASK} do the steps"),
-        ],
+    let mut child = p.spawn_run(
+        thread,
+        "jsonl",
+        &format!("{TASK} do the steps"),
         Stdio::null(),
     );
     let stdout = child.stdout.take().unwrap();
@@ -245,6 +240,15 @@ fn check_head(
 
 fn open_store(p: &Project) -> SqliteStore {
     SqliteStore::open(&p.home().join("antler.db")).unwrap()
+}
+
+/// [`journal_wired`], saying on stderr that the test is skipped (`what` is not wired) if not.
+fn wired_or_skip(p: &Project, rt: &tokio::runtime::Runtime, what: &str) -> bool {
+    let wired = journal_wired(p, rt);
+    if !wired {
+        eprintln!("note: {what} — skipped");
+    }
+    wired
 }
 
 /// Whether this binary journals runs: run one task and look for its events.
@@ -401,17 +405,7 @@ fn a_restart_never_reclaims_a_live_run_on_another_thread() {
     let p = Project::new(&mock, BASH_ON);
     let rt = runtime();
     let wired = journal_wired(&p, &rt);
-    let slow = p.spawn(
-        &[
-            "run",
-            "--thread-id",
-            "live",
-            "--output",
-            "json",
-            "slow please",
-        ],
-        Stdio::piped(),
-    );
+    let slow = p.spawn_run("live", "json", "slow please", Stdio::piped());
     // Wait until the slow run has asked for its tool call.
     wait_until("the slow run's model call", Duration::from_secs(30), || {
         mock.requests().iter().any(|r| {
@@ -447,8 +441,11 @@ fn a_corrupt_head_checkpoint_is_rebuilt_and_the_thread_continues() {
     let mock = mock();
     let p = Project::new(&mock, BASH_ON);
     let rt = runtime();
-    if !journal_wired(&p, &rt) {
-        eprintln!("note: this binary does not journal runs; corrupt-checkpoint recovery is not wired — skipped");
+    if !wired_or_skip(
+        &p,
+        &rt,
+        "this binary does not journal runs; corrupt-checkpoint recovery is not wired",
+    ) {
         return;
     }
     let (code, first, stderr) = p.run_json(&["--thread-id", "hurt", &format!("{TASK} first")]);
@@ -510,8 +507,7 @@ fn runs_show_prints_the_journal_of_a_tool_round_trip() {
     let mock = mock();
     let p = Project::new(&mock, BASH_ON);
     let rt = runtime();
-    if !journal_wired(&p, &rt) {
-        eprintln!("note: `antler runs` is not wired yet — skipped");
+    if !wired_or_skip(&p, &rt, "`antler runs` is not wired yet") {
         return;
     }
     let (code, out, stderr) = p.run_json(&["--thread-id", "shown", &format!("{TASK} go")]);
@@ -569,8 +565,7 @@ fn a_stated_preference_is_written_at_exit_and_injected_into_the_next_thread() {
     // `memory:` in the config: memory on, its model is the mock.
     let p = Project::new(&mock, "memory:\n  enabled: true\n");
     let rt = runtime();
-    if !journal_wired(&p, &rt) {
-        eprintln!("note: memory is not wired into this binary yet — skipped");
+    if !wired_or_skip(&p, &rt, "memory is not wired into this binary yet") {
         return;
     }
     let (code, _, stderr) = p.run_json(&["--thread-id", "a", "I prefer green tea over coffee."]);
@@ -629,17 +624,7 @@ fn ctrl_c_marks_the_run_interrupted_in_the_record_and_the_journal() {
     let p = Project::new(&mock, BASH_ON);
     let rt = runtime();
     let wired = journal_wired(&p, &rt);
-    let mut child = p.spawn(
-        &[
-            "run",
-            "--thread-id",
-            "cc",
-            "--output",
-            "jsonl",
-            "start something long",
-        ],
-        Stdio::null(),
-    );
+    let mut child = p.spawn_run("cc", "jsonl", "start something long", Stdio::null());
     let stdout = child.stdout.take().unwrap();
     let mut run_id = None;
     let mut lines = std::io::BufReader::new(stdout).lines();
