@@ -124,6 +124,15 @@ impl Project {
     }
 }
 
+/// The first element of the array `list` whose `key` is `value`.
+pub fn first_with<'a>(list: &'a Value, key: &str, value: &str) -> &'a Value {
+    list.as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e[key] == value)
+        .unwrap()
+}
+
 /// The messages of a `values` object that a UI shows (hidden injected context left out).
 pub fn visible(values: &Value) -> Vec<Value> {
     values["messages"]

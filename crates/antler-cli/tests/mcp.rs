@@ -8,7 +8,7 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use antler_test_support::{MockOpenAi, MockReply};
-use common::{as_text, scripted, tool_names, Project};
+use common::{as_text, first_with, scripted, tool_names, Project};
 use serde_json::{json, Value};
 
 /// server-everything's entry point; `None` (reason printed) without node.
@@ -79,13 +79,7 @@ fn the_model_calls_everything_echo_and_a_broken_server_beside_it_changes_nothing
     assert!(!offered.iter().any(|n| n.starts_with("broken_")));
     assert_eq!(tool_text(reqs[1].messages(), "call_e"), "Echo: ping");
     // The state's tool message is a success named after the tool.
-    let tool = out["values"]["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["type"] == "tool")
-        .unwrap()
-        .clone();
+    let tool = first_with(&out["values"]["messages"], "type", "tool").clone();
     assert_eq!(tool["name"], "everything_echo");
     assert_eq!(tool["status"], "success");
     // The stdio server ran in the thread's workspace, with its temp dir under it.

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use antler_store::runs::ORPHANED;
 use antler_store::{EventQuery, RunStatus, SqliteStore};
 use antler_test_support::{MockOpenAi, MockReply};
-use common::{as_text, bash_call, ok_json, signal, wait_until, Project};
+use common::{as_text, bash_call, first_with, ok_json, signal, wait_until, Project};
 use serde_json::{json, Value};
 
 const BASH_ON: &str = "sandbox:\n  use: deerflow.sandbox.local:LocalSandboxProvider\n  allow_host_bash: true\ntools:\n  - {name: ls, group: file:read, use: deerflow.sandbox.tools:ls_tool}\n  - {name: bash, group: bash, use: deerflow.sandbox.tools:bash_tool}\n  - {name: write_file, group: file:write, use: deerflow.sandbox.tools:write_file_tool}\n";
@@ -528,12 +528,7 @@ fn runs_show_prints_the_journal_of_a_tool_round_trip() {
         STEPS
     );
     assert!(kinds.contains(&"run.end") && kinds.contains(&"run.delivery"));
-    let tool = v["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["event_type"] == "llm.tool.result")
-        .unwrap();
+    let tool = first_with(&v["events"], "event_type", "llm.tool.result");
     assert_eq!(tool["metadata"]["tool"], "bash");
     assert!(as_text(&tool["metadata"]["args"]["command"]).contains("echo step-0"));
     assert!(tool["metadata"]["duration_ms"].is_u64());

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use antler_test_support::{MockOpenAi, MockReply, MockToolCall};
 use common::{
-    as_text, assert_exit0, bash_call, custom_event, kinds, ls_call, ok_json, ok_jsonl, roles,
-    scripted, signal, visible, wait_until, Project,
+    as_text, assert_exit0, bash_call, custom_event, first_with, kinds, ls_call, ok_json, ok_jsonl,
+    roles, scripted, signal, visible, wait_until, Project,
 };
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
@@ -937,12 +937,7 @@ fn a_5_mb_tool_output_reaches_the_model_bounded_and_with_a_receipt() {
     let (code, out, stderr) = p.run_json(&["--thread-id", "big", "make a lot of output"]);
     assert_eq!(code, 0, "{stderr}");
     let second = &mock.requests()[1].body;
-    let tool = second["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["role"] == "tool")
-        .unwrap();
+    let tool = first_with(&second["messages"], "role", "tool");
     let content = tool["content"].as_str().unwrap();
     assert!(
         content.len() < 50_000,
