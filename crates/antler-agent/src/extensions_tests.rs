@@ -160,13 +160,9 @@ fn order_rules_are_enforced_naming_the_extension() {
 
 #[test]
 fn python_middlewares_are_listed_from_config_yaml_or_the_json_file() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("extensions_config.json");
-    std::fs::write(
-        &file,
-        json!({"mcpServers": {}, "middlewares": ["pkg.audit:AuditMiddleware"]}).to_string(),
-    )
-    .unwrap();
+    let (_dir, file) = crate::test_fixtures::extensions_config(
+        &json!({"mcpServers": {}, "middlewares": ["pkg.audit:AuditMiddleware"]}).to_string(),
+    );
     let from_file = configured_python_middlewares(None, Some(&file));
     assert_eq!(from_file.len(), 1);
     assert_eq!(from_file[0].class_path, "pkg.audit:AuditMiddleware");

@@ -13,6 +13,8 @@ pub mod prompt;
 pub mod run;
 pub mod skills;
 pub mod subagents;
+#[cfg(test)]
+mod test_fixtures;
 mod threads;
 pub mod toolset;
 

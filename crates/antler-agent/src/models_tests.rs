@@ -25,6 +25,11 @@ fn config(yaml: &str) -> Config {
         .config
 }
 
+/// Builds the first model of `yaml` (`thinking` on or off) and asks it once.
+async fn ask_first(yaml: &str, thinking: bool) {
+    ask(&build_model(&config(yaml).models[0], thinking).unwrap()).await;
+}
+
 async fn ask(model: &Arc<dyn ChatModel>) {
     let messages = vec![Arc::new(Message::human("hi"))];
     let settings = Object::new();
@@ -128,8 +133,7 @@ async fn use_responses_api_posts_to_responses() {
 ",
         mock.base_url()
     );
-    let config = config(&yaml);
-    ask(&build_model(&config.models[0], false).unwrap()).await;
+    ask_first(&yaml, false).await;
     let req = mock.last_request().unwrap();
     assert_eq!(req.path, "/v1/responses");
     assert_eq!(
@@ -164,8 +168,7 @@ async fn gemini_reads_deerflows_key_spelling_and_generation_settings() {
 ",
         mock.base_url()
     );
-    let config = config(&yaml);
-    ask(&build_model(&config.models[0], true).unwrap()).await;
+    ask_first(&yaml, true).await;
     let req = mock.last_request().unwrap();
     assert_eq!(req.path, "/v1beta/models/gemini-2.5-pro:generateContent");
     assert_eq!(
@@ -192,8 +195,7 @@ async fn ollama_entries_map_reasoning_and_num_predict() {
 ",
         mock.base_url()
     );
-    let config = config(&yaml);
-    ask(&build_model(&config.models[0], true).unwrap()).await;
+    ask_first(&yaml, true).await;
     let body = mock.last_request().unwrap().body;
     assert_eq!(
         body,

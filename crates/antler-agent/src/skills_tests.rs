@@ -153,13 +153,9 @@ fn prompt_section_lists_enabled_escapes_and_respects_allowlists() {
 
 #[test]
 fn extensions_config_disables_skills() {
-    let t = tempfile::tempdir().unwrap();
-    let p = t.path().join("extensions_config.json");
-    std::fs::write(
-        &p,
+    let (t, p) = crate::test_fixtures::extensions_config(
         r#"{"mcpServers": {}, "skills": {"a": {"enabled": false}, "b": {}}}"#,
-    )
-    .unwrap();
+    );
     let m = enabled_states(&p);
     assert_eq!(m.get("a"), Some(&false));
     assert_eq!(m.get("b"), Some(&true));

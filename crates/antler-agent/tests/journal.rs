@@ -89,6 +89,16 @@ fn harness(store: &SqliteStore, replies: Vec<ScriptedReply>, tools: ToolRegistry
     }
 }
 
+/// The model calls `echo` with `text` (as `call_1`).
+fn echo_call(text: &str) -> ScriptedReply {
+    ScriptedReply::tool_call("call_1", "echo", json!({ "text": text }))
+}
+
+/// A harness whose agent has the `echo` tool.
+fn echo_harness(store: &SqliteStore, replies: Vec<ScriptedReply>) -> Harness {
+    harness(store, replies, ToolRegistry::new().with(echo(None)))
+}
+
 impl Harness {
     async fn run(
         &self,
@@ -132,13 +142,9 @@ fn kinds(evs: &[RunEventRecord]) -> Vec<&str> {
 #[tokio::test]
 async fn a_tool_round_trip_is_journaled_in_order_with_details() {
     let (_d, store) = temp_store();
-    let h = harness(
+    let h = echo_harness(
         &store,
-        vec![
-            ScriptedReply::tool_call("call_1", "echo", json!({"text": "hi"})),
-            text_with_usage("done: echo:hi", 30, 7),
-        ],
-        ToolRegistry::new().with(echo(None)),
+        vec![echo_call("hi"), text_with_usage("done: echo:hi", 30, 7)],
     );
     let (status, report) = h.run("t1", "run-1", "say hi", None).await;
     assert_eq!(status, RunStatus::Success);
@@ -229,14 +235,13 @@ async fn a_tool_round_trip_is_journaled_in_order_with_details() {
 #[tokio::test]
 async fn the_journal_is_never_fed_to_the_model() {
     let (_d, store) = temp_store();
-    let h = harness(
+    let h = echo_harness(
         &store,
         vec![
-            ScriptedReply::tool_call("call_1", "echo", json!({"text": "x"})),
+            echo_call("x"),
             ScriptedReply::text("first"),
             ScriptedReply::text("second"),
         ],
-        ToolRegistry::new().with(echo(None)),
     );
     h.run("t", "r1", "one", None).await;
     h.run("t", "r2", "two", None).await;
@@ -440,7 +445,7 @@ async fn a_corrupt_head_is_rebuilt_from_the_last_good_checkpoint_and_the_journal
     {
         let store = SqliteStore::open(&path).unwrap();
         let model = Arc::new(ScriptedModel::new([
-            ScriptedReply::tool_call("call_1", "echo", json!({"text": "a"})),
+            echo_call("a"),
             ScriptedReply::text("answer one"),
         ]));
         let agent = Agent::new(model)

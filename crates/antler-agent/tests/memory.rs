@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use antler_agent::memory::document::{Fact, Profile, Section};
 use antler_agent::memory::prompt::{format_injection, InjectionBudget, TokenCounting};
-use antler_agent::memory::queue::{ItemProcessor, MemoryQueue, QueueItem, QueueSettings};
+use antler_agent::memory::queue::{
+    ItemProcessor, MemoryQueue, QueueItem, QueueSettings, QueueStats,
+};
 use antler_agent::memory::{MemoryManager, MemorySettings, ModelSource};
 use antler_middleware::dynamic_context::MemorySource;
 use antler_middleware::memory::preprocess::Signal;
@@ -20,7 +22,7 @@ use antler_runtime::{
     Agent, BeforeAgentOutput, Chain, HookOutput, HookSet, Middleware, MiddlewareError, NullSink,
     RunContext, RunInput, RunStatus,
 };
-use antler_store::{EventQuery, MemoryChange, SqliteStore};
+use antler_store::{EventQuery, MemoryChange, RunEventRecord, SqliteStore};
 use async_trait::async_trait;
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
@@ -33,6 +35,9 @@ fn temp_store() -> (tempfile::TempDir, SqliteStore) {
     let store = SqliteStore::open(&dir.path().join("antler.db")).unwrap();
     (dir, store)
 }
+
+/// A debounce that never fires during a test: those tests flush explicitly.
+const HOUR: Duration = Duration::from_secs(3600);
 
 fn settings(debounce: Duration) -> MemorySettings {
     let mut s = MemorySettings::default();
@@ -96,7 +101,6 @@ impl Middleware for Inject {
 }
 
 struct Setup {
-    store: SqliteStore,
     memory: Arc<MemoryManager>,
     memory_model: Arc<ScriptedModel>,
     lead: Arc<ScriptedModel>,
@@ -116,7 +120,6 @@ fn setup(store: &SqliteStore, s: MemorySettings, memory_replies: Vec<ScriptedRep
         .with_chain(chain)
         .with_checkpointer(Arc::new(store.clone()));
     Setup {
-        store: store.clone(),
         memory,
         memory_model,
         lead,
@@ -134,15 +137,87 @@ impl Setup {
     }
 
     async fn wait_processed(&self, n: u64) {
-        let mut rx = self.memory.queue().subscribe();
-        tokio::time::timeout(
-            Duration::from_secs(20),
-            rx.wait_for(|s| s.processed >= n && !s.processing),
-        )
-        .await
-        .expect("memory update did not happen")
-        .unwrap();
+        self.wait_queue(|s| s.processed >= n && !s.processing).await;
     }
+
+    /// Waits (20 s at most) until the memory queue's stats satisfy `done`.
+    async fn wait_queue(&self, done: impl FnMut(&QueueStats) -> bool) {
+        let mut rx = self.memory.queue().subscribe();
+        tokio::time::timeout(Duration::from_secs(20), rx.wait_for(done))
+            .await
+            .expect("memory update did not happen")
+            .unwrap();
+    }
+
+    async fn flush(&self) -> bool {
+        self.memory.flush(Some(Duration::from_secs(20))).await
+    }
+
+    /// The prompt of the memory model's `index`-th request.
+    fn memory_prompt(&self, index: usize) -> String {
+        self.memory_model.requests()[index].messages[0].text()
+    }
+
+    async fn fact_count(&self, user: &str) -> usize {
+        self.memory
+            .document(Some(user), None)
+            .await
+            .unwrap()
+            .facts
+            .len()
+    }
+}
+
+/// A manager whose memory model has nothing to say (direct changes only).
+fn idle_manager(store: SqliteStore, s: MemorySettings) -> Arc<MemoryManager> {
+    MemoryManager::new(
+        store,
+        s,
+        ModelSource::Fixed(Arc::new(ScriptedModel::new([]))),
+    )
+}
+
+/// Stores `facts` as user `u`'s first memory revision.
+async fn seed_facts(store: &SqliteStore, facts: Vec<Value>) {
+    let change = MemoryChange {
+        profile: None,
+        facts: Some(facts),
+    };
+    store
+        .save_memory("u", "__default__", 0, change)
+        .await
+        .unwrap();
+}
+
+fn contents(facts: &[Fact]) -> Vec<&str> {
+    facts.iter().map(|f| f.content.as_str().unwrap()).collect()
+}
+
+async fn run_events(store: &SqliteStore, run_id: &str) -> Vec<RunEventRecord> {
+    store
+        .list_run_events(run_id, EventQuery::default())
+        .await
+        .unwrap()
+}
+
+fn event<'a>(evs: &'a [RunEventRecord], event_type: &str) -> &'a RunEventRecord {
+    evs.iter().find(|e| e.event_type == event_type).unwrap()
+}
+
+/// A fresh store and a setup on it whose queue waits an hour, the memory model answering
+/// `replies`.
+fn hourly(replies: Vec<ScriptedReply>) -> (tempfile::TempDir, SqliteStore, Setup) {
+    fresh(settings(HOUR), replies)
+}
+
+/// A fresh store and a setup on it.
+fn fresh(
+    s: MemorySettings,
+    replies: Vec<ScriptedReply>,
+) -> (tempfile::TempDir, SqliteStore, Setup) {
+    let (dir, store) = temp_store();
+    let s = setup(&store, s, replies);
+    (dir, store, s)
 }
 
 fn first_request_text(model: &ScriptedModel, index: usize) -> String {
@@ -158,9 +233,7 @@ fn first_request_text(model: &ScriptedModel, index: usize) -> String {
 
 #[tokio::test]
 async fn a_preference_from_thread_a_is_injected_into_thread_b_after_the_debounce() {
-    let (_d, store) = temp_store();
-    let s = setup(
-        &store,
+    let (_d, store, s) = fresh(
         settings(Duration::from_millis(50)),
         vec![update_reply(vec![fact(
             "Prefers tea over coffee",
@@ -206,14 +279,8 @@ async fn a_preference_from_thread_a_is_injected_into_thread_b_after_the_debounce
     assert!(!first_request_text(&s.lead, 2).contains("tea"));
 
     // The outcome is journaled on the run it came from.
-    let evs = store
-        .list_run_events("run-a", EventQuery::default())
-        .await
-        .unwrap();
-    let upd = evs
-        .iter()
-        .find(|e| e.event_type == "memory.update")
-        .unwrap();
+    let evs = run_events(&store, "run-a").await;
+    let upd = event(&evs, "memory.update");
     assert_eq!(upd.content["facts_added"].as_array().unwrap().len(), 1);
     let doc = s.memory.document(Some("alice"), None).await.unwrap();
     assert_eq!(doc.facts[0].source, json!("thread-a"));
@@ -232,15 +299,7 @@ async fn injection_enabled_false_stops_injection_but_not_writes() {
     );
     s.run("a", "r1", "u", "I write Rust every day").await;
     s.wait_processed(1).await;
-    assert_eq!(
-        s.memory
-            .document(Some("u"), None)
-            .await
-            .unwrap()
-            .facts
-            .len(),
-        1
-    );
+    assert_eq!(s.fact_count("u").await, 1);
     s.run("b", "r2", "u", "hello").await;
     assert!(!first_request_text(&s.lead, 1).contains("<memory>"));
     assert_eq!(s.memory.injection(Some("u"), None).await, None);
@@ -250,18 +309,12 @@ async fn injection_enabled_false_stops_injection_but_not_writes() {
 async fn memory_enabled_false_queues_and_injects_nothing() {
     let (_d, store) = temp_store();
     // Stored memory exists, but memory is off.
-    let on = MemoryManager::new(
-        store.clone(),
-        settings(Duration::ZERO),
-        ModelSource::Fixed(Arc::new(ScriptedModel::new([]))),
-    );
-    store
-        .save_memory("u", "__default__", 0, MemoryChange {
-            profile: None,
-            facts: Some(vec![json!({"id": "fact_1", "content": "x", "category": "context", "confidence": 0.9})]),
-        })
-        .await
-        .unwrap();
+    let on = idle_manager(store.clone(), settings(Duration::ZERO));
+    seed_facts(
+        &store,
+        vec![json!({"id": "fact_1", "content": "x", "category": "context", "confidence": 0.9})],
+    )
+    .await;
     assert!(on.injection(Some("u"), None).await.is_some());
     let mut st = settings(Duration::ZERO);
     st.enabled = false;
@@ -274,9 +327,7 @@ async fn memory_enabled_false_queues_and_injects_nothing() {
 
 #[tokio::test]
 async fn a_failed_memory_write_never_fails_the_run_and_is_journaled() {
-    let (_d, store) = temp_store();
-    let s = setup(
-        &store,
+    let (_d, store, s) = fresh(
         settings(Duration::from_millis(10)),
         vec![ScriptedReply::text("I cannot produce JSON today")],
     );
@@ -286,11 +337,8 @@ async fn a_failed_memory_write_never_fails_the_run_and_is_journaled() {
     );
     s.wait_processed(1).await;
     assert_eq!(s.memory.stats().failed, 1);
-    let evs = store
-        .list_run_events("run-1", EventQuery::default())
-        .await
-        .unwrap();
-    let err = evs.iter().find(|e| e.event_type == "memory.error").unwrap();
+    let evs = run_events(&store, "run-1").await;
+    let err = event(&evs, "memory.error");
     assert!(
         err.content.as_str().unwrap().contains("unusable"),
         "{:?}",
@@ -309,16 +357,13 @@ async fn a_failed_memory_write_never_fails_the_run_and_is_journaled() {
         RunStatus::Success
     );
     s.wait_processed(1).await;
-    let evs = store
-        .list_run_events("run-2", EventQuery::default())
-        .await
-        .unwrap();
+    let evs = run_events(&store, "run-2").await;
     assert!(evs.iter().any(|e| e.event_type == "memory.error"));
     // And the watermark did not advance: the next turn re-feeds the failed conversation.
     s.memory_model.push(update_reply(vec![]));
     s.run("b", "run-3", "u", "more").await;
     s.wait_processed(2).await;
-    let prompt = s.memory_model.requests()[1].messages[0].text();
+    let prompt = s.memory_prompt(1);
     assert!(
         prompt.contains("I love climbing") && prompt.contains("more"),
         "{prompt}"
@@ -327,16 +372,11 @@ async fn a_failed_memory_write_never_fails_the_run_and_is_journaled() {
 
 #[tokio::test]
 async fn the_watermark_feeds_only_new_turns_and_skips_repeats() {
-    let (_d, store) = temp_store();
-    let s = setup(
-        &store,
-        settings(Duration::from_secs(3600)),
-        vec![update_reply(vec![]), update_reply(vec![])],
-    );
+    let (_d, store, s) = hourly(vec![update_reply(vec![]), update_reply(vec![])]);
     s.run("t", "r1", "u", "first topic").await;
-    assert!(s.memory.flush(Some(Duration::from_secs(20))).await);
+    assert!(s.flush().await);
     s.run("t", "r2", "u", "second topic").await;
-    assert!(s.memory.flush(Some(Duration::from_secs(20))).await);
+    assert!(s.flush().await);
     let reqs = s.memory_model.requests();
     assert_eq!(reqs.len(), 2);
     let second = reqs[1].messages[0].text();
@@ -354,18 +394,17 @@ async fn the_watermark_feeds_only_new_turns_and_skips_repeats() {
         trace_id: None,
         messages: cp.state.messages.shared(),
     });
-    assert!(s.memory.flush(Some(Duration::from_secs(20))).await);
+    assert!(s.flush().await);
     assert_eq!(s.memory_model.requests().len(), 2);
 }
 
 #[tokio::test]
 async fn the_summarization_flush_extracts_at_once_past_the_watermark() {
-    let (_d, store) = temp_store();
-    let s = setup(
-        &store,
-        settings(Duration::from_secs(3600)),
-        vec![update_reply(vec![fact("Works at ACME", "context", 0.9)])],
-    );
+    let (_d, _, s) = hourly(vec![update_reply(vec![fact(
+        "Works at ACME",
+        "context",
+        0.9,
+    )])]);
     let hook: Arc<dyn BeforeSummarizationHook> = s.memory.clone();
     let mut old = vec![Message::human("I work at ACME"), Message::ai("Noted.")];
     old[0].set_id("h-old");
@@ -380,14 +419,7 @@ async fn the_summarization_flush_extracts_at_once_past_the_watermark() {
     .await
     .unwrap();
     // Not debounced: processed without waiting an hour.
-    let mut rx = s.memory.queue().subscribe();
-    tokio::time::timeout(
-        Duration::from_secs(20),
-        rx.wait_for(|q| q.processed == 1 && !q.processing),
-    )
-    .await
-    .unwrap()
-    .unwrap();
+    s.wait_queue(|q| q.processed == 1 && !q.processing).await;
     let doc = s.memory.document(Some("u"), None).await.unwrap();
     assert_eq!(doc.facts[0].content, json!("Works at ACME"));
 }
@@ -399,12 +431,11 @@ async fn a_failing_summary_still_flushes_the_old_messages_to_memory() {
     use antler_middleware::summarization::{
         ContextSize, DeerFlowSummarizationMiddleware, SummarizationConfig,
     };
-    let (_d, store) = temp_store();
-    let s = setup(
-        &store,
-        settings(Duration::from_secs(3600)),
-        vec![update_reply(vec![fact("Works at ACME", "context", 0.9)])],
-    );
+    let (_d, _, s) = hourly(vec![update_reply(vec![fact(
+        "Works at ACME",
+        "context",
+        0.9,
+    )])]);
     let summarizer: Arc<dyn ChatModel> = Arc::new(ScriptedModel::new([ScriptedReply::Error(
         ModelError::Http {
             status: 500,
@@ -448,15 +479,8 @@ async fn a_failing_summary_still_flushes_the_old_messages_to_memory() {
         "the history is kept when the summary fails"
     );
 
-    let mut rx = s.memory.queue().subscribe();
-    tokio::time::timeout(
-        Duration::from_secs(20),
-        rx.wait_for(|q| q.processed == 1 && !q.processing),
-    )
-    .await
-    .unwrap()
-    .unwrap();
-    let asked = s.memory_model.requests()[0].messages[0].text();
+    s.wait_queue(|q| q.processed == 1 && !q.processing).await;
+    let asked = s.memory_prompt(0);
     assert!(asked.contains("I work at ACME"), "{asked}");
     let doc = s.memory.document(Some("u"), None).await.unwrap();
     assert_eq!(doc.facts[0].content, json!("Works at ACME"));
@@ -471,18 +495,7 @@ async fn the_write_gate_keeps_only_user_durable_descriptive_facts() {
                           "confidence": 0.8, "createdAt": "2024-01-01T00:00:00Z", "source": "t0"});
     let keep = json!({"id": "fact_keep", "content": "Lives in Berlin", "category": "context",
                       "confidence": 0.9, "createdAt": "2024-01-01T00:00:00Z", "source": "t0"});
-    store
-        .save_memory(
-            "u",
-            "__default__",
-            0,
-            MemoryChange {
-                profile: None,
-                facts: Some(vec![existing, keep]),
-            },
-        )
-        .await
-        .unwrap();
+    seed_facts(&store, vec![existing, keep]).await;
     let mut thread_scoped = fact("Wants this PR merged today", "goal", 0.95);
     thread_scoped["scope"] = json!("thread");
     let mut temporary = fact("Is debugging a flaky test", "context", 0.9);
@@ -512,16 +525,12 @@ async fn the_write_gate_keeps_only_user_durable_descriptive_facts() {
             "fact_keep"
         ]),
     );
-    let s = setup(&store, settings(Duration::from_secs(3600)), vec![reply]);
+    let s = setup(&store, settings(HOUR), vec![reply]);
     s.run("t", "r", "u", "I switched to Python 3.12 at ACME")
         .await;
-    assert!(s.memory.flush(Some(Duration::from_secs(20))).await);
+    assert!(s.flush().await);
     let doc = s.memory.document(Some("u"), None).await.unwrap();
-    let contents: Vec<&str> = doc
-        .facts
-        .iter()
-        .map(|f| f.content.as_str().unwrap())
-        .collect();
+    let contents = contents(&doc.facts);
     assert_eq!(contents, ["Lives in Berlin", "Uses Python 3.12"]);
     assert_eq!(doc.user.work_context.summary, "Backend engineer at ACME.");
     assert_eq!(
@@ -532,15 +541,8 @@ async fn the_write_gate_keeps_only_user_durable_descriptive_facts() {
         doc.history.recent_months.summary,
         "Migrated services to Rust."
     );
-    let evs = store
-        .list_run_events("r", EventQuery::default())
-        .await
-        .unwrap();
-    let report = &evs
-        .iter()
-        .find(|e| e.event_type == "memory.update")
-        .unwrap()
-        .content;
+    let evs = run_events(&store, "r").await;
+    let report = &event(&evs, "memory.update").content;
     assert_eq!(report["facts_removed"], json!(["fact_old1"]));
     assert_eq!(report["rejected"]["facts"]["scope"], 1);
     assert_eq!(report["rejected"]["facts"]["durability"], 1);
@@ -555,13 +557,7 @@ async fn the_write_gate_keeps_only_user_durable_descriptive_facts() {
 #[tokio::test]
 async fn a_paired_removal_is_skipped_when_its_replacement_fails() {
     let (_d, store) = temp_store();
-    store
-        .save_memory("u", "__default__", 0, MemoryChange {
-            profile: None,
-            facts: Some(vec![json!({"id": "fact_a", "content": "Uses vim", "category": "preference", "confidence": 0.9})]),
-        })
-        .await
-        .unwrap();
+    seed_facts(&store, vec![json!({"id": "fact_a", "content": "Uses vim", "category": "preference", "confidence": 0.9})]).await;
     let low = fact("Uses emacs", "preference", 0.4);
     let reply = update_reply_full(
         json!({}),
@@ -569,9 +565,9 @@ async fn a_paired_removal_is_skipped_when_its_replacement_fails() {
         vec![low],
         json!([{"id": "fact_a", "scope": "user", "reason": "switched", "replacementFactIndex": 0}]),
     );
-    let s = setup(&store, settings(Duration::from_secs(3600)), vec![reply]);
+    let s = setup(&store, settings(HOUR), vec![reply]);
     s.run("t", "r", "u", "I use emacs now").await;
-    assert!(s.memory.flush(Some(Duration::from_secs(20))).await);
+    assert!(s.flush().await);
     let doc = s.memory.document(Some("u"), None).await.unwrap();
     assert_eq!(doc.facts.len(), 1);
     assert_eq!(doc.facts[0].id, "fact_a");
@@ -580,7 +576,7 @@ async fn a_paired_removal_is_skipped_when_its_replacement_fails() {
 #[tokio::test]
 async fn capacity_keeps_the_most_confident_facts() {
     let (_d, store) = temp_store();
-    let mut st = settings(Duration::from_secs(3600));
+    let mut st = settings(HOUR);
     st.max_facts = 2;
     let reply = update_reply(vec![
         fact("a", "context", 0.75),
@@ -589,44 +585,30 @@ async fn capacity_keeps_the_most_confident_facts() {
     ]);
     let s = setup(&store, st, vec![reply]);
     s.run("t", "r", "u", "facts").await;
-    assert!(s.memory.flush(Some(Duration::from_secs(20))).await);
+    assert!(s.flush().await);
     let doc = s.memory.document(Some("u"), None).await.unwrap();
-    let c: Vec<&str> = doc
-        .facts
-        .iter()
-        .map(|f| f.content.as_str().unwrap())
-        .collect();
+    let c = contents(&doc.facts);
     assert_eq!(c, ["b", "c"]);
 }
 
 #[tokio::test]
 async fn malformed_facts_with_removals_are_refused_as_a_whole() {
     let (_d, store) = temp_store();
-    store
-        .save_memory("u", "__default__", 0, MemoryChange {
-            profile: None,
-            facts: Some(vec![json!({"id": "fact_a", "content": "x", "category": "context", "confidence": 0.9})]),
-        })
-        .await
-        .unwrap();
+    seed_facts(
+        &store,
+        vec![json!({"id": "fact_a", "content": "x", "category": "context", "confidence": 0.9})],
+    )
+    .await;
     let reply = update_reply_full(
         json!({}),
         json!({}),
         vec![json!({"content": 5})],
         json!([{"id": "fact_a", "scope": "user", "reason": "gone"}]),
     );
-    let s = setup(&store, settings(Duration::from_secs(3600)), vec![reply]);
+    let s = setup(&store, settings(HOUR), vec![reply]);
     s.run("t", "r", "u", "x").await;
-    assert!(!s.memory.flush(Some(Duration::from_secs(20))).await);
-    assert_eq!(
-        s.memory
-            .document(Some("u"), None)
-            .await
-            .unwrap()
-            .facts
-            .len(),
-        1
-    );
+    assert!(!s.flush().await);
+    assert_eq!(s.fact_count("u").await, 1);
 }
 
 /// A memory model that changes the memory behind the updater's back while it "thinks".
@@ -677,11 +659,7 @@ async fn a_concurrent_change_is_reloaded_and_the_update_recomputed() {
         store: store.clone(),
         reply: body.to_string(),
     });
-    let memory = MemoryManager::new(
-        store.clone(),
-        settings(Duration::from_secs(3600)),
-        ModelSource::Fixed(model),
-    );
+    let memory = MemoryManager::new(store.clone(), settings(HOUR), ModelSource::Fixed(model));
     let mut msgs = vec![Message::human("I drink tea"), Message::ai("ok!")];
     msgs[0].set_id("h");
     msgs[1].set_id("a");
@@ -695,26 +673,17 @@ async fn a_concurrent_change_is_reloaded_and_the_update_recomputed() {
     });
     assert!(memory.flush(Some(Duration::from_secs(20))).await);
     let doc = memory.document(Some("u"), None).await.unwrap();
-    let c: Vec<&str> = doc
-        .facts
-        .iter()
-        .map(|f| f.content.as_str().unwrap())
-        .collect();
+    let c = contents(&doc.facts);
     assert_eq!(c, ["Added by hand", "Drinks tea"]);
 }
 
 #[tokio::test]
 async fn correction_signals_reach_the_memory_model_as_hints() {
-    let (_d, store) = temp_store();
-    let s = setup(
-        &store,
-        settings(Duration::from_secs(3600)),
-        vec![update_reply(vec![])],
-    );
+    let (_d, _, s) = hourly(vec![update_reply(vec![])]);
     s.run("t", "r", "u", "No, that's wrong — always use tabs.")
         .await;
-    assert!(s.memory.flush(Some(Duration::from_secs(20))).await);
-    let prompt = s.memory_model.requests()[0].messages[0].text();
+    assert!(s.flush().await);
+    let prompt = s.memory_prompt(0);
     assert!(
         prompt.contains("IMPORTANT: the user corrected the assistant"),
         "{prompt}"
@@ -728,12 +697,11 @@ async fn correction_signals_reach_the_memory_model_as_hints() {
 
 #[tokio::test]
 async fn show_and_clear() {
-    let (_d, store) = temp_store();
-    let s = setup(
-        &store,
-        settings(Duration::from_secs(3600)),
-        vec![update_reply(vec![fact("Likes Go", "preference", 0.9)])],
-    );
+    let (_d, _, s) = hourly(vec![update_reply(vec![fact(
+        "Likes Go",
+        "preference",
+        0.9,
+    )])]);
     s.run("t", "r", "u", "I like Go").await;
     assert!(s.memory.flush(None).await);
     assert_eq!(s.memory.users().await.unwrap(), ["u"]);
@@ -742,15 +710,8 @@ async fn show_and_clear() {
     assert_eq!(doc["facts"][0]["content"], "Likes Go");
     assert!(doc["user"]["workContext"].is_object());
     assert_eq!(s.memory.clear(Some("u"), None).await.unwrap(), 1);
-    assert!(s
-        .memory
-        .document(Some("u"), None)
-        .await
-        .unwrap()
-        .facts
-        .is_empty());
+    assert_eq!(s.fact_count("u").await, 0);
     assert!(s.memory.users().await.unwrap().is_empty());
-    let _ = &s.store;
 }
 
 // ---------- the queue ----------
@@ -773,6 +734,27 @@ impl ItemProcessor for Stub {
         self.seen.lock().unwrap().push(item.clone());
         !self.fail
     }
+}
+
+impl Stub {
+    /// A stub whose every `process` waits for the returned gate.
+    fn gated() -> (Arc<Notify>, Arc<Self>) {
+        let gate = Arc::new(Notify::new());
+        let stub = Arc::new(Stub {
+            gate: Some(gate.clone()),
+            ..Default::default()
+        });
+        (gate, stub)
+    }
+}
+
+/// Waits (10 s at most) until the queue's stats satisfy `done`.
+async fn wait_stats(q: &MemoryQueue, done: impl FnMut(&QueueStats) -> bool) {
+    let mut rx = q.subscribe();
+    tokio::time::timeout(Duration::from_secs(10), rx.wait_for(done))
+        .await
+        .unwrap()
+        .unwrap();
 }
 
 fn item(thread: &str, signals: &[Signal], flush: bool) -> QueueItem {
@@ -802,7 +784,7 @@ fn queue(stub: Arc<Stub>, debounce: Duration, depth: usize) -> MemoryQueue {
 #[tokio::test]
 async fn same_key_items_coalesce_keeping_signals_while_flush_items_coexist() {
     let stub = Arc::new(Stub::default());
-    let q = queue(stub.clone(), Duration::from_secs(3600), 0);
+    let q = queue(stub.clone(), HOUR, 0);
     assert!(q.add(item("t", &[Signal::Correction], false)));
     assert!(q.add(item("t", &[Signal::Reinforcement], false)));
     assert!(q.add(item("other", &[], false)));
@@ -816,21 +798,17 @@ async fn same_key_items_coalesce_keeping_signals_while_flush_items_coexist() {
     );
     // A flush item for the same key does not replace the pending normal item.
     let stub = Arc::new(Stub::default());
-    let q = queue(stub.clone(), Duration::from_secs(3600), 0);
+    let q = queue(stub.clone(), HOUR, 0);
     q.add(item("t", &[], false));
     q.add_nowait(item("t", &[], true));
-    let mut rx = q.subscribe();
-    tokio::time::timeout(Duration::from_secs(10), rx.wait_for(|s| s.processed == 2))
-        .await
-        .unwrap()
-        .unwrap();
+    wait_stats(&q, |s| s.processed == 2).await;
     assert_eq!(stub.seen.lock().unwrap().len(), 2);
 }
 
 #[tokio::test]
 async fn backpressure_refuses_only_new_signal_free_normal_items() {
     let stub = Arc::new(Stub::default());
-    let q = queue(stub.clone(), Duration::from_secs(3600), 1);
+    let q = queue(stub.clone(), HOUR, 1);
     assert!(q.add(item("a", &[], false)));
     assert!(!q.add(item("b", &[], false)), "full");
     assert!(q.add(item("a", &[], false)), "same key merges");
@@ -842,21 +820,17 @@ async fn backpressure_refuses_only_new_signal_free_normal_items() {
 #[tokio::test]
 async fn flush_reports_empty_drained_timeout_and_failure() {
     // Empty.
-    let q = queue(Arc::new(Stub::default()), Duration::from_secs(3600), 0);
+    let q = queue(Arc::new(Stub::default()), HOUR, 0);
     assert!(q.flush(Duration::from_secs(1)).await);
     // Drains without waiting for the debounce.
     let stub = Arc::new(Stub::default());
-    let q = queue(stub.clone(), Duration::from_secs(3600), 0);
+    let q = queue(stub.clone(), HOUR, 0);
     q.add(item("a", &[], false));
     q.add(item("b", &[], false));
     assert!(q.flush(Duration::from_secs(10)).await);
     assert_eq!(stub.seen.lock().unwrap().len(), 2);
     // An in-flight worker that does not finish in time.
-    let gate = Arc::new(Notify::new());
-    let stub = Arc::new(Stub {
-        gate: Some(gate.clone()),
-        ..Default::default()
-    });
+    let (gate, stub) = Stub::gated();
     let q = queue(stub.clone(), Duration::ZERO, 0);
     q.add(item("a", &[], false));
     stub.started.notified().await;
@@ -867,38 +841,24 @@ async fn flush_reports_empty_drained_timeout_and_failure() {
         fail: true,
         ..Default::default()
     });
-    let q = queue(stub.clone(), Duration::from_secs(3600), 0);
+    let q = queue(stub.clone(), HOUR, 0);
     q.add(item("a", &[], false));
     assert!(!q.flush(Duration::from_secs(10)).await);
 }
 
 #[tokio::test]
 async fn work_arriving_during_processing_is_reprocessed_once() {
-    let gate = Arc::new(Notify::new());
-    let stub = Arc::new(Stub {
-        gate: Some(gate.clone()),
-        ..Default::default()
-    });
+    let (gate, stub) = Stub::gated();
     let q = queue(stub.clone(), Duration::ZERO, 0);
     q.add(item("a", &[], false));
     stub.started.notified().await;
     // The timer for this one fires while "a" is being processed.
     q.add(item("b", &[], false));
-    let mut rx = q.subscribe();
-    tokio::time::timeout(Duration::from_secs(10), rx.wait_for(|s| s.pending == 1))
-        .await
-        .unwrap()
-        .unwrap();
+    wait_stats(&q, |s| s.pending == 1).await;
     gate.notify_one();
     stub.started.notified().await;
     gate.notify_one();
-    tokio::time::timeout(
-        Duration::from_secs(10),
-        rx.wait_for(|s| s.processed == 2 && !s.processing),
-    )
-    .await
-    .unwrap()
-    .unwrap();
+    wait_stats(&q, |s| s.processed == 2 && !s.processing).await;
     let seen: Vec<String> = stub
         .seen
         .lock()
@@ -1055,13 +1015,9 @@ fn guaranteed_corrections_survive_a_tight_budget_and_summaries_are_cut() {
 async fn facts_can_be_created_updated_deleted_and_imported() {
     use antler_agent::memory::MemoryOpError;
     let (_d, store) = temp_store();
-    let mut st = settings(Duration::from_secs(3600));
+    let mut st = settings(HOUR);
     st.max_facts = 2;
-    let m = MemoryManager::new(
-        store,
-        st,
-        ModelSource::Fixed(Arc::new(ScriptedModel::new([]))),
-    );
+    let m = idle_manager(store, st);
     let a = m
         .create_fact(Some("u"), None, "Likes Go", "preference", 0.8)
         .await
@@ -1089,11 +1045,7 @@ async fn facts_can_be_created_updated_deleted_and_imported() {
         .await
         .unwrap();
     let doc = m.document(Some("u"), None).await.unwrap();
-    let c: Vec<&str> = doc
-        .facts
-        .iter()
-        .map(|f| f.content.as_str().unwrap())
-        .collect();
+    let c = contents(&doc.facts);
     assert_eq!(c, ["Uses Linux", "Writes Rust"]);
     let id = doc.facts[0].id.clone();
     let updated = m
@@ -1142,23 +1094,21 @@ async fn an_update_cycle_reviews_stale_facts_and_consolidates_a_fragmented_categ
         json!({"id": id, "content": content, "category": "preference", "confidence": confidence,
                "createdAt": days_ago(3), "source": "t0"})
     };
-    store
-        .save_memory("u", "__default__", 0, MemoryChange {
-            profile: None,
-            facts: Some(vec![
-                stale("fact_s1", "Wants to learn Go", 200),
-                stale("fact_s2", "Is preparing a Kubernetes exam", 200),
-                stale("fact_s3", "Plans a move to Lisbon", 150),
-                pref("fact_p1", "Prefers dark themes", 0.9),
-                pref("fact_p2", "Prefers dark mode in the terminal", 0.8),
-                pref("fact_p3", "Prefers short answers", 0.85),
-                pref("fact_p4", "Prefers bullet lists", 0.85),
-                json!({"id": "fact_fix", "content": "Never force-push", "category": "correction",
+    seed_facts(
+        &store,
+        vec![
+            stale("fact_s1", "Wants to learn Go", 200),
+            stale("fact_s2", "Is preparing a Kubernetes exam", 200),
+            stale("fact_s3", "Plans a move to Lisbon", 150),
+            pref("fact_p1", "Prefers dark themes", 0.9),
+            pref("fact_p2", "Prefers dark mode in the terminal", 0.8),
+            pref("fact_p3", "Prefers short answers", 0.85),
+            pref("fact_p4", "Prefers bullet lists", 0.85),
+            json!({"id": "fact_fix", "content": "Never force-push", "category": "correction",
                        "confidence": 0.99, "createdAt": days_ago(400), "source": "t"}),
-            ]),
-        })
-        .await
-        .unwrap();
+        ],
+    )
+    .await;
     let body = json!({
         "user": {}, "history": {}, "newFacts": [], "factsToRemove": [], "factsToReinforce": [],
         // fact_fix is protected and fact_p1 is not aged: both are ignored.
@@ -1177,7 +1127,7 @@ async fn an_update_cycle_reviews_stale_facts_and_consolidates_a_fragmented_categ
                               "category": "preference", "confidence": 0.85}}
         ]
     });
-    let mut st = settings(Duration::from_secs(3600));
+    let mut st = settings(HOUR);
     st.consolidation.enabled = true;
     st.consolidation.min_facts = 4;
     let s = setup(
@@ -1186,10 +1136,10 @@ async fn an_update_cycle_reviews_stale_facts_and_consolidates_a_fragmented_categ
         vec![ScriptedReply::text(format!("```json\n{body}\n```"))],
     );
     s.run("t", "run-1", "u", "I now write Rust for work").await;
-    assert!(s.memory.flush(Some(Duration::from_secs(20))).await);
+    assert!(s.flush().await);
 
     // The review sections reached the memory model with the candidates only.
-    let prompt = s.memory_model.requests()[0].messages[0].text();
+    let prompt = s.memory_prompt(0);
     let review = &prompt[prompt.find("## Staleness review").expect(&prompt)..];
     for id in ["fact_s1", "fact_s2", "fact_s3"] {
         assert!(
@@ -1233,14 +1183,8 @@ async fn an_update_cycle_reviews_stale_facts_and_consolidates_a_fragmented_categ
     assert_eq!(merged["confidence"], 0.9, "capped at the best source");
 
     // The journal says what happened.
-    let evs = store
-        .list_run_events("run-1", EventQuery::default())
-        .await
-        .unwrap();
-    let upd = evs
-        .iter()
-        .find(|e| e.event_type == "memory.update")
-        .unwrap();
+    let evs = run_events(&store, "run-1").await;
+    let upd = event(&evs, "memory.update");
     assert_eq!(upd.content["stale_removed"], json!(["fact_s1"]));
     assert_eq!(upd.content["stale_extended"], json!(["fact_s2"]));
     assert_eq!(
@@ -1260,27 +1204,12 @@ async fn no_review_is_asked_for_below_the_candidate_minimum_or_with_consolidatio
                    "createdAt": days_ago(if i < 2 { 300 } else { 1 }), "source": "t"})
         })
         .collect();
-    store
-        .save_memory(
-            "u",
-            "__default__",
-            0,
-            MemoryChange {
-                profile: None,
-                facts: Some(facts),
-            },
-        )
-        .await
-        .unwrap();
+    seed_facts(&store, facts).await;
     // Two aged facts (three needed), consolidation off by default.
-    let s = setup(
-        &store,
-        settings(Duration::from_secs(3600)),
-        vec![update_reply(vec![])],
-    );
+    let s = setup(&store, settings(HOUR), vec![update_reply(vec![])]);
     s.run("t", "r", "u", "hello there").await;
-    assert!(s.memory.flush(Some(Duration::from_secs(20))).await);
-    let prompt = s.memory_model.requests()[0].messages[0].text();
+    assert!(s.flush().await);
+    let prompt = s.memory_prompt(0);
     assert!(!prompt.contains("## Staleness review"), "{prompt}");
     assert!(!prompt.contains("<consolidation_candidates"), "{prompt}");
 }
@@ -1292,11 +1221,7 @@ async fn no_review_is_asked_for_below_the_candidate_minimum_or_with_consolidatio
 #[tokio::test]
 async fn memory_tool_schemas() {
     let (_d, store) = temp_store();
-    let memory = MemoryManager::new(
-        store,
-        MemorySettings::default(),
-        ModelSource::Fixed(Arc::new(ScriptedModel::new([]))),
-    );
+    let memory = idle_manager(store, MemorySettings::default());
     for tool in antler_agent::memory::tools::memory_tools(&memory) {
         let spec = tool.spec();
         insta::assert_json_snapshot!(

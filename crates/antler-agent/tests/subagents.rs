@@ -429,6 +429,11 @@ fn parent_tools(seen: &Arc<Mutex<Vec<Value>>>) -> ToolRegistry {
     r
 }
 
+/// The parent's tools, for tests that never look at what they saw.
+fn unrecorded_tools() -> ToolRegistry {
+    parent_tools(&Arc::default())
+}
+
 fn info(name: &str) -> ModelInfo {
     ModelInfo {
         name: name.into(),
@@ -456,6 +461,16 @@ fn task_args(kind: &str, prompt: &str) -> Value {
 }
 
 /// The lead: a task tool and SubagentLimit, no checkpointer.
+/// An executor of the built-in types with the parent's tools and no extra middleware.
+fn plain_executor(child: Arc<dyn ChatModel>) -> Arc<SubagentExecutor> {
+    executor(
+        child,
+        unrecorded_tools(),
+        SubagentsConfig::default(),
+        vec![],
+    )
+}
+
 fn lead(model: Arc<ScriptedModel>, exec: Arc<SubagentExecutor>) -> Agent {
     Agent::new(model)
         .with_tools(ToolRegistry::new().with(task_tool(exec)))
@@ -697,14 +712,8 @@ async fn a_delegation_runs_a_child_and_returns_its_answer_with_metadata() {
 
 #[tokio::test]
 async fn unknown_types_and_unavailable_bash_fail_without_running_a_child() {
-    let seen = Arc::new(Mutex::new(Vec::new()));
     let child = Arc::new(ScriptedModel::new([]));
-    let exec = executor(
-        child.clone(),
-        parent_tools(&seen),
-        SubagentsConfig::default(),
-        vec![],
-    );
+    let exec = plain_executor(child.clone());
     assert!(!exec.bash_available());
     let parent = Arc::new(ScriptedModel::new([
         ScriptedReply::tool_calls([
@@ -975,14 +984,8 @@ async fn a_task_that_exceeds_its_timeout_is_timed_out_and_the_run_continues() {
 
 #[tokio::test]
 async fn cancelling_the_parent_cancels_the_child() {
-    let seen = Arc::new(Mutex::new(Vec::new()));
     let (child, started, dropped) = hanging();
-    let exec = executor(
-        child,
-        parent_tools(&seen),
-        SubagentsConfig::default(),
-        vec![],
-    );
+    let exec = plain_executor(child);
     let parent = Arc::new(ScriptedModel::new([
         ScriptedReply::tool_call("c1", "task", task_args("general-purpose", "forever")),
         ScriptedReply::text("never"),
@@ -1043,24 +1046,38 @@ async fn delegate_once(exec: Arc<SubagentExecutor>) -> (RunOutcome, Vec<Value>) 
     (out, customs(&sink))
 }
 
-#[tokio::test]
-async fn a_turn_capped_child_with_partial_output_completes_capped() {
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let exec = executor(
-        looping_child("partial work"),
-        parent_tools(&seen),
+/// One delegation to a `looping_child(text)` capped at three turns: checks the task result's text
+/// and status and the last task event, and returns the run and that result.
+async fn delegate_looping_capped(
+    text: &'static str,
+    result_text: &str,
+    status: &str,
+    last_event: &str,
+) -> (RunOutcome, ToolMessage) {
+    let (out, ev) = delegate_once(executor(
+        looping_child(text),
+        unrecorded_tools(),
         max_turns(3),
         vec![],
-    );
-    let (out, ev) = delegate_once(exec).await;
-    let tm = &task_results(&out)[0];
-    assert_eq!(
-        tm.content.text(),
-        "Task Succeeded (capped: turn budget). Result: partial work"
-    );
+    ))
+    .await;
+    let tm = task_results(&out)[0].clone();
+    assert_eq!(tm.content.text(), result_text);
+    assert_eq!(tm.additional_kwargs[STATUS_KEY], json!(status));
+    assert_eq!(types_of(&ev).last(), Some(&last_event));
+    (out, tm)
+}
+
+#[tokio::test]
+async fn a_turn_capped_child_with_partial_output_completes_capped() {
+    let (out, tm) = delegate_looping_capped(
+        "partial work",
+        "Task Succeeded (capped: turn budget). Result: partial work",
+        "completed",
+        "task_completed",
+    )
+    .await;
     assert_eq!(tm.additional_kwargs[STOP_REASON_KEY], json!("turn_capped"));
-    assert_eq!(tm.additional_kwargs[STATUS_KEY], json!("completed"));
-    assert_eq!(types_of(&ev).last(), Some(&"task_completed"));
     assert_eq!(
         out.state.delegations[0].stop_reason.as_deref(),
         Some("turn_capped")
@@ -1069,33 +1086,23 @@ async fn a_turn_capped_child_with_partial_output_completes_capped() {
 
 #[tokio::test]
 async fn a_turn_capped_child_without_output_fails_capped() {
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let exec = executor(looping_child(""), parent_tools(&seen), max_turns(3), vec![]);
-    let (out, ev) = delegate_once(exec).await;
-    let tm = &task_results(&out)[0];
-    assert_eq!(
-        tm.content.text(),
-        "Task failed (capped: turn budget). Error: Reached max_turns=3"
-    );
-    assert_eq!(tm.additional_kwargs[STATUS_KEY], json!("failed"));
-    assert_eq!(types_of(&ev).last(), Some(&"task_failed"));
+    delegate_looping_capped(
+        "",
+        "Task failed (capped: turn budget). Error: Reached max_turns=3",
+        "failed",
+        "task_failed",
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn an_llm_error_fallback_answer_is_a_failure_but_error_looking_prose_is_not() {
-    let seen = Arc::new(Mutex::new(Vec::new()));
     let mut fallback = ai("The model provider is unavailable.", None);
     fallback
         .additional_kwargs
         .insert("deerflow_error_fallback".into(), json!(true));
     let child = Arc::new(ScriptedModel::new([ScriptedReply::Message(fallback)]));
-    let (out, _) = delegate_once(executor(
-        child,
-        parent_tools(&seen),
-        SubagentsConfig::default(),
-        vec![],
-    ))
-    .await;
+    let (out, _) = delegate_once(plain_executor(child)).await;
     assert_eq!(
         task_results(&out)[0].content.text(),
         "Task failed. Error: The model provider is unavailable."
@@ -1103,13 +1110,7 @@ async fn an_llm_error_fallback_answer_is_a_failure_but_error_looking_prose_is_no
     let child = Arc::new(ScriptedModel::new([ScriptedReply::text(
         "Error: 500 from upstream, retried",
     )]));
-    let (out, _) = delegate_once(executor(
-        child,
-        parent_tools(&seen),
-        SubagentsConfig::default(),
-        vec![],
-    ))
-    .await;
+    let (out, _) = delegate_once(plain_executor(child)).await;
     assert_eq!(
         task_results(&out)[0].content.text(),
         "Task Succeeded. Result: Error: 500 from upstream, retried"
@@ -1118,15 +1119,8 @@ async fn an_llm_error_fallback_answer_is_a_failure_but_error_looking_prose_is_no
 
 #[tokio::test]
 async fn a_failing_child_is_a_failed_result() {
-    let seen = Arc::new(Mutex::new(Vec::new()));
     let child = Arc::new(ScriptedModel::new([]));
-    let (out, ev) = delegate_once(executor(
-        child,
-        parent_tools(&seen),
-        SubagentsConfig::default(),
-        vec![],
-    ))
-    .await;
+    let (out, ev) = delegate_once(plain_executor(child)).await;
     assert_eq!(out.status, RunStatus::Success, "the lead carries on");
     let tm = &task_results(&out)[0];
     assert_eq!(
@@ -1147,7 +1141,6 @@ fn guard(reason: &'static str) -> Arc<dyn Middleware> {
 
 #[tokio::test]
 async fn a_guard_stop_reason_marks_the_completed_result() {
-    let seen = Arc::new(Mutex::new(Vec::new()));
     for (reason, label) in [
         ("token_capped", "token budget"),
         ("loop_capped", "repeated tool-call loop"),
@@ -1155,7 +1148,7 @@ async fn a_guard_stop_reason_marks_the_completed_result() {
         let child = Arc::new(ScriptedModel::new([ScriptedReply::text("wrapped up")]));
         let exec = executor(
             child,
-            parent_tools(&seen),
+            unrecorded_tools(),
             SubagentsConfig::default(),
             vec![guard(reason)],
         );
@@ -1269,14 +1262,8 @@ async fn factory_prompt_sections_follow_the_type_prompt() {
 
 #[tokio::test]
 async fn non_mapping_authz_attributes_are_rejected() {
-    let seen = Arc::new(Mutex::new(Vec::new()));
     let child = Arc::new(ScriptedModel::new([ScriptedReply::text("ok")]));
-    let exec = executor(
-        child.clone(),
-        parent_tools(&seen),
-        SubagentsConfig::default(),
-        vec![],
-    );
+    let exec = plain_executor(child.clone());
     let parent = Arc::new(ScriptedModel::new([
         ScriptedReply::tool_call("c1", "task", task_args("general-purpose", "x")),
         ScriptedReply::text("ok"),
@@ -1299,13 +1286,14 @@ async fn non_mapping_authz_attributes_are_rejected() {
 // Outcome mapping and the result command, without a loop
 // ---------------------------------------------------------------------------------------------
 
-fn outcome(
+/// How the executor classifies a child run that ended so (under `max_turns=5`).
+fn classified(
     status: RunStatus,
     error: Option<RunError>,
     msgs: Vec<Message>,
     stop: Option<&str>,
-) -> RunOutcome {
-    RunOutcome {
+) -> SubagentResult {
+    let outcome = RunOutcome {
         status,
         state: Arc::new(ThreadState {
             messages: Messages::from_messages(msgs),
@@ -1315,49 +1303,44 @@ fn outcome(
         checkpoint_id: None,
         steps: 0,
         stop_reason: stop.map(str::to_owned),
-    }
+    };
+    classify(outcome, 5)
 }
 
 #[test]
 fn outcomes_map_to_the_contract() {
     // No AI message: the last message's text; nothing at all: the sentinel.
-    let r = classify(
-        outcome(
-            RunStatus::Success,
-            None,
-            vec![Message::human("task text")],
-            None,
-        ),
-        5,
+    let r = classified(
+        RunStatus::Success,
+        None,
+        vec![Message::human("task text")],
+        None,
     );
     assert_eq!(
         (r.status, r.result.as_deref()),
         (SubagentStatus::Completed, Some("task text"))
     );
-    let r = classify(outcome(RunStatus::Success, None, vec![], None), 5);
+    let r = classified(RunStatus::Success, None, vec![], None);
     assert_eq!(r.result.as_deref(), Some("No response generated"));
     // List content is flattened to text.
     let blocks = Message::ai(Content::Blocks(vec![
         json!({"type": "text", "text": "a"}),
         json!("b"),
     ]));
-    let r = classify(outcome(RunStatus::Success, None, vec![blocks], None), 5);
+    let r = classified(RunStatus::Success, None, vec![blocks], None);
     assert_eq!(r.result.as_deref(), Some("a\nb"));
     // Interrupted → cancelled.
-    let r = classify(outcome(RunStatus::Interrupted, None, vec![], None), 5);
+    let r = classified(RunStatus::Interrupted, None, vec![], None);
     assert_eq!(
         (r.status, r.error.as_deref()),
         (SubagentStatus::Cancelled, Some("Cancelled by user"))
     );
     // Recursion limit: a guard's reason wins over turn_capped.
-    let r = classify(
-        outcome(
-            RunStatus::Error,
-            Some(RunError::RecursionLimit(5)),
-            vec![Message::ai("partial")],
-            Some("token_capped"),
-        ),
-        5,
+    let r = classified(
+        RunStatus::Error,
+        Some(RunError::RecursionLimit(5)),
+        vec![Message::ai("partial")],
+        Some("token_capped"),
     );
     assert_eq!(
         (r.status, r.stop_reason, r.result.as_deref()),
@@ -1368,14 +1351,11 @@ fn outcomes_map_to_the_contract() {
         )
     );
     // Recursion limit before any output.
-    let r = classify(
-        outcome(
-            RunStatus::Error,
-            Some(RunError::RecursionLimit(5)),
-            vec![],
-            None,
-        ),
-        5,
+    let r = classified(
+        RunStatus::Error,
+        Some(RunError::RecursionLimit(5)),
+        vec![],
+        None,
     );
     assert_eq!(
         (r.status, r.stop_reason, r.error.as_deref()),
@@ -1394,28 +1374,22 @@ fn outcomes_map_to_the_contract() {
         .insert("deerflow_error_fallback".into(), json!(true));
     fb.additional_kwargs
         .insert("error_detail".into(), json!("quota exceeded"));
-    let r = classify(
-        outcome(
-            RunStatus::Error,
-            Some(RunError::RecursionLimit(5)),
-            vec![Message::Ai(fb)],
-            None,
-        ),
-        5,
+    let r = classified(
+        RunStatus::Error,
+        Some(RunError::RecursionLimit(5)),
+        vec![Message::Ai(fb)],
+        None,
     );
     assert_eq!(
         (r.status, r.error.as_deref()),
         (SubagentStatus::Failed, Some("quota exceeded"))
     );
     // An unrelated run stop reason is not a subagent cap.
-    let r = classify(
-        outcome(
-            RunStatus::Success,
-            None,
-            vec![Message::ai("x")],
-            Some("safety_capped"),
-        ),
-        5,
+    let r = classified(
+        RunStatus::Success,
+        None,
+        vec![Message::ai("x")],
+        Some("safety_capped"),
     );
     assert_eq!(r.stop_reason, None);
 }

@@ -18,6 +18,27 @@ pub enum OutputFormat {
     Jsonl,
 }
 
+/// The start of a listing command's answer: the items as one JSON array (any output but text)
+/// or the `empty` note. `true` when that was all; `false` when the text table is still to print.
+#[allow(clippy::print_stdout)]
+pub(crate) fn listed_without_table<T>(
+    output: OutputFormat,
+    items: &[T],
+    to_json: impl Fn(&T) -> Value,
+    empty: &str,
+) -> bool {
+    if output != OutputFormat::Text {
+        let v: Vec<Value> = items.iter().map(to_json).collect();
+        println!("{}", Value::Array(v));
+        return true;
+    }
+    if items.is_empty() {
+        println!("{empty}");
+        return true;
+    }
+    false
+}
+
 /// Longest tool argument/result preview on a progress line.
 const PREVIEW_CHARS: usize = 100;
 

@@ -28,6 +28,15 @@ fn chunk(id: &str, text: &str) -> StreamEvent {
     }
 }
 
+/// An AI message `id` saying `text`.
+fn ai(id: &str, text: &str) -> AiMessage {
+    AiMessage {
+        content: text.into(),
+        id: Some(id.into()),
+        ..Default::default()
+    }
+}
+
 fn model_update(ai: AiMessage) -> StreamEvent {
     StreamEvent::Updates {
         node: "model".into(),
@@ -40,16 +49,12 @@ fn text_streams_tokens_and_one_line_per_tool_call_and_outcome() {
     let r = TextRenderer::new(Vec::new(), Vec::new());
     r.emit(chunk("a1", "Let me "));
     r.emit(chunk("a1", "look."));
-    let mut ai = AiMessage {
-        content: "Let me look.".into(),
-        id: Some("a1".into()),
-        ..Default::default()
-    };
+    let mut looking = ai("a1", "Let me look.");
     let mut args = serde_json::Map::new();
     args.insert("description".into(), json!("list"));
     args.insert("path".into(), json!("/mnt/user-data/workspace"));
-    ai.tool_calls.push(ToolCall::new("c1", "ls", args));
-    r.emit(model_update(ai));
+    looking.tool_calls.push(ToolCall::new("c1", "ls", args));
+    r.emit(model_update(looking));
     r.emit(StreamEvent::Messages {
         message: StreamMessage::Tool(
             ToolMessage::error("c1", "Error: Directory not found\nmore").with_name("ls"),
@@ -57,11 +62,7 @@ fn text_streams_tokens_and_one_line_per_tool_call_and_outcome() {
         meta: meta(),
     });
     r.emit(chunk("a2", "Done."));
-    r.emit(model_update(AiMessage {
-        content: "Done.".into(),
-        id: Some("a2".into()),
-        ..Default::default()
-    }));
+    r.emit(model_update(ai("a2", "Done.")));
     r.finish();
     let (out, err) = r.into_inner().unwrap();
     assert_eq!(String::from_utf8(out).unwrap(), "Let me look.\nDone.\n");
@@ -74,11 +75,7 @@ fn text_streams_tokens_and_one_line_per_tool_call_and_outcome() {
 #[test]
 fn text_prints_non_streamed_answers_from_the_model_update() {
     let r = TextRenderer::new(Vec::new(), Vec::new());
-    r.emit(model_update(AiMessage {
-        content: "whole answer".into(),
-        id: Some("a".into()),
-        ..Default::default()
-    }));
+    r.emit(model_update(ai("a", "whole answer")));
     r.finish();
     let (out, _) = r.into_inner().unwrap();
     assert_eq!(String::from_utf8(out).unwrap(), "whole answer\n");

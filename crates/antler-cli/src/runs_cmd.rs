@@ -9,7 +9,7 @@ use antler_store::{EventQuery, RunEventRecord, RunRecord};
 use clap::Subcommand;
 use serde_json::{json, Value};
 
-use crate::render::OutputFormat;
+use crate::render::{listed_without_table, OutputFormat};
 use crate::{exit, Failure};
 
 #[derive(Subcommand)]
@@ -208,13 +208,8 @@ pub(crate) async fn run(app: &App, cmd: RunsCmd) -> Result<u8, Failure> {
                 .list_runs(&thread, limit)
                 .await
                 .map_err(store_failure)?;
-            if output != OutputFormat::Text {
-                let v: Vec<Value> = runs.iter().map(run_json).collect();
-                println!("{}", Value::Array(v));
-                return Ok(exit::OK);
-            }
-            if runs.is_empty() {
-                println!("no runs on thread '{thread}'");
+            let empty = format!("no runs on thread '{thread}'");
+            if listed_without_table(output, &runs, run_json, &empty) {
                 return Ok(exit::OK);
             }
             println!(

@@ -6,7 +6,7 @@ use antler_runtime::Checkpointer;
 use antler_store::ThreadQuery;
 use serde_json::json;
 
-use crate::render::OutputFormat;
+use crate::render::{listed_without_table, OutputFormat};
 use crate::{exit, Failure, ThreadsCmd};
 
 fn store_failure(e: impl std::fmt::Display) -> Failure {
@@ -42,22 +42,15 @@ pub(crate) async fn run(app: &App, cmd: ThreadsCmd) -> Result<u8, Failure> {
                 })
                 .await
                 .map_err(store_failure)?;
-            if output != OutputFormat::Text {
-                let v: Vec<_> = threads
-                    .iter()
-                    .map(|t| {
-                        json!({
-                            "thread_id": t.thread_id, "created_at": t.created_at,
-                            "updated_at": t.updated_at, "status": t.status,
-                            "title": t.title, "metadata": t.metadata,
-                        })
-                    })
-                    .collect();
-                println!("{}", serde_json::Value::Array(v));
-                return Ok(exit::OK);
-            }
-            if threads.is_empty() {
-                println!("no threads yet — start one with `antler run \"…\"`");
+            let thread_json = |t: &antler_store::ThreadRecord| {
+                json!({
+                    "thread_id": t.thread_id, "created_at": t.created_at,
+                    "updated_at": t.updated_at, "status": t.status,
+                    "title": t.title, "metadata": t.metadata,
+                })
+            };
+            let empty = "no threads yet — start one with `antler run \"…\"`";
+            if listed_without_table(output, &threads, thread_json, empty) {
                 return Ok(exit::OK);
             }
             println!(

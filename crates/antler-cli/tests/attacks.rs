@@ -240,6 +240,26 @@ fn project_outside_tmp(mock: &MockOpenAi) -> (tempfile::TempDir, PathBuf) {
     (dir, root)
 }
 
+/// Whether Landlock confines tools here; without it the attack tests are skipped (said on
+/// stderr).
+fn landlock_available() -> bool {
+    match antler_sandbox::confine::landlock_support() {
+        Ok(_) => true,
+        Err(why) => {
+            eprintln!("skipping: Landlock unavailable: {why}");
+            false
+        }
+    }
+}
+
+/// `antler run --output json --thread-id {thread} {prompt}`.
+fn json_run(root: &Path, thread: &str, prompt: &str) -> std::process::Output {
+    antler(
+        root,
+        &["run", "--output", "json", "--thread-id", thread, prompt],
+    )
+}
+
 fn antler(root: &Path, args: &[&str]) -> std::process::Output {
     std::process::Command::new(env!("CARGO_BIN_EXE_antler"))
         .args(args)
@@ -281,8 +301,7 @@ fn snapshot(dir: &Path) -> BTreeMap<String, (Vec<u8>, u32, i64)> {
 
 #[test]
 fn a_hostile_model_cannot_leave_its_thread() {
-    if let Err(why) = antler_sandbox::confine::landlock_support() {
-        eprintln!("skipping: Landlock unavailable: {why}");
+    if !landlock_available() {
         return;
     }
     let mock = MockOpenAi::start_on_thread();
@@ -335,50 +354,58 @@ fn a_hostile_model_cannot_leave_its_thread() {
     replies.push(bash_call("swap", "swap", swap_out));
     replies.push(bash_call("swap2", "swap", swap_up));
     replies.push(MockReply::text("swapped"));
+    // (call id, tool, path, further arguments); every call is described "d".
     let phase2 = [
         (
             "p2_write",
             "write_file",
-            json!({"description": "d", "path": "/mnt/user-data/outputs/pwned.txt", "content": "x"}),
+            "/mnt/user-data/outputs/pwned.txt",
+            json!({"content": "x"}),
         ),
         (
             "p2_read",
             "read_file",
-            json!({"description": "d", "path": "/mnt/user-data/outputs/canary.txt"}),
+            "/mnt/user-data/outputs/canary.txt",
+            json!({}),
         ),
         (
             "p2_proc",
             "read_file",
-            json!({"description": "d", "path": "/mnt/user-data/uploads/environ"}),
+            "/mnt/user-data/uploads/environ",
+            json!({}),
         ),
         (
             "p2_comm",
             "read_file",
-            json!({"description": "d", "path": "/mnt/user-data/uploads/comm"}),
+            "/mnt/user-data/uploads/comm",
+            json!({}),
         ),
-        (
-            "p2_ls",
-            "ls",
-            json!({"description": "d", "path": "/mnt/user-data/outputs"}),
-        ),
+        ("p2_ls", "ls", "/mnt/user-data/outputs", json!({})),
         (
             "p2_glob",
             "glob",
-            json!({"description": "d", "path": "/mnt/user-data/uploads", "pattern": "*"}),
+            "/mnt/user-data/uploads",
+            json!({"pattern": "*"}),
         ),
         (
             "p2_grep",
             "grep",
-            json!({"description": "d", "path": "/mnt/user-data/outputs", "pattern": "canary"}),
+            "/mnt/user-data/outputs",
+            json!({"pattern": "canary"}),
         ),
         (
             "p2_edit",
             "str_replace",
-            json!({"description": "d", "path": "/mnt/user-data/outputs/canary.txt", "old_str": "canary", "new_str": "pwned"}),
+            "/mnt/user-data/outputs/canary.txt",
+            json!({"old_str": "canary", "new_str": "pwned"}),
         ),
     ];
-    for (id, name, args) in &phase2 {
-        replies.push(MockReply::tool_call(*id, *name, args.clone()));
+    for (id, name, path, extra) in &phase2 {
+        let mut args = json!({"description": "d", "path": path});
+        if let (Some(a), Value::Object(more)) = (args.as_object_mut(), extra) {
+            a.extend(more.clone());
+        }
+        replies.push(MockReply::tool_call(*id, *name, args));
     }
     replies.push(MockReply::text("done"));
     let mock = mock.with_replies(replies);
@@ -482,17 +509,7 @@ fn a_hostile_model_cannot_leave_its_thread() {
         failures.join("\n")
     );
 
-    let out = antler(
-        &root,
-        &[
-            "run",
-            "--output",
-            "json",
-            "--thread-id",
-            "attacker2",
-            "swap the folders",
-        ],
-    );
+    let out = json_run(&root, "attacker2", "swap the folders");
     let v = ok_json(&out);
     for id in ["swap", "swap2"] {
         let swapped = v["values"]["messages"]
@@ -503,17 +520,7 @@ fn a_hostile_model_cannot_leave_its_thread() {
             .map(|m| m["content"].clone());
         assert_eq!(swapped, Some(json!("swapped\n")), "the swap itself failed");
     }
-    let out = antler(
-        &root,
-        &[
-            "run",
-            "--output",
-            "json",
-            "--thread-id",
-            "attacker2",
-            "use them",
-        ],
-    );
+    let out = json_run(&root, "attacker2", "use them");
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     if std::env::var_os("ANTLER_ATTACKS_VERBOSE").is_some() {
         let ud = home.join("threads/attacker2/user-data");
@@ -525,7 +532,7 @@ fn a_hostile_model_cannot_leave_its_thread() {
         }
         eprintln!("{}", String::from_utf8_lossy(&out.stderr));
     }
-    for (id, _, _) in &phase2 {
+    for (id, _, _, _) in &phase2 {
         let m = v["values"]["messages"]
             .as_array()
             .unwrap()
@@ -594,8 +601,7 @@ fn within(limit: std::time::Duration, f: impl Fn() -> bool) -> bool {
 /// die with it instead of running on under PID 1.
 #[test]
 fn tool_processes_die_with_antler() {
-    if let Err(why) = antler_sandbox::confine::landlock_support() {
-        eprintln!("skipping: Landlock unavailable: {why}");
+    if !landlock_available() {
         return;
     }
     let tag = format!("antler-orphan-canary-{}", std::process::id());

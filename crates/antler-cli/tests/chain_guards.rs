@@ -6,7 +6,7 @@
 mod common;
 
 use antler_test_support::{MockOpenAi, MockReply};
-use common::{as_text, bash_call, ls_call, visible, Project};
+use common::{as_text, bash_call, ls_call, scripted, visible, Project};
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 
@@ -35,18 +35,20 @@ fn tool_result(body: &Value, call_id: &str) -> String {
 
 #[test]
 fn the_model_must_read_a_file_before_overwriting_it() {
-    let mock = MockOpenAi::start_on_thread().with_replies([
-        write("w1", "v1"),
-        write("w2", "v2"),
-        MockReply::tool_call(
-            "r",
-            "read_file",
-            json!({"description": "check", "path": NOTES}),
-        ),
-        write("w3", "v3"),
-        MockReply::text("saved"),
-    ]);
-    let p = Project::new(&mock, TOOLS);
+    let (mock, p) = scripted(
+        [
+            write("w1", "v1"),
+            write("w2", "v2"),
+            MockReply::tool_call(
+                "r",
+                "read_file",
+                json!({"description": "check", "path": NOTES}),
+            ),
+            write("w3", "v3"),
+            MockReply::text("saved"),
+        ],
+        TOOLS,
+    );
     let (code, out, stderr) = p.run_json(&["--thread-id", "t1", "keep notes"]);
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(out["status"], "success");
@@ -108,19 +110,15 @@ fn offered(body: &Value) -> Vec<String> {
 
 #[test]
 fn a_slash_skill_is_injected_and_restricts_the_tools() {
-    let mock = MockOpenAi::start_on_thread().with_replies([
-        bash_call("b", "go", "echo hi"),
-        ls_call("l", "look", "/mnt/user-data"),
-        MockReply::text("done"),
-    ]);
-    let p = Project::new(&mock, TOOLS);
-    let dir = p.path().join("skills/public/shell-only");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("SKILL.md"),
-        "---\nname: shell-only\ndescription: Do it in the shell\nallowed-tools: [bash]\n---\n# Use bash <only>\n",
-    )
-    .unwrap();
+    let (mock, p) = scripted(
+        [
+            bash_call("b", "go", "echo hi"),
+            ls_call("l", "look", "/mnt/user-data"),
+            MockReply::text("done"),
+        ],
+        TOOLS,
+    );
+    p.public_skill("shell-only", "---\nname: shell-only\ndescription: Do it in the shell\nallowed-tools: [bash]\n---\n# Use bash <only>\n");
     let (code, out, stderr) = p.run_json(&["--thread-id", "t1", "/shell-only say hi"]);
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(out["status"], "success");
@@ -168,11 +166,13 @@ fn an_unknown_slash_skill_is_answered_without_the_model() {
 
 #[test]
 fn text_mode_prints_a_running_commands_output_lines() {
-    let mock = MockOpenAi::start_on_thread().with_replies([
-        bash_call("b", "count", "for i in 1 2 3; do echo step-$i; done; pwd"),
-        MockReply::text("Counted."),
-    ]);
-    let p = Project::new(&mock, TOOLS);
+    let (mock, p) = scripted(
+        [
+            bash_call("b", "count", "for i in 1 2 3; do echo step-$i; done; pwd"),
+            MockReply::text("Counted."),
+        ],
+        TOOLS,
+    );
     let out = p.run(&["run", "--thread-id", "t1", "count"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");

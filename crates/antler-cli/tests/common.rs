@@ -12,6 +12,16 @@ use serde_json::Value;
 /// The local sandbox with `ls` and `write_file`, memory off.
 pub const FILE_TOOLS: &str = "sandbox:\n  use: deerflow.sandbox.local:LocalSandboxProvider\ntools:\n  - {name: ls, group: file:read, use: deerflow.sandbox.tools:ls_tool}\n  - {name: write_file, group: file:write, use: deerflow.sandbox.tools:write_file_tool}\nmemory:\n  enabled: false\n";
 
+/// A mock answering `replies` in order, and a project on it with `extra_yaml`.
+pub fn scripted(
+    replies: impl IntoIterator<Item = MockReply>,
+    extra_yaml: &str,
+) -> (MockOpenAi, Project) {
+    let mock = MockOpenAi::start_on_thread().with_replies(replies);
+    let p = Project::new(&mock, extra_yaml);
+    (mock, p)
+}
+
 /// A temp project dir with a config.yaml pointing at `mock`.
 pub struct Project {
     pub dir: tempfile::TempDir,
@@ -53,6 +63,14 @@ impl Project {
         self.dir.path()
     }
 
+    /// Writes `skills/public/{dir}/SKILL.md`; returns the skill's folder.
+    pub fn public_skill(&self, dir: &str, skill_md: &str) -> PathBuf {
+        let dir = self.path().join("skills/public").join(dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("SKILL.md"), skill_md).unwrap();
+        dir
+    }
+
     pub fn home(&self) -> PathBuf {
         self.dir.path().join(".antler")
     }
@@ -80,6 +98,14 @@ impl Project {
             .unwrap()
     }
 
+    /// `antler run --thread-id {thread} --output {output} {prompt}` in the background.
+    pub fn spawn_run(&self, thread: &str, output: &str, prompt: &str, stderr: Stdio) -> Child {
+        self.spawn(
+            &["run", "--thread-id", thread, "--output", output, prompt],
+            stderr,
+        )
+    }
+
     pub fn run(&self, args: &[&str]) -> Output {
         self.cmd(args).output().unwrap()
     }
@@ -96,6 +122,15 @@ impl Project {
         });
         (out.status.code().unwrap_or(-1), v, stderr)
     }
+}
+
+/// The first element of the array `list` whose `key` is `value`.
+pub fn first_with<'a>(list: &'a Value, key: &str, value: &str) -> &'a Value {
+    list.as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e[key] == value)
+        .unwrap()
 }
 
 /// The messages of a `values` object that a UI shows (hidden injected context left out).

@@ -11,7 +11,9 @@ use antler_test_support::{
     AnthropicReply, GeminiPart, GeminiReply, MockAnthropic, MockGemini, MockOllama, MockOpenAi,
     MockReply, MockResponses, MockServer, MockWire, OllamaReply, ResponsesReply,
 };
-use common::{as_text, custom_event, kinds, ls_call, ok_jsonl, visible, Project, FILE_TOOLS};
+use common::{
+    as_text, custom_event, kinds, ls_call, ok_jsonl, scripted, visible, Project, FILE_TOOLS,
+};
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 
@@ -219,12 +221,14 @@ fn an_empty_safety_stop_is_explained_not_persisted_empty() {
 
 /// A run that lists the workspace, gets an empty answer, then `second` (after the retry).
 fn after_an_empty_answer(second: &str) -> (MockOpenAi, Value) {
-    let mock = MockOpenAi::start_on_thread().with_replies([
-        ls_call("call_l", "list", "/mnt/user-data/workspace"),
-        MockReply::text(""),
-        MockReply::text(second),
-    ]);
-    let p = Project::new(&mock, FILE_TOOLS);
+    let (mock, p) = scripted(
+        [
+            ls_call("call_l", "list", "/mnt/user-data/workspace"),
+            MockReply::text(""),
+            MockReply::text(second),
+        ],
+        FILE_TOOLS,
+    );
     let (code, out, stderr) = p.run_json(&["what is in the workspace?"]);
     assert_eq!(code, 0, "{stderr}");
     (mock, out)

@@ -8,7 +8,7 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use antler_test_support::{MockOpenAi, MockReply};
-use common::{as_text, tool_names, Project};
+use common::{as_text, first_with, scripted, tool_names, Project};
 use serde_json::{json, Value};
 
 /// server-everything's entry point; `None` (reason printed) without node.
@@ -33,6 +33,11 @@ fn tool_text(messages: &[Value], id: &str) -> String {
         .unwrap_or_else(|| panic!("no tool message {id}"))
 }
 
+/// The model calls server-everything's echo tool with `message`.
+fn echo_call(id: &str, message: &str) -> MockReply {
+    MockReply::tool_call(id, "everything_echo", json!({ "message": message }))
+}
+
 fn system_prompt(body: &Value) -> String {
     body["messages"][0]["content"]
         .as_str()
@@ -43,11 +48,13 @@ fn system_prompt(body: &Value) -> String {
 #[test]
 fn the_model_calls_everything_echo_and_a_broken_server_beside_it_changes_nothing() {
     let Some(entry) = everything() else { return };
-    let mock = MockOpenAi::start_on_thread().with_replies([
-        MockReply::tool_call("call_e", "everything_echo", json!({"message": "ping"})),
-        MockReply::text("The server said ping back."),
-    ]);
-    let p = Project::new(&mock, "");
+    let (mock, p) = scripted(
+        [
+            echo_call("call_e", "ping"),
+            MockReply::text("The server said ping back."),
+        ],
+        "",
+    );
     write_extensions(
         &p,
         json!({
@@ -72,13 +79,7 @@ fn the_model_calls_everything_echo_and_a_broken_server_beside_it_changes_nothing
     assert!(!offered.iter().any(|n| n.starts_with("broken_")));
     assert_eq!(tool_text(reqs[1].messages(), "call_e"), "Echo: ping");
     // The state's tool message is a success named after the tool.
-    let tool = out["values"]["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["type"] == "tool")
-        .unwrap()
-        .clone();
+    let tool = first_with(&out["values"]["messages"], "type", "tool").clone();
     assert_eq!(tool["name"], "everything_echo");
     assert_eq!(tool["status"], "success");
     // The stdio server ran in the thread's workspace, with its temp dir under it.
@@ -91,16 +92,18 @@ fn the_model_calls_everything_echo_and_a_broken_server_beside_it_changes_nothing
 #[test]
 fn with_tool_search_mcp_schemas_stay_hidden_until_promoted() {
     let Some(entry) = everything() else { return };
-    let mock = MockOpenAi::start_on_thread().with_replies([
-        MockReply::tool_call(
-            "call_s",
-            "tool_search",
-            json!({"query": "select:everything_echo"}),
-        ),
-        MockReply::tool_call("call_e", "everything_echo", json!({"message": "found"})),
-        MockReply::text("done"),
-    ]);
-    let p = Project::new(&mock, "tool_search:\n  enabled: true\n");
+    let (mock, p) = scripted(
+        [
+            MockReply::tool_call(
+                "call_s",
+                "tool_search",
+                json!({"query": "select:everything_echo"}),
+            ),
+            echo_call("call_e", "found"),
+            MockReply::text("done"),
+        ],
+        "tool_search:\n  enabled: true\n",
+    );
     write_extensions(
         &p,
         json!({"everything": {"command": "node", "args": [entry, "stdio"]}}),
@@ -135,11 +138,10 @@ fn with_tool_search_mcp_schemas_stay_hidden_until_promoted() {
 #[test]
 fn routing_prefer_promotes_matching_tools_without_tool_search() {
     let Some(entry) = everything() else { return };
-    let mock = MockOpenAi::start_on_thread().with_replies([
-        MockReply::tool_call("call_e", "everything_echo", json!({"message": "routed"})),
-        MockReply::text("done"),
-    ]);
-    let p = Project::new(&mock, "tool_search:\n  enabled: true\n");
+    let (mock, p) = scripted(
+        [echo_call("call_e", "routed"), MockReply::text("done")],
+        "tool_search:\n  enabled: true\n",
+    );
     write_extensions(
         &p,
         json!({"everything": {
@@ -236,17 +238,19 @@ fn config_check_validates_the_extensions_file() {
 #[test]
 fn a_general_purpose_subagent_inherits_mcp_tools() {
     let Some(entry) = everything() else { return };
-    let mock = MockOpenAi::start_on_thread().with_replies([
-        MockReply::tool_call(
-            "call_t",
-            "task",
-            json!({"description": "echo via subagent", "prompt": "Call everything_echo with 'sub'.", "subagent_type": "general-purpose"}),
-        ),
-        MockReply::tool_call("call_se", "everything_echo", json!({"message": "sub"})),
-        MockReply::text("The subagent echoed sub."),
-        MockReply::text("Done."),
-    ]);
-    let p = Project::new(&mock, "");
+    let (mock, p) = scripted(
+        [
+            MockReply::tool_call(
+                "call_t",
+                "task",
+                json!({"description": "echo via subagent", "prompt": "Call everything_echo with 'sub'.", "subagent_type": "general-purpose"}),
+            ),
+            echo_call("call_se", "sub"),
+            MockReply::text("The subagent echoed sub."),
+            MockReply::text("Done."),
+        ],
+        "",
+    );
     write_extensions(
         &p,
         json!({"everything": {"command": "node", "args": [entry, "stdio"]}}),

@@ -6,7 +6,7 @@
 mod common;
 
 use antler_test_support::{MockOpenAi, MockReply};
-use common::{tool_names, Project};
+use common::{scripted, tool_names, Project};
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 
@@ -25,20 +25,22 @@ fn tool_result(body: &Value, call_id: &str) -> Value {
 
 #[test]
 fn the_model_adds_a_fact_then_finds_it_with_search() {
-    let mock = MockOpenAi::start_on_thread().with_replies([
-        MockReply::tool_call(
-            "call_add",
-            "memory_add",
-            json!({"content": "Prefers green tea over coffee", "category": "preference", "confidence": 0.95}),
-        ),
-        MockReply::tool_call(
-            "call_search",
-            "memory_search",
-            json!({"query": "green tea"}),
-        ),
-        MockReply::text("You prefer green tea."),
-    ]);
-    let p = Project::new(&mock, TOOL_MODE);
+    let (mock, p) = scripted(
+        [
+            MockReply::tool_call(
+                "call_add",
+                "memory_add",
+                json!({"content": "Prefers green tea over coffee", "category": "preference", "confidence": 0.95}),
+            ),
+            MockReply::tool_call(
+                "call_search",
+                "memory_search",
+                json!({"query": "green tea"}),
+            ),
+            MockReply::text("You prefer green tea."),
+        ],
+        TOOL_MODE,
+    );
     let (code, out, stderr) = p.run_json(&["--thread-id", "a", "Remember: I prefer green tea."]);
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(out["status"], "success", "{out}");

@@ -42,6 +42,11 @@ fn mock() -> MockOpenAi {
     })
 }
 
+/// `POST path` with a JSON body.
+fn post(port: u16, path: &str, body: Value) -> (u16, Value) {
+    http(port, "POST", path, Some(body))
+}
+
 /// One HTTP/1.1 request on a fresh connection: (status, JSON body or Null).
 fn http(port: u16, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
@@ -119,37 +124,25 @@ fn cli_and_server_runs_on_one_thread_obey_the_multitask_strategy() {
     });
 
     // A CLI run holds the thread (its model call hangs).
-    let cli = p.spawn(
-        &[
-            "run",
-            "--output",
-            "json",
-            "--thread-id",
-            "shared",
-            "cli: hang",
-        ],
-        Stdio::piped(),
-    );
+    let cli = p.spawn_run("shared", "json", "cli: hang", Stdio::piped());
     wait_until("the CLI run's model call", Duration::from_secs(30), || {
         mock.in_flight() >= 1
     });
 
     // reject (the default): the server refuses, and records no run.
-    let (code, e) = http(
+    let (code, e) = post(
         port,
-        "POST",
         "/api/threads/shared/runs/wait",
-        Some(json!({"input": say("server: rejected")})),
+        json!({"input": say("server: rejected")}),
     );
     assert_eq!(code, 409, "{e}");
     assert_eq!(e["detail"], "Thread shared already has an active run");
 
     // interrupt: the server's run starts; the CLI run stops and ends interrupted.
-    let (code, values) = http(
+    let (code, values) = post(
         port,
-        "POST",
         "/api/threads/shared/runs/wait",
-        Some(json!({"input": say("server: takes over"), "multitask_strategy": "interrupt"})),
+        json!({"input": say("server: takes over"), "multitask_strategy": "interrupt"}),
     );
     assert_eq!(code, 200, "{values}");
     let out = cli.wait_with_output().unwrap();
@@ -176,11 +169,10 @@ fn cli_and_server_runs_on_one_thread_obey_the_multitask_strategy() {
     );
 
     // A server run holds the thread: the CLI is refused (reject), naming the busy thread.
-    let (code, run) = http(
+    let (code, run) = post(
         port,
-        "POST",
         "/api/threads/shared/runs",
-        Some(json!({"input": say("server: hang")})),
+        json!({"input": say("server: hang")}),
     );
     assert_eq!(code, 200, "{run}");
     wait_until(

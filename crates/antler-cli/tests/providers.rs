@@ -16,6 +16,16 @@ use common::{kinds, visible, Project};
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 
+/// `antler run "write a note"` on a project with `model_yaml`: the tool round trip must succeed
+/// with the answer "Saved the note." and `usage`; returns the visible messages.
+fn write_a_note(model_yaml: &str, usage: (u64, u64)) -> Vec<Value> {
+    let p = Project::with_models(model_yaml);
+    let (code, out, stderr) = p.run_json(&["write a note"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_round_trip(&p, &out, "Saved the note.", usage);
+    visible(&out["values"])
+}
+
 fn write_args() -> Value {
     json!({"description": "save", "path": "/mnt/user-data/workspace/notes.txt", "content": "hello antler"})
 }
@@ -54,14 +64,13 @@ fn gemini_models_run_through_generate_content() {
                 ]),
                 GeminiReply::text("Saved the note.").usage(30, 5),
             ]);
-        let p = Project::with_models(&format!(
-            "  - name: gemini\n    use: langchain_google_genai:ChatGoogleGenerativeAI\n    model: gemini-2.5-pro\n    gemini_api_key: $MOCK_KEY\n    base_url: {}\n    max_tokens: 2048\n    streaming: {streaming}\n",
-            mock.base_url()
-        ));
-        let (code, out, stderr) = p.run_json(&["write a note"]);
-        assert_eq!(code, 0, "{stderr}");
-        assert_round_trip(&p, &out, "Saved the note.", (30, 5));
-        let msgs = visible(&out["values"]);
+        let msgs = write_a_note(
+            &format!(
+                "  - name: gemini\n    use: langchain_google_genai:ChatGoogleGenerativeAI\n    model: gemini-2.5-pro\n    gemini_api_key: $MOCK_KEY\n    base_url: {}\n    max_tokens: 2048\n    streaming: {streaming}\n",
+                mock.base_url()
+            ),
+            (30, 5),
+        );
         assert_eq!(
             msgs[1]["additional_kwargs"]["reasoning_content"],
             "The user wants a note."
@@ -97,14 +106,13 @@ fn ollama_models_run_through_api_chat() {
             OllamaReply::tool_calls([OllamaToolCall::new("write_file", write_args())]),
             OllamaReply::thinking("Done, tell them.", "Saved the note.").usage(40, 6),
         ]);
-        let p = Project::with_models(&format!(
-            "  - name: qwen3-local\n    use: langchain_ollama:ChatOllama\n    model: qwen3:32b\n    base_url: {}\n    num_predict: 8192\n    temperature: 0.7\n    reasoning: true\n    supports_thinking: true\n    streaming: {streaming}\n",
-            mock.base_url()
-        ));
-        let (code, out, stderr) = p.run_json(&["write a note"]);
-        assert_eq!(code, 0, "{stderr}");
-        assert_round_trip(&p, &out, "Saved the note.", (40, 6));
-        let msgs = visible(&out["values"]);
+        let msgs = write_a_note(
+            &format!(
+                "  - name: qwen3-local\n    use: langchain_ollama:ChatOllama\n    model: qwen3:32b\n    base_url: {}\n    num_predict: 8192\n    temperature: 0.7\n    reasoning: true\n    supports_thinking: true\n    streaming: {streaming}\n",
+                mock.base_url()
+            ),
+            (40, 6),
+        );
         assert_eq!(
             msgs[3]["additional_kwargs"]["reasoning_content"],
             "Done, tell them."
@@ -134,14 +142,13 @@ fn use_responses_api_runs_through_v1_responses() {
                 ]),
                 ResponsesReply::text("Saved the note.").usage(50, 7),
             ]);
-        let p = Project::with_models(&format!(
-            "  - name: gpt-5-responses\n    use: langchain_openai:ChatOpenAI\n    model: gpt-5\n    api_key: $MOCK_KEY\n    base_url: {}\n    use_responses_api: true\n    output_version: responses/v1\n    store: false\n    streaming: {streaming}\n",
-            mock.base_url()
-        ));
-        let (code, out, stderr) = p.run_json(&["write a note"]);
-        assert_eq!(code, 0, "{stderr}");
-        assert_round_trip(&p, &out, "Saved the note.", (50, 7));
-        let msgs = visible(&out["values"]);
+        let msgs = write_a_note(
+            &format!(
+                "  - name: gpt-5-responses\n    use: langchain_openai:ChatOpenAI\n    model: gpt-5\n    api_key: $MOCK_KEY\n    base_url: {}\n    use_responses_api: true\n    output_version: responses/v1\n    store: false\n    streaming: {streaming}\n",
+                mock.base_url()
+            ),
+            (50, 7),
+        );
         assert_eq!(
             msgs[1]["additional_kwargs"]["reasoning_content"],
             "A note is asked for."

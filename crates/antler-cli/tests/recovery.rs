@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use antler_store::runs::ORPHANED;
 use antler_store::{EventQuery, RunStatus, SqliteStore};
 use antler_test_support::{MockOpenAi, MockReply};
-use common::{as_text, bash_call, ok_json, signal, wait_until, Project};
+use common::{as_text, bash_call, first_with, ok_json, signal, wait_until, Project};
 use serde_json::{json, Value};
 
 const BASH_ON: &str = "sandbox:\n  use: deerflow.sandbox.local:LocalSandboxProvider\n  allow_host_bash: true\ntools:\n  - {name: ls, group: file:read, use: deerflow.sandbox.tools:ls_tool}\n  - {name: bash, group: bash, use: deerflow.sandbox.tools:bash_tool}\n  - {name: write_file, group: file:write, use: deerflow.sandbox.tools:write_file_tool}\n";
@@ -129,15 +129,10 @@ struct Killed {
 
 /// Run a task with `--output jsonl`; SIGKILL it after `after_lines` lines plus `extra_ms`.
 fn run_and_kill(p: &Project, thread: &str, after_lines: usize, extra_ms: u64) -> Killed {
-    let mut child = p.spawn(
-        &[
-            "run",
-            "--thread-id",
-            thread,
-            "--output",
-            "jsonl",
-            &format!("{TASK} do the steps"),
-        ],
+    let mut child = p.spawn_run(
+        thread,
+        "jsonl",
+        &format!("{TASK} do the steps"),
         Stdio::null(),
     );
     let stdout = child.stdout.take().unwrap();
@@ -245,6 +240,15 @@ fn check_head(
 
 fn open_store(p: &Project) -> SqliteStore {
     SqliteStore::open(&p.home().join("antler.db")).unwrap()
+}
+
+/// [`journal_wired`], saying on stderr that the test is skipped (`what` is not wired) if not.
+fn wired_or_skip(p: &Project, rt: &tokio::runtime::Runtime, what: &str) -> bool {
+    let wired = journal_wired(p, rt);
+    if !wired {
+        eprintln!("note: {what} — skipped");
+    }
+    wired
 }
 
 /// Whether this binary journals runs: run one task and look for its events.
@@ -401,17 +405,7 @@ fn a_restart_never_reclaims_a_live_run_on_another_thread() {
     let p = Project::new(&mock, BASH_ON);
     let rt = runtime();
     let wired = journal_wired(&p, &rt);
-    let slow = p.spawn(
-        &[
-            "run",
-            "--thread-id",
-            "live",
-            "--output",
-            "json",
-            "slow please",
-        ],
-        Stdio::piped(),
-    );
+    let slow = p.spawn_run("live", "json", "slow please", Stdio::piped());
     // Wait until the slow run has asked for its tool call.
     wait_until("the slow run's model call", Duration::from_secs(30), || {
         mock.requests().iter().any(|r| {
@@ -447,8 +441,11 @@ fn a_corrupt_head_checkpoint_is_rebuilt_and_the_thread_continues() {
     let mock = mock();
     let p = Project::new(&mock, BASH_ON);
     let rt = runtime();
-    if !journal_wired(&p, &rt) {
-        eprintln!("note: this binary does not journal runs; corrupt-checkpoint recovery is not wired — skipped");
+    if !wired_or_skip(
+        &p,
+        &rt,
+        "this binary does not journal runs; corrupt-checkpoint recovery is not wired",
+    ) {
         return;
     }
     let (code, first, stderr) = p.run_json(&["--thread-id", "hurt", &format!("{TASK} first")]);
@@ -510,8 +507,7 @@ fn runs_show_prints_the_journal_of_a_tool_round_trip() {
     let mock = mock();
     let p = Project::new(&mock, BASH_ON);
     let rt = runtime();
-    if !journal_wired(&p, &rt) {
-        eprintln!("note: `antler runs` is not wired yet — skipped");
+    if !wired_or_skip(&p, &rt, "`antler runs` is not wired yet") {
         return;
     }
     let (code, out, stderr) = p.run_json(&["--thread-id", "shown", &format!("{TASK} go")]);
@@ -532,12 +528,7 @@ fn runs_show_prints_the_journal_of_a_tool_round_trip() {
         STEPS
     );
     assert!(kinds.contains(&"run.end") && kinds.contains(&"run.delivery"));
-    let tool = v["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["event_type"] == "llm.tool.result")
-        .unwrap();
+    let tool = first_with(&v["events"], "event_type", "llm.tool.result");
     assert_eq!(tool["metadata"]["tool"], "bash");
     assert!(as_text(&tool["metadata"]["args"]["command"]).contains("echo step-0"));
     assert!(tool["metadata"]["duration_ms"].is_u64());
@@ -569,8 +560,7 @@ fn a_stated_preference_is_written_at_exit_and_injected_into_the_next_thread() {
     // `memory:` in the config: memory on, its model is the mock.
     let p = Project::new(&mock, "memory:\n  enabled: true\n");
     let rt = runtime();
-    if !journal_wired(&p, &rt) {
-        eprintln!("note: memory is not wired into this binary yet — skipped");
+    if !wired_or_skip(&p, &rt, "memory is not wired into this binary yet") {
         return;
     }
     let (code, _, stderr) = p.run_json(&["--thread-id", "a", "I prefer green tea over coffee."]);
@@ -629,17 +619,7 @@ fn ctrl_c_marks_the_run_interrupted_in_the_record_and_the_journal() {
     let p = Project::new(&mock, BASH_ON);
     let rt = runtime();
     let wired = journal_wired(&p, &rt);
-    let mut child = p.spawn(
-        &[
-            "run",
-            "--thread-id",
-            "cc",
-            "--output",
-            "jsonl",
-            "start something long",
-        ],
-        Stdio::null(),
-    );
+    let mut child = p.spawn_run("cc", "jsonl", "start something long", Stdio::null());
     let stdout = child.stdout.take().unwrap();
     let mut run_id = None;
     let mut lines = std::io::BufReader::new(stdout).lines();

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use antler_test_support::{MockOpenAi, MockReply, MockToolCall};
 use common::{
-    as_text, assert_exit0, bash_call, custom_event, kinds, ls_call, ok_json, ok_jsonl, roles,
-    signal, visible, wait_until, Project,
+    as_text, assert_exit0, bash_call, custom_event, first_with, kinds, ls_call, ok_json, ok_jsonl,
+    roles, scripted, signal, visible, wait_until, Project,
 };
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
@@ -22,16 +22,22 @@ fn streaming(on: bool) -> String {
 }
 
 fn tool_round_trip(stream: bool) {
-    let mock = MockOpenAi::start_on_thread().with_replies([
-        MockReply::tool_call(
-            "call_w",
-            "write_file",
-            json!({"description": "save", "path": "/mnt/user-data/workspace/notes.txt", "content": "hello antler"}),
-        ),
-        MockReply::tool_call("call_r", "read_file", json!({"description": "check", "path": "/mnt/user-data/workspace/notes.txt"})),
-        MockReply::text("The file says hello antler.").usage(30, 7),
-    ]);
-    let p = Project::new(&mock, &format!("{}{BASH_ON}", streaming(stream)));
+    let (mock, p) = scripted(
+        [
+            MockReply::tool_call(
+                "call_w",
+                "write_file",
+                json!({"description": "save", "path": "/mnt/user-data/workspace/notes.txt", "content": "hello antler"}),
+            ),
+            MockReply::tool_call(
+                "call_r",
+                "read_file",
+                json!({"description": "check", "path": "/mnt/user-data/workspace/notes.txt"}),
+            ),
+            MockReply::text("The file says hello antler.").usage(30, 7),
+        ],
+        &format!("{}{BASH_ON}", streaming(stream)),
+    );
     let (code, out, stderr) = p.run_json(&["--thread-id", "t1", "write a note"]);
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(out["status"], "success");
@@ -90,22 +96,24 @@ fn tool_round_trip_streaming() {
 
 #[test]
 fn parallel_tool_calls_are_answered_in_call_order() {
-    let mock = MockOpenAi::start_on_thread().with_replies([
-        MockReply::tool_calls([
-            MockToolCall::new(
-                "call_a",
-                "bash",
-                json!({"description": "slow", "command": "sleep 0.3; echo first"}),
-            ),
-            MockToolCall::new(
-                "call_b",
-                "bash",
-                json!({"description": "fast", "command": "echo second"}),
-            ),
-        ]),
-        MockReply::text("both ran"),
-    ]);
-    let p = Project::new(&mock, BASH_ON);
+    let (mock, p) = scripted(
+        [
+            MockReply::tool_calls([
+                MockToolCall::new(
+                    "call_a",
+                    "bash",
+                    json!({"description": "slow", "command": "sleep 0.3; echo first"}),
+                ),
+                MockToolCall::new(
+                    "call_b",
+                    "bash",
+                    json!({"description": "fast", "command": "echo second"}),
+                ),
+            ]),
+            MockReply::text("both ran"),
+        ],
+        BASH_ON,
+    );
     let (code, out, stderr) = p.run_json(&["two at once"]);
     assert_eq!(code, 0, "{stderr}");
     let msgs = &visible(&out["values"]);
@@ -118,11 +126,13 @@ fn parallel_tool_calls_are_answered_in_call_order() {
 
 #[test]
 fn a_thread_resumes_from_sqlite_in_a_new_process() {
-    let mock = MockOpenAi::start_on_thread().with_replies([
-        MockReply::text("first answer"),
-        MockReply::text("second answer"),
-    ]);
-    let p = Project::new(&mock, "");
+    let (mock, p) = scripted(
+        [
+            MockReply::text("first answer"),
+            MockReply::text("second answer"),
+        ],
+        "",
+    );
     let (code, _, stderr) = p.run_json(&["--thread-id", "resume-me", "first question"]);
     assert_eq!(code, 0, "{stderr}");
     let (code, out, stderr) = p.run_json(&["--thread-id", "resume-me", "second question"]);
@@ -153,9 +163,8 @@ fn a_thread_resumes_from_sqlite_in_a_new_process() {
     );
 }
 
-#[test]
-fn the_recursion_limit_ends_the_run_with_an_error_status() {
-    let mock = MockOpenAi::start_on_thread();
+/// Every model call answers the same `ls` call again (fresh call ids).
+fn repeat_ls_forever(mock: &MockOpenAi) {
     let n = std::sync::atomic::AtomicUsize::new(0);
     mock.set_fallback(move |_| {
         let i = n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -165,6 +174,12 @@ fn the_recursion_limit_ends_the_run_with_an_error_status() {
             json!({"description": "again", "path": "/mnt/user-data/workspace"}),
         )
     });
+}
+
+#[test]
+fn the_recursion_limit_ends_the_run_with_an_error_status() {
+    let mock = MockOpenAi::start_on_thread();
+    repeat_ls_forever(&mock);
     let p = Project::new(&mock, BASH_ON);
     let (code, out, _) = p.run_json(&["--recursion-limit", "12", "loop forever"]);
     assert_eq!(code, 1);
@@ -180,22 +195,24 @@ fn the_recursion_limit_ends_the_run_with_an_error_status() {
 
 #[test]
 fn malformed_provider_responses_are_recoverable() {
-    let mock = MockOpenAi::start_on_thread().with_replies([
-        // Bad JSON arguments → an invalid tool call, never executed; the turn ends.
-        MockReply::tool_call("call_bad", "ls", Value::String("{not json".into())),
-        // Missing tool-call id → antler assigns one so the result pairs.
-        MockReply::tool_calls([MockToolCall::without_id(
-            "ls",
-            json!({"description": "list", "path": "/mnt/user-data/workspace"}),
-        )]),
-        MockReply::text("recovered"),
-        // A body that is not JSON at all, on every attempt → retried, then a graceful answer
-        // and status error; never a crash.
-        MockReply::raw_body(200, "this is not json"),
-        MockReply::raw_body(200, "this is not json"),
-        MockReply::raw_body(200, "this is not json"),
-    ]);
-    let p = Project::new(&mock, BASH_ON);
+    let (mock, p) = scripted(
+        [
+            // Bad JSON arguments → an invalid tool call, never executed; the turn ends.
+            MockReply::tool_call("call_bad", "ls", Value::String("{not json".into())),
+            // Missing tool-call id → antler assigns one so the result pairs.
+            MockReply::tool_calls([MockToolCall::without_id(
+                "ls",
+                json!({"description": "list", "path": "/mnt/user-data/workspace"}),
+            )]),
+            MockReply::text("recovered"),
+            // A body that is not JSON at all, on every attempt → retried, then a graceful answer
+            // and status error; never a crash.
+            MockReply::raw_body(200, "this is not json"),
+            MockReply::raw_body(200, "this is not json"),
+            MockReply::raw_body(200, "this is not json"),
+        ],
+        BASH_ON,
+    );
     let (code, out, stderr) = p.run_json(&["--thread-id", "m", "go"]);
     assert_eq!(code, 0, "{stderr}");
     let ai = &visible(&out["values"])[1];
@@ -222,20 +239,8 @@ fn malformed_provider_responses_are_recoverable() {
 
 #[test]
 fn ctrl_c_interrupts_the_run_and_keeps_the_checkpoint() {
-    let mock =
-        MockOpenAi::start_on_thread().with_replies([bash_call("call_1", "slow", "sleep 30")]);
-    let p = Project::new(&mock, BASH_ON);
-    let child = p.spawn(
-        &[
-            "run",
-            "--output",
-            "json",
-            "--thread-id",
-            "c",
-            "run something long",
-        ],
-        Stdio::piped(),
-    );
+    let (mock, p) = scripted([bash_call("call_1", "slow", "sleep 30")], BASH_ON);
+    let child = p.spawn_run("c", "json", "run something long", Stdio::piped());
     // Wait until the tool is running: the bash process exists under the workspace.
     let ws = p.home().join("threads/c/user-data/workspace");
     wait_until("the tool to start", Duration::from_secs(30), || {
@@ -286,11 +291,13 @@ fn sleeping_child(pid: u32) -> bool {
 
 #[test]
 fn text_output_streams_tokens_and_shows_tool_activity() {
-    let mock = MockOpenAi::start_on_thread().with_replies([
-        ls_call("call_1", "look", "/mnt/user-data/missing"),
-        MockReply::text("Nothing there, all done."),
-    ]);
-    let p = Project::new(&mock, &format!("{}{BASH_ON}", streaming(true)));
+    let (_mock, p) = scripted(
+        [
+            ls_call("call_1", "look", "/mnt/user-data/missing"),
+            MockReply::text("Nothing there, all done."),
+        ],
+        &format!("{}{BASH_ON}", streaming(true)),
+    );
     let out = p.run(&["run", "look around"]);
     assert_eq!(out.status.code(), Some(0));
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -310,11 +317,13 @@ fn text_output_streams_tokens_and_shows_tool_activity() {
 
 #[test]
 fn jsonl_output_uses_langgraph_event_names() {
-    let mock = MockOpenAi::start_on_thread().with_replies([
-        ls_call("call_1", "look", "/mnt/user-data/workspace"),
-        MockReply::text("done"),
-    ]);
-    let p = Project::new(&mock, BASH_ON);
+    let (_mock, p) = scripted(
+        [
+            ls_call("call_1", "look", "/mnt/user-data/workspace"),
+            MockReply::text("done"),
+        ],
+        BASH_ON,
+    );
     let out = p.run(&["run", "--output", "jsonl", "go"]);
     let events = ok_jsonl(&out);
     let names: Vec<&str> = events
@@ -500,19 +509,26 @@ fn attached_files_are_uploaded_and_listed_for_the_model() {
 
 #[test]
 fn skills_are_listed_in_the_prompt_and_readable_read_only() {
-    let mock = MockOpenAi::start_on_thread().with_replies([
-        MockReply::tool_call("call_1", "read_file", json!({"description": "load skill", "path": "/mnt/skills/public/deck/SKILL.md"})),
-        MockReply::tool_call("call_2", "write_file", json!({"description": "try", "path": "/mnt/skills/public/deck/SKILL.md", "content": "x"})),
-        MockReply::text("done"),
-    ]);
-    let p = Project::new(&mock, BASH_ON);
-    let skill_dir = p.path().join("skills/public/deck");
-    std::fs::create_dir_all(&skill_dir).unwrap();
-    std::fs::write(
-        skill_dir.join("SKILL.md"),
+    let (mock, p) = scripted(
+        [
+            MockReply::tool_call(
+                "call_1",
+                "read_file",
+                json!({"description": "load skill", "path": "/mnt/skills/public/deck/SKILL.md"}),
+            ),
+            MockReply::tool_call(
+                "call_2",
+                "write_file",
+                json!({"description": "try", "path": "/mnt/skills/public/deck/SKILL.md", "content": "x"}),
+            ),
+            MockReply::text("done"),
+        ],
+        BASH_ON,
+    );
+    let skill_dir = p.public_skill(
+        "deck",
         "---\nname: deck-builder\ndescription: Build slide decks\n---\nStep 1: outline.\n",
-    )
-    .unwrap();
+    );
     let (code, out, stderr) = p.run_json(&["make slides"]);
     assert_eq!(code, 0, "{stderr}");
     let system = mock.requests()[0].body["messages"][0]["content"]
@@ -617,15 +633,7 @@ fn anthropic_models_run_through_the_messages_api() {
 #[test]
 fn an_endlessly_repeating_tool_call_is_warned_then_stopped() {
     let mock = MockOpenAi::start_on_thread();
-    let n = std::sync::atomic::AtomicUsize::new(0);
-    mock.set_fallback(move |_| {
-        let i = n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        MockReply::tool_call(
-            format!("call_{i}"),
-            "ls",
-            json!({"description": "again", "path": "/mnt/user-data/workspace"}),
-        )
-    });
+    repeat_ls_forever(&mock);
     let p = Project::new(&mock, BASH_ON);
     let (code, out, stderr) = p.run_json(&["loop"]);
     assert_eq!(code, 0, "{stderr}");
@@ -782,19 +790,21 @@ fn a_long_conversation_is_summarized_without_orphaned_tool_results() {
 
 #[test]
 fn a_429_with_retry_after_is_retried_after_that_wait() {
-    let mock = MockOpenAi::start_on_thread().with_replies([
-        MockReply::error(
-            429,
-            antler_test_support::openai_error(
-                "slow down",
-                "rate_limit_exceeded",
-                Some("rate_limit_exceeded"),
-            ),
-        )
-        .retry_after(1),
-        MockReply::text("second attempt worked"),
-    ]);
-    let p = Project::new(&mock, "");
+    let (mock, p) = scripted(
+        [
+            MockReply::error(
+                429,
+                antler_test_support::openai_error(
+                    "slow down",
+                    "rate_limit_exceeded",
+                    Some("rate_limit_exceeded"),
+                ),
+            )
+            .retry_after(1),
+            MockReply::text("second attempt worked"),
+        ],
+        "",
+    );
     let out = p.run(&["run", "--output", "jsonl", "hi"]);
     let events = ok_jsonl(&out);
     let retry = custom_event(&events, "llm_retry");
@@ -837,22 +847,14 @@ fn a_401_gets_a_friendly_answer_exit_0_and_status_error() {
 
 #[test]
 fn after_kill_9_during_a_tool_call_the_next_run_sends_a_patched_history() {
-    let mock = MockOpenAi::start_on_thread().with_replies([
-        bash_call("call_long", "slow", "sleep 30"),
-        MockReply::text("picked up again"),
-    ]);
-    let p = Project::new(&mock, BASH_ON);
-    let child = p.spawn(
-        &[
-            "run",
-            "--output",
-            "json",
-            "--thread-id",
-            "k9",
-            "start something long",
+    let (mock, p) = scripted(
+        [
+            bash_call("call_long", "slow", "sleep 30"),
+            MockReply::text("picked up again"),
         ],
-        Stdio::null(),
+        BASH_ON,
     );
+    let child = p.spawn_run("k9", "json", "start something long", Stdio::null());
     wait_until("the tool to start", Duration::from_secs(30), || {
         sleeping_child(child.id())
     });
@@ -882,15 +884,17 @@ fn after_kill_9_during_a_tool_call_the_next_run_sends_a_patched_history() {
 
 #[test]
 fn clarification_ends_the_run_and_the_next_run_continues() {
-    let mock = MockOpenAi::start_on_thread().with_replies([
-        MockReply::tool_call(
-            "call_q",
-            "ask_clarification",
-            json!({"question": "Which format do you want?", "clarification_type": "approach_choice", "options": ["PDF", "Markdown"]}),
-        ),
-        MockReply::text("Writing it as Markdown."),
-    ]);
-    let p = Project::new(&mock, "");
+    let (mock, p) = scripted(
+        [
+            MockReply::tool_call(
+                "call_q",
+                "ask_clarification",
+                json!({"question": "Which format do you want?", "clarification_type": "approach_choice", "options": ["PDF", "Markdown"]}),
+            ),
+            MockReply::text("Writing it as Markdown."),
+        ],
+        "",
+    );
     let (code, out, stderr) = p.run_json(&["--thread-id", "cl", "write the report"]);
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(out["status"], "success");
@@ -933,12 +937,7 @@ fn a_5_mb_tool_output_reaches_the_model_bounded_and_with_a_receipt() {
     let (code, out, stderr) = p.run_json(&["--thread-id", "big", "make a lot of output"]);
     assert_eq!(code, 0, "{stderr}");
     let second = &mock.requests()[1].body;
-    let tool = second["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["role"] == "tool")
-        .unwrap();
+    let tool = first_with(&second["messages"], "role", "tool");
     let content = tool["content"].as_str().unwrap();
     assert!(
         content.len() < 50_000,

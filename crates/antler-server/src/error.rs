@@ -8,6 +8,18 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 
+/// `pub fn $name(detail) -> Self` for each plain status: the answer is that status with `detail`.
+macro_rules! status_errors {
+    ($($(#[$doc:meta])* $name:ident => $status:ident;)*) => {
+        $(
+            $(#[$doc])*
+            pub fn $name(detail: impl Into<String>) -> Self {
+                Self::new(StatusCode::$status, detail)
+            }
+        )*
+    };
+}
+
 /// An HTTP error answer.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ApiError {
@@ -26,9 +38,21 @@ impl ApiError {
         }
     }
 
-    /// 400: a bad input value.
-    pub fn bad_request(detail: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, detail)
+    status_errors! {
+        /// 400: a bad input value.
+        bad_request => BAD_REQUEST;
+        /// 403.
+        forbidden => FORBIDDEN;
+        /// 404.
+        not_found => NOT_FOUND;
+        /// 409: a state conflict (busy thread, finished run, work in flight).
+        conflict => CONFLICT;
+        /// 413.
+        too_large => PAYLOAD_TOO_LARGE;
+        /// 422: malformed body, unsupported option or stream mode.
+        unprocessable => UNPROCESSABLE_ENTITY;
+        /// 501: the backend cannot do this.
+        not_implemented => NOT_IMPLEMENTED;
     }
 
     /// 401 with DeerFlow's auth error shape.
@@ -37,36 +61,6 @@ impl ApiError {
             status: StatusCode::UNAUTHORIZED,
             detail: json!({"code": code, "message": message}),
         }
-    }
-
-    /// 403.
-    pub fn forbidden(detail: impl Into<String>) -> Self {
-        Self::new(StatusCode::FORBIDDEN, detail)
-    }
-
-    /// 404.
-    pub fn not_found(detail: impl Into<String>) -> Self {
-        Self::new(StatusCode::NOT_FOUND, detail)
-    }
-
-    /// 409: a state conflict (busy thread, finished run, work in flight).
-    pub fn conflict(detail: impl Into<String>) -> Self {
-        Self::new(StatusCode::CONFLICT, detail)
-    }
-
-    /// 413.
-    pub fn too_large(detail: impl Into<String>) -> Self {
-        Self::new(StatusCode::PAYLOAD_TOO_LARGE, detail)
-    }
-
-    /// 422: malformed body, unsupported option or stream mode.
-    pub fn unprocessable(detail: impl Into<String>) -> Self {
-        Self::new(StatusCode::UNPROCESSABLE_ENTITY, detail)
-    }
-
-    /// 501: the backend cannot do this.
-    pub fn not_implemented(detail: impl Into<String>) -> Self {
-        Self::new(StatusCode::NOT_IMPLEMENTED, detail)
     }
 
     /// 500. The cause is logged, never sent.

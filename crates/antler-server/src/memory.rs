@@ -141,6 +141,16 @@ impl ManagedMemory {
         ManagedMemory { manager, config }
     }
 
+    /// The user's memory after a change, or the change's failure.
+    async fn read_after<T>(
+        &self,
+        user_id: &str,
+        changed: Result<T, antler_agent::memory::MemoryOpError>,
+    ) -> Result<Value, MemoryError> {
+        changed.map_err(op_error)?;
+        self.read(user_id).await
+    }
+
     async fn read(&self, user_id: &str) -> Result<Value, MemoryError> {
         let doc = self
             .manager
@@ -183,7 +193,8 @@ impl MemoryApi for ManagedMemory {
         self.read(user_id).await
     }
     async fn create_fact(&self, user_id: &str, fact: NewFact) -> Result<Value, MemoryError> {
-        self.manager
+        let changed = self
+            .manager
             .create_fact(
                 Some(user_id),
                 None,
@@ -191,9 +202,8 @@ impl MemoryApi for ManagedMemory {
                 &fact.category,
                 fact.confidence,
             )
-            .await
-            .map_err(op_error)?;
-        self.read(user_id).await
+            .await;
+        self.read_after(user_id, changed).await
     }
     async fn update_fact(
         &self,
@@ -201,7 +211,8 @@ impl MemoryApi for ManagedMemory {
         fact_id: &str,
         patch: FactPatch,
     ) -> Result<Value, MemoryError> {
-        self.manager
+        let changed = self
+            .manager
             .update_fact(
                 Some(user_id),
                 None,
@@ -210,16 +221,12 @@ impl MemoryApi for ManagedMemory {
                 patch.category.as_deref(),
                 patch.confidence,
             )
-            .await
-            .map_err(op_error)?;
-        self.read(user_id).await
+            .await;
+        self.read_after(user_id, changed).await
     }
     async fn delete_fact(&self, user_id: &str, fact_id: &str) -> Result<Value, MemoryError> {
-        self.manager
-            .delete_fact(Some(user_id), None, fact_id)
-            .await
-            .map_err(op_error)?;
-        self.read(user_id).await
+        let changed = self.manager.delete_fact(Some(user_id), None, fact_id).await;
+        self.read_after(user_id, changed).await
     }
     async fn export(&self, user_id: &str) -> Result<Value, MemoryError> {
         self.read(user_id).await
@@ -227,11 +234,8 @@ impl MemoryApi for ManagedMemory {
     async fn import(&self, user_id: &str, data: Value) -> Result<Value, MemoryError> {
         let doc: antler_agent::memory::document::MemoryDocument = serde_json::from_value(data)
             .map_err(|e| MemoryError::Invalid(format!("not a memory document: {e}")))?;
-        self.manager
-            .import(Some(user_id), None, doc)
-            .await
-            .map_err(op_error)?;
-        self.read(user_id).await
+        let changed = self.manager.import(Some(user_id), None, doc).await;
+        self.read_after(user_id, changed).await
     }
     async fn reload(&self, user_id: &str) -> Result<Value, MemoryError> {
         self.read(user_id).await

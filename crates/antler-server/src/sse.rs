@@ -418,6 +418,11 @@ mod tests {
         String::from_utf8(b.to_vec()).unwrap()
     }
 
+    /// Everything a subscriber from `cursor` receives (no heartbeat within a test).
+    async fn replay(buf: &Arc<RunBuffer>, cursor: Cursor, filter: Option<StreamModes>) -> String {
+        collect(buf.subscribe(cursor, filter, Duration::from_secs(60), None)).await
+    }
+
     async fn collect(s: impl futures::Stream<Item = Result<Bytes, Infallible>>) -> String {
         let mut out = String::new();
         futures::pin_mut!(s);
@@ -445,28 +450,20 @@ mod tests {
         let id1 = buf.push(Kind::Values, "values", "{\"n\":1}").unwrap();
         buf.push(Kind::Updates, "updates", "{\"n\":2}");
         buf.close();
-        let all =
-            collect(buf.subscribe(Cursor::Earliest, None, Duration::from_secs(60), None)).await;
+        let all = replay(&buf, Cursor::Earliest, None).await;
         assert_eq!(all.matches("event: ").count(), 4);
         assert!(all.ends_with("event: end\ndata: null\n\n"));
         assert!(all.contains("id: "));
-        let after = collect(buf.subscribe(
-            Cursor::from_last_event_id(Some(&id1)),
-            None,
-            Duration::from_secs(60),
-            None,
-        ))
-        .await;
+        let after = replay(&buf, Cursor::from_last_event_id(Some(&id1)), None).await;
         assert!(after.starts_with("event: updates"), "{after}");
-        let only_values = collect(buf.subscribe(
+        let only_values = replay(
+            &buf,
             Cursor::Earliest,
             Some(StreamModes {
                 values: true,
                 ..StreamModes::NONE
             }),
-            Duration::from_secs(60),
-            None,
-        ))
+        )
         .await;
         assert!(only_values.contains("event: metadata"));
         assert!(only_values.contains("event: values"));
@@ -482,13 +479,7 @@ mod tests {
             first.get_or_insert(id);
         }
         let first = first.flatten().unwrap();
-        let out = collect(buf.subscribe(
-            Cursor::from_last_event_id(Some(&first)),
-            None,
-            Duration::from_secs(60),
-            None,
-        ))
-        .await;
+        let out = replay(&buf, Cursor::from_last_event_id(Some(&first)), None).await;
         assert!(out.starts_with("event: gap\ndata: {"), "{out}");
         assert!(!out.contains("\nid:"));
         assert!(!out.contains("event: end"));
@@ -520,23 +511,21 @@ mod tests {
         let state = long_state(3);
         let id = buf.push_values(state.clone()).unwrap();
         buf.close();
-        let out =
-            collect(buf.subscribe(Cursor::Earliest, None, Duration::from_secs(60), None)).await;
+        let out = replay(&buf, Cursor::Earliest, None).await;
         let expected = frame_bytes("values", &crate::wire::state_string(&state), &id);
         assert_eq!(
             out,
             format!("{}event: end\ndata: null\n\n", text(&expected))
         );
         // A subscriber that did not ask for `values` never sees it.
-        let none = collect(buf.subscribe(
+        let none = replay(
+            &buf,
             Cursor::Earliest,
             Some(StreamModes {
                 updates: true,
                 ..StreamModes::NONE
             }),
-            Duration::from_secs(60),
-            None,
-        ))
+        )
         .await;
         assert_eq!(none, "event: end\ndata: null\n\n");
     }

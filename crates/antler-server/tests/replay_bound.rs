@@ -8,7 +8,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use antler_server::runs::bus::{EventBus, InProcessBus};
+use antler_server::runs::bus::{EventBus, InProcessBus, Subscribe};
 use antler_server::sse::{frame_bytes, Cursor, Kind, RunBuffer, MIN_RETAINED_EVENTS};
 use futures::StreamExt;
 
@@ -68,7 +68,12 @@ async fn a_late_subscriber_replays_no_more_than_the_bound() {
         run.publish(Kind::Updates, "updates", &data).unwrap();
     }
     run.close();
-    let mut replay = run.subscribe(Cursor::Earliest, None, Duration::from_secs(60), None);
+    let mut replay = run.subscribe(Subscribe {
+        cursor: Cursor::Earliest,
+        filter: None,
+        heartbeat: Duration::from_secs(60),
+        on_disconnect: None,
+    });
     let mut bytes = 0;
     while let Some(chunk) = replay.next().await {
         bytes += chunk.unwrap().len();

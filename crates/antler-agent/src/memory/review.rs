@@ -53,6 +53,21 @@ pub fn parse_time(raw: &str) -> Option<DateTime<Utc>> {
         .map(|t| t.and_utc())
 }
 
+/// Drops the facts whose id is in `ids`, appending each dropped id to `removed` in storage order.
+pub(crate) fn remove_facts(
+    facts: &mut Vec<Fact>,
+    ids: &HashSet<String>,
+    removed: &mut Vec<String>,
+) {
+    facts.retain(|f| {
+        let gone = ids.contains(&f.id);
+        if gone {
+            removed.push(f.id.clone());
+        }
+        !gone
+    });
+}
+
 fn add_days(t: DateTime<Utc>, days: i64) -> Option<DateTime<Utc>> {
     TimeDelta::try_days(days).and_then(|d| t.checked_add_signed(d))
 }
@@ -438,13 +453,7 @@ pub fn apply_consolidation(
         created.push(fact);
     }
     if !consumed.is_empty() {
-        facts.retain(|f| {
-            let gone = consumed.contains(&f.id);
-            if gone {
-                out.consumed.push(f.id.clone());
-            }
-            !gone
-        });
+        remove_facts(facts, &consumed, &mut out.consumed);
         out.created = created.iter().map(|f| f.id.clone()).collect();
         facts.extend(created);
     }

@@ -37,6 +37,14 @@ fn consolidating() -> MemorySettings {
     s
 }
 
+/// `consolidating()` with at most `groups` merges per cycle of at most `sources` facts each.
+fn consolidating_at_most(groups: usize, sources: usize) -> MemorySettings {
+    let mut s = consolidating();
+    s.consolidation.max_groups_per_cycle = groups;
+    s.consolidation.max_sources = sources;
+    s
+}
+
 #[test]
 fn timestamps_parse_in_the_shapes_facts_carry() {
     assert_eq!(
@@ -121,6 +129,23 @@ fn the_review_section_needs_enough_candidates_and_escapes_content() {
     assert_eq!(staleness_section(&facts, &s, now()), "");
 }
 
+/// Default settings, at most `n` stale removals per cycle.
+fn removing_at_most(n: usize) -> MemorySettings {
+    let mut s = MemorySettings::default();
+    s.staleness.max_removals_per_cycle = n;
+    s
+}
+
+/// `apply_staleness` now.
+fn review(
+    facts: &mut Vec<Fact>,
+    s: &MemorySettings,
+    remove: &[StaleRemoval],
+    extend: &[StaleExtension],
+) -> StaleOutcome {
+    apply_staleness(facts, s, now(), remove, extend)
+}
+
 fn removal(id: &str) -> StaleRemoval {
     StaleRemoval {
         id: id.into(),
@@ -138,8 +163,7 @@ fn extension(id: &str, days: i64) -> StaleExtension {
 
 #[test]
 fn stale_removals_touch_only_candidates_and_respect_the_cap_least_confident_first() {
-    let mut s = MemorySettings::default();
-    s.staleness.max_removals_per_cycle = 2;
+    let s = removing_at_most(2);
     let mut facts = vec![
         fact("a", "context", 0.9, 100),
         fact("b", "context", 0.7, 100),
@@ -147,10 +171,9 @@ fn stale_removals_touch_only_candidates_and_respect_the_cap_least_confident_firs
         fact("fresh", "context", 0.5, 5),
         fact("fix", "correction", 0.5, 500),
     ];
-    let out = apply_staleness(
+    let out = review(
         &mut facts,
         &s,
-        now(),
         &[
             removal("a"),
             removal("b"),
@@ -169,8 +192,7 @@ fn stale_removals_touch_only_candidates_and_respect_the_cap_least_confident_firs
 
 #[test]
 fn extensions_recalibrate_kept_candidates_up_to_the_ceiling() {
-    let mut s = MemorySettings::default();
-    s.staleness.max_removals_per_cycle = 1;
+    let mut s = removing_at_most(1);
     s.staleness.max_extension_days = 500;
     let mut facts = vec![
         fact("a", "knowledge", 0.9, 100),
@@ -179,10 +201,9 @@ fn extensions_recalibrate_kept_candidates_up_to_the_ceiling() {
         fact("d", "knowledge", 0.9, 100),
         fact("fresh", "knowledge", 0.9, 5),
     ];
-    let out = apply_staleness(
+    let out = review(
         &mut facts,
         &s,
-        now(),
         // c goes (least confident); d was proposed too and survives only through the cap.
         &[removal("c"), removal("d")],
         &[
@@ -218,9 +239,7 @@ fn numbered(category: &str, n: usize, confidence: f64) -> Vec<Fact> {
 
 #[test]
 fn consolidation_offers_large_unprotected_categories_within_the_caps() {
-    let mut s = consolidating();
-    s.consolidation.max_groups_per_cycle = 2;
-    s.consolidation.max_sources = 4;
+    let mut s = consolidating_at_most(2, 4);
     let mut facts = numbered("pref", 5, 0.9);
     facts.extend(numbered("goal", 3, 0.8));
     facts.extend(numbered("ctx", 6, 0.8));
@@ -270,6 +289,11 @@ fn counter() -> impl Fn() -> String {
     }
 }
 
+/// `apply_consolidation` now, with fresh ids `fact_merged1`, `fact_merged2`, …
+fn consolidate(facts: &mut Vec<Fact>, s: &MemorySettings, merges: &[Merge<'_>]) -> MergeOutcome {
+    apply_consolidation(facts, s, now(), merges, counter())
+}
+
 #[test]
 fn a_merge_replaces_its_sources_with_a_consolidation_fact() {
     let s = consolidating();
@@ -281,12 +305,10 @@ fn a_merge_replaces_its_sources_with_a_consolidation_fact() {
     facts[1].expected_valid_days = Some(25); // the earliest deadline, 25 days after it was made
     facts[1].source_error = Some("suggested tabs".into());
     let sources = strings(&["pref0", "pref1"]);
-    let out = apply_consolidation(
+    let out = consolidate(
         &mut facts,
         &s,
-        now(),
         &[merge(&sources, "  Prefers spaces, four wide  ", 0.95)],
-        counter(),
     );
     assert_eq!(out.created, ["fact_merged1"]);
     assert_eq!(out.consumed, ["pref0", "pref1"]);
@@ -310,9 +332,7 @@ fn a_merge_replaces_its_sources_with_a_consolidation_fact() {
 
 #[test]
 fn merges_that_break_a_guardrail_keep_their_sources() {
-    let mut s = consolidating();
-    s.consolidation.max_sources = 3;
-    s.consolidation.max_groups_per_cycle = 2;
+    let s = consolidating_at_most(2, 3);
     let mut facts = numbered("pref", 6, 0.8);
     facts.extend(numbered("correction", 4, 0.99));
     facts.extend(numbered("small", 1, 0.9));
@@ -330,10 +350,9 @@ fn merges_that_break_a_guardrail_keep_their_sources() {
     s_weak.fact_confidence_threshold = 0.85;
     let mut gated = merge(&unclassified, "x", 0.9);
     gated.gate = Some("missing");
-    let out = apply_consolidation(
+    let out = consolidate(
         &mut facts.clone(),
         &s_weak,
-        now(),
         &[
             merge(&too_many, "x", 0.9),
             merge(&protected, "x", 0.99),
@@ -342,23 +361,20 @@ fn merges_that_break_a_guardrail_keep_their_sources() {
             merge(&weak, "x", 0.9), // capped at 0.8 by its sources: below 0.85
             gated,
         ],
-        counter(),
     );
     assert!(out.created.is_empty() && out.consumed.is_empty());
     assert_eq!(out.rejected, ["missing"]);
 
     // The per-cycle cap counts successes; a source is used once per cycle.
-    let out = apply_consolidation(
+    let out = consolidate(
         &mut facts,
         &s,
-        now(),
         &[
             merge(&first, "a", 0.8),
             merge(&reuses, "b", 0.8),
             merge(&second, "c", 0.8),
             merge(&third, "d", 0.8),
         ],
-        counter(),
     );
     assert_eq!(out.created.len(), 2);
     assert_eq!(out.consumed, ["pref0", "pref1", "pref2", "pref3"]);
@@ -368,12 +384,10 @@ fn merges_that_break_a_guardrail_keep_their_sources() {
     let mut off = consolidating();
     off.consolidation.enabled = false;
     let mut facts = numbered("pref", 4, 0.8);
-    let out = apply_consolidation(
+    let out = consolidate(
         &mut facts,
         &off,
-        now(),
         &[merge(&strings(&["pref0", "pref1"]), "a", 0.8)],
-        counter(),
     );
     assert!(out.created.is_empty());
     assert_eq!(facts.len(), 4);
@@ -389,26 +403,14 @@ fn the_merged_window_is_at_least_a_day_and_at_most_the_creation_cap() {
     facts[1].created_at = ago(1);
     let sources = strings(&["pref0", "pref1"]);
     let mut overdue = facts.clone();
-    apply_consolidation(
-        &mut overdue,
-        &s,
-        now(),
-        &[merge(&sources, "a", 0.8)],
-        counter(),
-    );
+    consolidate(&mut overdue, &s, &[merge(&sources, "a", 0.8)]);
     assert_eq!(overdue.last().unwrap().expected_valid_days, Some(1));
 
     for f in facts.iter_mut() {
         f.expected_valid_days = Some(1000);
         f.created_at = ago(1);
     }
-    apply_consolidation(
-        &mut facts,
-        &s,
-        now(),
-        &[merge(&sources, "a", 0.8)],
-        counter(),
-    );
+    consolidate(&mut facts, &s, &[merge(&sources, "a", 0.8)]);
     assert_eq!(facts.last().unwrap().expected_valid_days, Some(60));
 }
 

@@ -21,6 +21,7 @@ use antler_runtime::{
 };
 use async_trait::async_trait;
 use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -131,6 +132,17 @@ fn refusal(e: &MemoryOpError) -> Result<ToolOutput, ToolError> {
     answer(json!({"error": e.to_string()}))
 }
 
+/// `{"fact_id": …, "status": status}` for the changed fact's id, or the refusal.
+fn fact_status(
+    changed: Result<String, MemoryOpError>,
+    status: &str,
+) -> Result<ToolOutput, ToolError> {
+    match changed {
+        Ok(fact_id) => answer(json!({"fact_id": fact_id, "status": status})),
+        Err(e) => refusal(&e),
+    }
+}
+
 /// The run's scope: `(user_id, agent_name)`.
 fn scope<'a>(ctx: &ToolContext<'a>) -> (Option<&'a str>, Option<&'a str>) {
     (
@@ -205,30 +217,67 @@ pub fn rank(facts: Vec<Fact>, query: &str, category: Option<&str>, limit: usize)
     hits.into_iter().take(limit).map(|(_, f)| f).collect()
 }
 
-/// `memory_search`.
-pub struct SearchTool {
-    spec: TypedSpec<SearchArgs>,
+/// One memory tool: its spec and the manager it writes to; what it does is its arguments'
+/// [`MemoryAction`].
+pub struct MemoryTool<A> {
+    spec: TypedSpec<A>,
     memory: Arc<MemoryManager>,
 }
 
-#[async_trait]
-impl TypedTool for SearchTool {
-    type Args = SearchArgs;
+/// `memory_search`.
+pub type SearchTool = MemoryTool<SearchArgs>;
+/// `memory_add`.
+pub type AddTool = MemoryTool<AddArgs>;
+/// `memory_update`.
+pub type UpdateTool = MemoryTool<UpdateArgs>;
+/// `memory_delete`.
+pub type DeleteTool = MemoryTool<DeleteArgs>;
 
-    fn typed_spec(&self) -> &TypedSpec<SearchArgs> {
+/// The bucket a memory tool works on: the run's user and agent in `memory`.
+pub struct Bucket<'a> {
+    memory: &'a MemoryManager,
+    user: Option<&'a str>,
+    agent: Option<&'a str>,
+}
+
+/// What a memory tool does with its arguments.
+#[async_trait]
+pub trait MemoryAction: DeserializeOwned + JsonSchema + Send + Sync + 'static {
+    async fn apply(self, at: Bucket<'_>) -> Result<ToolOutput, ToolError>;
+}
+
+#[async_trait]
+impl<A: MemoryAction> TypedTool for MemoryTool<A> {
+    type Args = A;
+
+    fn typed_spec(&self) -> &TypedSpec<A> {
         &self.spec
     }
 
-    async fn invoke(
-        &self,
-        args: SearchArgs,
-        ctx: ToolContext<'_>,
-    ) -> Result<ToolOutput, ToolError> {
+    async fn invoke(&self, args: A, ctx: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
         let (user, agent) = scope(&ctx);
-        let limit = usize::try_from(args.limit).unwrap_or(usize::MAX);
-        match self
+        let at = Bucket {
+            memory: &self.memory,
+            user,
+            agent,
+        };
+        args.apply(at).await
+    }
+}
+
+#[async_trait]
+impl MemoryAction for SearchArgs {
+    async fn apply(self, at: Bucket<'_>) -> Result<ToolOutput, ToolError> {
+        let limit = usize::try_from(self.limit).unwrap_or(usize::MAX);
+        match at
             .memory
-            .search(user, agent, &args.query, args.category.as_deref(), limit)
+            .search(
+                at.user,
+                at.agent,
+                &self.query,
+                self.category.as_deref(),
+                limit,
+            )
             .await
         {
             Ok(results) => answer(json!({"count": results.len(), "results": results})),
@@ -237,122 +286,75 @@ impl TypedTool for SearchTool {
     }
 }
 
-/// `memory_add`.
-pub struct AddTool {
-    spec: TypedSpec<AddArgs>,
-    memory: Arc<MemoryManager>,
-}
-
 #[async_trait]
-impl TypedTool for AddTool {
-    type Args = AddArgs;
-
-    fn typed_spec(&self) -> &TypedSpec<AddArgs> {
-        &self.spec
-    }
-
-    async fn invoke(&self, args: AddArgs, ctx: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
-        let (user, agent) = scope(&ctx);
-        if args.content.trim().is_empty() {
+impl MemoryAction for AddArgs {
+    async fn apply(self, at: Bucket<'_>) -> Result<ToolOutput, ToolError> {
+        if self.content.trim().is_empty() {
             return answer(json!({"error": "empty content"}));
         }
         // The duplicate check runs inside the write (over the whole bucket, on every retry), so
         // two concurrent calls cannot both store the same content.
-        match self
+        let created = at
             .memory
-            .create_fact(user, agent, &args.content, &args.category, args.confidence)
-            .await
-        {
-            Ok(fact) => answer(json!({"fact_id": fact.id, "status": "added"})),
-            Err(e) => refusal(&e),
-        }
+            .create_fact(
+                at.user,
+                at.agent,
+                &self.content,
+                &self.category,
+                self.confidence,
+            )
+            .await;
+        fact_status(created.map(|fact| fact.id), "added")
     }
-}
-
-/// `memory_update`.
-pub struct UpdateTool {
-    spec: TypedSpec<UpdateArgs>,
-    memory: Arc<MemoryManager>,
 }
 
 #[async_trait]
-impl TypedTool for UpdateTool {
-    type Args = UpdateArgs;
-
-    fn typed_spec(&self) -> &TypedSpec<UpdateArgs> {
-        &self.spec
-    }
-
-    async fn invoke(
-        &self,
-        args: UpdateArgs,
-        ctx: ToolContext<'_>,
-    ) -> Result<ToolOutput, ToolError> {
-        let (user, agent) = scope(&ctx);
-        match self
+impl MemoryAction for UpdateArgs {
+    async fn apply(self, at: Bucket<'_>) -> Result<ToolOutput, ToolError> {
+        let updated = at
             .memory
             .update_fact(
-                user,
-                agent,
-                &args.fact_id,
-                args.content.as_deref(),
-                args.category.as_deref(),
-                args.confidence,
+                at.user,
+                at.agent,
+                &self.fact_id,
+                self.content.as_deref(),
+                self.category.as_deref(),
+                self.confidence,
             )
-            .await
-        {
-            Ok(_) => answer(json!({"fact_id": args.fact_id, "status": "updated"})),
-            Err(e) => refusal(&e),
-        }
+            .await;
+        fact_status(updated.map(|_| self.fact_id), "updated")
     }
-}
-
-/// `memory_delete`.
-pub struct DeleteTool {
-    spec: TypedSpec<DeleteArgs>,
-    memory: Arc<MemoryManager>,
 }
 
 #[async_trait]
-impl TypedTool for DeleteTool {
-    type Args = DeleteArgs;
-
-    fn typed_spec(&self) -> &TypedSpec<DeleteArgs> {
-        &self.spec
+impl MemoryAction for DeleteArgs {
+    async fn apply(self, at: Bucket<'_>) -> Result<ToolOutput, ToolError> {
+        let deleted = at
+            .memory
+            .delete_fact(at.user, at.agent, &self.fact_id)
+            .await;
+        fact_status(deleted.map(|()| self.fact_id), "deleted")
     }
+}
 
-    async fn invoke(
-        &self,
-        args: DeleteArgs,
-        ctx: ToolContext<'_>,
-    ) -> Result<ToolOutput, ToolError> {
-        let (user, agent) = scope(&ctx);
-        match self.memory.delete_fact(user, agent, &args.fact_id).await {
-            Ok(()) => answer(json!({"fact_id": args.fact_id, "status": "deleted"})),
-            Err(e) => refusal(&e),
-        }
-    }
+fn tool<A: MemoryAction>(
+    name: &str,
+    description: &str,
+    memory: &Arc<MemoryManager>,
+) -> Arc<dyn Tool> {
+    Arc::new(MemoryTool::<A> {
+        spec: TypedSpec::new(name, description),
+        memory: memory.clone(),
+    })
 }
 
 /// The four memory tools, writing to `memory`.
 pub fn memory_tools(memory: &Arc<MemoryManager>) -> Vec<Arc<dyn Tool>> {
     vec![
-        Arc::new(SearchTool {
-            spec: TypedSpec::new(SEARCH, SEARCH_DESCRIPTION),
-            memory: memory.clone(),
-        }),
-        Arc::new(AddTool {
-            spec: TypedSpec::new(ADD, ADD_DESCRIPTION),
-            memory: memory.clone(),
-        }),
-        Arc::new(UpdateTool {
-            spec: TypedSpec::new(UPDATE, UPDATE_DESCRIPTION),
-            memory: memory.clone(),
-        }),
-        Arc::new(DeleteTool {
-            spec: TypedSpec::new(DELETE, DELETE_DESCRIPTION),
-            memory: memory.clone(),
-        }),
+        tool::<SearchArgs>(SEARCH, SEARCH_DESCRIPTION, memory),
+        tool::<AddArgs>(ADD, ADD_DESCRIPTION, memory),
+        tool::<UpdateArgs>(UPDATE, UPDATE_DESCRIPTION, memory),
+        tool::<DeleteArgs>(DELETE, DELETE_DESCRIPTION, memory),
     ]
 }
 

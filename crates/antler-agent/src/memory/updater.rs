@@ -693,13 +693,7 @@ pub(crate) fn apply(
         remove_ids.insert(r.id.clone());
     }
     if !remove_ids.is_empty() {
-        facts.retain(|f| {
-            let drop = remove_ids.contains(&f.id);
-            if drop {
-                report.facts_removed.push(f.id.clone());
-            }
-            !drop
-        });
+        review::remove_facts(&mut facts, &remove_ids, &mut report.facts_removed);
     }
 
     // Consolidation after capacity and removals: a source evicted just now is no longer

@@ -181,6 +181,12 @@ impl RunJournal {
         self.push(vec![e]);
     }
 
+    /// Journal a message the run produced, serialized as the event's content.
+    fn record_message(&self, kind: &str, message: Message, meta: Map<String, Value>) {
+        let content = serde_json::to_value(message).unwrap_or(Value::Null);
+        self.record(kind, CATEGORY_MESSAGE, content, meta);
+    }
+
     fn push(&self, events: Vec<NewRunEvent>) {
         let batch = {
             let mut st = lock(&self.state);
@@ -352,12 +358,16 @@ fn caller_bucket(caller: &str) -> u8 {
     }
 }
 
+/// Event metadata from `(key, value)` pairs.
+fn fields<const N: usize>(pairs: [(&str, Value); N]) -> Map<String, Value> {
+    pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
+}
+
 impl RunObserver for RunJournal {
     fn on_event(&self, run: &RunContext, event: &RunEvent<'_>) {
         match event {
             RunEvent::RunStart => {
-                let mut meta = Map::new();
-                meta.insert("caller".into(), json!("lead_agent"));
+                let meta = fields([("caller", json!("lead_agent"))]);
                 let o = &run.options;
                 let start = self.event(
                     "run.start",
@@ -401,9 +411,8 @@ impl RunObserver for RunJournal {
                             .filter(|m| !matches!(m, Message::Remove(_)))
                             .filter_map(Message::id)
                             .collect();
-                        let mut meta = Map::new();
-                        meta.insert("node".into(), json!(node));
-                        let e = self.event(
+                        let meta = fields([("node", json!(node))]);
+                        self.record(
                             "state.messages_removed",
                             "middleware",
                             json!({
@@ -413,7 +422,6 @@ impl RunObserver for RunJournal {
                             }),
                             meta,
                         );
-                        self.push(vec![e]);
                     }
                 }
                 if let Some(paths) = &update.artifacts {
@@ -458,20 +466,18 @@ impl RunObserver for RunJournal {
                     }
                     i
                 };
-                let mut meta = Map::new();
-                meta.insert("caller".into(), json!(caller));
-                meta.insert("model".into(), json!(model));
-                meta.insert("request_messages".into(), json!(request_messages));
-                meta.insert(
-                    "usage".into(),
-                    serde_json::to_value(&response.usage_metadata).unwrap_or(Value::Null),
-                );
-                meta.insert("latency_ms".into(), json!(millis(*latency)));
-                meta.insert("llm_call_index".into(), json!(index));
-                let content =
-                    serde_json::to_value(Message::Ai((*response).clone())).unwrap_or(Value::Null);
-                let e = self.event("llm.ai.response", CATEGORY_MESSAGE, content, meta);
-                self.push(vec![e]);
+                let meta = fields([
+                    ("caller", json!(caller)),
+                    ("model", json!(model)),
+                    ("request_messages", json!(request_messages)),
+                    (
+                        "usage",
+                        serde_json::to_value(&response.usage_metadata).unwrap_or(Value::Null),
+                    ),
+                    ("latency_ms", json!(millis(*latency))),
+                    ("llm_call_index", json!(index)),
+                ]);
+                self.record_message("llm.ai.response", Message::Ai((*response).clone()), meta);
             }
             RunEvent::ModelError {
                 caller,
@@ -479,14 +485,14 @@ impl RunObserver for RunJournal {
                 error,
                 latency,
             } => {
-                let mut meta = Map::new();
-                meta.insert("caller".into(), json!(caller));
-                meta.insert("model".into(), json!(model));
-                meta.insert("latency_ms".into(), json!(millis(*latency)));
-                meta.insert("status".into(), json!(error.status()));
-                meta.insert("transient".into(), json!(error.is_transient()));
-                let e = self.event("llm.error", "trace", json!(error.to_string()), meta);
-                self.push(vec![e]);
+                let meta = fields([
+                    ("caller", json!(caller)),
+                    ("model", json!(model)),
+                    ("latency_ms", json!(millis(*latency))),
+                    ("status", json!(error.status())),
+                    ("transient", json!(error.is_transient())),
+                ]);
+                self.record("llm.error", "trace", json!(error.to_string()), meta);
             }
             RunEvent::ToolResult {
                 call,
@@ -521,41 +527,35 @@ impl RunObserver for RunJournal {
                         }
                     }
                 }
-                let mut meta = Map::new();
-                meta.insert("tool".into(), json!(call.name));
-                meta.insert("tool_call_id".into(), json!(call.id_str()));
-                meta.insert("args".into(), Value::Object(call.args.clone()));
-                meta.insert("status".into(), json!(message.status));
-                meta.insert("duration_ms".into(), json!(millis(*duration)));
-                meta.insert("result_bytes".into(), json!(message.content.approx_len()));
-                let content =
-                    serde_json::to_value(Message::Tool((*message).clone())).unwrap_or(Value::Null);
-                let e = self.event("llm.tool.result", CATEGORY_MESSAGE, content, meta);
-                self.push(vec![e]);
+                let meta = fields([
+                    ("tool", json!(call.name)),
+                    ("tool_call_id", json!(call.id_str())),
+                    ("args", Value::Object(call.args.clone())),
+                    ("status", json!(message.status)),
+                    ("duration_ms", json!(millis(*duration))),
+                    ("result_bytes", json!(message.content.approx_len())),
+                ]);
+                self.record_message("llm.tool.result", Message::Tool((*message).clone()), meta);
             }
             RunEvent::Middleware {
                 name,
                 action,
                 payload,
             } => {
-                let mut meta = Map::new();
-                meta.insert("name".into(), json!(name));
-                meta.insert("action".into(), json!(action));
-                let e = self.event(
+                let meta = fields([("name", json!(name)), ("action", json!(action))]);
+                self.record(
                     &format!("middleware:{action}"),
                     "middleware",
                     (*payload).clone(),
                     meta,
                 );
-                self.push(vec![e]);
             }
             RunEvent::RunEnd { status, error } => {
                 let usage = lock(&self.state).usage.clone();
                 let stop_reason = run.get(&antler_runtime::keys::STOP_REASON).map(Value::from);
                 let mut events = Vec::new();
                 if let Some(err) = error {
-                    let mut meta = Map::new();
-                    meta.insert("status".into(), json!(status.as_str()));
+                    let meta = fields([("status", json!(status.as_str()))]);
                     events.push(self.event("run.error", "error", json!(err), meta));
                 }
                 events.push(self.event(

@@ -2,6 +2,19 @@
 //! `general-purpose` (inherits the parent's tools) and `bash` (command execution). antler's own
 //! wording; the intent of each section follows DeerFlow's.
 
+/// The opening of both types' `<working_directory>` section, up to how to use mounts (a macro
+/// so that `concat!` can splice it into the `const` prompts).
+macro_rules! sandbox_share {
+    () => {
+        "<working_directory>
+You share the lead agent's sandbox:
+- User uploads: `/mnt/user-data/uploads`
+- Workspace: `/mnt/user-data/workspace`
+- Deliverables: `/mnt/user-data/outputs`
+- Mounts configured by the deployment may exist at other absolute paths; "
+    };
+}
+
 pub const GENERAL_PURPOSE_DESCRIPTION: &str = "\
 A capable agent for a bounded piece of exploration or action, worth it only when delegating clearly pays off.
 
@@ -13,7 +26,8 @@ Use it when:
 Do not use it just because the work is complex, long or multi-step, nor when it would repeat \
 the same repository discovery or overlap side effects with other work.";
 
-pub const GENERAL_PURPOSE_PROMPT: &str = "\
+pub const GENERAL_PURPOSE_PROMPT: &str = concat!(
+    "\
 You are a general-purpose subagent. The lead agent has handed you one bounded task: finish it on \
 your own and hand back a clear, usable result.
 
@@ -47,18 +61,16 @@ End with:
 5. Sources, cited as `[citation:Title](URL)`
 </output_format>
 
-<working_directory>
-You share the lead agent's sandbox:
-- User uploads: `/mnt/user-data/uploads`
-- Workspace: `/mnt/user-data/workspace`
-- Deliverables: `/mnt/user-data/outputs`
-- Mounts configured by the deployment may exist at other absolute paths; use them directly when \
+",
+    sandbox_share!(),
+    "use them directly when \
 the task points at them.
 Treat `/mnt/user-data/workspace` as the default working directory for coding and file IO. In \
 scripts and shell commands prefer paths relative to the workspace, such as `hello.txt`, \
 `../uploads/input.csv` and `../outputs/result.md`.
 </working_directory>
-";
+"
+);
 
 pub const BASH_DESCRIPTION: &str = "\
 A command-execution specialist for a bounded shell workflow, worth it only when delegating clearly pays off.
@@ -71,7 +83,8 @@ Use it when:
 Routine git, build, test, or deploy operations are not sufficient reason to delegate; use bash \
 directly when delegating and merging the result costs more than the workflow itself.";
 
-pub const BASH_PROMPT: &str = "\
+pub const BASH_PROMPT: &str = concat!(
+    "\
 You are a subagent that runs shell commands. Execute what you were asked carefully and report \
 clearly what happened.
 
@@ -91,15 +104,13 @@ For each command or group of commands report:
 4. Errors or warnings
 </output_format>
 
-<working_directory>
-You share the lead agent's sandbox:
-- User uploads: `/mnt/user-data/uploads`
-- Workspace: `/mnt/user-data/workspace`
-- Deliverables: `/mnt/user-data/outputs`
-- Mounts configured by the deployment may exist at other absolute paths; use absolute paths only \
+",
+    sandbox_share!(),
+    "use absolute paths only \
 for those.
 Treat `/mnt/user-data/workspace` as the default working directory for file IO. In commands and \
 helper scripts prefer paths relative to the workspace, such as `hello.txt`, \
 `../uploads/input.csv` and `../outputs/result.md`.
 </working_directory>
-";
+"
+);

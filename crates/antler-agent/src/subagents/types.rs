@@ -83,17 +83,26 @@ pub struct ContractError {
     expected: String,
 }
 
+/// The value of `all` whose wire name is `s`; a [`ContractError`] naming `kind` otherwise.
+fn parse_named<T: Copy, const N: usize>(
+    s: &str,
+    kind: &'static str,
+    all: [T; N],
+    name: fn(T) -> &'static str,
+) -> Result<T, ContractError> {
+    all.into_iter()
+        .find(|v| name(*v) == s)
+        .ok_or_else(|| ContractError {
+            kind,
+            value: s.to_owned(),
+            expected: all.map(name).join(", "),
+        })
+}
+
 impl FromStr for SubagentStatus {
     type Err = ContractError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        SubagentStatus::ALL
-            .into_iter()
-            .find(|v| v.as_str() == s)
-            .ok_or_else(|| ContractError {
-                kind: "status",
-                value: s.to_owned(),
-                expected: SubagentStatus::ALL.map(|v| v.as_str()).join(", "),
-            })
+        parse_named(s, "status", SubagentStatus::ALL, SubagentStatus::as_str)
     }
 }
 
@@ -140,14 +149,7 @@ impl fmt::Display for StopReason {
 impl FromStr for StopReason {
     type Err = ContractError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        StopReason::ALL
-            .into_iter()
-            .find(|v| v.as_str() == s)
-            .ok_or_else(|| ContractError {
-                kind: "stop_reason",
-                value: s.to_owned(),
-                expected: StopReason::ALL.map(|v| v.as_str()).join(", "),
-            })
+        parse_named(s, "stop_reason", StopReason::ALL, StopReason::as_str)
     }
 }
 
@@ -320,6 +322,16 @@ pub fn format_result_message(
             error.to_owned()
         }
     };
+    // `default` alone, or followed by the error when there is one.
+    let headed = |default: &str| {
+        let detail = with_default(default);
+        let text = if detail == default {
+            detail.clone()
+        } else {
+            format!("{default} Error: {detail}")
+        };
+        (text, Some(detail))
+    };
     match status {
         SubagentStatus::Completed => match capped {
             Some(label) => (
@@ -328,24 +340,8 @@ pub fn format_result_message(
             ),
             None => (format!("Task Succeeded. Result: {result}"), None),
         },
-        SubagentStatus::Cancelled => {
-            let detail = with_default("Task cancelled by user.");
-            let text = if detail == "Task cancelled by user." {
-                detail.clone()
-            } else {
-                format!("Task cancelled by user. Error: {detail}")
-            };
-            (text, Some(detail))
-        }
-        SubagentStatus::TimedOut => {
-            let detail = with_default("Task timed out.");
-            let text = if detail == "Task timed out." {
-                detail.clone()
-            } else {
-                format!("Task timed out. Error: {detail}")
-            };
-            (text, Some(detail))
-        }
+        SubagentStatus::Cancelled => headed("Task cancelled by user."),
+        SubagentStatus::TimedOut => headed("Task timed out."),
         SubagentStatus::PollingTimedOut => {
             let detail = with_default("Task polling timed out.");
             (detail.clone(), Some(detail))

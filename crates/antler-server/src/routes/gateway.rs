@@ -184,24 +184,19 @@ fn memory_error(e: MemoryError) -> ApiError {
     }
 }
 
+/// A memory operation's answer as JSON, its failure as the matching API error.
+fn memory_json(result: Result<Value, MemoryError>) -> ApiResult<Json<Value>> {
+    result.map(Json).map_err(memory_error)
+}
+
 /// G19 `GET /memory`.
 pub async fn memory_get(State(state): State<AppState>, user: User) -> ApiResult<Json<Value>> {
-    state
-        .memory
-        .get(&user.id)
-        .await
-        .map(Json)
-        .map_err(memory_error)
+    memory_json(state.memory.get(&user.id).await)
 }
 
 /// G19 `DELETE /memory`.
 pub async fn memory_clear(State(state): State<AppState>, user: User) -> ApiResult<Json<Value>> {
-    state
-        .memory
-        .clear(&user.id)
-        .await
-        .map(Json)
-        .map_err(memory_error)
+    memory_json(state.memory.clear(&user.id).await)
 }
 
 /// G19 `POST /memory/facts`.
@@ -215,12 +210,7 @@ pub async fn memory_create_fact(
             "A fact needs non-empty content and a confidence from 0 to 1",
         ));
     }
-    state
-        .memory
-        .create_fact(&user.id, fact)
-        .await
-        .map(Json)
-        .map_err(memory_error)
+    memory_json(state.memory.create_fact(&user.id, fact).await)
 }
 
 /// G19 `PATCH /memory/facts/{id}`.
@@ -230,12 +220,7 @@ pub async fn memory_update_fact(
     Path(fact_id): Path<String>,
     Body(patch): Body<FactPatch>,
 ) -> ApiResult<Json<Value>> {
-    state
-        .memory
-        .update_fact(&user.id, &fact_id, patch)
-        .await
-        .map(Json)
-        .map_err(memory_error)
+    memory_json(state.memory.update_fact(&user.id, &fact_id, patch).await)
 }
 
 /// G19 `DELETE /memory/facts/{id}`.
@@ -244,22 +229,12 @@ pub async fn memory_delete_fact(
     user: User,
     Path(fact_id): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    state
-        .memory
-        .delete_fact(&user.id, &fact_id)
-        .await
-        .map(Json)
-        .map_err(memory_error)
+    memory_json(state.memory.delete_fact(&user.id, &fact_id).await)
 }
 
 /// G19 `GET /memory/export`.
 pub async fn memory_export(State(state): State<AppState>, user: User) -> ApiResult<Json<Value>> {
-    state
-        .memory
-        .export(&user.id)
-        .await
-        .map(Json)
-        .map_err(memory_error)
+    memory_json(state.memory.export(&user.id).await)
 }
 
 /// G19 `POST /memory/import`.
@@ -268,22 +243,12 @@ pub async fn memory_import(
     user: User,
     body: JsonBody,
 ) -> ApiResult<Json<Value>> {
-    state
-        .memory
-        .import(&user.id, body.0)
-        .await
-        .map(Json)
-        .map_err(memory_error)
+    memory_json(state.memory.import(&user.id, body.0).await)
 }
 
 /// G19 `POST /memory/reload`.
 pub async fn memory_reload(State(state): State<AppState>, user: User) -> ApiResult<Json<Value>> {
-    state
-        .memory
-        .reload(&user.id)
-        .await
-        .map(Json)
-        .map_err(memory_error)
+    memory_json(state.memory.reload(&user.id).await)
 }
 
 /// G19 `GET /memory/config`.

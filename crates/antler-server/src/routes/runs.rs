@@ -18,6 +18,7 @@ use crate::access::owned_thread;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{JsonBody, QueryPairs};
 use crate::runs::body::{modes_of, parse_stream_modes, OnDisconnect};
+use crate::runs::bus::Subscribe;
 use crate::runs::exec::{final_values, start_run, RunKind, Started};
 use crate::runs::{CancelAction, RunHandle};
 use crate::sse::{self, Cursor};
@@ -47,11 +48,12 @@ fn sse_response(
             }
         }) as Box<dyn FnOnce() + Send>
     });
-    let stream =
-        handle
-            .buffer
-            .clone()
-            .subscribe(cursor, filter, state.config.heartbeat, on_disconnect);
+    let stream = handle.buffer.clone().subscribe(Subscribe {
+        cursor,
+        filter,
+        heartbeat: state.config.heartbeat,
+        on_disconnect,
+    });
     sse_headers(Response::new(Body::from_stream(stream)))
 }
 

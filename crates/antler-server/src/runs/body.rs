@@ -142,17 +142,23 @@ pub fn parse_stream_modes(v: &Value) -> Result<Vec<String>, ApiError> {
     stream_modes_of(&modes)
 }
 
+/// 422 `"{what}: a, b"` naming the `unknown` names, if there are any.
+fn refuse_unknown(what: &str, unknown: &[&str]) -> Result<(), ApiError> {
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    Err(ApiError::unprocessable(format!(
+        "{what}: {}",
+        unknown.join(", ")
+    )))
+}
+
 fn stream_modes_of(modes: &OneOrMany) -> Result<Vec<String>, ApiError> {
     let bad: Vec<&str> = modes
         .iter()
         .filter(|m| !ALLOWED_MODES.contains(m))
         .collect();
-    if !bad.is_empty() {
-        return Err(ApiError::unprocessable(format!(
-            "Unsupported stream mode(s): {}",
-            bad.join(", ")
-        )));
-    }
+    refuse_unknown("Unsupported stream mode(s)", &bad)?;
     let mut out: Vec<String> = Vec::new();
     for m in modes.iter() {
         if !out.iter().any(|o| o == m) {
@@ -222,12 +228,7 @@ pub fn parse_channels(values: &Map<String, Value>) -> Result<Option<StateUpdate>
         .map(String::as_str)
         .filter(|k| !STATE_CHANNELS.contains(k))
         .collect();
-    if !unknown.is_empty() {
-        return Err(ApiError::unprocessable(format!(
-            "Unknown thread-state field(s): {}",
-            unknown.join(", ")
-        )));
-    }
+    refuse_unknown("Unknown thread-state field(s)", &unknown)?;
     let rest: Map<String, Value> = values
         .iter()
         .filter(|(k, _)| k.as_str() != "messages")

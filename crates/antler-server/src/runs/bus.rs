@@ -20,6 +20,17 @@ use crate::sse::{Cursor, Kind, RunBuffer};
 /// A subscriber's stream of ready-to-send SSE bytes.
 pub type Subscription = BoxStream<'static, Result<Bytes, Infallible>>;
 
+/// What a subscriber asks of [`RunEvents::subscribe`].
+pub struct Subscribe {
+    /// Where the replay starts.
+    pub cursor: Cursor,
+    /// The kinds delivered (`None`: all).
+    pub filter: Option<StreamModes>,
+    pub heartbeat: Duration,
+    /// Runs if the subscriber goes away before `end`.
+    pub on_disconnect: Option<Box<dyn FnOnce() + Send>>,
+}
+
 /// One run's event stream on the bus.
 pub trait RunEvents: Send + Sync {
     /// Frame and publish one event (`data`: one line of JSON); its id, `None` once closed.
@@ -35,15 +46,8 @@ pub trait RunEvents: Send + Sync {
     /// No more events: subscribers drain what is left, then get `end`.
     fn close(&self);
 
-    /// Replay from `cursor` and follow live, delivering the kinds `filter` wants (`None`: all).
-    /// `on_disconnect` runs if the subscriber goes away before `end`.
-    fn subscribe(
-        self: Arc<Self>,
-        cursor: Cursor,
-        filter: Option<StreamModes>,
-        heartbeat: Duration,
-        on_disconnect: Option<Box<dyn FnOnce() + Send>>,
-    ) -> Subscription;
+    /// Replay from `sub.cursor` and follow live (see [`Subscribe`]).
+    fn subscribe(self: Arc<Self>, sub: Subscribe) -> Subscription;
 }
 
 /// Where runs' event streams live.
@@ -65,13 +69,13 @@ impl RunEvents for RunBuffer {
         RunBuffer::close(self);
     }
 
-    fn subscribe(
-        self: Arc<Self>,
-        cursor: Cursor,
-        filter: Option<StreamModes>,
-        heartbeat: Duration,
-        on_disconnect: Option<Box<dyn FnOnce() + Send>>,
-    ) -> Subscription {
+    fn subscribe(self: Arc<Self>, sub: Subscribe) -> Subscription {
+        let Subscribe {
+            cursor,
+            filter,
+            heartbeat,
+            on_disconnect,
+        } = sub;
         RunBuffer::subscribe(&self, cursor, filter, heartbeat, on_disconnect).boxed()
     }
 }

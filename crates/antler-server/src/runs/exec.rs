@@ -338,12 +338,12 @@ mod tests {
             .unwrap();
         let text = rt.block_on(async {
             use futures::StreamExt;
-            let s = buf.subscribe(
-                crate::sse::Cursor::Earliest,
-                None,
-                std::time::Duration::from_secs(5),
-                None,
-            );
+            let s = buf.subscribe(crate::runs::bus::Subscribe {
+                cursor: crate::sse::Cursor::Earliest,
+                filter: None,
+                heartbeat: std::time::Duration::from_secs(5),
+                on_disconnect: None,
+            });
             futures::pin_mut!(s);
             let mut out = String::new();
             while let Some(Ok(b)) = s.next().await {

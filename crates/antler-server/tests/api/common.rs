@@ -224,6 +224,10 @@ impl TestServer {
         self.anonymous().post(path, body).await
     }
 
+    pub async fn wait_run(&self, thread: &str, body: Value) -> (u16, Value) {
+        self.anonymous().wait_run(thread, body).await
+    }
+
     pub async fn post_raw(&self, path: &str, body: &'static str) -> (u16, Value) {
         let r = self
             .client
@@ -272,14 +276,20 @@ impl TestServer {
         }
     }
 
-    /// `POST /threads/{thread}/runs/stream`, the response unread.
-    pub async fn stream_req(&self, thread: &str, body: Value) -> reqwest::Response {
+    /// `POST path` with a JSON body, the response unread.
+    pub async fn post_req(&self, path: &str, body: Value) -> reqwest::Response {
         self.client
-            .post(self.url(&format!("/api/threads/{thread}/runs/stream")))
+            .post(self.url(path))
             .json(&body)
             .send()
             .await
             .unwrap()
+    }
+
+    /// `POST /threads/{thread}/runs/stream`, the response unread.
+    pub async fn stream_req(&self, thread: &str, body: Value) -> reqwest::Response {
+        self.post_req(&format!("/api/threads/{thread}/runs/stream"), body)
+            .await
     }
 
     /// `POST /api/threads` with this id.
@@ -300,6 +310,33 @@ impl TestServer {
         let text = r.text().await.unwrap();
         (headers, parse_sse(&text))
     }
+}
+
+/// Starts a streamed run on `thread`: its id and its open event stream.
+pub async fn start_stream(s: &TestServer, thread: &str, body: Value) -> (String, SseReader) {
+    let r = s.stream_req(thread, body).await;
+    assert_eq!(r.status().as_u16(), 200);
+    let (_, run) = ids_from_location(r.headers());
+    (run, SseReader::new(r))
+}
+
+/// Starts a run on `t1` that outlives its client (`on_disconnect: continue`) and reads up to its
+/// first `values` event: the run's id and the rest of its stream.
+pub async fn start_detached(s: &TestServer, text: &str) -> (String, SseReader) {
+    let body = json!({"input": say(text), "on_disconnect": "continue"});
+    let (run, mut r) = start_stream(s, "t1", body).await;
+    r.until("values").await;
+    (run, r)
+}
+
+/// `POST /api/threads/t1/runs/{run}/cancel?{query}`, the response unread.
+pub async fn cancel_t1(s: &TestServer, run: &str, query: &str) -> reqwest::Response {
+    s.raw(
+        "POST",
+        &format!("/api/threads/t1/runs/{run}/cancel?{query}"),
+        &[],
+    )
+    .await
 }
 
 /// Requests to a [`TestServer`] with a bearer token, or none; each answers its status and JSON.
@@ -341,6 +378,22 @@ impl Caller<'_> {
 
     pub async fn delete(&self, path: &str) -> (u16, Value) {
         self.send("DELETE", path, None).await
+    }
+
+    /// `POST /api/threads` with this id.
+    pub async fn create_thread(&self, id: &str) -> (u16, Value) {
+        self.post("/api/threads", json!({"thread_id": id})).await
+    }
+
+    /// Creates thread `id`, which must succeed.
+    pub async fn thread(&self, id: &str) {
+        assert_eq!(self.create_thread(id).await.0, 200);
+    }
+
+    /// R3: a run on `thread`, waited for.
+    pub async fn wait_run(&self, thread: &str, body: Value) -> (u16, Value) {
+        self.post(&format!("/api/threads/{thread}/runs/wait"), body)
+            .await
     }
 }
 

@@ -281,12 +281,8 @@ async fn upload_limits_are_413_and_leave_nothing_behind() {
         (400, Some("No files provided"))
     );
     let r = s
-        .client
-        .post(s.url("/api/threads/t1/uploads"))
-        .json(&json!({"files": []}))
-        .send()
-        .await
-        .unwrap();
+        .post_req("/api/threads/t1/uploads", json!({"files": []}))
+        .await;
     assert_eq!(r.status().as_u16(), 400);
 }
 

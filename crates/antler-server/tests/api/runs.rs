@@ -16,12 +16,11 @@ async fn background_run_then_join_and_wait() {
     let s = TestServer::start(texts(&["bg answer", "waited"])).await;
     s.thread("t1").await;
     let r = s
-        .client
-        .post(s.url("/api/threads/t1/runs"))
-        .json(&json!({"input": say("hi"), "metadata": {"tag": "x"}}))
-        .send()
-        .await
-        .unwrap();
+        .post_req(
+            "/api/threads/t1/runs",
+            json!({"input": say("hi"), "metadata": {"tag": "x"}}),
+        )
+        .await;
     assert_eq!(r.status().as_u16(), 200);
     let (_, run_id) = ids_from_location(r.headers());
     let (_, run) = json_of(r).await;
@@ -52,12 +51,8 @@ async fn background_run_then_join_and_wait() {
     assert_eq!(run["kwargs"]["input"], say("hi"));
     // R3 wait.
     let r = s
-        .client
-        .post(s.url("/api/threads/t1/runs/wait"))
-        .json(&json!({"input": say("again")}))
-        .send()
-        .await
-        .unwrap();
+        .post_req("/api/threads/t1/runs/wait", json!({"input": say("again")}))
+        .await;
     let (_, waited_run) = ids_from_location(r.headers());
     let (code, values) = json_of(r).await;
     assert_eq!(code, 200);
@@ -107,9 +102,7 @@ async fn failed_runs_report_error_events_and_error_values() {
     assert!(r["error"].as_str().unwrap().contains("bad things"));
     let (_, t) = s.get("/api/threads/t1").await;
     assert_eq!(t["status"], "error");
-    let (code, values) = s
-        .post("/api/threads/t1/runs/wait", json!({"input": say("y")}))
-        .await;
+    let (code, values) = s.wait_run("t1", json!({"input": say("y")})).await;
     assert_eq!(code, 200);
     assert!(values["__error__"]["message"]
         .as_str()
@@ -121,12 +114,11 @@ async fn failed_runs_report_error_events_and_error_values() {
 async fn stateless_runs_create_their_thread() {
     let s = TestServer::start(texts(&["a", "b"])).await;
     let r = s
-        .client
-        .post(s.url("/api/langgraph/runs/stream"))
-        .json(&json!({"input": say("hi"), "assistant_id": "lead_agent"}))
-        .send()
-        .await
-        .unwrap();
+        .post_req(
+            "/api/langgraph/runs/stream",
+            json!({"input": say("hi"), "assistant_id": "lead_agent"}),
+        )
+        .await;
     assert_eq!(r.status().as_u16(), 200);
     let (thread, _run) = ids_from_location(r.headers());
     let events = parse_sse(&r.text().await.unwrap());
@@ -207,8 +199,8 @@ async fn admission_errors_are_4xx_and_create_no_run() {
     // if_not_exists: create.
     s.model.push(ScriptedReply::text("made"));
     let (code, values) = s
-        .post(
-            "/api/threads/fresh/runs/wait",
+        .wait_run(
+            "fresh",
             json!({"input": say("x"), "if_not_exists": "create"}),
         )
         .await;
@@ -244,15 +236,7 @@ async fn recursion_limit_is_clamped_and_recorded() {
 async fn cancel_is_202_then_idempotent_and_409_for_finished_runs() {
     let s = TestServer::gated(texts(&["slow", "done"])).await;
     s.thread("t1").await;
-    let r = s
-        .stream_req(
-            "t1",
-            json!({"input": say("a"), "on_disconnect": "continue"}),
-        )
-        .await;
-    let (_, run) = ids_from_location(r.headers());
-    let mut reader = SseReader::new(r);
-    reader.until("values").await;
+    let (run, mut reader) = start_detached(&s, "a").await;
     let url = s.url(&format!(
         "/api/threads/t1/runs/{run}/cancel?wait=0&action=interrupt"
     ));
@@ -303,24 +287,13 @@ async fn cancel_with_wait_answers_204_after_the_run_stopped() {
     let s = TestServer::gated(vec![ScriptedReply::text("x")]).await;
     s.thread("t1").await;
     let r = s
-        .client
-        .post(s.url("/api/threads/t1/runs"))
-        .json(&json!({"input": say("a")}))
-        .send()
-        .await
-        .unwrap();
+        .post_req("/api/threads/t1/runs", json!({"input": say("a")}))
+        .await;
     let (_, run) = ids_from_location(r.headers());
     while s.model.calls() == 0 {
         tokio::task::yield_now().await;
     }
-    let resp = s
-        .raw(
-            "POST",
-            &format!("/api/threads/t1/runs/{run}/cancel?wait=1"),
-            &[],
-        )
-        .await;
-    assert_eq!(resp.status().as_u16(), 204);
+    assert_eq!(cancel_t1(&s, &run, "wait=1").await.status().as_u16(), 204);
     assert_eq!(run_status(&s, "t1", &run).await["status"], "interrupted");
 }
 
@@ -342,28 +315,25 @@ async fn rollback_restores_the_pre_run_state() {
     let (_, before) = s.get("/api/threads/t1/state").await;
     // The second run calls a tool, then blocks on its next model call.
     s.model.open(1);
-    let r = s
-        .stream_req(
-            "t1",
-            json!({"input": say("two"), "stream_mode": ["updates"], "on_disconnect": "continue"}),
-        )
-        .await;
-    let (_, run) = ids_from_location(r.headers());
-    let mut reader = SseReader::new(r);
+    let (run, mut reader) = start_stream(
+        &s,
+        "t1",
+        json!({"input": say("two"), "stream_mode": ["updates"], "on_disconnect": "continue"}),
+    )
+    .await;
     loop {
         let e = reader.next().await.unwrap();
         if e.event == "updates" && e.data.get("tools").is_some() {
             break;
         }
     }
-    let resp = s
-        .raw(
-            "POST",
-            &format!("/api/threads/t1/runs/{run}/cancel?wait=1&action=rollback"),
-            &[],
-        )
-        .await;
-    assert_eq!(resp.status().as_u16(), 204);
+    assert_eq!(
+        cancel_t1(&s, &run, "wait=1&action=rollback")
+            .await
+            .status()
+            .as_u16(),
+        204
+    );
     let r = run_status(&s, "t1", &run).await;
     assert_eq!(r["status"], "error");
     assert_eq!(r["error"], "Rolled back by user");
@@ -384,15 +354,7 @@ async fn rollback_restores_the_pre_run_state() {
 async fn multitask_reject_interrupt_and_rollback() {
     let s = TestServer::gated(texts(&["a", "b", "c"])).await;
     s.thread("t1").await;
-    let r = s
-        .stream_req(
-            "t1",
-            json!({"input": say("first"), "on_disconnect": "continue"}),
-        )
-        .await;
-    let (_, first) = ids_from_location(r.headers());
-    let mut first_stream = SseReader::new(r);
-    first_stream.until("values").await;
+    let (first, mut first_stream) = start_detached(&s, "first").await;
     let (_, t) = s.get("/api/threads/t1").await;
     assert_eq!(t["status"], "busy");
     let (_, busy) = s
@@ -444,12 +406,8 @@ async fn enqueue_waits_for_the_active_run_then_runs() {
     let s = TestServer::gated(texts(&["first answer", "second answer"])).await;
     s.thread("t1").await;
     let r = s
-        .client
-        .post(s.url("/api/threads/t1/runs"))
-        .json(&json!({"input": say("first")}))
-        .send()
-        .await
-        .unwrap();
+        .post_req("/api/threads/t1/runs", json!({"input": say("first")}))
+        .await;
     assert_eq!(r.status().as_u16(), 200);
     let (_, first) = ids_from_location(r.headers());
     // The first run is inside its model call (the gate is closed).
@@ -457,12 +415,11 @@ async fn enqueue_waits_for_the_active_run_then_runs() {
         tokio::task::yield_now().await;
     }
     let r = s
-        .client
-        .post(s.url("/api/threads/t1/runs"))
-        .json(&json!({"input": say("second"), "multitask_strategy": "enqueue"}))
-        .send()
-        .await
-        .unwrap();
+        .post_req(
+            "/api/threads/t1/runs",
+            json!({"input": say("second"), "multitask_strategy": "enqueue"}),
+        )
+        .await;
     assert_eq!(r.status().as_u16(), 200, "enqueue is accepted");
     let (_, second) = ids_from_location(r.headers());
     let (_, run) = json_of(r).await;
@@ -636,15 +593,7 @@ async fn multitask_rollback_restores_then_runs_the_new_input() {
     s.thread("t1").await;
     s.model.open(1);
     s.stream_run("t1", json!({"input": say("one")})).await;
-    let r = s
-        .stream_req(
-            "t1",
-            json!({"input": say("two"), "on_disconnect": "continue"}),
-        )
-        .await;
-    let (_, old) = ids_from_location(r.headers());
-    let mut old_stream = SseReader::new(r);
-    old_stream.until("values").await;
+    let (old, mut old_stream) = start_detached(&s, "two").await;
     let r = s.stream_req("t1",
         json!({"input": say("three"), "multitask_strategy": "rollback", "on_disconnect": "continue"}),
     )

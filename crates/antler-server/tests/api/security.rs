@@ -56,14 +56,10 @@ async fn keys_are_required_and_threads_are_private() {
     let (code, me) = json_of(r).await;
     assert_eq!((code, me["id"].as_str()), (200, Some("alice")));
 
+    s.with_key(ALICE).thread("a1").await;
     let (code, _) = s
         .with_key(ALICE)
-        .post("/api/threads", json!({"thread_id": "a1"}))
-        .await;
-    assert_eq!(code, 200);
-    let (code, _) = s
-        .with_key(ALICE)
-        .post("/api/threads/a1/runs/wait", json!({"input": say("hi")}))
+        .wait_run("a1", json!({"input": say("hi")}))
         .await;
     assert_eq!(code, 200);
     let (_, runs) = s.with_key(ALICE).get("/api/threads/a1/runs").await;
@@ -129,10 +125,7 @@ async fn keys_are_required_and_threads_are_private() {
         .await;
     assert_eq!(list.as_array().unwrap().len(), 1);
     // Bob cannot take over Alice's id either.
-    let (code, _) = s
-        .with_key(BOB)
-        .post("/api/threads", json!({"thread_id": "a1"}))
-        .await;
+    let (code, _) = s.with_key(BOB).create_thread("a1").await;
     assert_eq!(code, 409);
     // Nor read her files through the artifact route.
     let (code, _) = s
@@ -367,22 +360,20 @@ fn tool_text(values: &Value, call_id: &str) -> String {
     }
 }
 
+/// Alice creates thread `a1`, Bob `b1`.
+async fn alice_and_bob_threads(s: &TestServer) {
+    for (key, thread) in [(ALICE, "a1"), (BOB, "b1")] {
+        s.with_key(key).thread(thread).await;
+    }
+}
+
 /// Alice and Bob each create a thread (`a1`, `b1`); Alice saves a secret in her workspace
 /// through a run. Returns her sandbox id and thread folders as her state records them.
 async fn alice_saves_a_secret(s: &TestServer) -> (String, Value) {
-    for (key, thread) in [(ALICE, "a1"), (BOB, "b1")] {
-        let (code, _) = s
-            .with_key(key)
-            .post("/api/threads", json!({"thread_id": thread}))
-            .await;
-        assert_eq!(code, 200);
-    }
+    alice_and_bob_threads(s).await;
     let (code, done) = s
         .with_key(ALICE)
-        .post(
-            "/api/threads/a1/runs/wait",
-            json!({"input": say("keep this safe")}),
-        )
+        .wait_run("a1", json!({"input": say("keep this safe")}))
         .await;
     assert_eq!(code, 200, "{done}");
     let alice_ws = s
@@ -497,10 +488,7 @@ async fn a_forged_checkpoint_does_not_reach_another_users_sandbox() {
 
     let (code, done) = s
         .with_key(BOB)
-        .post(
-            "/api/threads/b1/runs/wait",
-            json!({"input": say("read her files")}),
-        )
+        .wait_run("b1", json!({"input": say("read her files")}))
         .await;
     assert_eq!(code, 200, "{done}");
     let read = tool_text(&done, "bob-r");
@@ -536,13 +524,7 @@ async fn per_user_agents_belong_to_their_owner() {
     let dir = s.home.path().join("users/bob/agents/scribe");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("config.yaml"), "name: scribe\n").unwrap();
-    for (key, thread) in [(ALICE, "a1"), (BOB, "b1")] {
-        let (code, _) = s
-            .with_key(key)
-            .post("/api/threads", json!({"thread_id": thread}))
-            .await;
-        assert_eq!(code, 200);
-    }
+    alice_and_bob_threads(&s).await;
     let status_of_last = |thread: &'static str, key: &'static str| {
         let s = &s;
         async move {
@@ -556,27 +538,21 @@ async fn per_user_agents_belong_to_their_owner() {
     // Bob runs his own agent.
     let (code, e) = s
         .with_key(BOB)
-        .post(
-            "/api/threads/b1/runs/wait",
-            json!({"input": say("hi"), "assistant_id": "scribe"}),
-        )
+        .wait_run("b1", json!({"input": say("hi"), "assistant_id": "scribe"}))
         .await;
     assert_eq!(code, 200, "{e}");
     assert_eq!(status_of_last("b1", BOB).await, "success");
     // Alice cannot name it as an assistant…
     let (code, _) = s
         .with_key(ALICE)
-        .post(
-            "/api/threads/a1/runs/wait",
-            json!({"input": say("hi"), "assistant_id": "scribe"}),
-        )
+        .wait_run("a1", json!({"input": say("hi"), "assistant_id": "scribe"}))
         .await;
     assert_eq!(code, 404);
     // …nor load it through the run context.
     let (code, _) = s
         .with_key(ALICE)
-        .post(
-            "/api/threads/a1/runs/wait",
+        .wait_run(
+            "a1",
             json!({"input": say("hi"), "context": {"agent_name": "scribe"}}),
         )
         .await;

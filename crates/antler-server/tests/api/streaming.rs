@@ -167,20 +167,10 @@ async fn only_requested_modes_are_sent() {
     assert_eq!(kinds, HashSet::from(["metadata", "messages", "end"]));
 }
 
-async fn start_stream(s: &TestServer, thread: &str, body: Value) -> (String, SseReader) {
-    let r = s.stream_req(thread, body).await;
-    assert_eq!(r.status().as_u16(), 200);
-    let (_, run) = ids_from_location(r.headers());
-    (run, SseReader::new(r))
-}
-
 /// Starts a run on `t1` that outlives its client (`on_disconnect: continue`), reads up to its
 /// first `values` event and disconnects: the run's id.
 async fn start_and_leave(s: &TestServer, text: &str) -> String {
-    let body = json!({"input": say(text), "on_disconnect": "continue"});
-    let (run, mut r) = start_stream(s, "t1", body).await;
-    r.until("values").await;
-    run
+    start_detached(s, text).await.0
 }
 
 async fn join(
@@ -271,12 +261,11 @@ async fn a_cursor_older_than_the_window_gets_a_gap() {
     s.thread("t1").await;
     // A background run: nobody reads while it runs, so the window slides past the start.
     let r = s
-        .client
-        .post(s.url("/api/threads/t1/runs"))
-        .json(&json!({"input": say("long"), "stream_mode": ["messages-tuple"]}))
-        .send()
-        .await
-        .unwrap();
+        .post_req(
+            "/api/threads/t1/runs",
+            json!({"input": say("long"), "stream_mode": ["messages-tuple"]}),
+        )
+        .await;
     let (_, run) = ids_from_location(r.headers());
     s.state.runs.get(&run).unwrap().wait_done().await;
     let mut gap = join(&s, "t1", &run, Some("1755854660123-3"), "").await;
