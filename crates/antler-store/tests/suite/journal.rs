@@ -2,7 +2,7 @@
 //! (spec 40 §6.6 `test_run_event_store.py`).
 
 use antler_store::journal::{CATEGORY_MESSAGE, CATEGORY_TRACE};
-use antler_store::{EventQuery, MessageCursor, NewRunEvent, SqliteStore};
+use antler_store::{EventQuery, MessageCursor, NewRunEvent, RunEventRecord, SqliteStore};
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 
@@ -20,6 +20,11 @@ fn msg(thread: &str, run: &str, text: &str) -> NewRunEvent {
         CATEGORY_MESSAGE,
         json!({"type": "ai", "content": text}),
     )
+}
+
+/// Thread `t`'s message events under `cursor`.
+async fn messages_of_t(store: &SqliteStore, cursor: MessageCursor) -> Vec<RunEventRecord> {
+    store.list_run_messages("t", cursor).await.unwrap()
 }
 
 fn seqs(records: &[antler_store::RunEventRecord]) -> Vec<i64> {
@@ -68,16 +73,14 @@ async fn concurrent_appenders_never_collide() {
     for t in tasks {
         t.await.unwrap();
     }
-    let all = store
-        .list_run_messages(
-            "t",
-            MessageCursor {
-                limit: 1000,
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
+    let all = messages_of_t(
+        &store,
+        MessageCursor {
+            limit: 1000,
+            ..Default::default()
+        },
+    )
+    .await;
     assert_eq!(seqs(&all), (1..=80).collect::<Vec<_>>());
 }
 
@@ -187,43 +190,37 @@ async fn message_listing_pages_across_runs_with_cursors() {
             .collect()
     };
     // Latest `limit`, ascending.
-    let latest = store
-        .list_run_messages(
-            "t",
-            MessageCursor {
-                limit: 3,
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
+    let latest = messages_of_t(
+        &store,
+        MessageCursor {
+            limit: 3,
+            ..Default::default()
+        },
+    )
+    .await;
     assert_eq!(text(&latest), ["m8", "m9", "m10"]);
     assert!(latest.iter().all(|r| r.category == CATEGORY_MESSAGE));
     // Page backwards.
-    let before = store
-        .list_run_messages(
-            "t",
-            MessageCursor {
-                before_seq: Some(latest[0].seq),
-                limit: 3,
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
+    let before = messages_of_t(
+        &store,
+        MessageCursor {
+            before_seq: Some(latest[0].seq),
+            limit: 3,
+            ..Default::default()
+        },
+    )
+    .await;
     assert_eq!(text(&before), ["m5", "m6", "m7"]);
     // Page forwards.
-    let after = store
-        .list_run_messages(
-            "t",
-            MessageCursor {
-                after_seq: Some(before[2].seq),
-                limit: 2,
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
+    let after = messages_of_t(
+        &store,
+        MessageCursor {
+            after_seq: Some(before[2].seq),
+            limit: 2,
+            ..Default::default()
+        },
+    )
+    .await;
     assert_eq!(text(&after), ["m8", "m9"]);
     let r1 = store
         .list_run_messages_by_run("t", "r1", MessageCursor::default())
