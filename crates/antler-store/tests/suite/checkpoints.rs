@@ -155,6 +155,11 @@ fn push(state: &mut ThreadState, id: &str, text: &str) {
     state.apply(StateUpdate::message(msg(id, text))).unwrap();
 }
 
+/// A writer of thread `t` and its empty state.
+fn fresh_thread() -> (ThreadWriter, ThreadState) {
+    (ThreadWriter::new("t"), ThreadState::default())
+}
+
 /// Checkpoints of thread `t`, one a step, and the writer and state after the last.
 struct Steps {
     w: ThreadWriter,
@@ -170,8 +175,7 @@ async fn commit_steps(
     n: usize,
     mut step: impl FnMut(usize, &mut ThreadState),
 ) -> Steps {
-    let mut w = ThreadWriter::new("t");
-    let mut state = ThreadState::default();
+    let (mut w, mut state) = fresh_thread();
     let mut ids = Vec::new();
     let mut states = Vec::new();
     for i in 0..n {
@@ -277,8 +281,7 @@ async fn unknown_parent_is_rejected_and_writes_nothing() {
 #[tokio::test]
 async fn no_parent_on_a_non_empty_thread_starts_empty() {
     let (_dir, store) = temp_store();
-    let mut w = ThreadWriter::new("t");
-    let mut state = ThreadState::default();
+    let (mut w, mut state) = fresh_thread();
     push(&mut state, "a", "a");
     state.title = Some("old".into());
     let first = w.commit(&store, &mut state).await;
@@ -325,8 +328,7 @@ async fn list_is_newest_first_with_before_and_limit() {
 async fn reopen_resumes_from_the_file() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("antler.db");
-    let mut w = ThreadWriter::new("t");
-    let mut state = ThreadState::default();
+    let (mut w, mut state) = fresh_thread();
     {
         let store = SqliteStore::open(&path).unwrap();
         for i in 0..20 {
@@ -471,8 +473,7 @@ async fn bytes_per_step_do_not_grow_with_history() {
 #[tokio::test]
 async fn a_step_replacing_a_message_twice_stores_one_version() {
     let (dir, store) = temp_store();
-    let mut w = ThreadWriter::new("t");
-    let mut state = ThreadState::default();
+    let (mut w, mut state) = fresh_thread();
     push(&mut state, "a", "one");
     push(&mut state, "a", "two");
     push(&mut state, "b", "b");

@@ -22,8 +22,18 @@ fn msg(thread: &str, run: &str, text: &str) -> NewRunEvent {
     )
 }
 
-/// Thread `t`'s message events under `cursor`.
-async fn messages_of_t(store: &SqliteStore, cursor: MessageCursor) -> Vec<RunEventRecord> {
+/// Thread `t`'s message events under a cursor.
+async fn messages_of_t(
+    store: &SqliteStore,
+    before_seq: Option<i64>,
+    after_seq: Option<i64>,
+    limit: usize,
+) -> Vec<RunEventRecord> {
+    let cursor = MessageCursor {
+        before_seq,
+        after_seq,
+        limit,
+    };
     store.list_run_messages("t", cursor).await.unwrap()
 }
 
@@ -73,14 +83,7 @@ async fn concurrent_appenders_never_collide() {
     for t in tasks {
         t.await.unwrap();
     }
-    let all = messages_of_t(
-        &store,
-        MessageCursor {
-            limit: 1000,
-            ..Default::default()
-        },
-    )
-    .await;
+    let all = messages_of_t(&store, None, None, 1000).await;
     assert_eq!(seqs(&all), (1..=80).collect::<Vec<_>>());
 }
 
@@ -190,37 +193,14 @@ async fn message_listing_pages_across_runs_with_cursors() {
             .collect()
     };
     // Latest `limit`, ascending.
-    let latest = messages_of_t(
-        &store,
-        MessageCursor {
-            limit: 3,
-            ..Default::default()
-        },
-    )
-    .await;
+    let latest = messages_of_t(&store, None, None, 3).await;
     assert_eq!(text(&latest), ["m8", "m9", "m10"]);
     assert!(latest.iter().all(|r| r.category == CATEGORY_MESSAGE));
     // Page backwards.
-    let before = messages_of_t(
-        &store,
-        MessageCursor {
-            before_seq: Some(latest[0].seq),
-            limit: 3,
-            ..Default::default()
-        },
-    )
-    .await;
+    let before = messages_of_t(&store, Some(latest[0].seq), None, 3).await;
     assert_eq!(text(&before), ["m5", "m6", "m7"]);
     // Page forwards.
-    let after = messages_of_t(
-        &store,
-        MessageCursor {
-            after_seq: Some(before[2].seq),
-            limit: 2,
-            ..Default::default()
-        },
-    )
-    .await;
+    let after = messages_of_t(&store, None, Some(before[2].seq), 2).await;
     assert_eq!(text(&after), ["m8", "m9"]);
     let r1 = store
         .list_run_messages_by_run("t", "r1", MessageCursor::default())

@@ -20,6 +20,13 @@ async fn save(
         .await
 }
 
+/// Replace the facts of `user`'s bucket `agent` expecting revision `rev`; the save must not fail.
+async fn save_facts(store: &SqliteStore, user: &str, agent: &str, rev: i64, facts: Vec<Value>) {
+    save(store, user, agent, rev, None, Some(facts))
+        .await
+        .unwrap();
+}
+
 fn fact(id: &str, content: &str) -> Value {
     json!({"id": id, "content": content, "category": "preference", "confidence": 0.9})
 }
@@ -81,16 +88,7 @@ async fn buckets_share_summaries_but_not_facts() {
     )
     .await
     .unwrap();
-    save(
-        &store,
-        "bob",
-        "researcher",
-        1,
-        None,
-        Some(vec![fact("fact_r", "r")]),
-    )
-    .await
-    .unwrap();
+    save_facts(&store, "bob", "researcher", 1, vec![fact("fact_r", "r")]).await;
     let lead = store.load_memory("bob", "__default__").await.unwrap();
     let res = store.load_memory("bob", "researcher").await.unwrap();
     assert_eq!(lead.facts.len(), 2);
@@ -103,16 +101,7 @@ async fn buckets_share_summaries_but_not_facts() {
         ["__default__", "researcher"]
     );
     // Facts replace the bucket.
-    save(
-        &store,
-        "bob",
-        "__default__",
-        2,
-        None,
-        Some(vec![fact("fact_b", "b")]),
-    )
-    .await
-    .unwrap();
+    save_facts(&store, "bob", "__default__", 2, vec![fact("fact_b", "b")]).await;
     let lead = store.load_memory("bob", "__default__").await.unwrap();
     assert_eq!(lead.facts, [fact("fact_b", "b")]);
 }
