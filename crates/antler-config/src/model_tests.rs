@@ -3,7 +3,7 @@
 use pretty_assertions::assert_eq;
 use serde_json::{json, Map, Value};
 
-use crate::test_util::{load_err, load_ok};
+use crate::test_util::{load_err, load_ok, warnings_of};
 use crate::*;
 
 fn model_with(use_: Option<&str>, provider: Option<Provider>) -> ModelConfig {
@@ -186,11 +186,8 @@ fn unknown_use_fails_the_load_naming_the_entry() {
 
 #[test]
 fn unsupported_deerflow_provider_warns_at_load() {
-    let loaded = load_ok(
-        "models:\n  - {name: c, use: 'deerflow.models.openai_codex_provider:CodexChatModel', model: gpt-5-codex}\n  - {name: g, use: 'langchain_google_genai:ChatGoogleGenerativeAI', model: gemini-2.5-pro, gemini_api_key: k}\n",
-    );
     assert_eq!(
-        loaded.warnings,
+        warnings_of("models:\n  - {name: c, use: 'deerflow.models.openai_codex_provider:CodexChatModel', model: gpt-5-codex}\n  - {name: g, use: 'langchain_google_genai:ChatGoogleGenerativeAI', model: gemini-2.5-pro, gemini_api_key: k}\n"),
         vec!["config.yaml: models[0].use: 'deerflow.models.openai_codex_provider:CodexChatModel' is a DeerFlow provider antler does not implement; model 'c' cannot be selected".to_owned()]
     );
 }
