@@ -166,6 +166,11 @@ impl RootDir {
         self.opened.lock().ok().and_then(|g| g.clone())
     }
 
+    /// The cached handle, if it is still the directory `(dev, ino)` just stat'ed.
+    fn cached_at(&self, dev: u64, ino: u64) -> Option<Arc<Opened>> {
+        self.cached().filter(|c| c.dev == dev && c.ino == ino)
+    }
+
     fn store(&self, dir: Dir, canonical: PathBuf) -> Result<Arc<Opened>, SandboxError> {
         let m = dir.dir_metadata().map_err(|e| self.io(e))?;
         let opened = Arc::new(Opened {
@@ -195,10 +200,8 @@ impl RootDir {
                     return Err(self.not_a_dir());
                 }
                 use std::os::unix::fs::MetadataExt as _;
-                if let Some(c) = self.cached() {
-                    if c.dev == meta.dev() && c.ino == meta.ino() {
-                        return Ok(c);
-                    }
+                if let Some(c) = self.cached_at(meta.dev(), meta.ino()) {
+                    return Ok(c);
                 }
                 let dir = Dir::open_ambient_dir(&self.host, ambient_authority())
                     .map_err(|e| self.io(e))?;
@@ -223,10 +226,8 @@ impl RootDir {
                 if !meta.is_dir() {
                     return Err(self.not_a_dir());
                 }
-                if let Some(c) = self.cached() {
-                    if c.dev == meta.dev() && c.ino == meta.ino() {
-                        return Ok(c);
-                    }
+                if let Some(c) = self.cached_at(meta.dev(), meta.ino()) {
+                    return Ok(c);
                 }
                 // Swapped for a symlink since the stat: ELOOP/ENOTDIR, reported as not a dir.
                 let dir = p.dir.open_dir_nofollow(name).map_err(|e| self.io(e))?;
