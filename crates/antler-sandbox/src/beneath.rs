@@ -166,9 +166,18 @@ impl RootDir {
         self.opened.lock().ok().and_then(|g| g.clone())
     }
 
-    /// The cached handle, if it is still the directory `(dev, ino)` just stat'ed.
-    fn cached_at(&self, dev: u64, ino: u64) -> Option<Arc<Opened>> {
-        self.cached().filter(|c| c.dev == dev && c.ino == ino)
+    /// Refuse what was just stat'ed unless it is a directory; the cached handle if it is still
+    /// that directory `(dev, ino)`.
+    fn cached_at(
+        &self,
+        is_dir: bool,
+        dev: u64,
+        ino: u64,
+    ) -> Result<Option<Arc<Opened>>, SandboxError> {
+        if !is_dir {
+            return Err(self.not_a_dir());
+        }
+        Ok(self.cached().filter(|c| c.dev == dev && c.ino == ino))
     }
 
     fn store(&self, dir: Dir, canonical: PathBuf) -> Result<Arc<Opened>, SandboxError> {
@@ -196,11 +205,8 @@ impl RootDir {
                     other => other,
                 }
                 .map_err(|e| self.io(e))?;
-                if !meta.is_dir() {
-                    return Err(self.not_a_dir());
-                }
                 use std::os::unix::fs::MetadataExt as _;
-                if let Some(c) = self.cached_at(meta.dev(), meta.ino()) {
+                if let Some(c) = self.cached_at(meta.is_dir(), meta.dev(), meta.ino())? {
                     return Ok(c);
                 }
                 let dir = Dir::open_ambient_dir(&self.host, ambient_authority())
@@ -223,10 +229,7 @@ impl RootDir {
                     other => other,
                 }
                 .map_err(|e| self.io(e))?;
-                if !meta.is_dir() {
-                    return Err(self.not_a_dir());
-                }
-                if let Some(c) = self.cached_at(meta.dev(), meta.ino()) {
+                if let Some(c) = self.cached_at(meta.is_dir(), meta.dev(), meta.ino())? {
                     return Ok(c);
                 }
                 // Swapped for a symlink since the stat: ELOOP/ENOTDIR, reported as not a dir.

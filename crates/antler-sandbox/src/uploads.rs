@@ -363,20 +363,19 @@ mod tests {
     #[test]
     fn limits_are_checked_before_writing() {
         let (_home, src, a, t) = with_source("big.bin", vec![0u8; 100]);
-        let s = UploadSettings {
-            max_file_size: 10,
-            ..Default::default()
-        };
+        let attach = |s: UploadSettings| attach_files(std::slice::from_ref(&a), &t, &s);
         assert!(matches!(
-            attach_files(std::slice::from_ref(&a), &t, &s),
+            attach(UploadSettings {
+                max_file_size: 10,
+                ..Default::default()
+            }),
             Err(UploadError::FileTooLarge { .. })
         ));
-        let s = UploadSettings {
-            max_files: 0,
-            ..Default::default()
-        };
         assert!(matches!(
-            attach_files(std::slice::from_ref(&a), &t, &s),
+            attach(UploadSettings {
+                max_files: 0,
+                ..Default::default()
+            }),
             Err(UploadError::TooManyFiles { .. })
         ));
         assert!(matches!(
