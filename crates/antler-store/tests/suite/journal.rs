@@ -37,6 +37,11 @@ async fn messages_of_t(
     store.list_run_messages("t", cursor).await.unwrap()
 }
 
+/// Append `events`; the append must succeed.
+async fn append(store: &SqliteStore, events: Vec<NewRunEvent>) -> Vec<RunEventRecord> {
+    store.append_run_events(events).await.unwrap()
+}
+
 fn seqs(records: &[antler_store::RunEventRecord]) -> Vec<i64> {
     records.iter().map(|r| r.seq).collect()
 }
@@ -44,19 +49,17 @@ fn seqs(records: &[antler_store::RunEventRecord]) -> Vec<i64> {
 #[tokio::test]
 async fn seq_is_strictly_increasing_per_thread_and_independent_across_threads() {
     let (_d, store) = temp_store();
-    let a = store
-        .append_run_events(vec![
+    let a = append(
+        &store,
+        vec![
             msg("t1", "r1", "a"),
             msg("t2", "r2", "b"),
             msg("t1", "r1", "c"),
-        ])
-        .await
-        .unwrap();
+        ],
+    )
+    .await;
     assert_eq!(seqs(&a), [1, 1, 2]);
-    let b = store
-        .append_run_events(vec![msg("t1", "r1", "d"), msg("t2", "r2", "e")])
-        .await
-        .unwrap();
+    let b = append(&store, vec![msg("t1", "r1", "d"), msg("t2", "r2", "e")]).await;
     assert_eq!(seqs(&b), [3, 2]);
     // Batch continuity: a batch gets consecutive seqs after the previous head.
     let batch: Vec<_> = (0..20).map(|i| msg("t1", "r3", &format!("m{i}"))).collect();
@@ -73,10 +76,11 @@ async fn concurrent_appenders_never_collide() {
         let store = store.clone();
         tasks.push(tokio::spawn(async move {
             for i in 0..10 {
-                store
-                    .append_run_events(vec![msg("t", &format!("r{w}"), &format!("{w}-{i}"))])
-                    .await
-                    .unwrap();
+                append(
+                    &store,
+                    vec![msg("t", &format!("r{w}"), &format!("{w}-{i}"))],
+                )
+                .await;
             }
         }));
     }
@@ -109,8 +113,9 @@ async fn structured_and_string_content_round_trip() {
     let (_d, store) = temp_store();
     let mut meta = serde_json::Map::new();
     meta.insert("caller".into(), json!("lead_agent"));
-    store
-        .append_run_events(vec![
+    append(
+        &store,
+        vec![
             ev(
                 "t",
                 "r",
@@ -122,9 +127,9 @@ async fn structured_and_string_content_round_trip() {
             .with_user(Some("alice".into())),
             ev("t", "r", "run.error", "error", json!("boom")),
             ev("t", "r", "x", "trace", json!("{\"looks\": \"like json\"}")),
-        ])
-        .await
-        .unwrap();
+        ],
+    )
+    .await;
     let got = store
         .list_run_events("r", EventQuery::default())
         .await
@@ -151,10 +156,7 @@ async fn put_if_absent_is_idempotent_per_run_and_type() {
     };
     let (first, created) = store.put_run_event_if_absent(receipt()).await.unwrap();
     assert!(created);
-    store
-        .append_run_events(vec![msg("t", "r", "after")])
-        .await
-        .unwrap();
+    append(&store, vec![msg("t", "r", "after")]).await;
     let (again, created) = store.put_run_event_if_absent(receipt()).await.unwrap();
     assert!(!created);
     assert_eq!(again, first);
@@ -215,16 +217,17 @@ async fn run_events_filter_by_type_task_and_cursor() {
     let (_d, store) = temp_store();
     let mut task = serde_json::Map::new();
     task.insert("task_id".into(), json!("sub-1"));
-    store
-        .append_run_events(vec![
+    append(
+        &store,
+        vec![
             ev("t", "r", "run.start", "trace", json!({})),
             ev("t", "r", "subagent.step", "subagent", json!(1)).with_metadata(task.clone()),
             ev("t", "r", "subagent.step", "subagent", json!(2)),
             ev("t", "r", "run.end", "outputs", json!({"status": "success"})),
             ev("t", "other", "run.start", "trace", json!({})),
-        ])
-        .await
-        .unwrap();
+        ],
+    )
+    .await;
     let all = store
         .list_run_events("r", EventQuery::default())
         .await
@@ -260,13 +263,14 @@ async fn trace_content_is_truncated_on_a_char_boundary_and_flagged() {
     let (_d, store) = temp_store();
     store.set_max_trace_content(10);
     let long = "ééééééééé!"; // 19 bytes
-    let got = store
-        .append_run_events(vec![
+    let got = append(
+        &store,
+        vec![
             ev("t", "r", "llm.error", CATEGORY_TRACE, json!(long)),
             ev("t", "r", "llm.ai.response", CATEGORY_MESSAGE, json!(long)),
-        ])
-        .await
-        .unwrap();
+        ],
+    )
+    .await;
     assert_eq!(got[0].content, json!("ééééé"));
     assert_eq!(got[0].metadata["content_truncated"], json!(true));
     assert_eq!(got[0].metadata["original_byte_length"], json!(19));
@@ -282,14 +286,15 @@ async fn trace_content_is_truncated_on_a_char_boundary_and_flagged() {
 #[tokio::test]
 async fn deletes_by_run_and_by_thread() {
     let (_d, store) = temp_store();
-    store
-        .append_run_events(vec![
+    append(
+        &store,
+        vec![
             msg("t", "r1", "a"),
             msg("t", "r2", "b"),
             msg("u", "r3", "c"),
-        ])
-        .await
-        .unwrap();
+        ],
+    )
+    .await;
     assert_eq!(store.delete_run_events_by_run("t", "r1").await.unwrap(), 1);
     assert_eq!(store.delete_run_events_by_thread("t").await.unwrap(), 1);
     assert_eq!(store.count_run_messages("t").await.unwrap(), 0);
@@ -304,10 +309,7 @@ async fn a_damaged_row_does_not_hide_the_rest_of_the_journal() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("antler.db");
     let store = SqliteStore::open(&path).unwrap();
-    store
-        .append_run_events(vec![msg("t", "r", "a"), msg("t", "r", "b")])
-        .await
-        .unwrap();
+    append(&store, vec![msg("t", "r", "a"), msg("t", "r", "b")]).await;
     let conn = rusqlite::Connection::open(&path).unwrap();
     conn.execute(
         "UPDATE run_events SET content = '{\"type\": \"ai\", \"cont' WHERE seq = 1",
