@@ -37,6 +37,14 @@ async fn messages_of_t(
     store.list_run_messages("t", cursor).await.unwrap()
 }
 
+/// Message events, one per `(thread, run, text)`.
+fn msgs(items: &[(&str, &str, &str)]) -> Vec<NewRunEvent> {
+    items
+        .iter()
+        .map(|&(thread, run, text)| msg(thread, run, text))
+        .collect()
+}
+
 /// Append `events`; the append must succeed.
 async fn append(store: &SqliteStore, events: Vec<NewRunEvent>) -> Vec<RunEventRecord> {
     store.append_run_events(events).await.unwrap()
@@ -51,11 +59,7 @@ async fn seq_is_strictly_increasing_per_thread_and_independent_across_threads() 
     let (_d, store) = temp_store();
     let a = append(
         &store,
-        vec![
-            msg("t1", "r1", "a"),
-            msg("t2", "r2", "b"),
-            msg("t1", "r1", "c"),
-        ],
+        msgs(&[("t1", "r1", "a"), ("t2", "r2", "b"), ("t1", "r1", "c")]),
     )
     .await;
     assert_eq!(seqs(&a), [1, 1, 2]);
@@ -288,11 +292,7 @@ async fn deletes_by_run_and_by_thread() {
     let (_d, store) = temp_store();
     append(
         &store,
-        vec![
-            msg("t", "r1", "a"),
-            msg("t", "r2", "b"),
-            msg("u", "r3", "c"),
-        ],
+        msgs(&[("t", "r1", "a"), ("t", "r2", "b"), ("u", "r3", "c")]),
     )
     .await;
     assert_eq!(store.delete_run_events_by_run("t", "r1").await.unwrap(), 1);
