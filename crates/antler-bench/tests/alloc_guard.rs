@@ -138,28 +138,43 @@ const SLACK_BYTES: f64 = 16.0 * 1024.0;
 
 fn check(name: &str, short: PerStep, long: PerStep, caps: &Bounds) {
     println!("{name}: 10 messages {short:?}\n{name}: 1000 messages {long:?}");
-    assert!(
-        long.allocations <= short.allocations * 1.25 + 20.0 && long.allocations <= caps.allocations,
-        "{name}: a step at 1,000 messages makes {:.0} allocations (10 messages: {:.0}; cap {:.0}) — per-step work grew with history",
-        long.allocations,
-        short.allocations,
-        caps.allocations
+    let grew = "per-step work grew with history";
+    within(
+        name,
+        ("makes", "allocations", grew),
+        (long.allocations, short.allocations),
+        short.allocations * 1.25 + 20.0,
+        caps.allocations,
     );
-    assert!(
-        long.bytes_allocated <= short.bytes_allocated + SLACK_BYTES
-            && long.bytes_allocated <= caps.bytes_allocated,
-        "{name}: a step at 1,000 messages allocates {:.0} bytes (10 messages: {:.0}; cap {:.0}) — per-step work grew with history",
-        long.bytes_allocated,
-        short.bytes_allocated,
-        caps.bytes_allocated
+    within(
+        name,
+        ("allocates", "bytes", grew),
+        (long.bytes_allocated, short.bytes_allocated),
+        short.bytes_allocated + SLACK_BYTES,
+        caps.bytes_allocated,
     );
+    within(
+        name,
+        ("keeps", "bytes", "retained memory grew with history"),
+        (long.bytes_retained, short.bytes_retained),
+        short.bytes_retained + SLACK_BYTES,
+        caps.bytes_retained,
+    );
+}
+
+/// One bound of [`check`]: the 1,000-message figure stays within `limit` (derived from the
+/// 10-message one) and `cap`; the failure reads "a step at 1,000 messages {verb} N {unit} … —
+/// {grew}".
+fn within(
+    name: &str,
+    (verb, unit, grew): (&str, &str, &str),
+    (long, short): (f64, f64),
+    limit: f64,
+    cap: f64,
+) {
     assert!(
-        long.bytes_retained <= short.bytes_retained + SLACK_BYTES
-            && long.bytes_retained <= caps.bytes_retained,
-        "{name}: a step at 1,000 messages keeps {:.0} bytes (10 messages: {:.0}; cap {:.0}) — retained memory grew with history",
-        long.bytes_retained,
-        short.bytes_retained,
-        caps.bytes_retained
+        long <= limit && long <= cap,
+        "{name}: a step at 1,000 messages {verb} {long:.0} {unit} (10 messages: {short:.0}; cap {cap:.0}) — {grew}"
     );
 }
 
@@ -171,29 +186,30 @@ fn per_step_allocations_do_not_grow_with_history() {
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
 
-    let short = sqlite_step(&rt, dir.path(), 10);
-    let long = sqlite_step(&rt, dir.path(), 1000);
-    check(
-        "no-op chain, SQLite",
-        short,
-        long,
-        &Bounds {
-            allocations: 400.0,
-            bytes_allocated: 64.0 * 1024.0,
-            bytes_retained: 8.0 * 1024.0,
-        },
-    );
-
-    let short = chain_step(&rt, dir.path(), 10);
-    let long = chain_step(&rt, dir.path(), 1000);
-    check(
-        "lead chain",
-        short,
-        long,
-        &Bounds {
-            allocations: 800.0,
-            bytes_allocated: 160.0 * 1024.0,
-            bytes_retained: 28.0 * 1024.0,
-        },
-    );
+    type Step = fn(&tokio::runtime::Runtime, &std::path::Path, usize) -> PerStep;
+    let chains: [(&str, Step, Bounds); 2] = [
+        (
+            "no-op chain, SQLite",
+            sqlite_step,
+            Bounds {
+                allocations: 400.0,
+                bytes_allocated: 64.0 * 1024.0,
+                bytes_retained: 8.0 * 1024.0,
+            },
+        ),
+        (
+            "lead chain",
+            chain_step,
+            Bounds {
+                allocations: 800.0,
+                bytes_allocated: 160.0 * 1024.0,
+                bytes_retained: 28.0 * 1024.0,
+            },
+        ),
+    ];
+    for (name, step, caps) in chains {
+        let short = step(&rt, dir.path(), 10);
+        let long = step(&rt, dir.path(), 1000);
+        check(name, short, long, &caps);
+    }
 }

@@ -9,6 +9,8 @@ use serde_json::{Map, Value};
 
 use crate::de::strings;
 
+use crate::de::section;
+
 /// `token_usage` (§4): usage logging and attribution middleware.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
@@ -23,34 +25,21 @@ impl Default for TokenUsageConfig {
     }
 }
 
-/// `token_budget` (§5) — also the schema of `subagents.token_budget` and per-agent budgets.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct TokenBudgetConfig {
-    /// Off by default at the top level.
-    pub enabled: bool,
-    /// Total (input+output) tokens per run (≥ 1000).
-    pub max_tokens: u64,
-    /// Optional input cap (≥ 1).
-    pub max_input_tokens: Option<u64>,
-    /// Optional output cap (≥ 1).
-    pub max_output_tokens: Option<u64>,
-    /// Fraction that queues a one-time warning (0–1).
-    pub warn_threshold: f64,
-    /// Fraction that forces the final answer (0–1, ≥ `warn_threshold`).
-    pub hard_stop_threshold: f64,
-}
-
-impl Default for TokenBudgetConfig {
-    fn default() -> Self {
-        Self {
-            enabled: false,
-            max_tokens: 200_000,
-            max_input_tokens: None,
-            max_output_tokens: None,
-            warn_threshold: 0.8,
-            hard_stop_threshold: 1.0,
-        }
+section! {
+    /// `token_budget` (§5) — also the schema of `subagents.token_budget` and per-agent budgets.
+    pub struct TokenBudgetConfig {
+        /// Off by default at the top level.
+        pub enabled: bool = false,
+        /// Total (input+output) tokens per run (≥ 1000).
+        pub max_tokens: u64 = 200_000,
+        /// Optional input cap (≥ 1).
+        pub max_input_tokens: Option<u64> = None,
+        /// Optional output cap (≥ 1).
+        pub max_output_tokens: Option<u64> = None,
+        /// Fraction that queues a one-time warning (0–1).
+        pub warn_threshold: f64 = 0.8,
+        /// Fraction that forces the final answer (0–1, ≥ `warn_threshold`).
+        pub hard_stop_threshold: f64 = 1.0,
     }
 }
 
@@ -76,31 +65,19 @@ pub const DEFAULT_TITLE_PROMPT: &str = "Write a short title (at most {max_words}
 conversation below. Reply with the title only: no quotes, no trailing punctuation.\n\n\
 User: {user_msg}\n\nAssistant: {assistant_msg}";
 
-/// `title` (§15): thread title after the first exchange.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct TitleConfig {
-    /// On by default.
-    pub enabled: bool,
-    /// Prompt-level word hint (1–20).
-    pub max_words: usize,
-    /// Hard cut (10–200).
-    pub max_chars: usize,
-    /// null = local fallback (truncated first user message); set = LLM title via this model.
-    pub model_name: Option<String>,
-    /// Prompt template with `{max_words}`, `{user_msg}`, `{assistant_msg}`.
-    pub prompt_template: String,
-}
-
-impl Default for TitleConfig {
-    fn default() -> Self {
-        Self {
-            enabled: true,
-            max_words: 6,
-            max_chars: 60,
-            model_name: None,
-            prompt_template: DEFAULT_TITLE_PROMPT.to_owned(),
-        }
+section! {
+    /// `title` (§15): thread title after the first exchange.
+    pub struct TitleConfig {
+        /// On by default.
+        pub enabled: bool = true,
+        /// Prompt-level word hint (1–20).
+        pub max_words: usize = 6,
+        /// Hard cut (10–200).
+        pub max_chars: usize = 60,
+        /// null = local fallback (truncated first user message); set = LLM title via this model.
+        pub model_name: Option<String> = None,
+        /// Prompt template with `{max_words}`, `{user_msg}`, `{assistant_msg}`.
+        pub prompt_template: String = DEFAULT_TITLE_PROMPT.to_owned(),
     }
 }
 
@@ -203,47 +180,30 @@ fn one_or_many<'de, D: Deserializer<'de>>(de: D) -> Result<Vec<ContextSize>, D::
     de.deserialize_any(V)
 }
 
-/// `summarization` (§16): compress old history when a trigger is reached.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct SummarizationConfig {
-    /// Off by default (the example config turns it on).
-    pub enabled: bool,
-    /// null = the run's own model; set = this model (falling back to the run model on failure).
-    pub model_name: Option<String>,
-    /// Any satisfied → summarize; empty (null in the file) → never auto-triggers.
-    #[serde(deserialize_with = "one_or_many")]
-    pub trigger: Vec<ContextSize>,
-    /// Retained recent history.
-    pub keep: ContextSize,
-    /// Cap on tokens fed to the summarizer; null = no trim.
-    pub trim_tokens_to_summarize: Option<u64>,
-    /// Custom summary prompt; null = built-in.
-    pub summary_prompt: Option<String>,
-    /// Tool names whose calls count as SKILL.md reads; `[]` disables.
-    pub skill_file_read_tool_names: Vec<String>,
-    /// Skill-file loads kept out of the summarized part (seed key; 0 disables the rescue).
-    pub preserve_recent_skill_count: usize,
-    /// Token budget for rescued skill files (seed key).
-    pub preserve_recent_skill_tokens: u64,
-    /// A skill file above this many tokens is not rescued (seed key).
-    pub preserve_recent_skill_tokens_per_skill: u64,
-}
-
-impl Default for SummarizationConfig {
-    fn default() -> Self {
-        Self {
-            enabled: false,
-            model_name: None,
-            trigger: Vec::new(),
-            keep: ContextSize::messages(20),
-            trim_tokens_to_summarize: Some(4_000),
-            summary_prompt: None,
-            skill_file_read_tool_names: strings(&["read_file", "read", "view", "cat"]),
-            preserve_recent_skill_count: 5,
-            preserve_recent_skill_tokens: 25_000,
-            preserve_recent_skill_tokens_per_skill: 5_000,
-        }
+section! {
+    /// `summarization` (§16): compress old history when a trigger is reached.
+    pub struct SummarizationConfig {
+        /// Off by default (the example config turns it on).
+        pub enabled: bool = false,
+        /// null = the run's own model; set = this model (falling back to the run model on failure).
+        pub model_name: Option<String> = None,
+        /// Any satisfied → summarize; empty (null in the file) → never auto-triggers.
+        #[serde(deserialize_with = "one_or_many")]
+        pub trigger: Vec<ContextSize> = Vec::new(),
+        /// Retained recent history.
+        pub keep: ContextSize = ContextSize::messages(20),
+        /// Cap on tokens fed to the summarizer; null = no trim.
+        pub trim_tokens_to_summarize: Option<u64> = Some(4_000),
+        /// Custom summary prompt; null = built-in.
+        pub summary_prompt: Option<String> = None,
+        /// Tool names whose calls count as SKILL.md reads; `[]` disables.
+        pub skill_file_read_tool_names: Vec<String> = strings(&["read_file", "read", "view", "cat"]),
+        /// Skill-file loads kept out of the summarized part (seed key; 0 disables the rescue).
+        pub preserve_recent_skill_count: usize = 5,
+        /// Token budget for rescued skill files (seed key).
+        pub preserve_recent_skill_tokens: u64 = 25_000,
+        /// A skill file above this many tokens is not rescued (seed key).
+        pub preserve_recent_skill_tokens_per_skill: u64 = 5_000,
     }
 }
 
@@ -287,35 +247,22 @@ pub(crate) const DEERMEM_LEGACY_KEYS: &[&str] = &[
 /// Legacy key prefixes migrated like [`DEERMEM_LEGACY_KEYS`].
 pub(crate) const DEERMEM_LEGACY_PREFIXES: &[&str] = &["staleness_", "consolidation_"];
 
-/// `memory` (§17): per-user facts across threads.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct MemoryConfig {
-    /// Master switch (on by default).
-    pub enabled: bool,
-    /// `middleware` | `tool`.
-    pub mode: MemoryMode,
-    /// Inject memory into the per-conversation `<system-reminder>`.
-    pub injection_enabled: bool,
-    /// Drain budget at shutdown (1–300 s).
-    pub shutdown_flush_timeout_seconds: f64,
-    /// Backend name (`deermem`, `mem0`, `noop`, `openviking`, `honcho`) or class path.
-    pub manager_class: String,
-    /// Backend-private options (DeerMem: [`DeerMemConfig`]).
-    #[serde(deserialize_with = "crate::de::null_default")]
-    pub backend_config: Map<String, Value>,
-}
-
-impl Default for MemoryConfig {
-    fn default() -> Self {
-        Self {
-            enabled: true,
-            mode: MemoryMode::Middleware,
-            injection_enabled: true,
-            shutdown_flush_timeout_seconds: 30.0,
-            manager_class: "deermem".to_owned(),
-            backend_config: Map::new(),
-        }
+section! {
+    /// `memory` (§17): per-user facts across threads.
+    pub struct MemoryConfig {
+        /// Master switch (on by default).
+        pub enabled: bool = true,
+        /// `middleware` | `tool`.
+        pub mode: MemoryMode = MemoryMode::Middleware,
+        /// Inject memory into the per-conversation `<system-reminder>`.
+        pub injection_enabled: bool = true,
+        /// Drain budget at shutdown (1–300 s).
+        pub shutdown_flush_timeout_seconds: f64 = 30.0,
+        /// Backend name (`deermem`, `mem0`, `noop`, `openviking`, `honcho`) or class path.
+        pub manager_class: String = "deermem".to_owned(),
+        /// Backend-private options (DeerMem: [`DeerMemConfig`]).
+        #[serde(deserialize_with = "crate::de::null_default")]
+        pub backend_config: Map<String, Value> = Map::new(),
     }
 }
 
@@ -348,111 +295,73 @@ pub struct DeerMemModelConfig {
     pub temperature: Option<f64>,
 }
 
-/// DeerMem options in `memory.backend_config` (spec 40 part 2 §4.10). Unknown keys are kept in
-/// `extra` (e.g. hybrid eviction weights).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct DeerMemConfig {
-    /// Root directory; "" = runtime home.
-    pub storage_path: String,
-    /// Alternative storage class; "" = file.
-    pub storage_class: String,
-    /// Require `user_id` everywhere.
-    pub strict_user_scope: bool,
-    /// Per-user file name.
-    pub manifest_filename: String,
-    /// 1–120 s.
-    pub file_lock_timeout_seconds: f64,
-    /// `fts5`; "" disables.
-    pub retrieval_adapter: String,
-    /// 1–300 s.
-    pub debounce_seconds: f64,
-    /// 0 = unbounded.
-    pub queue_max_depth: u64,
-    /// Extraction model.
-    #[serde(deserialize_with = "crate::de::null_default")]
-    pub model: DeerMemModelConfig,
-    /// 10–500.
-    pub max_facts: u64,
-    /// 0–1.
-    pub fact_confidence_threshold: f64,
-    /// `confidence` | `hybrid-v1`.
-    pub fact_eviction_policy: String,
-    /// 100–8000.
-    pub max_injection_tokens: u64,
-    /// `tiktoken` | `char`.
-    pub token_counting: String,
-    /// Categories always injected.
-    pub guaranteed_categories: Vec<String>,
-    /// 50–2000.
-    pub guaranteed_token_budget: u64,
-    /// Periodic stale-fact review.
-    pub staleness_review_enabled: bool,
-    /// 30–365.
-    pub staleness_age_days: u64,
-    /// Minimum candidates per review.
-    pub staleness_min_candidates: u64,
-    /// Removals per review.
-    pub staleness_max_removals_per_cycle: u64,
-    /// Never reviewed.
-    pub staleness_protected_categories: Vec<String>,
-    /// 1–100.
-    pub staleness_max_lifetime_multiplier: f64,
-    /// Cap on lifetime extension.
-    pub staleness_max_extension_days: u64,
-    /// Merge similar facts.
-    pub consolidation_enabled: bool,
-    /// Facts needed before consolidating.
-    pub consolidation_min_facts: u64,
-    /// Groups per cycle.
-    pub consolidation_max_groups_per_cycle: u64,
-    /// Sources per group.
-    pub consolidation_max_sources: u64,
-    /// Extraction watermark cache size; 0 = unbounded.
-    pub watermark_max_keys: u64,
-    /// Override bundled signal patterns.
-    pub patterns_dir: Option<String>,
-    /// Override bundled prompt templates.
-    pub prompts_dir: Option<String>,
-    /// Other keys, kept.
-    #[serde(flatten)]
-    pub extra: Map<String, Value>,
-}
-
-impl Default for DeerMemConfig {
-    fn default() -> Self {
-        Self {
-            storage_path: String::new(),
-            storage_class: String::new(),
-            strict_user_scope: false,
-            manifest_filename: "memory.json".to_owned(),
-            file_lock_timeout_seconds: 10.0,
-            retrieval_adapter: "fts5".to_owned(),
-            debounce_seconds: 30.0,
-            queue_max_depth: 1000,
-            model: DeerMemModelConfig::default(),
-            max_facts: 100,
-            fact_confidence_threshold: 0.7,
-            fact_eviction_policy: "confidence".to_owned(),
-            max_injection_tokens: 2000,
-            token_counting: "tiktoken".to_owned(),
-            guaranteed_categories: strings(&["correction"]),
-            guaranteed_token_budget: 500,
-            staleness_review_enabled: true,
-            staleness_age_days: 90,
-            staleness_min_candidates: 3,
-            staleness_max_removals_per_cycle: 10,
-            staleness_protected_categories: strings(&["correction"]),
-            staleness_max_lifetime_multiplier: 20.0,
-            staleness_max_extension_days: 3650,
-            consolidation_enabled: false,
-            consolidation_min_facts: 8,
-            consolidation_max_groups_per_cycle: 3,
-            consolidation_max_sources: 8,
-            watermark_max_keys: 4096,
-            patterns_dir: None,
-            prompts_dir: None,
-            extra: Map::new(),
-        }
+section! {
+    /// DeerMem options in `memory.backend_config` (spec 40 part 2 §4.10). Unknown keys are kept in
+    /// `extra` (e.g. hybrid eviction weights).
+    pub struct DeerMemConfig {
+        /// Root directory; "" = runtime home.
+        pub storage_path: String = String::new(),
+        /// Alternative storage class; "" = file.
+        pub storage_class: String = String::new(),
+        /// Require `user_id` everywhere.
+        pub strict_user_scope: bool = false,
+        /// Per-user file name.
+        pub manifest_filename: String = "memory.json".to_owned(),
+        /// 1–120 s.
+        pub file_lock_timeout_seconds: f64 = 10.0,
+        /// `fts5`; "" disables.
+        pub retrieval_adapter: String = "fts5".to_owned(),
+        /// 1–300 s.
+        pub debounce_seconds: f64 = 30.0,
+        /// 0 = unbounded.
+        pub queue_max_depth: u64 = 1000,
+        /// Extraction model.
+        #[serde(deserialize_with = "crate::de::null_default")]
+        pub model: DeerMemModelConfig = DeerMemModelConfig::default(),
+        /// 10–500.
+        pub max_facts: u64 = 100,
+        /// 0–1.
+        pub fact_confidence_threshold: f64 = 0.7,
+        /// `confidence` | `hybrid-v1`.
+        pub fact_eviction_policy: String = "confidence".to_owned(),
+        /// 100–8000.
+        pub max_injection_tokens: u64 = 2000,
+        /// `tiktoken` | `char`.
+        pub token_counting: String = "tiktoken".to_owned(),
+        /// Categories always injected.
+        pub guaranteed_categories: Vec<String> = strings(&["correction"]),
+        /// 50–2000.
+        pub guaranteed_token_budget: u64 = 500,
+        /// Periodic stale-fact review.
+        pub staleness_review_enabled: bool = true,
+        /// 30–365.
+        pub staleness_age_days: u64 = 90,
+        /// Minimum candidates per review.
+        pub staleness_min_candidates: u64 = 3,
+        /// Removals per review.
+        pub staleness_max_removals_per_cycle: u64 = 10,
+        /// Never reviewed.
+        pub staleness_protected_categories: Vec<String> = strings(&["correction"]),
+        /// 1–100.
+        pub staleness_max_lifetime_multiplier: f64 = 20.0,
+        /// Cap on lifetime extension.
+        pub staleness_max_extension_days: u64 = 3650,
+        /// Merge similar facts.
+        pub consolidation_enabled: bool = false,
+        /// Facts needed before consolidating.
+        pub consolidation_min_facts: u64 = 8,
+        /// Groups per cycle.
+        pub consolidation_max_groups_per_cycle: u64 = 3,
+        /// Sources per group.
+        pub consolidation_max_sources: u64 = 8,
+        /// Extraction watermark cache size; 0 = unbounded.
+        pub watermark_max_keys: u64 = 4096,
+        /// Override bundled signal patterns.
+        pub patterns_dir: Option<String> = None,
+        /// Override bundled prompt templates.
+        pub prompts_dir: Option<String> = None,
+        /// Other keys, kept.
+        #[serde(flatten)]
+        pub extra: Map<String, Value> = Map::new(),
     }
 }

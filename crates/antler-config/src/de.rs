@@ -32,3 +32,47 @@ pub(crate) fn clamp_top_k<'de, D: Deserializer<'de>>(de: D) -> Result<usize, D::
 pub(crate) fn strings(items: &[&str]) -> Vec<String> {
     items.iter().map(|s| (*s).to_owned()).collect()
 }
+
+/// A config section: the struct and its `Default`, each field's default written next to the
+/// field (`pub name: Type = default,`) instead of once more in a hand-written `impl Default`.
+/// Sections derive `Debug, Clone, PartialEq, Serialize, Deserialize` and take `#[serde(default)]`
+/// (absent keys get the same defaults); a section that needs other derives or its own
+/// `Deserialize` starts with `plain:` and lists its attributes itself.
+macro_rules! section {
+    (
+        plain:
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $(
+                $(#[$field_meta:meta])*
+                pub $field:ident: $ty:ty = $default:expr
+            ),* $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        pub struct $name {
+            $(
+                $(#[$field_meta])*
+                pub $field: $ty,
+            )*
+        }
+
+        impl Default for $name {
+            fn default() -> Self {
+                Self {
+                    $($field: $default,)*
+                }
+            }
+        }
+    };
+    ($(#[$meta:meta])* pub struct $($rest:tt)*) => {
+        $crate::de::section! {
+            plain:
+            $(#[$meta])*
+            #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+            #[serde(default)]
+            pub struct $($rest)*
+        }
+    };
+}
+pub(crate) use section;

@@ -5,7 +5,9 @@ use std::path::{Path, PathBuf};
 use pretty_assertions::assert_eq;
 use serde_json::json;
 
-use crate::test_util::{env_of, load, load_env, load_err, load_ok, other_warnings, SANDBOX};
+use crate::test_util::{
+    env_of, load, load_env, load_err, load_ok, other_warnings, warnings_of, SANDBOX,
+};
 use crate::*;
 
 const MODEL: &str =
@@ -248,17 +250,22 @@ fn yaml_syntax_error_has_line_and_column() {
     };
     assert_eq!((*line, *column), (3, 4));
     let text = err.to_string();
+    assert_yaml_error_at(&text, "3:4");
+    assert!(!text.contains("at line 3 column 4"), "{text}");
+    assert!(!text.contains("at line 3, column 4"), "{text}");
+    assert!(!text.contains('\n'));
+}
+
+/// `text` is an invalid-YAML error at `config.yaml:{line_col}`, telling to fix the syntax.
+fn assert_yaml_error_at(text: &str, line_col: &str) {
     assert!(
-        text.starts_with("config.yaml:3:4: invalid YAML: "),
+        text.starts_with(&format!("config.yaml:{line_col}: invalid YAML: ")),
         "{text}"
     );
     assert!(
         text.ends_with(" — fix the syntax at that position"),
         "{text}"
     );
-    assert!(!text.contains("at line 3 column 4"), "{text}");
-    assert!(!text.contains("at line 3, column 4"), "{text}");
-    assert!(!text.contains('\n'));
 }
 
 #[test]
@@ -266,14 +273,7 @@ fn bad_merge_key_is_a_yaml_error_at_the_merged_value() {
     // serde_yaml had no position for this one; serde-saphyr points at the anchored scalar.
     let err = load("a: &a 1\nb:\n  <<: *a\n").unwrap_err();
     let text = err.to_string();
-    assert!(
-        text.starts_with("config.yaml:1:7: invalid YAML: "),
-        "{text}"
-    );
-    assert!(
-        text.ends_with(" — fix the syntax at that position"),
-        "{text}"
-    );
+    assert_yaml_error_at(&text, "1:7");
     assert!(!text.contains("at line 1, column 7"), "{text}");
 }
 
@@ -372,9 +372,8 @@ fn sandbox_section_without_use_is_an_error() {
 
 #[test]
 fn empty_models_warn() {
-    let loaded = load_ok("");
     assert_eq!(
-        loaded.warnings,
+        warnings_of(""),
         vec!["config.yaml: no models configured — add an entry under models: (building an agent fails without one)".to_owned()]
     );
 }

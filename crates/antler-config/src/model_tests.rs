@@ -3,7 +3,7 @@
 use pretty_assertions::assert_eq;
 use serde_json::{json, Map, Value};
 
-use crate::test_util::{load_err, load_ok};
+use crate::test_util::{load_err, load_ok, warnings_of};
 use crate::*;
 
 fn model_with(use_: Option<&str>, provider: Option<Provider>) -> ModelConfig {
@@ -186,11 +186,8 @@ fn unknown_use_fails_the_load_naming_the_entry() {
 
 #[test]
 fn unsupported_deerflow_provider_warns_at_load() {
-    let loaded = load_ok(
-        "models:\n  - {name: c, use: 'deerflow.models.openai_codex_provider:CodexChatModel', model: gpt-5-codex}\n  - {name: g, use: 'langchain_google_genai:ChatGoogleGenerativeAI', model: gemini-2.5-pro, gemini_api_key: k}\n",
-    );
     assert_eq!(
-        loaded.warnings,
+        warnings_of("models:\n  - {name: c, use: 'deerflow.models.openai_codex_provider:CodexChatModel', model: gpt-5-codex}\n  - {name: g, use: 'langchain_google_genai:ChatGoogleGenerativeAI', model: gemini-2.5-pro, gemini_api_key: k}\n"),
         vec!["config.yaml: models[0].use: 'deerflow.models.openai_codex_provider:CodexChatModel' is a DeerFlow provider antler does not implement; model 'c' cannot be selected".to_owned()]
     );
 }
@@ -270,34 +267,112 @@ fn thinking_model(yaml_fields: &str) -> ModelConfig {
     loaded.config.models[0].clone()
 }
 
+/// `effective_request_options` of a [`thinking_model`] with thinking on or off; each case is
+/// named after the test it came from.
 #[test]
-fn thinking_on_merges_when_thinking_enabled() {
-    let m = thinking_model(
-        "    supports_thinking: true\n    extra_body: {top_k: 5, thinking: {budget: 1}}\n    when_thinking_enabled:\n      extra_body: {thinking: {type: enabled}}\n      temperature: 1.0\n",
-    );
-    assert_eq!(
-        effective_request_options(&m, true).unwrap(),
-        obj(json!({
-            "extra_body": {"top_k": 5, "thinking": {"budget": 1, "type": "enabled"}},
-            "temperature": 1.0,
-        }))
-    );
-}
-
-#[test]
-fn thinking_shortcut_lands_in_thinking() {
-    let m = thinking_model(
-        "    supports_thinking: true\n    when_thinking_enabled: {thinking: {type: enabled}}\n    thinking: {budget_tokens: 2048}\n",
-    );
-    assert_eq!(
-        effective_request_options(&m, true).unwrap(),
-        obj(json!({"thinking": {"type": "enabled", "budget_tokens": 2048}}))
-    );
-    // Thinking off: native Anthropic switch.
-    assert_eq!(
-        effective_request_options(&m, false).unwrap(),
-        obj(json!({"thinking": {"type": "disabled"}}))
-    );
+fn thinking_request_options() {
+    let cases: &[(&str, &str, bool, Value)] = &[
+        (
+            "thinking_on_merges_when_thinking_enabled",
+            "    supports_thinking: true\n    extra_body: {top_k: 5, thinking: {budget: 1}}\n    when_thinking_enabled:\n      extra_body: {thinking: {type: enabled}}\n      temperature: 1.0\n",
+            true,
+            json!({
+                "extra_body": {"top_k": 5, "thinking": {"budget": 1, "type": "enabled"}},
+                "temperature": 1.0,
+            }),
+        ),
+        (
+            "thinking_shortcut_lands_in_thinking",
+            "    supports_thinking: true\n    when_thinking_enabled: {thinking: {type: enabled}}\n    thinking: {budget_tokens: 2048}\n",
+            true,
+            json!({"thinking": {"type": "enabled", "budget_tokens": 2048}}),
+        ),
+        // Thinking off: native Anthropic switch.
+        (
+            "thinking_shortcut_lands_in_thinking (off)",
+            "    supports_thinking: true\n    when_thinking_enabled: {thinking: {type: enabled}}\n    thinking: {budget_tokens: 2048}\n",
+            false,
+            json!({"thinking": {"type": "disabled"}}),
+        ),
+        // Without thinking settings, thinking on is a no-op even without support.
+        (
+            "thinking_on_requires_support (plain, on)",
+            "    extra_body: {top_k: 5}\n",
+            true,
+            json!({"extra_body": {"top_k": 5}}),
+        ),
+        (
+            "thinking_on_requires_support (plain, off)",
+            "    extra_body: {top_k: 5}\n",
+            false,
+            json!({"extra_body": {"top_k": 5}}),
+        ),
+        (
+            "thinking_off_user_disabled_settings_win",
+            "    supports_thinking: true\n    when_thinking_enabled: {extra_body: {thinking: {type: enabled}}}\n    when_thinking_disabled: {extra_body: {thinking: {type: off_by_user}}}\n",
+            false,
+            json!({"extra_body": {"thinking": {"type": "off_by_user"}}}),
+        ),
+        (
+            "thinking_off_extra_body_switch (supported)",
+            "    supports_thinking: true\n    supports_reasoning_effort: true\n    when_thinking_enabled: {extra_body: {thinking: {type: enabled}}}\n",
+            false,
+            json!({
+                "extra_body": {"thinking": {"type": "disabled"}},
+                "reasoning_effort": "minimal",
+            }),
+        ),
+        // Without reasoning-effort support the "minimal" effort is dropped.
+        (
+            "thinking_off_extra_body_switch (unsupported)",
+            "    supports_thinking: true\n    when_thinking_enabled: {extra_body: {thinking: {type: enabled}}}\n",
+            false,
+            json!({"extra_body": {"thinking": {"type": "disabled"}}}),
+        ),
+        (
+            "thinking_off_chat_template_kwargs_switch (off)",
+            "    supports_thinking: true\n    extra_body: {chat_template_kwargs: {other: 1}}\n    when_thinking_enabled:\n      extra_body: {chat_template_kwargs: {enable_thinking: true}}\n",
+            false,
+            json!({"extra_body": {"chat_template_kwargs": {"other": 1, "enable_thinking": false}}}),
+        ),
+        (
+            "thinking_off_chat_template_kwargs_switch (on)",
+            "    supports_thinking: true\n    extra_body: {chat_template_kwargs: {other: 1}}\n    when_thinking_enabled:\n      extra_body: {chat_template_kwargs: {enable_thinking: true}}\n",
+            true,
+            json!({"extra_body": {"chat_template_kwargs": {"other": 1, "enable_thinking": true}}}),
+        ),
+        (
+            "thinking_off_chat_template_kwargs_switch (both)",
+            "    supports_thinking: true\n    when_thinking_enabled:\n      extra_body: {chat_template_kwargs: {thinking: true, enable_thinking: true}}\n",
+            false,
+            json!({"extra_body": {"chat_template_kwargs": {"thinking": false, "enable_thinking": false}}}),
+        ),
+        (
+            "reasoning_effort_needs_support (without)",
+            "    reasoning_effort: high\n",
+            true,
+            json!({}),
+        ),
+        (
+            "reasoning_effort_needs_support (with, on)",
+            "    reasoning_effort: high\n    supports_reasoning_effort: true\n",
+            true,
+            json!({"reasoning_effort": "high"}),
+        ),
+        (
+            "reasoning_effort_needs_support (with, off)",
+            "    reasoning_effort: high\n    supports_reasoning_effort: true\n",
+            false,
+            json!({"reasoning_effort": "high"}),
+        ),
+    ];
+    for (name, yaml_fields, thinking, want) in cases {
+        assert_eq!(
+            effective_request_options(&thinking_model(yaml_fields), *thinking).unwrap(),
+            obj(want.clone()),
+            "{name}"
+        );
+    }
 }
 
 #[test]
@@ -306,93 +381,6 @@ fn thinking_on_requires_support() {
     assert_eq!(
         effective_request_options(&m, true),
         Err(ModelError::ThinkingUnsupported { model: "t".into() })
-    );
-    // Without thinking settings, thinking on is a no-op even without support.
-    let plain = thinking_model("    extra_body: {top_k: 5}\n");
-    assert_eq!(
-        effective_request_options(&plain, true).unwrap(),
-        obj(json!({"extra_body": {"top_k": 5}}))
-    );
-    assert_eq!(
-        effective_request_options(&plain, false).unwrap(),
-        obj(json!({"extra_body": {"top_k": 5}}))
-    );
-}
-
-#[test]
-fn thinking_off_user_disabled_settings_win() {
-    let m = thinking_model(
-        "    supports_thinking: true\n    when_thinking_enabled: {extra_body: {thinking: {type: enabled}}}\n    when_thinking_disabled: {extra_body: {thinking: {type: off_by_user}}}\n",
-    );
-    assert_eq!(
-        effective_request_options(&m, false).unwrap(),
-        obj(json!({"extra_body": {"thinking": {"type": "off_by_user"}}}))
-    );
-}
-
-#[test]
-fn thinking_off_extra_body_switch() {
-    let supported = thinking_model(
-        "    supports_thinking: true\n    supports_reasoning_effort: true\n    when_thinking_enabled: {extra_body: {thinking: {type: enabled}}}\n",
-    );
-    assert_eq!(
-        effective_request_options(&supported, false).unwrap(),
-        obj(json!({
-            "extra_body": {"thinking": {"type": "disabled"}},
-            "reasoning_effort": "minimal",
-        }))
-    );
-    // Without reasoning-effort support the "minimal" effort is dropped.
-    let unsupported = thinking_model(
-        "    supports_thinking: true\n    when_thinking_enabled: {extra_body: {thinking: {type: enabled}}}\n",
-    );
-    assert_eq!(
-        effective_request_options(&unsupported, false).unwrap(),
-        obj(json!({"extra_body": {"thinking": {"type": "disabled"}}}))
-    );
-}
-
-#[test]
-fn thinking_off_chat_template_kwargs_switch() {
-    let m = thinking_model(
-        "    supports_thinking: true\n    extra_body: {chat_template_kwargs: {other: 1}}\n    when_thinking_enabled:\n      extra_body: {chat_template_kwargs: {enable_thinking: true}}\n",
-    );
-    assert_eq!(
-        effective_request_options(&m, false).unwrap(),
-        obj(
-            json!({"extra_body": {"chat_template_kwargs": {"other": 1, "enable_thinking": false}}})
-        )
-    );
-    assert_eq!(
-        effective_request_options(&m, true).unwrap(),
-        obj(json!({"extra_body": {"chat_template_kwargs": {"other": 1, "enable_thinking": true}}}))
-    );
-    let both = thinking_model(
-        "    supports_thinking: true\n    when_thinking_enabled:\n      extra_body: {chat_template_kwargs: {thinking: true, enable_thinking: true}}\n",
-    );
-    assert_eq!(
-        effective_request_options(&both, false).unwrap(),
-        obj(
-            json!({"extra_body": {"chat_template_kwargs": {"thinking": false, "enable_thinking": false}}})
-        )
-    );
-}
-
-#[test]
-fn reasoning_effort_needs_support() {
-    let without = thinking_model("    reasoning_effort: high\n");
-    assert_eq!(
-        effective_request_options(&without, true).unwrap(),
-        Map::new()
-    );
-    let with = thinking_model("    reasoning_effort: high\n    supports_reasoning_effort: true\n");
-    assert_eq!(
-        effective_request_options(&with, true).unwrap(),
-        obj(json!({"reasoning_effort": "high"}))
-    );
-    assert_eq!(
-        effective_request_options(&with, false).unwrap(),
-        obj(json!({"reasoning_effort": "high"}))
     );
 }
 

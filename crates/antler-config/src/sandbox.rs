@@ -5,6 +5,8 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 
+use crate::de::section;
+
 /// `use:` of DeerFlow's local (host) sandbox provider — antler's default.
 pub const LOCAL_SANDBOX_USE: &str = "deerflow.sandbox.local:LocalSandboxProvider";
 /// Long spelling of the local provider that DeerFlow's local detection also accepts.
@@ -90,28 +92,21 @@ fn d_processes() -> Option<u64> {
     Some(1024)
 }
 
-/// antler extension `sandbox.limits`: caps on what one thread's bash may use (`null` = none).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LimitsConfig {
-    /// Memory of the thread's commands together (cgroup), or of each process (rlimit).
-    #[serde(default)]
-    pub memory: Option<ByteSize>,
-    /// Processes at once (default 1024).
-    #[serde(default = "d_processes")]
-    pub processes: Option<u64>,
-    /// Largest file a command may write.
-    #[serde(default)]
-    pub file_size: Option<ByteSize>,
-}
-
-impl Default for LimitsConfig {
-    fn default() -> Self {
-        Self {
-            memory: None,
-            processes: d_processes(),
-            file_size: None,
-        }
+section! {
+    plain:
+    /// antler extension `sandbox.limits`: caps on what one thread's bash may use (`null` = none).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub struct LimitsConfig {
+        /// Memory of the thread's commands together (cgroup), or of each process (rlimit).
+        #[serde(default)]
+        pub memory: Option<ByteSize> = None,
+        /// Processes at once (default 1024).
+        #[serde(default = "d_processes")]
+        pub processes: Option<u64> = d_processes(),
+        /// Largest file a command may write.
+        #[serde(default)]
+        pub file_size: Option<ByteSize> = None,
     }
 }
 
@@ -151,32 +146,20 @@ pub enum OwnershipType {
     Redis,
 }
 
-/// `sandbox.ownership` (EXTRA).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct OwnershipConfig {
-    /// `memory` | `redis`.
-    #[serde(rename = "type")]
-    pub kind: OwnershipType,
-    /// Redis URL for the `redis` type.
-    pub redis_url: Option<String>,
-    /// Lease renewal period (> 0).
-    pub renewal_interval_seconds: f64,
-    /// Lease TTL = interval × this (≥ 2).
-    pub ttl_multiplier: f64,
-    /// Redis key prefix.
-    pub key_prefix: String,
-}
-
-impl Default for OwnershipConfig {
-    fn default() -> Self {
-        Self {
-            kind: OwnershipType::Memory,
-            redis_url: None,
-            renewal_interval_seconds: 30.0,
-            ttl_multiplier: 4.0,
-            key_prefix: "deerflow:sandbox:owner".to_owned(),
-        }
+section! {
+    /// `sandbox.ownership` (EXTRA).
+    pub struct OwnershipConfig {
+        /// `memory` | `redis`.
+        #[serde(rename = "type")]
+        pub kind: OwnershipType = OwnershipType::Memory,
+        /// Redis URL for the `redis` type.
+        pub redis_url: Option<String> = None,
+        /// Lease renewal period (> 0).
+        pub renewal_interval_seconds: f64 = 30.0,
+        /// Lease TTL = interval × this (≥ 2).
+        pub ttl_multiplier: f64 = 4.0,
+        /// Redis key prefix.
+        pub key_prefix: String = "deerflow:sandbox:owner".to_owned(),
     }
 }
 
@@ -336,35 +319,25 @@ pub enum PdfConverter {
     Markitdown,
 }
 
-/// `uploads` (§12): a free-form mapping read leniently — a bad value falls back to its default
-/// (the loader reports it as a warning) instead of failing the load.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct UploadsConfig {
-    /// Files per upload request (legacy `max_file_count`).
-    pub max_files: u64,
-    /// Bytes per file (legacy `max_single_file_size`).
-    pub max_file_size: u64,
-    /// Bytes per request.
-    pub max_total_size: u64,
-    /// Convert PDF/Office uploads to Markdown companions.
-    pub auto_convert_documents: bool,
-    /// PDF converter.
-    pub pdf_converter: PdfConverter,
-    /// Keys of the section that are not typed above, kept as written.
-    #[serde(flatten)]
-    pub extra: Map<String, Value>,
-}
-
-impl Default for UploadsConfig {
-    fn default() -> Self {
-        Self {
-            max_files: 10,
-            max_file_size: 52_428_800,
-            max_total_size: 104_857_600,
-            auto_convert_documents: false,
-            pdf_converter: PdfConverter::Auto,
-            extra: Map::new(),
-        }
+section! {
+    plain:
+    /// `uploads` (§12): a free-form mapping read leniently — a bad value falls back to its default
+    /// (the loader reports it as a warning) instead of failing the load.
+    #[derive(Debug, Clone, PartialEq, Serialize)]
+    pub struct UploadsConfig {
+        /// Files per upload request (legacy `max_file_count`).
+        pub max_files: u64 = 10,
+        /// Bytes per file (legacy `max_single_file_size`).
+        pub max_file_size: u64 = 52_428_800,
+        /// Bytes per request.
+        pub max_total_size: u64 = 104_857_600,
+        /// Convert PDF/Office uploads to Markdown companions.
+        pub auto_convert_documents: bool = false,
+        /// PDF converter.
+        pub pdf_converter: PdfConverter = PdfConverter::Auto,
+        /// Keys of the section that are not typed above, kept as written.
+        #[serde(flatten)]
+        pub extra: Map<String, Value> = Map::new(),
     }
 }
 
@@ -457,74 +430,43 @@ impl<'de> Deserialize<'de> for UploadsConfig {
     }
 }
 
-/// `skills` (§14): where SKILL.md folders live and how the agent sees them.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct SkillsConfig {
-    /// Storage backend (antler: built-in local storage).
-    #[serde(rename = "use")]
-    pub use_: String,
-    /// Host skills root; relative → project root; null → `$DEER_FLOW_SKILLS_PATH`, `./skills`.
-    pub path: Option<String>,
-    /// Virtual mount path seen by the agent.
-    pub container_path: String,
-    /// List names only in the prompt; details via `describe_skill`.
-    pub deferred_discovery: bool,
-}
-
-impl Default for SkillsConfig {
-    fn default() -> Self {
-        Self {
-            use_: "deerflow.skills.storage.local_skill_storage:LocalSkillStorage".to_owned(),
-            path: None,
-            container_path: "/mnt/skills".to_owned(),
-            deferred_discovery: false,
-        }
+section! {
+    /// `skills` (§14): where SKILL.md folders live and how the agent sees them.
+    pub struct SkillsConfig {
+        /// Storage backend (antler: built-in local storage).
+        #[serde(rename = "use")]
+        pub use_: String = "deerflow.skills.storage.local_skill_storage:LocalSkillStorage".to_owned(),
+        /// Host skills root; relative → project root; null → `$DEER_FLOW_SKILLS_PATH`, `./skills`.
+        pub path: Option<String> = None,
+        /// Virtual mount path seen by the agent.
+        pub container_path: String = "/mnt/skills".to_owned(),
+        /// List names only in the prompt; details via `describe_skill`.
+        pub deferred_discovery: bool = false,
     }
 }
 
-/// `skill_evolution` (EXTRA): `skill_manage` tool + prompt section.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct SkillEvolutionConfig {
-    /// Off by default.
-    pub enabled: bool,
-    /// Model for security scanning.
-    pub moderation_model_name: Option<String>,
-    /// Block on scanner failure.
-    pub security_fail_closed: bool,
-    /// Other keys, kept.
-    #[serde(flatten)]
-    pub extra: Map<String, Value>,
-}
-
-impl Default for SkillEvolutionConfig {
-    fn default() -> Self {
-        Self {
-            enabled: false,
-            moderation_model_name: None,
-            security_fail_closed: true,
-            extra: Map::new(),
-        }
+section! {
+    /// `skill_evolution` (EXTRA): `skill_manage` tool + prompt section.
+    pub struct SkillEvolutionConfig {
+        /// Off by default.
+        pub enabled: bool = false,
+        /// Model for security scanning.
+        pub moderation_model_name: Option<String> = None,
+        /// Block on scanner failure.
+        pub security_fail_closed: bool = true,
+        /// Other keys, kept.
+        #[serde(flatten)]
+        pub extra: Map<String, Value> = Map::new(),
     }
 }
 
-/// `skill_scan` (EXTRA): deterministic install-time analyzers.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct SkillScanConfig {
-    /// On by default.
-    pub enabled: bool,
-    /// Other keys, kept.
-    #[serde(flatten)]
-    pub extra: Map<String, Value>,
-}
-
-impl Default for SkillScanConfig {
-    fn default() -> Self {
-        Self {
-            enabled: true,
-            extra: Map::new(),
-        }
+section! {
+    /// `skill_scan` (EXTRA): deterministic install-time analyzers.
+    pub struct SkillScanConfig {
+        /// On by default.
+        pub enabled: bool = true,
+        /// Other keys, kept.
+        #[serde(flatten)]
+        pub extra: Map<String, Value> = Map::new(),
     }
 }

@@ -4,6 +4,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::de::section;
+
 /// Store kind of the deprecated `checkpointer` section.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -53,82 +55,75 @@ pub enum CheckpointChannelMode {
     Delta,
 }
 
-/// `database.checkpoint_delta` (EXTRA).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct CheckpointDeltaConfig {
-    /// Full snapshot every N checkpoints.
-    pub snapshot_frequency: u64,
-}
-
-impl Default for CheckpointDeltaConfig {
-    fn default() -> Self {
-        Self {
-            snapshot_frequency: 10,
-        }
+section! {
+    plain:
+    /// `database.checkpoint_delta` (EXTRA).
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    #[serde(default)]
+    pub struct CheckpointDeltaConfig {
+        /// Full snapshot every N checkpoints.
+        pub snapshot_frequency: u64 = 10,
     }
 }
 
-/// `database.checkpoint_graph_cache` (EXTRA).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct CheckpointGraphCacheConfig {
-    /// Cached accessor graphs.
-    pub accessor_graph_max: u64,
-}
-
-impl Default for CheckpointGraphCacheConfig {
-    fn default() -> Self {
-        Self {
-            accessor_graph_max: 64,
-        }
+section! {
+    plain:
+    /// `database.checkpoint_graph_cache` (EXTRA).
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    #[serde(default)]
+    pub struct CheckpointGraphCacheConfig {
+        /// Cached accessor graphs.
+        pub accessor_graph_max: u64 = 64,
     }
 }
 
-/// `database` (§20): application data and (unless `checkpointer` is set) checkpoints.
-///
-/// [`DatabaseConfig::default`] is what applies when the section is absent or null: `sqlite`
-/// (DeerFlow's loader fills that in). A section that is present but omits `backend` gets
-/// DeerFlow's code default, `memory`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct DatabaseConfig {
-    /// `memory` | `sqlite` | `postgres`.
-    #[serde(default = "memory_backend")]
-    pub backend: DatabaseBackend,
-    /// Directory of the SQLite file. null (antler) = the data home (`$ANTLER_HOME`, default
-    /// `./.antler`); DeerFlow's default is `.deer-flow/data`.
-    #[serde(default)]
-    pub sqlite_dir: Option<String>,
-    /// e.g. `$DATABASE_URL`.
-    #[serde(default)]
-    pub postgres_url: String,
-    /// Plain identifier; created at startup.
-    #[serde(default)]
-    pub postgres_schema: String,
-    /// `full` | `delta` (EXTRA).
-    #[serde(default)]
-    pub checkpoint_channel_mode: CheckpointChannelMode,
-    /// Delta mode options (EXTRA).
-    #[serde(default, deserialize_with = "crate::de::null_default")]
-    pub checkpoint_delta: CheckpointDeltaConfig,
-    /// (EXTRA).
-    #[serde(default, deserialize_with = "crate::de::null_default")]
-    pub checkpoint_graph_cache: CheckpointGraphCacheConfig,
-    /// Checkpoint cache options, kept as written (EXTRA).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub checkpoint_cache: Option<Value>,
-    /// Log SQL (EXTRA, postgres).
-    #[serde(default)]
-    pub echo_sql: bool,
-    /// Connection pool size (EXTRA, postgres).
-    #[serde(default = "d_pool_size")]
-    pub pool_size: u32,
-    /// Seconds before a pooled connection is recycled (> 0) (EXTRA, postgres).
-    #[serde(default = "d_pool_recycle")]
-    pub pool_recycle: f64,
-    /// Statement timeout in seconds (> 0 or null) (EXTRA, postgres).
-    #[serde(default = "d_command_timeout")]
-    pub command_timeout: Option<f64>,
+section! {
+    plain:
+    /// `database` (§20): application data and (unless `checkpointer` is set) checkpoints.
+    ///
+    /// [`DatabaseConfig::default`] is what applies when the section is absent or null: `sqlite`
+    /// (DeerFlow's loader fills that in). A section that is present but omits `backend` gets
+    /// DeerFlow's code default, `memory`.
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    pub struct DatabaseConfig {
+        /// `memory` | `sqlite` | `postgres`.
+        #[serde(default = "memory_backend")]
+        pub backend: DatabaseBackend = DatabaseBackend::Sqlite,
+        /// Directory of the SQLite file. null (antler) = the data home (`$ANTLER_HOME`, default
+        /// `./.antler`); DeerFlow's default is `.deer-flow/data`.
+        #[serde(default)]
+        pub sqlite_dir: Option<String> = None,
+        /// e.g. `$DATABASE_URL`.
+        #[serde(default)]
+        pub postgres_url: String = String::new(),
+        /// Plain identifier; created at startup.
+        #[serde(default)]
+        pub postgres_schema: String = String::new(),
+        /// `full` | `delta` (EXTRA).
+        #[serde(default)]
+        pub checkpoint_channel_mode: CheckpointChannelMode = CheckpointChannelMode::Full,
+        /// Delta mode options (EXTRA).
+        #[serde(default, deserialize_with = "crate::de::null_default")]
+        pub checkpoint_delta: CheckpointDeltaConfig = CheckpointDeltaConfig::default(),
+        /// (EXTRA).
+        #[serde(default, deserialize_with = "crate::de::null_default")]
+        pub checkpoint_graph_cache: CheckpointGraphCacheConfig = CheckpointGraphCacheConfig::default(),
+        /// Checkpoint cache options, kept as written (EXTRA).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub checkpoint_cache: Option<Value> = None,
+        /// Log SQL (EXTRA, postgres).
+        #[serde(default)]
+        pub echo_sql: bool = false,
+        /// Connection pool size (EXTRA, postgres).
+        #[serde(default = "d_pool_size")]
+        pub pool_size: u32 = d_pool_size(),
+        /// Seconds before a pooled connection is recycled (> 0) (EXTRA, postgres).
+        #[serde(default = "d_pool_recycle")]
+        pub pool_recycle: f64 = d_pool_recycle(),
+        /// Statement timeout in seconds (> 0 or null) (EXTRA, postgres).
+        #[serde(default = "d_command_timeout")]
+        pub command_timeout: Option<f64> = d_command_timeout(),
+    }
 }
 
 fn memory_backend() -> DatabaseBackend {
@@ -144,25 +139,6 @@ fn d_command_timeout() -> Option<f64> {
     Some(30.0)
 }
 
-impl Default for DatabaseConfig {
-    fn default() -> Self {
-        Self {
-            backend: DatabaseBackend::Sqlite,
-            sqlite_dir: None,
-            postgres_url: String::new(),
-            postgres_schema: String::new(),
-            checkpoint_channel_mode: CheckpointChannelMode::Full,
-            checkpoint_delta: CheckpointDeltaConfig::default(),
-            checkpoint_graph_cache: CheckpointGraphCacheConfig::default(),
-            checkpoint_cache: None,
-            echo_sql: false,
-            pool_size: d_pool_size(),
-            pool_recycle: d_pool_recycle(),
-            command_timeout: d_command_timeout(),
-        }
-    }
-}
-
 /// `run_events.backend`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -176,25 +152,15 @@ pub enum RunEventsBackend {
     Jsonl,
 }
 
-/// `run_events` (§21): the run journal.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct RunEventsConfig {
-    /// `memory` | `db` | `jsonl`.
-    pub backend: RunEventsBackend,
-    /// Bytes kept per trace payload (db backend).
-    pub max_trace_content: u64,
-    /// Accumulate token counts onto the run record.
-    pub track_token_usage: bool,
-}
-
-impl Default for RunEventsConfig {
-    fn default() -> Self {
-        Self {
-            backend: RunEventsBackend::Memory,
-            max_trace_content: 10_240,
-            track_token_usage: true,
-        }
+section! {
+    /// `run_events` (§21): the run journal.
+    pub struct RunEventsConfig {
+        /// `memory` | `db` | `jsonl`.
+        pub backend: RunEventsBackend = RunEventsBackend::Memory,
+        /// Bytes kept per trace payload (db backend).
+        pub max_trace_content: u64 = 10_240,
+        /// Accumulate token counts onto the run record.
+        pub track_token_usage: bool = true,
     }
 }
 
@@ -209,34 +175,21 @@ pub enum StreamBridgeType {
     Redis,
 }
 
-/// `stream_bridge` (§22): how run events reach streaming clients.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct StreamBridgeConfig {
-    /// `memory` | `redis`.
-    #[serde(rename = "type")]
-    pub kind: StreamBridgeType,
-    /// null → `$DEER_FLOW_STREAM_BRIDGE_REDIS_URL`, `$REDIS_URL`, `redis://localhost:6379/0`.
-    pub redis_url: Option<String>,
-    /// Events retained per run.
-    pub queue_maxsize: u64,
-    /// Redis pool cap.
-    pub max_connections: Option<u64>,
-    /// Rolling TTL on retained streams.
-    pub stream_ttl_seconds: u64,
-    /// Delay before recovered streams are cleaned up.
-    pub recovered_stream_cleanup_delay_seconds: f64,
-}
-
-impl Default for StreamBridgeConfig {
-    fn default() -> Self {
-        Self {
-            kind: StreamBridgeType::Memory,
-            redis_url: None,
-            queue_maxsize: 256,
-            max_connections: None,
-            stream_ttl_seconds: 86_400,
-            recovered_stream_cleanup_delay_seconds: 60.0,
-        }
+section! {
+    /// `stream_bridge` (§22): how run events reach streaming clients.
+    pub struct StreamBridgeConfig {
+        /// `memory` | `redis`.
+        #[serde(rename = "type")]
+        pub kind: StreamBridgeType = StreamBridgeType::Memory,
+        /// null → `$DEER_FLOW_STREAM_BRIDGE_REDIS_URL`, `$REDIS_URL`, `redis://localhost:6379/0`.
+        pub redis_url: Option<String> = None,
+        /// Events retained per run.
+        pub queue_maxsize: u64 = 256,
+        /// Redis pool cap.
+        pub max_connections: Option<u64> = None,
+        /// Rolling TTL on retained streams.
+        pub stream_ttl_seconds: u64 = 86_400,
+        /// Delay before recovered streams are cleaned up.
+        pub recovered_stream_cleanup_delay_seconds: f64 = 60.0,
     }
 }

@@ -38,6 +38,11 @@ pub(crate) fn load_ok(yaml: &str) -> Loaded {
     }
 }
 
+/// The load warnings of YAML plus a local sandbox section (the load must succeed).
+pub(crate) fn warnings_of(yaml: &str) -> Vec<String> {
+    load_ok(yaml).warnings
+}
+
 /// Loads YAML plus a local sandbox section and returns the error line.
 pub(crate) fn load_err(yaml: &str) -> String {
     let text = format!("{SANDBOX}{yaml}");

@@ -8,6 +8,8 @@ use serde_json::{Map, Value};
 
 use crate::de::strings;
 
+use crate::de::section;
+
 /// `use:` of DeerFlow's sandbox bash tool.
 pub const BASH_TOOL_USE: &str = "deerflow.sandbox.tools:bash_tool";
 
@@ -83,66 +85,40 @@ impl ToolConfig {
     }
 }
 
-/// `tool_search`: defer MCP tool schemas behind a `tool_search` tool (§8).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct ToolSearchConfig {
-    /// Off by default.
-    pub enabled: bool,
-    /// Tools promoted per search; clamped to 1–5 at load.
-    #[serde(deserialize_with = "crate::de::clamp_top_k")]
-    pub auto_promote_top_k: usize,
-}
-
-impl Default for ToolSearchConfig {
-    fn default() -> Self {
-        Self {
-            enabled: false,
-            auto_promote_top_k: 3,
-        }
+section! {
+    /// `tool_search`: defer MCP tool schemas behind a `tool_search` tool (§8).
+    pub struct ToolSearchConfig {
+        /// Off by default.
+        pub enabled: bool = false,
+        /// Tools promoted per search; clamped to 1–5 at load.
+        #[serde(deserialize_with = "crate::de::clamp_top_k")]
+        pub auto_promote_top_k: usize = 3,
     }
 }
 
-/// `tool_output`: oversized tool results are saved to a file and replaced by a synopsis (§9).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct ToolOutputConfig {
-    /// On by default.
-    pub enabled: bool,
-    /// Results longer than this are externalized; 0 disables externalization.
-    pub externalize_min_chars: usize,
-    /// Head kept in the synopsis.
-    pub preview_head_chars: usize,
-    /// Tail kept in the synopsis.
-    pub preview_tail_chars: usize,
-    /// Head+tail truncation cap when saving fails; 0 disables.
-    pub fallback_max_chars: usize,
-    /// Head kept by the fallback truncation.
-    pub fallback_head_chars: usize,
-    /// Tail kept by the fallback truncation.
-    pub fallback_tail_chars: usize,
-    /// Single directory name under the thread outputs dir.
-    pub storage_subdir: String,
-    /// Tools never externalized (avoids persist→read→persist loops).
-    pub exempt_tools: Vec<String>,
-    /// Per-tool threshold; 0 = never externalize that tool.
-    pub tool_overrides: BTreeMap<String, usize>,
-}
-
-impl Default for ToolOutputConfig {
-    fn default() -> Self {
-        Self {
-            enabled: true,
-            externalize_min_chars: 12_000,
-            preview_head_chars: 2_000,
-            preview_tail_chars: 1_000,
-            fallback_max_chars: 30_000,
-            fallback_head_chars: 8_000,
-            fallback_tail_chars: 3_000,
-            storage_subdir: ".tool-results".to_owned(),
-            exempt_tools: strings(&["read_file", "read_file_tool"]),
-            tool_overrides: BTreeMap::new(),
-        }
+section! {
+    /// `tool_output`: oversized tool results are saved to a file and replaced by a synopsis (§9).
+    pub struct ToolOutputConfig {
+        /// On by default.
+        pub enabled: bool = true,
+        /// Results longer than this are externalized; 0 disables externalization.
+        pub externalize_min_chars: usize = 12_000,
+        /// Head kept in the synopsis.
+        pub preview_head_chars: usize = 2_000,
+        /// Tail kept in the synopsis.
+        pub preview_tail_chars: usize = 1_000,
+        /// Head+tail truncation cap when saving fails; 0 disables.
+        pub fallback_max_chars: usize = 30_000,
+        /// Head kept by the fallback truncation.
+        pub fallback_head_chars: usize = 8_000,
+        /// Tail kept by the fallback truncation.
+        pub fallback_tail_chars: usize = 3_000,
+        /// Single directory name under the thread outputs dir.
+        pub storage_subdir: String = ".tool-results".to_owned(),
+        /// Tools never externalized (avoids persist→read→persist loops).
+        pub exempt_tools: Vec<String> = strings(&["read_file", "read_file_tool"]),
+        /// Per-tool threshold; 0 = never externalize that tool.
+        pub tool_overrides: BTreeMap<String, usize> = BTreeMap::new(),
     }
 }
 
@@ -155,41 +131,26 @@ pub struct ToolFreqOverride {
     pub hard_limit: usize,
 }
 
-/// `loop_detection` (§10): warn, then strip tool calls, on repetition.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct LoopDetectionConfig {
-    /// On by default.
-    pub enabled: bool,
-    /// Identical tool-call sets before a warning.
-    pub warn_threshold: usize,
-    /// Identical tool-call sets before a forced final answer (≥ `warn_threshold`).
-    pub hard_limit: usize,
-    /// Sliding window of call hashes per thread.
-    pub window_size: usize,
-    /// Threads tracked (LRU).
-    pub max_tracked_threads: usize,
-    /// Calls of one tool type before a warning.
-    pub tool_freq_warn: usize,
-    /// Calls of one tool type before the hard stop (≥ `tool_freq_warn`).
-    pub tool_freq_hard_limit: usize,
-    /// Per-tool thresholds.
-    #[serde(deserialize_with = "crate::de::null_default")]
-    pub tool_freq_overrides: BTreeMap<String, ToolFreqOverride>,
-}
-
-impl Default for LoopDetectionConfig {
-    fn default() -> Self {
-        Self {
-            enabled: true,
-            warn_threshold: 3,
-            hard_limit: 5,
-            window_size: 20,
-            max_tracked_threads: 100,
-            tool_freq_warn: 30,
-            tool_freq_hard_limit: 50,
-            tool_freq_overrides: BTreeMap::new(),
-        }
+section! {
+    /// `loop_detection` (§10): warn, then strip tool calls, on repetition.
+    pub struct LoopDetectionConfig {
+        /// On by default.
+        pub enabled: bool = true,
+        /// Identical tool-call sets before a warning.
+        pub warn_threshold: usize = 3,
+        /// Identical tool-call sets before a forced final answer (≥ `warn_threshold`).
+        pub hard_limit: usize = 5,
+        /// Sliding window of call hashes per thread.
+        pub window_size: usize = 20,
+        /// Threads tracked (LRU).
+        pub max_tracked_threads: usize = 100,
+        /// Calls of one tool type before a warning.
+        pub tool_freq_warn: usize = 30,
+        /// Calls of one tool type before the hard stop (≥ `tool_freq_warn`).
+        pub tool_freq_hard_limit: usize = 50,
+        /// Per-tool thresholds.
+        #[serde(deserialize_with = "crate::de::null_default")]
+        pub tool_freq_overrides: BTreeMap<String, ToolFreqOverride> = BTreeMap::new(),
     }
 }
 
@@ -218,58 +179,34 @@ pub struct PluginRef {
     pub config: Map<String, Value>,
 }
 
-/// `safety_finish_reason` (EXTRA): drop tool calls from responses stopped for safety.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct SafetyFinishReasonConfig {
-    /// On by default.
-    pub enabled: bool,
-    /// null = built-in detectors; a non-empty list replaces them.
-    pub detectors: Option<Vec<PluginRef>>,
-}
-
-impl Default for SafetyFinishReasonConfig {
-    fn default() -> Self {
-        Self {
-            enabled: true,
-            detectors: None,
-        }
+section! {
+    /// `safety_finish_reason` (EXTRA): drop tool calls from responses stopped for safety.
+    pub struct SafetyFinishReasonConfig {
+        /// On by default.
+        pub enabled: bool = true,
+        /// null = built-in detectors; a non-empty list replaces them.
+        pub detectors: Option<Vec<PluginRef>> = None,
     }
 }
 
-/// `tool_progress` (EXTRA): stagnation detection across tool calls.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct ToolProgressConfig {
-    /// Off by default.
-    pub enabled: bool,
-    /// Stagnant steps before a warning.
-    pub stagnation_threshold: usize,
-    /// Warnings before escalation.
-    pub warn_escalation_count: usize,
-    /// Inject a self-assessment request.
-    pub inject_assessment: bool,
-    /// Similarity above which two results count as the same.
-    pub jaccard_similarity_threshold: f64,
-    /// Results shorter than this are not compared.
-    pub min_word_count_for_similarity: usize,
-    /// Threads tracked (LRU).
-    pub max_tracked_threads: usize,
-    /// Tools never counted.
-    pub exempt_tools: Vec<String>,
-}
-
-impl Default for ToolProgressConfig {
-    fn default() -> Self {
-        Self {
-            enabled: false,
-            stagnation_threshold: 3,
-            warn_escalation_count: 2,
-            inject_assessment: true,
-            jaccard_similarity_threshold: 0.8,
-            min_word_count_for_similarity: 10,
-            max_tracked_threads: 100,
-            exempt_tools: strings(&["ask_clarification", "write_todos", "present_files", "task"]),
-        }
+section! {
+    /// `tool_progress` (EXTRA): stagnation detection across tool calls.
+    pub struct ToolProgressConfig {
+        /// Off by default.
+        pub enabled: bool = false,
+        /// Stagnant steps before a warning.
+        pub stagnation_threshold: usize = 3,
+        /// Warnings before escalation.
+        pub warn_escalation_count: usize = 2,
+        /// Inject a self-assessment request.
+        pub inject_assessment: bool = true,
+        /// Similarity above which two results count as the same.
+        pub jaccard_similarity_threshold: f64 = 0.8,
+        /// Results shorter than this are not compared.
+        pub min_word_count_for_similarity: usize = 10,
+        /// Threads tracked (LRU).
+        pub max_tracked_threads: usize = 100,
+        /// Tools never counted.
+        pub exempt_tools: Vec<String> = strings(&["ask_clarification", "write_todos", "present_files", "task"]),
     }
 }

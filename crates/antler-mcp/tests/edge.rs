@@ -9,7 +9,7 @@ use std::time::Duration;
 use antler_mcp::{Lookup, McpManager, ServerState};
 use antler_protocol::{Content, ToolStatus};
 use antler_runtime::{Tool, ToolOutput};
-use common::{call, text, tool, Fixture, EDGE};
+use common::{call, call_t1, text, tool, Fixture, EDGE};
 use serde_json::{json, Value};
 
 fn edge(args: &[&str]) -> Value {
@@ -81,13 +81,7 @@ async fn a_huge_result_arrives_whole() {
     let f = Fixture::new(json!({"edge": edge(&[])}));
     let catalog = f.manager.refresh().await;
     let n = 8 * 1024 * 1024;
-    let out = call(
-        &tool(&catalog, "edge_huge"),
-        "t1",
-        None,
-        json!({"bytes": n}),
-    )
-    .await;
+    let out = call_t1(&catalog, "edge_huge", json!({"bytes": n})).await;
     let (t, status) = text(&out);
     assert_eq!(status, ToolStatus::Success);
     assert_eq!(t.len(), n);
@@ -131,13 +125,7 @@ async fn a_slow_server_is_skipped_after_session_init_timeout_and_others_load() {
     );
     assert_eq!(catalog.servers[1].state, ServerState::Ready);
     assert!(catalog.tools.iter().all(|t| t.server() == "good"));
-    let out = call(
-        &tool(&catalog, "good_echo"),
-        "t1",
-        None,
-        json!({"message": "x"}),
-    )
-    .await;
+    let out = call_t1(&catalog, "good_echo", json!({"message": "x"})).await;
     assert_eq!(text(&out).0, "Echo: x");
 }
 
@@ -166,13 +154,7 @@ async fn a_broken_server_never_takes_the_others_down() {
         matches!(state("invalid"), ServerState::Invalid(e) if e.contains("mcpServers.invalid.url"))
     );
     assert_eq!(state("good"), ServerState::Ready);
-    let out = call(
-        &tool(&catalog, "good_echo"),
-        "t1",
-        None,
-        json!({"message": "ok"}),
-    )
-    .await;
+    let out = call_t1(&catalog, "good_echo", json!({"message": "ok"})).await;
     assert_eq!(text(&out).0, "Echo: ok");
 }
 
@@ -241,10 +223,9 @@ async fn the_pool_is_capped_least_recently_used_first() {
 async fn file_references_inside_the_thread_become_virtual_paths() {
     let f = Fixture::new(json!({"edge": edge(&[])}));
     let catalog = f.manager.refresh().await;
-    let out = call(
-        &tool(&catalog, "edge_save"),
-        "t1",
-        None,
+    let out = call_t1(
+        &catalog,
+        "edge_save",
         json!({"name": "report.txt", "text": "data"}),
     )
     .await;
@@ -305,15 +286,7 @@ async fn tool_call_timeout_bounds_a_call() {
     e["tool_call_timeout"] = json!(0.3);
     let f = Fixture::new(json!({"edge": e}));
     let catalog = f.manager.refresh().await;
-    let (msg, status) = text(
-        &call(
-            &tool(&catalog, "edge_sleep"),
-            "t1",
-            None,
-            json!({"ms": 60000}),
-        )
-        .await,
-    );
+    let (msg, status) = text(&call_t1(&catalog, "edge_sleep", json!({"ms": 60000})).await);
     assert_eq!(status, ToolStatus::Error);
     assert!(msg.contains("no answer within 0.3s"), "{msg}");
 }

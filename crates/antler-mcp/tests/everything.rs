@@ -7,8 +7,8 @@ mod common;
 use antler_mcp::ServerState;
 use antler_protocol::{Content, ToolStatus};
 use antler_runtime::{Tool, ToolOutput};
-use common::{call, everything, everything_http, text, tool, Fixture};
-use serde_json::json;
+use common::{call, call_t1, everything, everything_http, text, tool, Fixture};
+use serde_json::{json, Value};
 
 async fn exercise(f: &Fixture) {
     let catalog = f.manager.refresh().await;
@@ -26,22 +26,9 @@ async fn exercise(f: &Fixture) {
     );
     let out = call(&echo, "t1", None, json!({"message": "hello"})).await;
     assert_eq!(text(&out), ("Echo: hello".to_owned(), ToolStatus::Success));
-    let sum = call(
-        &tool(&catalog, "everything_get-sum"),
-        "t1",
-        None,
-        json!({"a": 2, "b": 40}),
-    )
-    .await;
+    let sum = call_t1(&catalog, "everything_get-sum", json!({"a": 2, "b": 40})).await;
     assert_eq!(text(&sum).0, "The sum of 2 and 40 is 42.");
-    match call(
-        &tool(&catalog, "everything_get-tiny-image"),
-        "t1",
-        None,
-        json!({}),
-    )
-    .await
-    {
+    match call_t1(&catalog, "everything_get-tiny-image", json!({})).await {
         ToolOutput::Content {
             content: Content::Blocks(blocks),
             status,
@@ -66,13 +53,7 @@ async fn stdio() {
     exercise(&f).await;
     let catalog = f.manager.refresh().await;
     // An embedded text resource comes back as its text.
-    let out = call(
-        &tool(&catalog, "everything_get-resource-reference"),
-        "t1",
-        None,
-        json!({}),
-    )
-    .await;
+    let out = call_t1(&catalog, "everything_get-resource-reference", json!({})).await;
     let (body, status) = text(&out);
     assert_eq!(status, ToolStatus::Success);
     assert!(
@@ -80,10 +61,9 @@ async fn stdio() {
         "{body}"
     );
     // Resource links are named in the text, so every model sees them.
-    let out = call(
-        &tool(&catalog, "everything_get-resource-links"),
-        "t1",
-        None,
+    let out = call_t1(
+        &catalog,
+        "everything_get-resource-links",
         json!({"count": 2}),
     )
     .await;
@@ -94,10 +74,9 @@ async fn stdio() {
         text(&out)
     );
     // Structured content rides in the artifact.
-    match call(
-        &tool(&catalog, "everything_get-structured-content"),
-        "t1",
-        None,
+    match call_t1(
+        &catalog,
+        "everything_get-structured-content",
         json!({"location": "Chicago"}),
     )
     .await
@@ -114,24 +93,30 @@ async fn stdio() {
 
 #[tokio::test]
 async fn streamable_http() {
-    let Some(entry) = everything() else { return };
-    let (_server, port) = everything_http(&entry, "streamableHttp");
-    let f = Fixture::new(json!({"everything": {
-        "type": "http",
-        "url": format!("http://127.0.0.1:{port}/mcp"),
-        "headers": {"X-Test": "1"},
-    }}));
-    exercise(&f).await;
+    exercise_http("streamableHttp", |port| {
+        json!({
+            "type": "http",
+            "url": format!("http://127.0.0.1:{port}/mcp"),
+            "headers": {"X-Test": "1"},
+        })
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn legacy_sse() {
-    let Some(entry) = everything() else { return };
-    let (_server, port) = everything_http(&entry, "sse");
     // `transport` is accepted as DeerFlow's alias of `type`.
-    let f = Fixture::new(json!({"everything": {
-        "transport": "sse",
-        "url": format!("http://127.0.0.1:{port}/sse"),
-    }}));
-    exercise(&f).await;
+    exercise_http(
+        "sse",
+        |port| json!({"transport": "sse", "url": format!("http://127.0.0.1:{port}/sse")}),
+    )
+    .await;
+}
+
+/// Serve the `everything` server over HTTP in `mode` and exercise it configured as
+/// `entry(port)` (skipped when the server is not installed).
+async fn exercise_http(mode: &str, entry: impl FnOnce(u16) -> Value) {
+    let Some(server) = everything() else { return };
+    let (_server, port) = everything_http(&server, mode);
+    exercise(&Fixture::new(json!({ "everything": entry(port) }))).await;
 }

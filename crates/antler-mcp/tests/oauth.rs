@@ -67,25 +67,25 @@ fn oauth_entry(base: &str, kind: &str, oauth: Value) -> Value {
     json!({"type": kind, "url": format!("{base}/{path}"), "oauth": oauth, "session_init_timeout": 10})
 }
 
+/// The OAuth settings of HTTP server `s` at `base` configured with `oauth`.
+fn http_oauth(base: &str, oauth: Value) -> antler_mcp::config::OAuthConfig {
+    let server = parse_server("s", &oauth_entry(base, "http", oauth)).unwrap();
+    server.oauth.clone().unwrap()
+}
+
 #[tokio::test]
 async fn client_credentials_tokens_are_cached_until_the_skew_window() {
     let (base, seen) = serve(3600).await;
-    let server = parse_server(
-        "s",
-        &oauth_entry(
-            &base,
-            "http",
-            json!({
-                "token_url": format!("{base}/token"),
-                "client_id": "id-1",
-                "client_secret": "secret-1",
-                "scope": "read",
-                "extra_token_params": {"resource": "r1", "grant_type": "password"},
-            }),
-        ),
-    )
-    .unwrap();
-    let oauth = server.oauth.clone().unwrap();
+    let oauth = http_oauth(
+        &base,
+        json!({
+            "token_url": format!("{base}/token"),
+            "client_id": "id-1",
+            "client_secret": "secret-1",
+            "scope": "read",
+            "extra_token_params": {"resource": "r1", "grant_type": "password"},
+        }),
+    );
     let tm = TokenManager::new(reqwest::Client::new());
     assert_eq!(tm.authorization("s", &oauth).await.unwrap(), "Bearer tok-1");
     assert_eq!(
@@ -114,20 +114,14 @@ async fn client_credentials_tokens_are_cached_until_the_skew_window() {
 async fn refresh_tokens_rotate_and_expiring_tokens_are_refetched() {
     // expires_in 30 s < refresh_skew_seconds 60: every use fetches again.
     let (base, seen) = serve(30).await;
-    let server = parse_server(
-        "s",
-        &oauth_entry(
-            &base,
-            "http",
-            json!({
-                "token_url": format!("{base}/token"),
-                "grant_type": "refresh_token",
-                "refresh_token": "initial",
-            }),
-        ),
-    )
-    .unwrap();
-    let oauth = server.oauth.clone().unwrap();
+    let oauth = http_oauth(
+        &base,
+        json!({
+            "token_url": format!("{base}/token"),
+            "grant_type": "refresh_token",
+            "refresh_token": "initial",
+        }),
+    );
     let tm = TokenManager::new(reqwest::Client::new());
     assert_eq!(tm.authorization("s", &oauth).await.unwrap(), "Bearer tok-1");
     assert_eq!(tm.authorization("s", &oauth).await.unwrap(), "Bearer tok-2");

@@ -107,7 +107,6 @@ pub struct ToolCall {
     pub name: String,
     #[serde(default)]
     pub args: Object,
-    #[serde(default)]
     pub id: Option<String>,
     #[serde(rename = "type", default = "tool_call_type")]
     pub kind: String,
@@ -134,26 +133,18 @@ impl ToolCall {
 pub struct InvalidToolCall {
     #[serde(rename = "type", default = "invalid_tool_call_type")]
     pub kind: String,
-    #[serde(default)]
     pub id: Option<String>,
-    #[serde(default)]
     pub name: Option<String>,
-    #[serde(default)]
     pub args: Option<String>,
-    #[serde(default)]
     pub error: Option<String>,
 }
 
 /// A streamed fragment of a tool call; fragments merge by `index`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ToolCallChunk {
-    #[serde(default)]
     pub name: Option<String>,
-    #[serde(default)]
     pub args: Option<String>,
-    #[serde(default)]
     pub id: Option<String>,
-    #[serde(default)]
     pub index: Option<i64>,
     #[serde(rename = "type", default = "tool_call_chunk_type")]
     pub kind: String,
@@ -219,91 +210,63 @@ pub enum ToolStatus {
     Error,
 }
 
-/// A user message.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct HumanMessage {
-    #[serde(default)]
-    pub content: Content,
-    #[serde(default)]
-    pub additional_kwargs: Object,
-    #[serde(default)]
-    pub response_metadata: Object,
-    #[serde(default)]
-    pub name: Option<String>,
-    #[serde(default)]
-    pub id: Option<String>,
+/// A message type: LangChain's base fields — `content`, `additional_kwargs`,
+/// `response_metadata`, `name`, `id`, each defaulted when absent — then its own fields.
+macro_rules! message {
+    ($(#[$meta:meta])* pub struct $name:ident { $($own:tt)* }) => {
+        $(#[$meta])*
+        #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+        pub struct $name {
+            #[serde(default)]
+            pub content: Content,
+            #[serde(default)]
+            pub additional_kwargs: Object,
+            #[serde(default)]
+            pub response_metadata: Object,
+            pub name: Option<String>,
+            pub id: Option<String>,
+            $($own)*
+        }
+    };
 }
 
-/// A system message.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct SystemMessage {
-    #[serde(default)]
-    pub content: Content,
-    #[serde(default)]
-    pub additional_kwargs: Object,
-    #[serde(default)]
-    pub response_metadata: Object,
-    #[serde(default)]
-    pub name: Option<String>,
-    #[serde(default)]
-    pub id: Option<String>,
+message! {
+    /// A user message.
+    pub struct HumanMessage {}
 }
 
-/// A model response.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct AiMessage {
-    #[serde(default)]
-    pub content: Content,
-    #[serde(default)]
-    pub additional_kwargs: Object,
-    #[serde(default)]
-    pub response_metadata: Object,
-    #[serde(default)]
-    pub name: Option<String>,
-    #[serde(default)]
-    pub id: Option<String>,
-    #[serde(default)]
-    pub tool_calls: Vec<ToolCall>,
-    #[serde(default)]
-    pub invalid_tool_calls: Vec<InvalidToolCall>,
-    #[serde(default)]
-    pub usage_metadata: Option<UsageMetadata>,
+message! {
+    /// A system message.
+    pub struct SystemMessage {}
 }
 
-/// The result of one tool call.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct ToolMessage {
-    #[serde(default)]
-    pub content: Content,
-    #[serde(default)]
-    pub additional_kwargs: Object,
-    #[serde(default)]
-    pub response_metadata: Object,
-    #[serde(default)]
-    pub name: Option<String>,
-    #[serde(default)]
-    pub id: Option<String>,
-    #[serde(deserialize_with = "de_stringish")]
-    pub tool_call_id: String,
-    /// Side payload not sent to the model (DeerFlow: `artifact.human_input`).
-    #[serde(default)]
-    pub artifact: Value,
-    #[serde(default)]
-    pub status: ToolStatus,
+message! {
+    /// A model response.
+    pub struct AiMessage {
+        #[serde(default)]
+        pub tool_calls: Vec<ToolCall>,
+        #[serde(default)]
+        pub invalid_tool_calls: Vec<InvalidToolCall>,
+        pub usage_metadata: Option<UsageMetadata>,
+    }
 }
 
-/// A reducer instruction: remove the message with this id (or all, with [`REMOVE_ALL_MESSAGES`]).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct RemoveMessage {
-    #[serde(default)]
-    pub content: Content,
-    #[serde(default)]
-    pub additional_kwargs: Object,
-    #[serde(default)]
-    pub response_metadata: Object,
-    #[serde(default)]
-    pub name: Option<String>,
-    pub id: Option<String>,
+message! {
+    /// The result of one tool call.
+    pub struct ToolMessage {
+        #[serde(deserialize_with = "de_stringish")]
+        pub tool_call_id: String,
+        /// Side payload not sent to the model (DeerFlow: `artifact.human_input`).
+        #[serde(default)]
+        pub artifact: Value,
+        #[serde(default)]
+        pub status: ToolStatus,
+    }
+}
+
+message! {
+    /// A reducer instruction: remove the message with this id (or all, with [`REMOVE_ALL_MESSAGES`]).
+    pub struct RemoveMessage {}
 }
 
 /// Tool-call ids are coerced to strings on construction (LangChain does the same).
@@ -471,26 +434,22 @@ impl Message {
     }
 }
 
-impl From<HumanMessage> for Message {
-    fn from(m: HumanMessage) -> Self {
-        Message::Human(m)
-    }
+/// `From<XMessage> for Message`, one per variant.
+macro_rules! message_from {
+    ($($variant:ident($ty:ty)),* $(,)?) => {$(
+        impl From<$ty> for Message {
+            fn from(m: $ty) -> Self {
+                Message::$variant(m)
+            }
+        }
+    )*};
 }
-impl From<AiMessage> for Message {
-    fn from(m: AiMessage) -> Self {
-        Message::Ai(m)
-    }
-}
-impl From<ToolMessage> for Message {
-    fn from(m: ToolMessage) -> Self {
-        Message::Tool(m)
-    }
-}
-impl From<SystemMessage> for Message {
-    fn from(m: SystemMessage) -> Self {
-        Message::System(m)
-    }
-}
+message_from!(
+    Human(HumanMessage),
+    Ai(AiMessage),
+    Tool(ToolMessage),
+    System(SystemMessage),
+);
 
 impl ToolMessage {
     pub fn new(tool_call_id: impl Into<String>, content: impl Into<Content>) -> Self {

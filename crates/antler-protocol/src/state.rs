@@ -25,7 +25,6 @@ pub struct ThreadData {
 /// `{sandbox_id}`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SandboxState {
-    #[serde(default)]
     pub sandbox_id: Option<String>,
 }
 
@@ -58,7 +57,6 @@ pub struct ViewedImage {
 /// Deferred tools promoted by `tool_search`, scoped by a catalog hash.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Promoted {
-    #[serde(default)]
     pub catalog_hash: Option<String>,
     #[serde(default)]
     pub names: Vec<String>,
@@ -119,21 +117,16 @@ pub struct SkillEntry {
 pub struct ThreadState {
     #[serde(default)]
     pub messages: Messages,
-    #[serde(default)]
     pub title: Option<String>,
     #[serde(default)]
     pub artifacts: Vec<String>,
-    #[serde(default)]
     pub todos: Option<Vec<Todo>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub goal: Option<Value>,
-    #[serde(default)]
     pub uploaded_files: Option<Vec<Value>>,
     #[serde(default)]
     pub viewed_images: Map<String, Value>,
-    #[serde(default)]
     pub thread_data: Option<ThreadData>,
-    #[serde(default)]
     pub sandbox: Option<SandboxState>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary_text: Option<String>,

@@ -18,6 +18,22 @@ fn state_of(messages: Vec<Message>) -> ThreadState {
     s
 }
 
+/// An update writing only `sandbox`.
+fn sandbox_update(sandbox: Option<Option<SandboxState>>) -> StateUpdate {
+    StateUpdate {
+        sandbox,
+        ..Default::default()
+    }
+}
+
+/// An update writing only `todos`.
+fn todos_update(todos: Option<Option<Vec<Todo>>>) -> StateUpdate {
+    StateUpdate {
+        todos,
+        ..Default::default()
+    }
+}
+
 fn ids(state: &ThreadState) -> Vec<String> {
     state
         .messages
@@ -122,31 +138,14 @@ fn sandbox_reducer_is_idempotent_and_fail_closed() {
             sandbox_id: Some(id.into()),
         }))
     };
-    s.apply(StateUpdate {
-        sandbox: sb("local"),
-        ..Default::default()
-    })
-    .unwrap();
-    s.apply(StateUpdate {
-        sandbox: sb("local"),
-        ..Default::default()
-    })
-    .unwrap();
-    s.apply(StateUpdate {
-        sandbox: Some(None),
-        ..Default::default()
-    })
-    .unwrap();
+    s.apply(sandbox_update(sb("local"))).unwrap();
+    s.apply(sandbox_update(sb("local"))).unwrap();
+    s.apply(sandbox_update(Some(None))).unwrap();
     assert_eq!(
         s.sandbox.as_ref().unwrap().sandbox_id.as_deref(),
         Some("local")
     );
-    let err = s
-        .apply(StateUpdate {
-            sandbox: sb("other"),
-            ..Default::default()
-        })
-        .unwrap_err();
+    let err = s.apply(sandbox_update(sb("other"))).unwrap_err();
     assert_eq!(
         err.to_string(),
         "Conflicting sandbox state updates: local != other"
@@ -181,22 +180,11 @@ fn todos_null_write_preserves_and_empty_clears() {
         content: "x".into(),
         status: TodoStatus::Pending,
     };
-    s.apply(StateUpdate {
-        todos: Some(Some(vec![todo.clone()])),
-        ..Default::default()
-    })
-    .unwrap();
-    s.apply(StateUpdate {
-        todos: Some(None),
-        ..Default::default()
-    })
-    .unwrap();
+    s.apply(todos_update(Some(Some(vec![todo.clone()]))))
+        .unwrap();
+    s.apply(todos_update(Some(None))).unwrap();
     assert_eq!(s.todos, Some(vec![todo]));
-    s.apply(StateUpdate {
-        todos: Some(Some(vec![])),
-        ..Default::default()
-    })
-    .unwrap();
+    s.apply(todos_update(Some(Some(vec![])))).unwrap();
     assert_eq!(s.todos, Some(vec![]));
 }
 

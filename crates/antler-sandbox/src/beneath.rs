@@ -166,6 +166,20 @@ impl RootDir {
         self.opened.lock().ok().and_then(|g| g.clone())
     }
 
+    /// Refuse what was just stat'ed unless it is a directory; the cached handle if it is still
+    /// that directory `(dev, ino)`.
+    fn cached_at(
+        &self,
+        is_dir: bool,
+        dev: u64,
+        ino: u64,
+    ) -> Result<Option<Arc<Opened>>, SandboxError> {
+        if !is_dir {
+            return Err(self.not_a_dir());
+        }
+        Ok(self.cached().filter(|c| c.dev == dev && c.ino == ino))
+    }
+
     fn store(&self, dir: Dir, canonical: PathBuf) -> Result<Arc<Opened>, SandboxError> {
         let m = dir.dir_metadata().map_err(|e| self.io(e))?;
         let opened = Arc::new(Opened {
@@ -191,14 +205,9 @@ impl RootDir {
                     other => other,
                 }
                 .map_err(|e| self.io(e))?;
-                if !meta.is_dir() {
-                    return Err(self.not_a_dir());
-                }
                 use std::os::unix::fs::MetadataExt as _;
-                if let Some(c) = self.cached() {
-                    if c.dev == meta.dev() && c.ino == meta.ino() {
-                        return Ok(c);
-                    }
+                if let Some(c) = self.cached_at(meta.is_dir(), meta.dev(), meta.ino())? {
+                    return Ok(c);
                 }
                 let dir = Dir::open_ambient_dir(&self.host, ambient_authority())
                     .map_err(|e| self.io(e))?;
@@ -220,13 +229,8 @@ impl RootDir {
                     other => other,
                 }
                 .map_err(|e| self.io(e))?;
-                if !meta.is_dir() {
-                    return Err(self.not_a_dir());
-                }
-                if let Some(c) = self.cached() {
-                    if c.dev == meta.dev() && c.ino == meta.ino() {
-                        return Ok(c);
-                    }
+                if let Some(c) = self.cached_at(meta.is_dir(), meta.dev(), meta.ino())? {
+                    return Ok(c);
                 }
                 // Swapped for a symlink since the stat: ELOOP/ENOTDIR, reported as not a dir.
                 let dir = p.dir.open_dir_nofollow(name).map_err(|e| self.io(e))?;

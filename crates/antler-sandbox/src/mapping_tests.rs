@@ -2,6 +2,14 @@
 use super::*;
 use pretty_assertions::assert_eq;
 
+/// A [`mapper`] over a fresh temporary root (kept alive by the returned guard).
+fn temp_mapper() -> (tempfile::TempDir, PathBuf, Mapper) {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().canonicalize().unwrap();
+    let m = mapper(&root);
+    (t, root, m)
+}
+
 fn mapper(root: &Path) -> Mapper {
     let ud = root.join("user-data");
     for d in ["workspace", "uploads", "outputs"] {
@@ -19,9 +27,7 @@ fn mapper(root: &Path) -> Mapper {
 
 #[test]
 fn forward_resolution_picks_the_longest_prefix_on_a_segment_boundary() {
-    let t = tempfile::tempdir().unwrap();
-    let root = t.path().canonicalize().unwrap();
-    let m = mapper(&root);
+    let (_t, root, m) = temp_mapper();
     let r = m.resolve("/mnt/user-data/workspace/a/b.txt").unwrap();
     assert_eq!(r.host, root.join("user-data/workspace/a/b.txt"));
     assert!(!r.read_only);
@@ -41,9 +47,7 @@ fn forward_resolution_picks_the_longest_prefix_on_a_segment_boundary() {
 
 #[test]
 fn traversal_and_symlink_escapes_are_refused() {
-    let t = tempfile::tempdir().unwrap();
-    let root = t.path().canonicalize().unwrap();
-    let m = mapper(&root);
+    let (_t, root, m) = temp_mapper();
     let e = m.resolve("/mnt/user-data/workspace/../../x").unwrap_err();
     assert_eq!(e.to_string(), "Access denied: path traversal detected");
     let outside = tempfile::tempdir().unwrap();
@@ -80,9 +84,7 @@ fn traversal_and_symlink_escapes_are_refused() {
 
 #[test]
 fn symlink_into_a_read_only_mount_is_read_only() {
-    let t = tempfile::tempdir().unwrap();
-    let root = t.path().canonicalize().unwrap();
-    let m = mapper(&root);
+    let (_t, root, m) = temp_mapper();
     std::os::unix::fs::symlink(root.join("skills"), root.join("user-data/workspace/sk")).unwrap();
     // Canonical target is outside the workspace mount → escape.
     assert!(m.resolve("/mnt/user-data/workspace/sk/x").is_err());
@@ -92,9 +94,7 @@ fn symlink_into_a_read_only_mount_is_read_only() {
 
 #[test]
 fn reverse_and_masking_respect_segment_boundaries() {
-    let t = tempfile::tempdir().unwrap();
-    let root = t.path().canonicalize().unwrap();
-    let m = mapper(&root);
+    let (_t, root, m) = temp_mapper();
     let ws = root.join("user-data/workspace");
     let ws_s = ws.to_string_lossy();
     assert_eq!(
@@ -112,9 +112,7 @@ fn reverse_and_masking_respect_segment_boundaries() {
 
 #[test]
 fn commands_are_rewritten_only_on_whole_segments() {
-    let t = tempfile::tempdir().unwrap();
-    let root = t.path().canonicalize().unwrap();
-    let m = mapper(&root);
+    let (_t, root, m) = temp_mapper();
     let ud = root.join("user-data").to_string_lossy().into_owned();
     let cmd = "ls /mnt/user-data; cat '/mnt/user-data/uploads/a b' /mnt/user-data-backup/x >/mnt/skills/s";
     assert_eq!(

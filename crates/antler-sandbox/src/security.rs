@@ -48,33 +48,24 @@ fn re(cell: &'static OnceLock<Regex>, pat: &str) -> &'static Regex {
     })
 }
 
-fn file_url_re() -> &'static Regex {
-    static R: OnceLock<Regex> = OnceLock::new();
-    re(&R, r"(?i)\bfile://\S+")
+/// `fn name() -> &'static Regex`, each compiled once on first use.
+macro_rules! lazy_regexes {
+    ($($name:ident = $pat:expr;)*) => {$(
+        fn $name() -> &'static Regex {
+            static R: OnceLock<Regex> = OnceLock::new();
+            re(&R, $pat)
+        }
+    )*};
 }
-fn url_re() -> &'static Regex {
-    static R: OnceLock<Regex> = OnceLock::new();
-    re(&R, r#"(?i)\b[a-z][a-z0-9+.-]*://[^\s"'`;&|<>()]+"#)
-}
-fn scheme_re() -> &'static Regex {
-    static R: OnceLock<Regex> = OnceLock::new();
-    re(&R, r"(?i)^[a-z][a-z0-9+.-]*://")
-}
-fn dotdot_re() -> &'static Regex {
-    static R: OnceLock<Regex> = OnceLock::new();
-    re(&R, r"(?:^|[/\\=])\.\.(?:$|[/\\])")
-}
-fn subst_cd_re() -> &'static Regex {
-    static R: OnceLock<Regex> = OnceLock::new();
-    re(&R, r"\$\([^)]*\b(?:cd|pushd)\b")
-}
-fn ident_re() -> &'static Regex {
-    static R: OnceLock<Regex> = OnceLock::new();
-    re(&R, r"^[A-Za-z_][A-Za-z0-9_]*$")
-}
-fn brace_block_re() -> &'static Regex {
-    static R: OnceLock<Regex> = OnceLock::new();
-    re(&R, r"\{([^{}]*)\}")
+
+lazy_regexes! {
+    file_url_re = r"(?i)\bfile://\S+";
+    url_re = r#"(?i)\b[a-z][a-z0-9+.-]*://[^\s"'`;&|<>()]+"#;
+    scheme_re = r"(?i)^[a-z][a-z0-9+.-]*://";
+    dotdot_re = r"(?:^|[/\\=])\.\.(?:$|[/\\])";
+    subst_cd_re = r"\$\([^)]*\b(?:cd|pushd)\b";
+    ident_re = r"^[A-Za-z_][A-Za-z0-9_]*$";
+    brace_block_re = r"\{([^{}]*)\}";
 }
 
 fn perm(msg: impl Into<String>) -> SandboxError {

@@ -317,17 +317,27 @@ mod tests {
         );
     }
 
-    #[test]
-    fn attach_copies_into_uploads_and_describes_files() {
+    /// A thread `t1` under a fresh home, and a source folder holding file `name` (its path
+    /// returned) with `contents`.
+    fn with_source(
+        name: &str,
+        contents: impl AsRef<[u8]>,
+    ) -> (tempfile::TempDir, tempfile::TempDir, PathBuf, ThreadPaths) {
         let home = tempfile::tempdir().unwrap();
         let src = tempfile::tempdir().unwrap();
-        let a = src.path().join("notes.txt");
-        std::fs::write(&a, "hello").unwrap();
+        let a = src.path().join(name);
+        std::fs::write(&a, contents).unwrap();
+        let t = ThreadPaths::new(home.path(), "t1", None).unwrap();
+        (home, src, a, t)
+    }
+
+    #[test]
+    fn attach_copies_into_uploads_and_describes_files() {
+        let (_home, src, a, t) = with_source("notes.txt", "hello");
         let sub = src.path().join("sub");
         std::fs::create_dir(&sub).unwrap();
         let b = sub.join("notes.txt");
         std::fs::write(&b, "other").unwrap();
-        let t = ThreadPaths::new(home.path(), "t1", None).unwrap();
         let files = attach_files(&[a, b], &t, &UploadSettings::default()).unwrap();
         assert_eq!(
             files[0].kwargs_entry(),
@@ -352,25 +362,20 @@ mod tests {
 
     #[test]
     fn limits_are_checked_before_writing() {
-        let home = tempfile::tempdir().unwrap();
-        let src = tempfile::tempdir().unwrap();
-        let a = src.path().join("big.bin");
-        std::fs::write(&a, vec![0u8; 100]).unwrap();
-        let t = ThreadPaths::new(home.path(), "t1", None).unwrap();
-        let s = UploadSettings {
-            max_file_size: 10,
-            ..Default::default()
-        };
+        let (_home, src, a, t) = with_source("big.bin", vec![0u8; 100]);
+        let attach = |s: UploadSettings| attach_files(std::slice::from_ref(&a), &t, &s);
         assert!(matches!(
-            attach_files(std::slice::from_ref(&a), &t, &s),
+            attach(UploadSettings {
+                max_file_size: 10,
+                ..Default::default()
+            }),
             Err(UploadError::FileTooLarge { .. })
         ));
-        let s = UploadSettings {
-            max_files: 0,
-            ..Default::default()
-        };
         assert!(matches!(
-            attach_files(std::slice::from_ref(&a), &t, &s),
+            attach(UploadSettings {
+                max_files: 0,
+                ..Default::default()
+            }),
             Err(UploadError::TooManyFiles { .. })
         ));
         assert!(matches!(
@@ -382,11 +387,7 @@ mod tests {
 
     #[test]
     fn symlinked_destinations_are_refused() {
-        let home = tempfile::tempdir().unwrap();
-        let src = tempfile::tempdir().unwrap();
-        let a = src.path().join("x.txt");
-        std::fs::write(&a, "x").unwrap();
-        let t = ThreadPaths::new(home.path(), "t1", None).unwrap();
+        let (_home, src, a, t) = with_source("x.txt", "x");
         t.ensure_dirs().unwrap();
         let victim = src.path().join("victim");
         std::fs::write(&victim, "keep").unwrap();
@@ -400,13 +401,9 @@ mod tests {
 
     #[test]
     fn a_swapped_uploads_folder_is_refused() {
-        let home = tempfile::tempdir().unwrap();
-        let src = tempfile::tempdir().unwrap();
+        let (_home, _src, a, t) = with_source("x.txt", "pwned");
         let canary = tempfile::tempdir().unwrap();
         std::fs::write(canary.path().join("x.txt"), "keep").unwrap();
-        let a = src.path().join("x.txt");
-        std::fs::write(&a, "pwned").unwrap();
-        let t = ThreadPaths::new(home.path(), "t1", None).unwrap();
         t.ensure_dirs().unwrap();
         std::fs::remove_dir(&t.uploads).unwrap();
         std::os::unix::fs::symlink(canary.path(), &t.uploads).unwrap();
@@ -421,11 +418,7 @@ mod tests {
 
     #[test]
     fn unsupported_documents_get_a_note() {
-        let home = tempfile::tempdir().unwrap();
-        let src = tempfile::tempdir().unwrap();
-        let a = src.path().join("old.doc");
-        std::fs::write(&a, "binary").unwrap();
-        let t = ThreadPaths::new(home.path(), "t1", None).unwrap();
+        let (_home, _src, a, t) = with_source("old.doc", "binary");
         let s = UploadSettings {
             auto_convert_documents: true,
             ..Default::default()

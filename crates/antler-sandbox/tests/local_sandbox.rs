@@ -285,10 +285,7 @@ async fn a_timeout_kills_the_whole_process_group() {
     let h = home();
     let p = provider(
         h.path(),
-        SandboxSettings {
-            bash_command_timeout: Duration::from_millis(1500),
-            ..quick()
-        },
+        quick_with(|s| s.bash_command_timeout = Duration::from_millis(1500)),
     );
     let sb = sandbox(&p, "t1");
     let t = Instant::now();
@@ -353,13 +350,7 @@ async fn the_environment_is_scrubbed_and_injected_values_win() {
 #[tokio::test]
 async fn captures_are_capped_with_a_marker() {
     let h = home();
-    let p = provider(
-        h.path(),
-        SandboxSettings {
-            capture_limit_bytes: 1000,
-            ..quick()
-        },
-    );
+    let p = provider(h.path(), quick_with(|s| s.capture_limit_bytes = 1000));
     let sb = sandbox(&p, "t1");
     let out = run(&sb, "head -c 5000 /dev/zero | tr '\\0' a").await;
     assert!(out.starts_with(&"a".repeat(1000)));

@@ -46,6 +46,48 @@ impl Cx<'_> {
     pub fn err(&self, op: &'static str) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
         move |e| StoreError::sqlite(self.path, op, &e)
     }
+
+    /// Run one cached statement; returns the rows changed.
+    pub fn exec(
+        &self,
+        sql: &str,
+        params: impl rusqlite::Params,
+        op: &'static str,
+    ) -> Result<usize, StoreError> {
+        self.conn
+            .prepare_cached(sql)
+            .and_then(|mut s| s.execute(params))
+            .map_err(self.err(op))
+    }
+
+    /// The first row of a cached query, if any, read by `read` (an aggregate always has one).
+    pub fn query_opt<T>(
+        &self,
+        sql: &str,
+        params: impl rusqlite::Params,
+        op: &'static str,
+        read: impl FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+    ) -> Result<Option<T>, StoreError> {
+        use rusqlite::OptionalExtension;
+        self.conn
+            .prepare_cached(sql)
+            .and_then(|mut s| s.query_row(params, read).optional())
+            .map_err(self.err(op))
+    }
+
+    /// Every row of a cached query, each read by `read`.
+    pub fn query_all<T>(
+        &self,
+        sql: &str,
+        params: impl rusqlite::Params,
+        op: &'static str,
+        read: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+    ) -> Result<Vec<T>, StoreError> {
+        self.conn
+            .prepare_cached(sql)
+            .and_then(|mut s| s.query_map(params, read)?.collect())
+            .map_err(self.err(op))
+    }
 }
 
 /// A queued write. `run` executes it inside a savepoint and keeps the result; `finish` replies
@@ -433,30 +475,10 @@ fn run_begun(conn: &Connection, path: &Path, mut batch: Vec<Job>) {
             let err = batch
                 .iter()
                 .find_map(|j| j.error())
-                .unwrap_or_else(|| StoreError::Sqlite {
-                    path: path.to_path_buf(),
-                    op: "write",
-                    kind: crate::error::Failure::Io,
-                    cause: "SQLite rolled the transaction back".into(),
-                });
-            if !conn.is_autocommit() {
-                let _ = control(conn, "ROLLBACK");
-            }
-            return fail_all(batch, err);
+                .unwrap_or_else(|| rolled_back(path));
+            return abort(conn, batch, err);
         }
-        return match control(conn, "COMMIT") {
-            Ok(()) => {
-                for job in batch {
-                    job.finish(Ok(()));
-                }
-            }
-            Err(e) => {
-                if !conn.is_autocommit() {
-                    let _ = control(conn, "ROLLBACK");
-                }
-                fail_all(batch, StoreError::sqlite(path, "commit", &e));
-            }
-        };
+        return commit(conn, path, batch);
     }
     let mut broken = None;
     for job in &mut batch {
@@ -468,12 +490,7 @@ fn run_begun(conn: &Connection, path: &Path, mut batch: Vec<Job>) {
         if conn.is_autocommit() {
             // SQLite rolled the whole transaction back (disk full, I/O error): every job of
             // the batch is lost, including those that succeeded.
-            broken = Some(job.error().unwrap_or_else(|| StoreError::Sqlite {
-                path: path.to_path_buf(),
-                op: "write",
-                kind: crate::error::Failure::Io,
-                cause: "SQLite rolled the transaction back".into(),
-            }));
+            broken = Some(job.error().unwrap_or_else(|| rolled_back(path)));
             break;
         }
         let end = if ok {
@@ -487,22 +504,37 @@ fn run_begun(conn: &Connection, path: &Path, mut batch: Vec<Job>) {
         }
     }
     if let Some(err) = broken {
-        if !conn.is_autocommit() {
-            let _ = control(conn, "ROLLBACK");
-        }
-        return fail_all(batch, err);
+        return abort(conn, batch, err);
     }
+    commit(conn, path, batch);
+}
+
+/// The error of a transaction SQLite rolled back on its own (disk full, I/O error).
+fn rolled_back(path: &Path) -> StoreError {
+    StoreError::Sqlite {
+        path: path.to_path_buf(),
+        op: "write",
+        kind: crate::error::Failure::Io,
+        cause: "SQLite rolled the transaction back".into(),
+    }
+}
+
+/// Roll back what is still open and fail every job with `err`.
+fn abort(conn: &Connection, batch: Vec<Job>, err: StoreError) {
+    if !conn.is_autocommit() {
+        let _ = control(conn, "ROLLBACK");
+    }
+    fail_all(batch, err);
+}
+
+/// Commit the batch's transaction and reply to every job.
+fn commit(conn: &Connection, path: &Path, batch: Vec<Job>) {
     match control(conn, "COMMIT") {
         Ok(()) => {
             for job in batch {
                 job.finish(Ok(()));
             }
         }
-        Err(e) => {
-            if !conn.is_autocommit() {
-                let _ = control(conn, "ROLLBACK");
-            }
-            fail_all(batch, StoreError::sqlite(path, "commit", &e));
-        }
+        Err(e) => abort(conn, batch, StoreError::sqlite(path, "commit", &e)),
     }
 }

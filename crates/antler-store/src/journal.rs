@@ -18,7 +18,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
-use rusqlite::{params, OptionalExtension};
+use rusqlite::params;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -199,10 +199,13 @@ fn encode(event: NewRunEvent, max_trace: usize) -> Result<Encoded, StoreError> {
 }
 
 fn max_seq(cx: &Cx<'_>, thread: &str) -> Result<i64, StoreError> {
-    cx.conn
-        .prepare_cached("SELECT COALESCE(MAX(seq), 0) FROM run_events WHERE thread_id = ?1")
-        .and_then(|mut s| s.query_row([thread], |r| r.get(0)))
-        .map_err(cx.err("read the journal head"))
+    let head = cx.query_opt(
+        "SELECT COALESCE(MAX(seq), 0) FROM run_events WHERE thread_id = ?1",
+        [thread],
+        "read the journal head",
+        |r| r.get(0),
+    )?;
+    Ok(head.unwrap_or(0))
 }
 
 /// Insert events, assigning seqs per thread; returns the stored records in input order.
@@ -314,13 +317,10 @@ fn query(
     params: &[&dyn rusqlite::ToSql],
     op: &'static str,
 ) -> Result<Vec<RunEventRecord>, StoreError> {
-    let mut stmt = cx.conn.prepare_cached(sql).map_err(cx.err(op))?;
-    let rows = stmt.query_map(params, read_row).map_err(cx.err(op))?;
-    let mut out = Vec::new();
-    for raw in rows {
-        out.push(decode(raw.map_err(cx.err(op))?)?);
-    }
-    Ok(out)
+    cx.query_all(sql, params, op, read_row)?
+        .into_iter()
+        .map(decode)
+        .collect()
 }
 
 fn limit_i64(limit: usize, default: usize) -> i64 {
@@ -482,13 +482,13 @@ impl SqliteStore {
         let thread = thread_id.to_owned();
         self.db()
             .read(move |cx| {
-                cx.conn
-                    .prepare_cached(
-                        "SELECT COUNT(*) FROM run_events WHERE thread_id = ?1 AND category = 'message'",
-                    )
-                    .and_then(|mut s| s.query_row([thread], |r| r.get::<_, i64>(0)))
-                    .map(|n| u64::try_from(n).unwrap_or(0))
-                    .map_err(cx.err("count journal messages"))
+                let n: Option<i64> = cx.query_opt(
+                    "SELECT COUNT(*) FROM run_events WHERE thread_id = ?1 AND category = 'message'",
+                    [thread],
+                    "count journal messages",
+                    |r| r.get(0),
+                )?;
+                Ok(n.map_or(0, |n| u64::try_from(n).unwrap_or(0)))
             })
             .await
     }
@@ -531,20 +531,22 @@ impl SqliteStore {
         let run = run_id.to_owned();
         self.db()
             .write(move |cx| {
-                cx.conn
-                    .prepare_cached("DELETE FROM run_events WHERE thread_id = ?1 AND run_id = ?2")
-                    .and_then(|mut s| s.execute(params![thread, run]))
-                    .map_err(cx.err("delete run events"))
+                cx.exec(
+                    "DELETE FROM run_events WHERE thread_id = ?1 AND run_id = ?2",
+                    params![thread, run],
+                    "delete run events",
+                )
             })
             .await
     }
 }
 
 pub(crate) fn delete_events_tx(cx: &Cx<'_>, thread: &str) -> Result<usize, StoreError> {
-    cx.conn
-        .prepare_cached("DELETE FROM run_events WHERE thread_id = ?1")
-        .and_then(|mut s| s.execute([thread]))
-        .map_err(cx.err("delete run events"))
+    cx.exec(
+        "DELETE FROM run_events WHERE thread_id = ?1",
+        [thread],
+        "delete run events",
+    )
 }
 
 /// Append events inside an existing write (used by run reconciliation).
@@ -566,12 +568,12 @@ pub(crate) fn has_event_tx(
     run_id: &str,
     event_type: &str,
 ) -> Result<bool, StoreError> {
-    cx.conn
-        .prepare_cached("SELECT 1 FROM run_events WHERE run_id = ?1 AND event_type = ?2 LIMIT 1")
-        .and_then(|mut s| {
-            s.query_row(params![run_id, event_type], |_| Ok(()))
-                .optional()
-        })
-        .map(|r| r.is_some())
-        .map_err(cx.err("read a run event"))
+    Ok(cx
+        .query_opt(
+            "SELECT 1 FROM run_events WHERE run_id = ?1 AND event_type = ?2 LIMIT 1",
+            params![run_id, event_type],
+            "read a run event",
+            |_| Ok(()),
+        )?
+        .is_some())
 }

@@ -14,7 +14,7 @@
 //! `revision`; [`SqliteStore::save_memory`] writes only if the revision is still the one the
 //! caller loaded (optimistic concurrency: on a conflict the updater reloads and recomputes).
 
-use rusqlite::{params, OptionalExtension};
+use rusqlite::params;
 use serde_json::Value;
 
 use crate::db::Cx;
@@ -64,13 +64,12 @@ fn valid_fact_id(id: &str) -> bool {
 }
 
 fn revision_tx(cx: &Cx<'_>, user: &str) -> Result<Option<(i64, String, String)>, StoreError> {
-    cx.conn
-        .prepare_cached("SELECT revision, doc, updated_at FROM memory_profiles WHERE user_id = ?1")
-        .and_then(|mut s| {
-            s.query_row([user], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-                .optional()
-        })
-        .map_err(cx.err("read memory"))
+    cx.query_opt(
+        "SELECT revision, doc, updated_at FROM memory_profiles WHERE user_id = ?1",
+        [user],
+        "read memory",
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+    )
 }
 
 fn load_tx(cx: &Cx<'_>, user: &str, agent: &str) -> Result<MemorySnapshot, StoreError> {
@@ -87,21 +86,15 @@ fn load_tx(cx: &Cx<'_>, user: &str, agent: &str) -> Result<MemorySnapshot, Store
         ),
         None => (0, Value::Null, None),
     };
-    let mut stmt = cx
-        .conn
-        .prepare_cached(
-            "SELECT fact_id, body FROM memory_facts WHERE user_id = ?1 AND agent_name = ?2
-             ORDER BY rowid",
-        )
-        .map_err(cx.err("read memory facts"))?;
-    let rows = stmt
-        .query_map(params![user, agent], |r| {
-            Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
-        })
-        .map_err(cx.err("read memory facts"))?;
+    let rows: Vec<(String, String)> = cx.query_all(
+        "SELECT fact_id, body FROM memory_facts WHERE user_id = ?1 AND agent_name = ?2
+         ORDER BY rowid",
+        params![user, agent],
+        "read memory facts",
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
     let mut facts = Vec::new();
-    for row in rows {
-        let (id, body) = row.map_err(cx.err("read memory facts"))?;
+    for (id, body) in rows {
         facts.push(
             serde_json::from_str(&body)
                 .map_err(|e| corrupt(format!("memory fact {id} of user {user}"), e))?,
@@ -120,15 +113,14 @@ fn load_tx(cx: &Cx<'_>, user: &str, agent: &str) -> Result<MemorySnapshot, Store
 /// Bump (or create) the user's profile row; `doc` replaces the summaries when given.
 fn bump_tx(cx: &Cx<'_>, user: &str, doc: Option<&str>) -> Result<i64, StoreError> {
     let ts = now();
-    cx.conn
-        .prepare_cached(
-            "INSERT INTO memory_profiles (user_id, revision, doc, updated_at)
-             VALUES (?1, 1, COALESCE(?2, '{}'), ?3)
-             ON CONFLICT (user_id) DO UPDATE SET revision = revision + 1,
-               doc = COALESCE(?2, doc), updated_at = ?3",
-        )
-        .and_then(|mut s| s.execute(params![user, doc, ts]))
-        .map_err(cx.err("write memory"))?;
+    cx.exec(
+        "INSERT INTO memory_profiles (user_id, revision, doc, updated_at)
+         VALUES (?1, 1, COALESCE(?2, '{}'), ?3)
+         ON CONFLICT (user_id) DO UPDATE SET revision = revision + 1,
+           doc = COALESCE(?2, doc), updated_at = ?3",
+        params![user, doc, ts],
+        "write memory",
+    )?;
     Ok(revision_tx(cx, user)?.map_or(0, |(r, _, _)| r))
 }
 
@@ -192,23 +184,18 @@ impl SqliteStore {
                     return Ok(MemorySave::Conflict { current });
                 }
                 if let Some(facts) = &facts {
-                    cx.conn
-                        .prepare_cached(
-                            "DELETE FROM memory_facts WHERE user_id = ?1 AND agent_name = ?2",
-                        )
-                        .and_then(|mut s| s.execute(params![user, agent]))
-                        .map_err(cx.err("write memory facts"))?;
-                    let mut insert = cx
-                        .conn
-                        .prepare_cached(
+                    cx.exec(
+                        "DELETE FROM memory_facts WHERE user_id = ?1 AND agent_name = ?2",
+                        params![user, agent],
+                        "write memory facts",
+                    )?;
+                    for (id, body) in facts {
+                        cx.exec(
                             "INSERT INTO memory_facts (user_id, agent_name, fact_id, body)
                              VALUES (?1, ?2, ?3, ?4)",
-                        )
-                        .map_err(cx.err("write memory facts"))?;
-                    for (id, body) in facts {
-                        insert
-                            .execute(params![user, agent, id, body])
-                            .map_err(cx.err("write memory facts"))?;
+                            params![user, agent, id, body],
+                            "write memory facts",
+                        )?;
                     }
                 }
                 let revision = bump_tx(cx, &user, doc.as_deref())?;
@@ -228,20 +215,19 @@ impl SqliteStore {
         let agent = agent.map(str::to_owned);
         self.db()
             .write(move |cx| {
-                let n = cx
-                    .conn
-                    .prepare_cached(
-                        "DELETE FROM memory_facts WHERE user_id = ?1
-                           AND (?2 IS NULL OR agent_name = ?2)",
-                    )
-                    .and_then(|mut s| s.execute(params![user, agent]))
-                    .map_err(cx.err("clear memory"))?;
+                let n = cx.exec(
+                    "DELETE FROM memory_facts WHERE user_id = ?1
+                       AND (?2 IS NULL OR agent_name = ?2)",
+                    params![user, agent],
+                    "clear memory",
+                )?;
                 match agent {
                     None => {
-                        cx.conn
-                            .prepare_cached("DELETE FROM memory_profiles WHERE user_id = ?1")
-                            .and_then(|mut s| s.execute([&user]))
-                            .map_err(cx.err("clear memory"))?;
+                        cx.exec(
+                            "DELETE FROM memory_profiles WHERE user_id = ?1",
+                            [&user],
+                            "clear memory",
+                        )?;
                     }
                     Some(_) if n > 0 => {
                         bump_tx(cx, &user, None)?;
@@ -257,16 +243,13 @@ impl SqliteStore {
     pub async fn memory_users(&self) -> Result<Vec<String>, StoreError> {
         self.db()
             .read(|cx| {
-                cx.conn
-                    .prepare_cached(
-                        "SELECT user_id FROM memory_profiles UNION SELECT user_id FROM memory_facts
-                         ORDER BY 1",
-                    )
-                    .and_then(|mut s| {
-                        s.query_map([], |r| r.get(0))?
-                            .collect::<rusqlite::Result<Vec<String>>>()
-                    })
-                    .map_err(cx.err("list memory users"))
+                cx.query_all(
+                    "SELECT user_id FROM memory_profiles UNION SELECT user_id FROM memory_facts
+                     ORDER BY 1",
+                    [],
+                    "list memory users",
+                    |r| r.get(0),
+                )
             })
             .await
     }
@@ -276,15 +259,12 @@ impl SqliteStore {
         let user = user_id.to_owned();
         self.db()
             .read(move |cx| {
-                cx.conn
-                    .prepare_cached(
-                        "SELECT DISTINCT agent_name FROM memory_facts WHERE user_id = ?1 ORDER BY 1",
-                    )
-                    .and_then(|mut s| {
-                        s.query_map([&user], |r| r.get(0))?
-                            .collect::<rusqlite::Result<Vec<String>>>()
-                    })
-                    .map_err(cx.err("list memory buckets"))
+                cx.query_all(
+                    "SELECT DISTINCT agent_name FROM memory_facts WHERE user_id = ?1 ORDER BY 1",
+                    [&user],
+                    "list memory buckets",
+                    |r| r.get(0),
+                )
             })
             .await
     }

@@ -4,7 +4,7 @@
 //! be written for a thread that has no record. [`SqliteStore::delete_thread`] removes the record,
 //! its checkpoints, runs and journal.
 
-use rusqlite::{params, OptionalExtension};
+use rusqlite::params;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -114,12 +114,14 @@ fn decode(raw: RawThread) -> Result<ThreadRecord, StoreError> {
 }
 
 fn get_tx(cx: &Cx<'_>, thread_id: &str) -> Result<Option<ThreadRecord>, StoreError> {
-    cx.conn
-        .prepare_cached(&format!("{COLUMNS} WHERE thread_id = ?1"))
-        .and_then(|mut s| s.query_row([thread_id], read_raw).optional())
-        .map_err(cx.err("read a thread"))?
-        .map(decode)
-        .transpose()
+    cx.query_opt(
+        &format!("{COLUMNS} WHERE thread_id = ?1"),
+        [thread_id],
+        "read a thread",
+        read_raw,
+    )?
+    .map(decode)
+    .transpose()
 }
 
 fn not_found(thread_id: &str) -> StoreError {
@@ -142,28 +144,25 @@ impl SqliteStore {
                 } else {
                     record.created_at.clone()
                 };
-                cx.conn
-                    .prepare_cached(
-                        "INSERT INTO threads
-                           (thread_id, created_at, updated_at, metadata, status, title, owner)
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
-                         ON CONFLICT (thread_id) DO UPDATE SET
-                           updated_at = excluded.updated_at, metadata = excluded.metadata,
-                           status = excluded.status, title = excluded.title,
-                           owner = excluded.owner",
-                    )
-                    .and_then(|mut s| {
-                        s.execute(params![
-                            record.thread_id,
-                            created,
-                            ts,
-                            metadata,
-                            record.status,
-                            record.title,
-                            record.owner
-                        ])
-                    })
-                    .map_err(cx.err("upsert a thread"))?;
+                cx.exec(
+                    "INSERT INTO threads
+                       (thread_id, created_at, updated_at, metadata, status, title, owner)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                     ON CONFLICT (thread_id) DO UPDATE SET
+                       updated_at = excluded.updated_at, metadata = excluded.metadata,
+                       status = excluded.status, title = excluded.title,
+                       owner = excluded.owner",
+                    params![
+                        record.thread_id,
+                        created,
+                        ts,
+                        metadata,
+                        record.status,
+                        record.title,
+                        record.owner
+                    ],
+                    "upsert a thread",
+                )?;
                 get_tx(cx, &record.thread_id)?.ok_or_else(|| not_found(&record.thread_id))
             })
             .await
@@ -178,29 +177,23 @@ impl SqliteStore {
     pub async fn list_threads(&self, query: ThreadQuery) -> Result<Vec<ThreadRecord>, StoreError> {
         self.db()
             .read(move |cx| {
-                let mut stmt = cx
-                    .conn
-                    .prepare_cached(&format!(
+                cx.query_all(
+                    &format!(
                         "{COLUMNS} WHERE (?1 IS NULL OR owner = ?1) AND (?2 IS NULL OR status = ?2)
                          ORDER BY updated_at DESC, thread_id DESC LIMIT ?3 OFFSET ?4"
-                    ))
-                    .map_err(cx.err("list threads"))?;
-                let rows = stmt
-                    .query_map(
-                        params![
-                            query.owner,
-                            query.status,
-                            i64::try_from(query.limit).unwrap_or(i64::MAX),
-                            i64::try_from(query.offset).unwrap_or(i64::MAX),
-                        ],
-                        read_raw,
-                    )
-                    .map_err(cx.err("list threads"))?;
-                let mut out = Vec::new();
-                for raw in rows {
-                    out.push(decode(raw.map_err(cx.err("list threads"))?)?);
-                }
-                Ok(out)
+                    ),
+                    params![
+                        query.owner,
+                        query.status,
+                        i64::try_from(query.limit).unwrap_or(i64::MAX),
+                        i64::try_from(query.offset).unwrap_or(i64::MAX),
+                    ],
+                    "list threads",
+                    read_raw,
+                )?
+                .into_iter()
+                .map(decode)
+                .collect()
             })
             .await
     }
@@ -229,21 +222,12 @@ impl SqliteStore {
                 }
                 record.updated_at = now();
                 let metadata = json_text("thread metadata", &record.metadata)?;
-                cx.conn
-                    .prepare_cached(
-                        "UPDATE threads SET title = ?2, status = ?3, metadata = ?4, updated_at = ?5
-                         WHERE thread_id = ?1",
-                    )
-                    .and_then(|mut s| {
-                        s.execute(params![
-                            id,
-                            record.title,
-                            record.status,
-                            metadata,
-                            record.updated_at
-                        ])
-                    })
-                    .map_err(cx.err("update a thread"))?;
+                cx.exec(
+                    "UPDATE threads SET title = ?2, status = ?3, metadata = ?4, updated_at = ?5
+                     WHERE thread_id = ?1",
+                    params![id, record.title, record.status, metadata, record.updated_at],
+                    "update a thread",
+                )?;
                 Ok(record)
             })
             .await
@@ -257,16 +241,16 @@ impl SqliteStore {
             .write(move |cx| {
                 let had_checkpoints = delete_checkpoints_tx(cx, &id)?;
                 let events = delete_events_tx(cx, &id)?;
-                let runs = cx
-                    .conn
-                    .prepare_cached("DELETE FROM runs WHERE thread_id = ?1")
-                    .and_then(|mut s| s.execute([&id]))
-                    .map_err(cx.err("delete runs"))?;
-                let threads = cx
-                    .conn
-                    .prepare_cached("DELETE FROM threads WHERE thread_id = ?1")
-                    .and_then(|mut s| s.execute([&id]))
-                    .map_err(cx.err("delete a thread"))?;
+                let runs = cx.exec(
+                    "DELETE FROM runs WHERE thread_id = ?1",
+                    [&id],
+                    "delete runs",
+                )?;
+                let threads = cx.exec(
+                    "DELETE FROM threads WHERE thread_id = ?1",
+                    [&id],
+                    "delete a thread",
+                )?;
                 Ok(had_checkpoints || runs > 0 || threads > 0 || events > 0)
             })
             .await

@@ -169,17 +169,9 @@ read the page.",
     }
 }
 
-#[async_trait]
-impl Tool for WebSearchTool {
-    fn spec(&self) -> &Arc<ToolSpec> {
-        &self.spec
-    }
-
-    fn returns_remote_content(&self) -> bool {
-        true
-    }
-
-    async fn call(&self, args: Object, ctx: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
+impl WebSearchTool {
+    /// [`Tool::call`].
+    async fn run(&self, args: Object, ctx: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
         let query = required(&args, "query")?;
         let asked = self.configured_max.or_else(|| {
             self.backend
@@ -254,17 +246,9 @@ https://example.com is valid, example.com is not."
     }
 }
 
-#[async_trait]
-impl Tool for WebFetchTool {
-    fn spec(&self) -> &Arc<ToolSpec> {
-        &self.spec
-    }
-
-    fn returns_remote_content(&self) -> bool {
-        true
-    }
-
-    async fn call(&self, args: Object, ctx: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
+impl WebFetchTool {
+    /// [`Tool::call`].
+    async fn run(&self, args: Object, ctx: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
         let url = required(&args, "url")?;
         Ok(to_output(cancellable(&ctx, self.fetch(&url)).await))
     }
@@ -304,17 +288,9 @@ accuracy. The returned image URLs can be used as references in image generation.
     }
 }
 
-#[async_trait]
-impl Tool for ImageSearchTool {
-    fn spec(&self) -> &Arc<ToolSpec> {
-        &self.spec
-    }
-
-    fn returns_remote_content(&self) -> bool {
-        true
-    }
-
-    async fn call(&self, args: Object, ctx: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
+impl ImageSearchTool {
+    /// [`Tool::call`].
+    async fn run(&self, args: Object, ctx: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
         let query = required(&args, "query")?;
         let max = crate::providers::clamp_results(
             self.configured_max
@@ -341,3 +317,29 @@ impl Tool for ImageSearchTool {
         Ok(to_output(cancellable(&ctx, fut).await))
     }
 }
+
+/// `impl Tool` for the web tools: each has a `spec` field and an inherent `run`, and returns
+/// remote (untrusted) content.
+macro_rules! remote_tool {
+    ($($ty:ty),*) => {$(
+        #[async_trait]
+        impl Tool for $ty {
+            fn spec(&self) -> &Arc<ToolSpec> {
+                &self.spec
+            }
+
+            fn returns_remote_content(&self) -> bool {
+                true
+            }
+
+            async fn call(
+                &self,
+                args: Object,
+                ctx: ToolContext<'_>,
+            ) -> Result<ToolOutput, ToolError> {
+                self.run(args, ctx).await
+            }
+        }
+    )*};
+}
+remote_tool!(WebSearchTool, WebFetchTool, ImageSearchTool);

@@ -74,6 +74,11 @@ pub async fn call(tool: &McpTool, thread: &str, user: Option<&str>, args: Value)
         .unwrap()
 }
 
+/// Call catalog tool `name` as thread `t1` of no user.
+pub async fn call_t1(catalog: &Catalog, name: &str, args: Value) -> ToolOutput {
+    call(&tool(catalog, name), "t1", None, args).await
+}
+
 /// The text and status of a content result.
 pub fn text(out: &ToolOutput) -> (String, ToolStatus) {
     match out {

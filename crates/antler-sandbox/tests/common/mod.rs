@@ -78,6 +78,13 @@ pub fn quick() -> SandboxSettings {
     }
 }
 
+/// [`quick`] settings changed by `tweak`.
+pub fn quick_with(tweak: impl FnOnce(&mut SandboxSettings)) -> SandboxSettings {
+    let mut settings = quick();
+    tweak(&mut settings);
+    settings
+}
+
 /// `Some(reason)` when Landlock cannot be used here; the caller prints it and skips.
 pub fn landlock_missing() -> Option<String> {
     antler_sandbox::confine::landlock_support().err()

@@ -29,8 +29,7 @@ use antler_protocol::checkpoint::{
     Checkpoint, CheckpointError, CheckpointMeta, CheckpointWrite, Checkpointer,
 };
 use antler_protocol::{Change, Entry, Message, Messages, ThreadState};
-use async_trait::async_trait;
-use rusqlite::{params, OptionalExtension};
+use rusqlite::params;
 use serde_json::Value;
 
 use crate::db::Cx;
@@ -119,20 +118,18 @@ fn encode(write: CheckpointWrite) -> Result<EncodedWrite, StoreError> {
 /// Close every live message row of a thread at `seq` (rows born at `seq` are deleted instead).
 fn close_all(cx: &Cx<'_>, thread: &str, seq: i64, born_here: bool) -> Result<(), StoreError> {
     if born_here {
-        cx.conn
-            .prepare_cached(
-                "DELETE FROM checkpoint_messages
-                 WHERE thread_id = ?1 AND to_seq IS NULL AND from_seq = ?2",
-            )
-            .and_then(|mut s| s.execute(params![thread, seq]))
-            .map_err(cx.err("close messages"))?;
+        cx.exec(
+            "DELETE FROM checkpoint_messages
+             WHERE thread_id = ?1 AND to_seq IS NULL AND from_seq = ?2",
+            params![thread, seq],
+            "close messages",
+        )?;
     }
-    cx.conn
-        .prepare_cached(
-            "UPDATE checkpoint_messages SET to_seq = ?2 WHERE thread_id = ?1 AND to_seq IS NULL",
-        )
-        .and_then(|mut s| s.execute(params![thread, seq]))
-        .map_err(cx.err("close messages"))?;
+    cx.exec(
+        "UPDATE checkpoint_messages SET to_seq = ?2 WHERE thread_id = ?1 AND to_seq IS NULL",
+        params![thread, seq],
+        "close messages",
+    )?;
     Ok(())
 }
 
@@ -145,76 +142,75 @@ fn close_one(
     born_here: bool,
 ) -> Result<(), StoreError> {
     if born_here {
-        cx.conn
-            .prepare_cached(
-                "DELETE FROM checkpoint_messages
-                 WHERE thread_id = ?1 AND ord = ?2 AND to_seq IS NULL AND from_seq = ?3",
-            )
-            .and_then(|mut s| s.execute(params![thread, ord, seq]))
-            .map_err(cx.err("close a message"))?;
+        cx.exec(
+            "DELETE FROM checkpoint_messages
+             WHERE thread_id = ?1 AND ord = ?2 AND to_seq IS NULL AND from_seq = ?3",
+            params![thread, ord, seq],
+            "close a message",
+        )?;
     }
-    cx.conn
-        .prepare_cached(
-            "UPDATE checkpoint_messages SET to_seq = ?3
-             WHERE thread_id = ?1 AND ord = ?2 AND to_seq IS NULL",
-        )
-        .and_then(|mut s| s.execute(params![thread, ord, seq]))
-        .map_err(cx.err("close a message"))?;
+    cx.exec(
+        "UPDATE checkpoint_messages SET to_seq = ?3
+         WHERE thread_id = ?1 AND ord = ?2 AND to_seq IS NULL",
+        params![thread, ord, seq],
+        "close a message",
+    )?;
     Ok(())
 }
 
 /// Make the message list of checkpoint `parent` live again at `seq`; returns bytes copied.
 fn rebase(cx: &Cx<'_>, thread: &str, parent: i64, seq: i64) -> Result<u64, StoreError> {
     // Live rows born after the parent are not in its list.
-    cx.conn
-        .prepare_cached(
-            "UPDATE checkpoint_messages SET to_seq = ?3
-             WHERE thread_id = ?1 AND to_seq IS NULL AND from_seq > ?2",
-        )
-        .and_then(|mut s| s.execute(params![thread, parent, seq]))
-        .map_err(cx.err("fork a checkpoint"))?;
+    cx.exec(
+        "UPDATE checkpoint_messages SET to_seq = ?3
+         WHERE thread_id = ?1 AND to_seq IS NULL AND from_seq > ?2",
+        params![thread, parent, seq],
+        "fork a checkpoint",
+    )?;
     // Parent rows closed since then come back, valid from `seq`.
-    let bytes: i64 = cx
-        .conn
-        .prepare_cached(
-            "SELECT COALESCE(SUM(LENGTH(CAST(body AS BLOB))), 0) FROM checkpoint_messages
-             WHERE thread_id = ?1 AND from_seq <= ?2 AND to_seq > ?2",
-        )
-        .and_then(|mut s| s.query_row(params![thread, parent], |r| r.get(0)))
-        .map_err(cx.err("fork a checkpoint"))?;
-    cx.conn
-        .prepare_cached(
-            "INSERT INTO checkpoint_messages (thread_id, ord, from_seq, body)
-             SELECT thread_id, ord, ?3, body FROM checkpoint_messages
-             WHERE thread_id = ?1 AND from_seq <= ?2 AND to_seq > ?2",
-        )
-        .and_then(|mut s| s.execute(params![thread, parent, seq]))
-        .map_err(cx.err("fork a checkpoint"))?;
-    Ok(u64::try_from(bytes).unwrap_or(0))
+    let bytes: Option<i64> = cx.query_opt(
+        "SELECT COALESCE(SUM(LENGTH(CAST(body AS BLOB))), 0) FROM checkpoint_messages
+         WHERE thread_id = ?1 AND from_seq <= ?2 AND to_seq > ?2",
+        params![thread, parent],
+        "fork a checkpoint",
+        |r| r.get(0),
+    )?;
+    cx.exec(
+        "INSERT INTO checkpoint_messages (thread_id, ord, from_seq, body)
+         SELECT thread_id, ord, ?3, body FROM checkpoint_messages
+         WHERE thread_id = ?1 AND from_seq <= ?2 AND to_seq > ?2",
+        params![thread, parent, seq],
+        "fork a checkpoint",
+    )?;
+    Ok(bytes.map_or(0, |b| u64::try_from(b).unwrap_or(0)))
+}
+
+/// The newest checkpoint seq of a thread, `None` when it has none.
+fn head_seq(cx: &Cx<'_>, thread: &str) -> Result<Option<i64>, StoreError> {
+    let head = cx.query_opt(
+        "SELECT MAX(seq) FROM checkpoints WHERE thread_id = ?1",
+        [thread],
+        "read the thread head",
+        |r| r.get::<_, Option<i64>>(0),
+    )?;
+    Ok(head.flatten())
 }
 
 /// Persist one checkpoint; returns payload bytes written.
 fn put_tx(cx: &Cx<'_>, w: &EncodedWrite) -> Result<u64, StoreError> {
     let thread = w.thread_id.as_str();
-    let head: Option<i64> = cx
-        .conn
-        .prepare_cached("SELECT MAX(seq) FROM checkpoints WHERE thread_id = ?1")
-        .and_then(|mut s| s.query_row([thread], |r| r.get(0)))
-        .map_err(cx.err("read the thread head"))?;
+    let head = head_seq(cx, thread)?;
     let seq = head.map_or(1, |h| h + 1);
     let parent: Option<(i64, Option<i64>)> = match &w.parent_id {
         Some(pid) => Some(
-            cx.conn
-                .prepare_cached(
-                    "SELECT seq, fields_seq FROM checkpoints
-                     WHERE thread_id = ?1 AND checkpoint_id = ?2",
-                )
-                .and_then(|mut s| {
-                    s.query_row(params![thread, pid], |r| Ok((r.get(0)?, r.get(1)?)))
-                        .optional()
-                })
-                .map_err(cx.err("read the parent checkpoint"))?
-                .ok_or_else(|| StoreError::UnknownParent(pid.clone()))?,
+            cx.query_opt(
+                "SELECT seq, fields_seq FROM checkpoints
+                 WHERE thread_id = ?1 AND checkpoint_id = ?2",
+                params![thread, pid],
+                "read the parent checkpoint",
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )?
+            .ok_or_else(|| StoreError::UnknownParent(pid.clone()))?,
         ),
         None => None,
     };
@@ -223,26 +219,23 @@ fn put_tx(cx: &Cx<'_>, w: &EncodedWrite) -> Result<u64, StoreError> {
         (None, Some((_, fs))) => fs,
         (None, None) => None,
     };
-    cx.conn
-        .prepare_cached(
-            "INSERT INTO checkpoints (thread_id, seq, checkpoint_id, parent_id, step, created_at,
-                                      metadata, fields, fields_seq)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-        )
-        .and_then(|mut s| {
-            s.execute(params![
-                thread,
-                seq,
-                w.checkpoint_id,
-                w.parent_id,
-                w.step,
-                w.created_at,
-                w.metadata,
-                w.fields,
-                fields_seq,
-            ])
-        })
-        .map_err(cx.err("insert a checkpoint"))?;
+    cx.exec(
+        "INSERT INTO checkpoints (thread_id, seq, checkpoint_id, parent_id, step, created_at,
+                                  metadata, fields, fields_seq)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        params![
+            thread,
+            seq,
+            w.checkpoint_id,
+            w.parent_id,
+            w.step,
+            w.created_at,
+            w.metadata,
+            w.fields,
+            fields_seq,
+        ],
+        "insert a checkpoint",
+    )?;
 
     let mut bytes = w.bytes;
     let mut born_here = false;
@@ -257,21 +250,17 @@ fn put_tx(cx: &Cx<'_>, w: &EncodedWrite) -> Result<u64, StoreError> {
     if w.cleared {
         close_all(cx, thread, seq, born_here)?;
     }
-    let mut insert = cx
-        .conn
-        .prepare_cached(
-            "INSERT INTO checkpoint_messages (thread_id, ord, from_seq, body)
-             VALUES (?1, ?2, ?3, ?4)",
-        )
-        .map_err(cx.err("insert a message"))?;
     for (ord, body) in &w.ops {
         if !w.cleared {
             close_one(cx, thread, *ord, seq, born_here)?;
         }
         if let Some(body) = body {
-            insert
-                .execute(params![thread, ord, seq, body])
-                .map_err(cx.err("insert a message"))?;
+            cx.exec(
+                "INSERT INTO checkpoint_messages (thread_id, ord, from_seq, body)
+                 VALUES (?1, ?2, ?3, ?4)",
+                params![thread, ord, seq, body],
+                "insert a message",
+            )?;
         }
     }
     Ok(bytes)
@@ -335,44 +324,22 @@ pub(crate) fn load(
     thread: &str,
     which: Which<'_>,
 ) -> Result<Option<Checkpoint>, StoreError> {
-    let head: Option<i64> = cx
-        .conn
-        .prepare_cached("SELECT MAX(seq) FROM checkpoints WHERE thread_id = ?1")
-        .and_then(|mut s| s.query_row([thread], |r| r.get(0)))
-        .map_err(cx.err("read the thread head"))?;
+    let head = head_seq(cx, thread)?;
     let Some(head) = head else {
         return Ok(None);
     };
+    let by_seq = format!("{CHECKPOINT_COLUMNS} WHERE c.thread_id = ?1 AND c.seq = ?2");
+    let read = |r: &rusqlite::Row<'_>| read_row(thread, r);
     let row = match which {
-        Which::Head => cx
-            .conn
-            .prepare_cached(&format!(
-                "{CHECKPOINT_COLUMNS} WHERE c.thread_id = ?1 AND c.seq = ?2"
-            ))
-            .and_then(|mut s| {
-                s.query_row(params![thread, head], |r| read_row(thread, r))
-                    .optional()
-            }),
-        Which::Seq(seq) => cx
-            .conn
-            .prepare_cached(&format!(
-                "{CHECKPOINT_COLUMNS} WHERE c.thread_id = ?1 AND c.seq = ?2"
-            ))
-            .and_then(|mut s| {
-                s.query_row(params![thread, seq], |r| read_row(thread, r))
-                    .optional()
-            }),
-        Which::Id(id) => cx
-            .conn
-            .prepare_cached(&format!(
-                "{CHECKPOINT_COLUMNS} WHERE c.thread_id = ?1 AND c.checkpoint_id = ?2"
-            ))
-            .and_then(|mut s| {
-                s.query_row(params![thread, id], |r| read_row(thread, r))
-                    .optional()
-            }),
-    }
-    .map_err(cx.err("read a checkpoint"))?;
+        Which::Head => cx.query_opt(&by_seq, params![thread, head], "read a checkpoint", read),
+        Which::Seq(seq) => cx.query_opt(&by_seq, params![thread, seq], "read a checkpoint", read),
+        Which::Id(id) => cx.query_opt(
+            &format!("{CHECKPOINT_COLUMNS} WHERE c.thread_id = ?1 AND c.checkpoint_id = ?2"),
+            params![thread, id],
+            "read a checkpoint",
+            read,
+        ),
+    }?;
     let Some(row) = row else {
         return Ok(None);
     };
@@ -443,46 +410,39 @@ fn list_tx(
     before: Option<&str>,
 ) -> Result<Vec<CheckpointMeta>, StoreError> {
     let before_seq: Option<i64> = match before {
-        Some(b) => cx
-            .conn
-            .prepare_cached(
-                "SELECT seq FROM checkpoints WHERE thread_id = ?1 AND checkpoint_id = ?2",
-            )
-            .and_then(|mut s| s.query_row(params![thread, b], |r| r.get(0)).optional())
-            .map_err(cx.err("list checkpoints"))?,
+        Some(b) => cx.query_opt(
+            "SELECT seq FROM checkpoints WHERE thread_id = ?1 AND checkpoint_id = ?2",
+            params![thread, b],
+            "list checkpoints",
+            |r| r.get(0),
+        )?,
         None => None,
     };
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    let mut stmt = cx
-        .conn
-        .prepare_cached(&format!(
+    cx.query_all(
+        &format!(
             "{CHECKPOINT_COLUMNS} WHERE c.thread_id = ?1 AND c.seq < ?2 ORDER BY c.seq DESC LIMIT ?3"
-        ))
-        .map_err(cx.err("list checkpoints"))?;
-    let rows = stmt
-        .query_map(
-            params![thread, before_seq.unwrap_or(i64::MAX), limit],
-            |r| read_row(thread, r),
-        )
-        .map_err(cx.err("list checkpoints"))?;
-    let mut out = Vec::new();
-    for row in rows {
-        let row = row.map_err(cx.err("list checkpoints"))?;
-        out.push(decode_meta(&row)?);
-    }
-    Ok(out)
+        ),
+        params![thread, before_seq.unwrap_or(i64::MAX), limit],
+        "list checkpoints",
+        |r| read_row(thread, r),
+    )?
+    .iter()
+    .map(decode_meta)
+    .collect()
 }
 
 pub(crate) fn delete_checkpoints_tx(cx: &Cx<'_>, thread: &str) -> Result<bool, StoreError> {
-    cx.conn
-        .prepare_cached("DELETE FROM checkpoint_messages WHERE thread_id = ?1")
-        .and_then(|mut s| s.execute([thread]))
-        .map_err(cx.err("delete checkpoints"))?;
-    let n = cx
-        .conn
-        .prepare_cached("DELETE FROM checkpoints WHERE thread_id = ?1")
-        .and_then(|mut s| s.execute([thread]))
-        .map_err(cx.err("delete checkpoints"))?;
+    cx.exec(
+        "DELETE FROM checkpoint_messages WHERE thread_id = ?1",
+        [thread],
+        "delete checkpoints",
+    )?;
+    let n = cx.exec(
+        "DELETE FROM checkpoints WHERE thread_id = ?1",
+        [thread],
+        "delete checkpoints",
+    )?;
     Ok(n > 0)
 }
 
@@ -562,17 +522,13 @@ impl SqliteStore {
         let thread = thread_id.to_owned();
         self.db()
             .read(move |cx| {
-                let seqs: Vec<(i64, String)> = cx
-                    .conn
-                    .prepare_cached(
-                        "SELECT seq, checkpoint_id FROM checkpoints
-                         WHERE thread_id = ?1 ORDER BY seq DESC",
-                    )
-                    .and_then(|mut s| {
-                        s.query_map([&thread], |r| Ok((r.get(0)?, r.get(1)?)))?
-                            .collect::<rusqlite::Result<Vec<_>>>()
-                    })
-                    .map_err(cx.err("list checkpoints"))?;
+                let seqs: Vec<(i64, String)> = cx.query_all(
+                    "SELECT seq, checkpoint_id FROM checkpoints
+                     WHERE thread_id = ?1 ORDER BY seq DESC",
+                    [&thread],
+                    "list checkpoints",
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )?;
                 let mut skipped = Vec::new();
                 for (seq, id) in seqs {
                     match load(cx, &thread, Which::Seq(seq)) {
@@ -612,36 +568,50 @@ impl SqliteStore {
     }
 }
 
-#[async_trait]
-impl Checkpointer for SqliteStore {
-    async fn put(&self, write: CheckpointWrite) -> Result<(), CheckpointError> {
-        Ok(self.put_checkpoint(write).await?)
-    }
+/// `impl Checkpointer for $ty` over a [`SqliteStore`] — `self`, or its field `$field` — with
+/// `latest` given by the caller (the one method the store and
+/// [`recover::RecoveringCheckpointer`] do differently) and the rest going straight to the store.
+macro_rules! impl_checkpointer {
+    ($ty:ty $(, $field:ident)?; $($latest:tt)*) => {
+        #[async_trait::async_trait]
+        impl Checkpointer for $ty {
+            $($latest)*
 
+            async fn put(&self, write: CheckpointWrite) -> Result<(), CheckpointError> {
+                Ok(self$(.$field)?.put_checkpoint(write).await?)
+            }
+
+            async fn get(
+                &self,
+                thread_id: &str,
+                checkpoint_id: &str,
+            ) -> Result<Option<Checkpoint>, CheckpointError> {
+                Ok(self$(.$field)?.get_checkpoint(thread_id, checkpoint_id).await?)
+            }
+
+            async fn list(
+                &self,
+                thread_id: &str,
+                limit: usize,
+                before: Option<&str>,
+            ) -> Result<Vec<CheckpointMeta>, CheckpointError> {
+                Ok(self$(.$field)?.list_checkpoints(thread_id, limit, before).await?)
+            }
+
+            /// Checkpoints only; [`SqliteStore::delete_thread`] also drops the thread record and
+            /// runs.
+            async fn delete_thread(&self, thread_id: &str) -> Result<(), CheckpointError> {
+                self$(.$field)?.delete_checkpoints(thread_id).await?;
+                Ok(())
+            }
+        }
+    };
+}
+use impl_checkpointer;
+
+impl_checkpointer! {
+    SqliteStore;
     async fn latest(&self, thread_id: &str) -> Result<Option<Checkpoint>, CheckpointError> {
         Ok(self.latest_checkpoint(thread_id).await?)
-    }
-
-    async fn get(
-        &self,
-        thread_id: &str,
-        checkpoint_id: &str,
-    ) -> Result<Option<Checkpoint>, CheckpointError> {
-        Ok(self.get_checkpoint(thread_id, checkpoint_id).await?)
-    }
-
-    async fn list(
-        &self,
-        thread_id: &str,
-        limit: usize,
-        before: Option<&str>,
-    ) -> Result<Vec<CheckpointMeta>, CheckpointError> {
-        Ok(self.list_checkpoints(thread_id, limit, before).await?)
-    }
-
-    /// Checkpoints only; [`SqliteStore::delete_thread`] also drops the thread record and runs.
-    async fn delete_thread(&self, thread_id: &str) -> Result<(), CheckpointError> {
-        self.delete_checkpoints(thread_id).await?;
-        Ok(())
     }
 }

@@ -10,7 +10,6 @@ use antler_protocol::checkpoint::{
     Checkpoint, CheckpointError, CheckpointMeta, CheckpointWrite, Checkpointer,
 };
 use antler_protocol::{Message, ThreadState};
-use async_trait::async_trait;
 use serde_json::{json, Value};
 
 use crate::journal::{MessageCursor, NewRunEvent};
@@ -238,12 +237,8 @@ impl RecoveringCheckpointer {
     }
 }
 
-#[async_trait]
-impl Checkpointer for RecoveringCheckpointer {
-    async fn put(&self, write: CheckpointWrite) -> Result<(), CheckpointError> {
-        Ok(self.store.put_checkpoint(write).await?)
-    }
-
+super::impl_checkpointer! {
+    RecoveringCheckpointer, store;
     async fn latest(&self, thread_id: &str) -> Result<Option<Checkpoint>, CheckpointError> {
         match self.store.latest_checkpoint(thread_id).await {
             Err(StoreError::CorruptCheckpoint { .. }) => {
@@ -253,30 +248,5 @@ impl Checkpointer for RecoveringCheckpointer {
             }
             other => Ok(other?),
         }
-    }
-
-    async fn get(
-        &self,
-        thread_id: &str,
-        checkpoint_id: &str,
-    ) -> Result<Option<Checkpoint>, CheckpointError> {
-        Ok(self.store.get_checkpoint(thread_id, checkpoint_id).await?)
-    }
-
-    async fn list(
-        &self,
-        thread_id: &str,
-        limit: usize,
-        before: Option<&str>,
-    ) -> Result<Vec<CheckpointMeta>, CheckpointError> {
-        Ok(self
-            .store
-            .list_checkpoints(thread_id, limit, before)
-            .await?)
-    }
-
-    async fn delete_thread(&self, thread_id: &str) -> Result<(), CheckpointError> {
-        self.store.delete_checkpoints(thread_id).await?;
-        Ok(())
     }
 }

@@ -18,8 +18,8 @@ use rusqlite::params;
 use serde_json::{Map, Value};
 
 use super::{
-    decode, get_tx, insert_tx, read_raw, update_one, EncodedRun, RunRecord, RunStatus, RunUsage,
-    COLUMNS,
+    get_tx, insert_tx, query_runs, set_usage_tx, update_one, EncodedRun, RunRecord, RunStatus,
+    RunUsage, COLUMNS,
 };
 use crate::db::Cx;
 use crate::error::StoreError;
@@ -128,21 +128,15 @@ fn is_orphan(run: &RunRecord, now_ms: i64, grace: Duration, unleased: bool) -> b
 }
 
 fn active_runs_tx(cx: &Cx<'_>, thread: &str) -> Result<Vec<RunRecord>, StoreError> {
-    let mut stmt = cx
-        .conn
-        .prepare_cached(&format!(
+    query_runs(
+        cx,
+        &format!(
             "{COLUMNS} WHERE thread_id = ?1 AND status IN ('pending', 'running')
              ORDER BY created_at, rowid"
-        ))
-        .map_err(cx.err("read active runs"))?;
-    let rows = stmt
-        .query_map([thread], read_raw)
-        .map_err(cx.err("read active runs"))?;
-    let mut out = Vec::new();
-    for raw in rows {
-        out.push(decode(raw.map_err(cx.err("read active runs"))?)?);
-    }
-    Ok(out)
+        ),
+        [thread],
+        "read active runs",
+    )
 }
 
 /// Move an active run to a terminal status (no lease check).
@@ -352,15 +346,13 @@ impl SqliteStore {
         self.db()
             .write(move |cx| {
                 let until = now_ms().saturating_add(lease_ms(lease));
-                let n = cx
-                    .conn
-                    .prepare_cached(
-                        "UPDATE runs SET lease_expires_at = ?3
-                         WHERE run_id = ?1 AND lease_owner = ?2
-                           AND status IN ('pending', 'running')",
-                    )
-                    .and_then(|mut s| s.execute(params![id, owner, until]))
-                    .map_err(cx.err("renew a run lease"))?;
+                let n = cx.exec(
+                    "UPDATE runs SET lease_expires_at = ?3
+                     WHERE run_id = ?1 AND lease_owner = ?2
+                       AND status IN ('pending', 'running')",
+                    params![id, owner, until],
+                    "renew a run lease",
+                )?;
                 if n == 1 {
                     Ok(Heartbeat::Held)
                 } else {
@@ -385,46 +377,27 @@ impl SqliteStore {
         self.db()
             .write(move |cx| {
                 let ts = now();
-                let n = cx
-                    .conn
-                    .prepare_cached(
-                        "UPDATE runs SET status = ?3, error = ?4,
-                           stop_reason = COALESCE(?5, stop_reason), updated_at = ?6,
-                           ended_at = ?6, lease_expires_at = NULL
-                         WHERE run_id = ?1 AND lease_owner = ?2
-                           AND status IN ('pending', 'running')",
-                    )
-                    .and_then(|mut s| {
-                        s.execute(params![
-                            id,
-                            owner,
-                            status.as_str(),
-                            finish.error,
-                            finish.stop_reason,
-                            ts
-                        ])
-                    })
-                    .map_err(cx.err("finish a run"))?;
+                let n = cx.exec(
+                    "UPDATE runs SET status = ?3, error = ?4,
+                       stop_reason = COALESCE(?5, stop_reason), updated_at = ?6,
+                       ended_at = ?6, lease_expires_at = NULL
+                     WHERE run_id = ?1 AND lease_owner = ?2
+                       AND status IN ('pending', 'running')",
+                    params![
+                        id,
+                        owner,
+                        status.as_str(),
+                        finish.error,
+                        finish.stop_reason,
+                        ts
+                    ],
+                    "finish a run",
+                )?;
                 if n == 0 {
                     return Ok(None);
                 }
                 if let Some(u) = finish.usage {
-                    cx.conn
-                        .prepare_cached(
-                            "UPDATE runs SET total_input_tokens = ?2, total_output_tokens = ?3,
-                               total_tokens = ?4, llm_call_count = ?5
-                             WHERE run_id = ?1",
-                        )
-                        .and_then(|mut s| {
-                            s.execute(params![
-                                id,
-                                u.total_input_tokens,
-                                u.total_output_tokens,
-                                u.total_tokens,
-                                u.llm_call_count
-                            ])
-                        })
-                        .map_err(cx.err("finish a run"))?;
+                    set_usage_tx(cx, &id, u, None, "finish a run")?;
                 }
                 get_tx(cx, &id)
             })
@@ -444,16 +417,12 @@ impl SqliteStore {
         let max_trace = self.max_trace_bytes();
         self.db()
             .write(move |cx| {
-                let threads: Vec<String> = cx
-                    .conn
-                    .prepare_cached(
-                        "SELECT DISTINCT thread_id FROM runs WHERE status IN ('pending', 'running')",
-                    )
-                    .and_then(|mut s| {
-                        s.query_map([], |r| r.get(0))?
-                            .collect::<rusqlite::Result<Vec<String>>>()
-                    })
-                    .map_err(cx.err("read active runs"))?;
+                let threads: Vec<String> = cx.query_all(
+                    "SELECT DISTINCT thread_id FROM runs WHERE status IN ('pending', 'running')",
+                    [],
+                    "read active runs",
+                    |r| r.get(0),
+                )?;
                 let mut out = Vec::new();
                 for t in threads {
                     out.extend(sweep_tx(cx, &t, grace, max_trace, false)?.1);

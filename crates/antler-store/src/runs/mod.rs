@@ -7,7 +7,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use rusqlite::{params, OptionalExtension};
+use rusqlite::params;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -231,12 +231,58 @@ pub(super) fn decode(raw: RawRun) -> Result<RunRecord, StoreError> {
 }
 
 pub(super) fn get_tx(cx: &Cx<'_>, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
-    cx.conn
-        .prepare_cached(&format!("{COLUMNS} WHERE run_id = ?1"))
-        .and_then(|mut s| s.query_row([run_id], read_raw).optional())
-        .map_err(cx.err("read a run"))?
+    cx.query_opt(
+        &format!("{COLUMNS} WHERE run_id = ?1"),
+        [run_id],
+        "read a run",
+        read_raw,
+    )?
+    .map(decode)
+    .transpose()
+}
+
+/// Every run a `{COLUMNS} WHERE ...` query selects, decoded.
+pub(super) fn query_runs(
+    cx: &Cx<'_>,
+    sql: &str,
+    params: impl rusqlite::Params,
+    op: &'static str,
+) -> Result<Vec<RunRecord>, StoreError> {
+    cx.query_all(sql, params, op, read_raw)?
+        .into_iter()
         .map(decode)
-        .transpose()
+        .collect()
+}
+
+/// Replace a run's token totals; `updated_at` is set when `ts` is given. Returns rows changed.
+pub(super) fn set_usage_tx(
+    cx: &Cx<'_>,
+    run_id: &str,
+    usage: RunUsage,
+    ts: Option<String>,
+    op: &'static str,
+) -> Result<usize, StoreError> {
+    cx.exec(
+        "UPDATE runs SET total_input_tokens = ?2, total_output_tokens = ?3,
+           total_tokens = ?4, llm_call_count = ?5, updated_at = COALESCE(?6, updated_at)
+         WHERE run_id = ?1",
+        params![
+            run_id,
+            usage.total_input_tokens,
+            usage.total_output_tokens,
+            usage.total_tokens,
+            usage.llm_call_count,
+            ts
+        ],
+        op,
+    )
+}
+
+fn not_found(run_id: &str) -> StoreError {
+    StoreError::NotFound {
+        kind: "run",
+        id: run_id.to_owned(),
+    }
 }
 
 /// Run an UPDATE on one run (`?1` = run id) and return the updated row.
@@ -246,21 +292,10 @@ pub(super) fn update_one(
     sql: &str,
     params: &[&dyn rusqlite::ToSql],
 ) -> Result<RunRecord, StoreError> {
-    let n = cx
-        .conn
-        .prepare_cached(sql)
-        .and_then(|mut s| s.execute(params))
-        .map_err(cx.err("update a run"))?;
-    if n == 0 {
-        return Err(StoreError::NotFound {
-            kind: "run",
-            id: run_id.to_owned(),
-        });
+    if cx.exec(sql, params, "update a run")? == 0 {
+        return Err(not_found(run_id));
     }
-    get_tx(cx, run_id)?.ok_or_else(|| StoreError::NotFound {
-        kind: "run",
-        id: run_id.to_owned(),
-    })
+    get_tx(cx, run_id)?.ok_or_else(|| not_found(run_id))
 }
 
 impl SqliteStore {
@@ -329,21 +364,10 @@ impl SqliteStore {
         let id = run_id.to_owned();
         self.db()
             .write(move |cx| {
-                update_one(
-                    cx,
-                    &id,
-                    "UPDATE runs SET total_input_tokens = ?2, total_output_tokens = ?3,
-                       total_tokens = ?4, llm_call_count = ?5, updated_at = ?6
-                     WHERE run_id = ?1",
-                    params![
-                        id,
-                        usage.total_input_tokens,
-                        usage.total_output_tokens,
-                        usage.total_tokens,
-                        usage.llm_call_count,
-                        now()
-                    ],
-                )
+                if set_usage_tx(cx, &id, usage, Some(now()), "update a run")? == 0 {
+                    return Err(not_found(&id));
+                }
+                get_tx(cx, &id)?.ok_or_else(|| not_found(&id))
             })
             .await
     }
@@ -357,24 +381,15 @@ impl SqliteStore {
         let id = thread_id.to_owned();
         self.db()
             .read(move |cx| {
-                let mut stmt = cx
-                    .conn
-                    .prepare_cached(&format!(
+                query_runs(
+                    cx,
+                    &format!(
                         "{COLUMNS} WHERE thread_id = ?1 ORDER BY created_at DESC, rowid DESC
                          LIMIT ?2"
-                    ))
-                    .map_err(cx.err("list runs"))?;
-                let rows = stmt
-                    .query_map(
-                        params![id, i64::try_from(limit).unwrap_or(i64::MAX)],
-                        read_raw,
-                    )
-                    .map_err(cx.err("list runs"))?;
-                let mut out = Vec::new();
-                for raw in rows {
-                    out.push(decode(raw.map_err(cx.err("list runs"))?)?);
-                }
-                Ok(out)
+                    ),
+                    params![id, i64::try_from(limit).unwrap_or(i64::MAX)],
+                    "list runs",
+                )
             })
             .await
     }
@@ -386,18 +401,13 @@ impl SqliteStore {
         status: RunStatus,
         stop_reason: Option<&str>,
     ) -> Result<usize, StoreError> {
-        let stop_reason = stop_reason.map(str::to_owned);
-        self.db()
-            .write(move |cx| {
-                cx.conn
-                    .prepare_cached(
-                        "UPDATE runs SET status = ?1, stop_reason = ?2, updated_at = ?3
-                         WHERE status IN ('pending', 'running')",
-                    )
-                    .and_then(|mut s| s.execute(params![status.as_str(), stop_reason, now()]))
-                    .map_err(cx.err("mark unfinished runs"))
-            })
-            .await
+        self.mark_runs(
+            "UPDATE runs SET status = ?1, stop_reason = ?2, updated_at = ?3
+             WHERE status IN ('pending', 'running')",
+            status,
+            stop_reason,
+        )
+        .await
     }
 
     /// As [`SqliteStore::mark_unfinished_runs`], for the runs created without a lease only
@@ -408,16 +418,30 @@ impl SqliteStore {
         status: RunStatus,
         stop_reason: Option<&str>,
     ) -> Result<usize, StoreError> {
+        self.mark_runs(
+            "UPDATE runs SET status = ?1, stop_reason = ?2, updated_at = ?3
+             WHERE status IN ('pending', 'running') AND lease_owner IS NULL",
+            status,
+            stop_reason,
+        )
+        .await
+    }
+
+    /// Run a `mark unfinished runs` UPDATE (`?1` status, `?2` stop reason, `?3` now).
+    async fn mark_runs(
+        &self,
+        sql: &'static str,
+        status: RunStatus,
+        stop_reason: Option<&str>,
+    ) -> Result<usize, StoreError> {
         let stop_reason = stop_reason.map(str::to_owned);
         self.db()
             .write(move |cx| {
-                cx.conn
-                    .prepare_cached(
-                        "UPDATE runs SET status = ?1, stop_reason = ?2, updated_at = ?3
-                         WHERE status IN ('pending', 'running') AND lease_owner IS NULL",
-                    )
-                    .and_then(|mut s| s.execute(params![status.as_str(), stop_reason, now()]))
-                    .map_err(cx.err("mark unfinished runs"))
+                cx.exec(
+                    sql,
+                    params![status.as_str(), stop_reason, now()],
+                    "mark unfinished runs",
+                )
             })
             .await
     }

@@ -16,9 +16,24 @@ fn opts(strategy: MultitaskStrategy) -> AdmitOptions {
     AdmitOptions::new(strategy)
 }
 
-/// Admit `run` with `strategy` and the default options; the admission itself must not fail.
-async fn admit(store: &SqliteStore, run: RunRecord, strategy: MultitaskStrategy) -> AdmitOutcome {
-    store.admit_run(run, opts(strategy)).await.unwrap()
+/// Admit a new run `id` (assistant `a`) on `thread` with `strategy` and the default options;
+/// the admission itself must not fail.
+async fn admit(
+    store: &SqliteStore,
+    id: &str,
+    thread: &str,
+    strategy: MultitaskStrategy,
+) -> AdmitOutcome {
+    store
+        .admit_run(RunRecord::new(id, thread, "a"), opts(strategy))
+        .await
+        .unwrap()
+}
+
+/// Admit `r1` on thread `t`, then `r2` there with `strategy`.
+async fn second_run(store: &SqliteStore, strategy: MultitaskStrategy) -> AdmitOutcome {
+    admit(store, "r1", "t", MultitaskStrategy::Reject).await;
+    admit(store, "r2", "t", strategy).await
 }
 
 fn started(a: Admission) -> RunRecord {
@@ -45,12 +60,13 @@ fn far_future() -> i64 {
 #[tokio::test]
 async fn a_free_thread_starts_the_run_under_a_lease() {
     let (_d, store) = temp_store();
-    let out = admit(
-        &store,
-        RunRecord::new("r1", "t", "lead_agent"),
-        MultitaskStrategy::Reject,
-    )
-    .await;
+    let out = store
+        .admit_run(
+            RunRecord::new("r1", "t", "lead_agent"),
+            opts(MultitaskStrategy::Reject),
+        )
+        .await
+        .unwrap();
     assert!(out.displaced.is_empty() && out.reclaimed.is_empty());
     let run = started(out.admission);
     assert_eq!(run.status, RunStatus::Running);
@@ -63,48 +79,21 @@ async fn a_free_thread_starts_the_run_under_a_lease() {
 #[tokio::test]
 async fn reject_refuses_a_second_run_and_writes_nothing() {
     let (_d, store) = temp_store();
-    admit(
-        &store,
-        RunRecord::new("r1", "t", "a"),
-        MultitaskStrategy::Reject,
-    )
-    .await;
-    let out = admit(
-        &store,
-        RunRecord::new("r2", "t", "a"),
-        MultitaskStrategy::Reject,
-    )
-    .await;
+    let out = second_run(&store, MultitaskStrategy::Reject).await;
     match out.admission {
         Admission::Rejected { active } => assert_eq!(active.run_id, "r1"),
         other => panic!("{other:?}"),
     }
     assert_eq!(store.get_run("r2").await.unwrap(), None);
     // Another thread is unaffected.
-    let other = admit(
-        &store,
-        RunRecord::new("r3", "u", "a"),
-        MultitaskStrategy::Reject,
-    )
-    .await;
+    let other = admit(&store, "r3", "u", MultitaskStrategy::Reject).await;
     started(other.admission);
 }
 
 #[tokio::test]
 async fn interrupt_stops_the_old_run_and_starts_the_new_one_atomically() {
     let (_d, store) = temp_store();
-    admit(
-        &store,
-        RunRecord::new("r1", "t", "a"),
-        MultitaskStrategy::Reject,
-    )
-    .await;
-    let out = admit(
-        &store,
-        RunRecord::new("r2", "t", "a"),
-        MultitaskStrategy::Interrupt,
-    )
-    .await;
+    let out = second_run(&store, MultitaskStrategy::Interrupt).await;
     let new = started(out.admission);
     assert_eq!(new.multitask_strategy, "interrupt");
     assert_eq!(out.displaced.len(), 1);
@@ -144,12 +133,7 @@ async fn rollback_marks_the_old_run_error() {
         .admit_run(first, opts(MultitaskStrategy::Reject))
         .await
         .unwrap();
-    let out = admit(
-        &store,
-        RunRecord::new("r2", "t", "a"),
-        MultitaskStrategy::Rollback,
-    )
-    .await;
+    let out = admit(&store, "r2", "t", MultitaskStrategy::Rollback).await;
     started(out.admission);
     // The caller finds the rollback point on the displaced run.
     assert_eq!(
@@ -168,12 +152,7 @@ async fn enqueue_waits_its_turn_in_order() {
     let (_d, store) = temp_store();
     let owner = LeaseOwner::current();
     let lease = Duration::from_secs(30);
-    admit(
-        &store,
-        RunRecord::new("r1", "t", "a"),
-        MultitaskStrategy::Reject,
-    )
-    .await;
+    admit(&store, "r1", "t", MultitaskStrategy::Reject).await;
     for id in ["r2", "r3"] {
         let out = store
             .admit_run(
@@ -216,12 +195,7 @@ async fn a_dead_owner_is_reclaimed_at_admission_and_journaled() {
     store.create_run(orphan).await.unwrap();
     assert!(!dead_owner().is_alive());
 
-    let out = admit(
-        &store,
-        RunRecord::new("next", "t", "a"),
-        MultitaskStrategy::Reject,
-    )
-    .await;
+    let out = admit(&store, "next", "t", MultitaskStrategy::Reject).await;
     started(out.admission);
     assert_eq!(out.reclaimed.len(), 1);
     let old = store.get_run("crashed").await.unwrap().unwrap();
@@ -311,32 +285,17 @@ async fn reclaim_marks_only_runs_nobody_drives() {
         .is_empty());
     // A lease-less run idle for long is reclaimed by admission on its own thread; a fresh one
     // still holds its thread.
-    let out = admit(
-        &store,
-        RunRecord::new("after-legacy", "t5", "a"),
-        MultitaskStrategy::Reject,
-    )
-    .await;
+    let out = admit(&store, "after-legacy", "t5", MultitaskStrategy::Reject).await;
     assert_eq!(out.reclaimed.len(), 1);
     started(out.admission);
-    let out = admit(
-        &store,
-        RunRecord::new("blocked", "t6", "a"),
-        MultitaskStrategy::Reject,
-    )
-    .await;
+    let out = admit(&store, "blocked", "t6", MultitaskStrategy::Reject).await;
     assert!(matches!(out.admission, Admission::Rejected { .. }));
 }
 
 #[tokio::test]
 async fn heartbeat_and_finish_belong_to_the_lease_holder() {
     let (_d, store) = temp_store();
-    let out = admit(
-        &store,
-        RunRecord::new("r1", "t", "a"),
-        MultitaskStrategy::Reject,
-    )
-    .await;
+    let out = admit(&store, "r1", "t", MultitaskStrategy::Reject).await;
     let before = started(out.admission).lease_expires_at.unwrap();
     let me = LeaseOwner::current();
     assert_eq!(
@@ -393,13 +352,9 @@ async fn heartbeat_and_finish_belong_to_the_lease_holder() {
     assert!(done.ended_at.is_some() && done.lease_expires_at.is_none());
     // Finished: the thread is free again.
     started(
-        admit(
-            &store,
-            RunRecord::new("r2", "t", "a"),
-            MultitaskStrategy::Reject,
-        )
-        .await
-        .admission,
+        admit(&store, "r2", "t", MultitaskStrategy::Reject)
+            .await
+            .admission,
     );
 }
 

@@ -8,7 +8,7 @@ use antler_store::{SqliteStore, StoreError};
 use pretty_assertions::assert_eq;
 use proptest::prelude::*;
 
-use super::{latest_message_count, meta, msg, temp_store, ThreadWriter};
+use super::{db_file, latest_message_count, meta, msg, one_checkpoint, temp_store, ThreadWriter};
 
 /// Whole-state equality plus the stored position keys.
 fn assert_same(loaded: &ThreadState, expected: &ThreadState, what: &str) {
@@ -155,22 +155,58 @@ fn push(state: &mut ThreadState, id: &str, text: &str) {
     state.apply(StateUpdate::message(msg(id, text))).unwrap();
 }
 
+/// A writer of thread `t` and its empty state.
+fn fresh_thread() -> (ThreadWriter, ThreadState) {
+    (ThreadWriter::new("t"), ThreadState::default())
+}
+
+/// Checkpoints of thread `t`, one a step, and the writer and state after the last.
+struct Steps {
+    w: ThreadWriter,
+    state: ThreadState,
+    /// Each step's checkpoint id and state.
+    ids: Vec<String>,
+    states: Vec<ThreadState>,
+}
+
+/// Commit `n` checkpoints of thread `t`; `step(i, state)` changes the state before the `i`th.
+async fn commit_steps(
+    store: &dyn Checkpointer,
+    n: usize,
+    mut step: impl FnMut(usize, &mut ThreadState),
+) -> Steps {
+    let (mut w, mut state) = fresh_thread();
+    let mut ids = Vec::new();
+    let mut states = Vec::new();
+    for i in 0..n {
+        step(i, &mut state);
+        ids.push(w.commit(store, &mut state).await);
+        states.push(state.clone());
+    }
+    Steps {
+        w,
+        state,
+        ids,
+        states,
+    }
+}
+
 #[tokio::test]
 async fn fork_from_an_older_checkpoint() {
     let (_dir, store) = temp_store();
-    let mut w = ThreadWriter::new("t");
-    let mut state = ThreadState::default();
-    let mut ids = Vec::new();
-    let mut states = Vec::new();
-    for i in 0..5 {
-        push(&mut state, &format!("m{i}"), &format!("hello {i}"));
+    let Steps {
+        mut w,
+        mut state,
+        ids,
+        states,
+    } = commit_steps(&store, 5, |i, state| {
+        push(state, &format!("m{i}"), &format!("hello {i}"));
         if i == 3 {
             // Replace an older message too, so the fork must bring back a closed row.
-            push(&mut state, "m1", "hello 1, edited");
+            push(state, "m1", "hello 1, edited");
         }
-        ids.push(w.commit(&store, &mut state).await);
-        states.push(state.clone());
-    }
+    })
+    .await;
 
     // Resume from checkpoint 2 (three messages, m1 unedited) and write something new.
     let base = store.get("t", &ids[2]).await.unwrap().unwrap();
@@ -219,10 +255,7 @@ async fn fork_from_an_older_checkpoint() {
 #[tokio::test]
 async fn unknown_parent_is_rejected_and_writes_nothing() {
     let (_dir, store) = temp_store();
-    let mut w = ThreadWriter::new("t");
-    let mut state = ThreadState::default();
-    push(&mut state, "a", "a");
-    w.commit(&store, &mut state).await;
+    one_checkpoint(&store).await;
     let mut other = ThreadWriter::new("u");
     let other_id = other.commit(&store, &mut ThreadState::default()).await;
 
@@ -248,8 +281,7 @@ async fn unknown_parent_is_rejected_and_writes_nothing() {
 #[tokio::test]
 async fn no_parent_on_a_non_empty_thread_starts_empty() {
     let (_dir, store) = temp_store();
-    let mut w = ThreadWriter::new("t");
-    let mut state = ThreadState::default();
+    let (mut w, mut state) = fresh_thread();
     push(&mut state, "a", "a");
     state.title = Some("old".into());
     let first = w.commit(&store, &mut state).await;
@@ -268,13 +300,9 @@ async fn no_parent_on_a_non_empty_thread_starts_empty() {
 #[tokio::test]
 async fn list_is_newest_first_with_before_and_limit() {
     let (_dir, store) = temp_store();
-    let mut w = ThreadWriter::new("t");
-    let mut state = ThreadState::default();
-    let mut ids = Vec::new();
-    for i in 0..6 {
-        push(&mut state, &format!("m{i}"), "x");
-        ids.push(w.commit(&store, &mut state).await);
-    }
+    let ids = commit_steps(&store, 6, |i, state| push(state, &format!("m{i}"), "x"))
+        .await
+        .ids;
     let got = |v: Vec<antler_protocol::checkpoint::CheckpointMeta>| {
         v.into_iter().map(|m| m.checkpoint_id).collect::<Vec<_>>()
     };
@@ -300,8 +328,7 @@ async fn list_is_newest_first_with_before_and_limit() {
 async fn reopen_resumes_from_the_file() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("antler.db");
-    let mut w = ThreadWriter::new("t");
-    let mut state = ThreadState::default();
+    let (mut w, mut state) = fresh_thread();
     {
         let store = SqliteStore::open(&path).unwrap();
         for i in 0..20 {
@@ -333,17 +360,12 @@ async fn reopen_resumes_from_the_file() {
 #[tokio::test]
 async fn corrupt_rows_fall_back_to_an_earlier_checkpoint() {
     let (dir, store) = temp_store();
-    let mut w = ThreadWriter::new("t");
-    let mut state = ThreadState::default();
-    let mut ids = Vec::new();
-    let mut states = Vec::new();
-    for i in 0..4 {
-        push(&mut state, &format!("m{i}"), &format!("turn {i}"));
-        ids.push(w.commit(&store, &mut state).await);
-        states.push(state.clone());
-    }
+    let Steps { ids, states, .. } = commit_steps(&store, 4, |i, state| {
+        push(state, &format!("m{i}"), &format!("turn {i}"));
+    })
+    .await;
     // Garble the message written by the last checkpoint (seq 4) behind the store's back.
-    let raw = rusqlite::Connection::open(dir.path().join("db").join("antler.db")).unwrap();
+    let raw = rusqlite::Connection::open(db_file(&dir)).unwrap();
     let n = raw
         .execute(
             "UPDATE checkpoint_messages SET body = '{\"type\": \"human\", \"conte' \
@@ -395,7 +417,7 @@ async fn corrupt_fields_are_reported() {
     let first = w.commit(&store, &mut state).await;
     push(&mut state, "a", "a");
     let second = w.commit(&store, &mut state).await;
-    let raw = rusqlite::Connection::open(dir.path().join("db").join("antler.db")).unwrap();
+    let raw = rusqlite::Connection::open(db_file(&dir)).unwrap();
     // The second checkpoint did not change the fields: it reads them from the first.
     raw.execute(
         "UPDATE checkpoints SET fields = '[1,' WHERE checkpoint_id = ?1",
@@ -451,8 +473,7 @@ async fn bytes_per_step_do_not_grow_with_history() {
 #[tokio::test]
 async fn a_step_replacing_a_message_twice_stores_one_version() {
     let (dir, store) = temp_store();
-    let mut w = ThreadWriter::new("t");
-    let mut state = ThreadState::default();
+    let (mut w, mut state) = fresh_thread();
     push(&mut state, "a", "one");
     push(&mut state, "a", "two");
     push(&mut state, "b", "b");
@@ -460,7 +481,7 @@ async fn a_step_replacing_a_message_twice_stores_one_version() {
         .apply(StateUpdate::message(Message::remove("b")))
         .unwrap();
     w.commit(&store, &mut state).await;
-    let raw = rusqlite::Connection::open(dir.path().join("db").join("antler.db")).unwrap();
+    let raw = rusqlite::Connection::open(db_file(&dir)).unwrap();
     let rows: i64 = raw
         .query_row("SELECT COUNT(*) FROM checkpoint_messages", [], |r| r.get(0))
         .unwrap();
@@ -471,11 +492,10 @@ async fn a_step_replacing_a_message_twice_stores_one_version() {
 #[tokio::test]
 async fn works_behind_a_trait_object_and_in_memory() {
     let store: Arc<dyn Checkpointer> = Arc::new(SqliteStore::open_in_memory().unwrap());
-    let mut w = ThreadWriter::new("t");
-    let mut state = ThreadState::default();
-    for i in 0..5 {
-        push(&mut state, &format!("m{i}"), "x");
-        w.commit(store.as_ref(), &mut state).await;
-    }
+    let state = commit_steps(store.as_ref(), 5, |i, state| {
+        push(state, &format!("m{i}"), "x");
+    })
+    .await
+    .state;
     assert_eq!(store.latest("t").await.unwrap().unwrap().state, state);
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 use antler_protocol::checkpoint::Checkpointer;
 use antler_protocol::{StateUpdate, ThreadState};
 
-use super::{msg, temp_store, ThreadWriter};
+use super::{db_file, msg, one_checkpoint, temp_store, ThreadWriter};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_threads_all_persist() {
@@ -51,13 +51,10 @@ async fn concurrent_threads_all_persist() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_does_not_wait_for_an_open_reader() {
     let (dir, store) = temp_store();
-    let mut w = ThreadWriter::new("t");
-    let mut state = ThreadState::default();
-    state.apply(StateUpdate::message(msg("a", "a"))).unwrap();
-    w.commit(&store, &mut state).await;
+    let (mut w, mut state) = one_checkpoint(&store).await;
 
     // Another connection holds a read transaction open (a slow reader).
-    let mut reader = rusqlite::Connection::open(dir.path().join("db").join("antler.db")).unwrap();
+    let mut reader = rusqlite::Connection::open(db_file(&dir)).unwrap();
     let tx = reader.transaction().unwrap();
     let n: i64 = tx
         .query_row("SELECT COUNT(*) FROM checkpoints", [], |r| r.get(0))
@@ -85,12 +82,9 @@ async fn a_write_does_not_wait_for_an_open_reader() {
 #[tokio::test(flavor = "current_thread")]
 async fn a_write_behind_another_process_lock_does_not_block_the_caller() {
     let (dir, store) = temp_store();
-    let mut w = ThreadWriter::new("t");
-    let mut state = ThreadState::default();
-    state.apply(StateUpdate::message(msg("a", "a"))).unwrap();
-    w.commit(&store, &mut state).await;
+    let (mut w, mut state) = one_checkpoint(&store).await;
 
-    let mut other = rusqlite::Connection::open(dir.path().join("db").join("antler.db")).unwrap();
+    let mut other = rusqlite::Connection::open(db_file(&dir)).unwrap();
     let tx = other
         .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
         .unwrap();

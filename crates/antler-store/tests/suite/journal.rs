@@ -2,7 +2,7 @@
 //! (spec 40 §6.6 `test_run_event_store.py`).
 
 use antler_store::journal::{CATEGORY_MESSAGE, CATEGORY_TRACE};
-use antler_store::{EventQuery, MessageCursor, NewRunEvent, SqliteStore};
+use antler_store::{EventQuery, MessageCursor, NewRunEvent, RunEventRecord, SqliteStore};
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 
@@ -22,6 +22,34 @@ fn msg(thread: &str, run: &str, text: &str) -> NewRunEvent {
     )
 }
 
+/// Thread `t`'s message events under a cursor.
+async fn messages_of_t(
+    store: &SqliteStore,
+    before_seq: Option<i64>,
+    after_seq: Option<i64>,
+    limit: usize,
+) -> Vec<RunEventRecord> {
+    let cursor = MessageCursor {
+        before_seq,
+        after_seq,
+        limit,
+    };
+    store.list_run_messages("t", cursor).await.unwrap()
+}
+
+/// Message events, one per `(thread, run, text)`.
+fn msgs(items: &[(&str, &str, &str)]) -> Vec<NewRunEvent> {
+    items
+        .iter()
+        .map(|&(thread, run, text)| msg(thread, run, text))
+        .collect()
+}
+
+/// Append `events`; the append must succeed.
+async fn append(store: &SqliteStore, events: Vec<NewRunEvent>) -> Vec<RunEventRecord> {
+    store.append_run_events(events).await.unwrap()
+}
+
 fn seqs(records: &[antler_store::RunEventRecord]) -> Vec<i64> {
     records.iter().map(|r| r.seq).collect()
 }
@@ -29,19 +57,13 @@ fn seqs(records: &[antler_store::RunEventRecord]) -> Vec<i64> {
 #[tokio::test]
 async fn seq_is_strictly_increasing_per_thread_and_independent_across_threads() {
     let (_d, store) = temp_store();
-    let a = store
-        .append_run_events(vec![
-            msg("t1", "r1", "a"),
-            msg("t2", "r2", "b"),
-            msg("t1", "r1", "c"),
-        ])
-        .await
-        .unwrap();
+    let a = append(
+        &store,
+        msgs(&[("t1", "r1", "a"), ("t2", "r2", "b"), ("t1", "r1", "c")]),
+    )
+    .await;
     assert_eq!(seqs(&a), [1, 1, 2]);
-    let b = store
-        .append_run_events(vec![msg("t1", "r1", "d"), msg("t2", "r2", "e")])
-        .await
-        .unwrap();
+    let b = append(&store, vec![msg("t1", "r1", "d"), msg("t2", "r2", "e")]).await;
     assert_eq!(seqs(&b), [3, 2]);
     // Batch continuity: a batch gets consecutive seqs after the previous head.
     let batch: Vec<_> = (0..20).map(|i| msg("t1", "r3", &format!("m{i}"))).collect();
@@ -58,26 +80,18 @@ async fn concurrent_appenders_never_collide() {
         let store = store.clone();
         tasks.push(tokio::spawn(async move {
             for i in 0..10 {
-                store
-                    .append_run_events(vec![msg("t", &format!("r{w}"), &format!("{w}-{i}"))])
-                    .await
-                    .unwrap();
+                append(
+                    &store,
+                    vec![msg("t", &format!("r{w}"), &format!("{w}-{i}"))],
+                )
+                .await;
             }
         }));
     }
     for t in tasks {
         t.await.unwrap();
     }
-    let all = store
-        .list_run_messages(
-            "t",
-            MessageCursor {
-                limit: 1000,
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
+    let all = messages_of_t(&store, None, None, 1000).await;
     assert_eq!(seqs(&all), (1..=80).collect::<Vec<_>>());
 }
 
@@ -103,8 +117,9 @@ async fn structured_and_string_content_round_trip() {
     let (_d, store) = temp_store();
     let mut meta = serde_json::Map::new();
     meta.insert("caller".into(), json!("lead_agent"));
-    store
-        .append_run_events(vec![
+    append(
+        &store,
+        vec![
             ev(
                 "t",
                 "r",
@@ -116,9 +131,9 @@ async fn structured_and_string_content_round_trip() {
             .with_user(Some("alice".into())),
             ev("t", "r", "run.error", "error", json!("boom")),
             ev("t", "r", "x", "trace", json!("{\"looks\": \"like json\"}")),
-        ])
-        .await
-        .unwrap();
+        ],
+    )
+    .await;
     let got = store
         .list_run_events("r", EventQuery::default())
         .await
@@ -145,10 +160,7 @@ async fn put_if_absent_is_idempotent_per_run_and_type() {
     };
     let (first, created) = store.put_run_event_if_absent(receipt()).await.unwrap();
     assert!(created);
-    store
-        .append_run_events(vec![msg("t", "r", "after")])
-        .await
-        .unwrap();
+    append(&store, vec![msg("t", "r", "after")]).await;
     let (again, created) = store.put_run_event_if_absent(receipt()).await.unwrap();
     assert!(!created);
     assert_eq!(again, first);
@@ -187,43 +199,14 @@ async fn message_listing_pages_across_runs_with_cursors() {
             .collect()
     };
     // Latest `limit`, ascending.
-    let latest = store
-        .list_run_messages(
-            "t",
-            MessageCursor {
-                limit: 3,
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
+    let latest = messages_of_t(&store, None, None, 3).await;
     assert_eq!(text(&latest), ["m8", "m9", "m10"]);
     assert!(latest.iter().all(|r| r.category == CATEGORY_MESSAGE));
     // Page backwards.
-    let before = store
-        .list_run_messages(
-            "t",
-            MessageCursor {
-                before_seq: Some(latest[0].seq),
-                limit: 3,
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
+    let before = messages_of_t(&store, Some(latest[0].seq), None, 3).await;
     assert_eq!(text(&before), ["m5", "m6", "m7"]);
     // Page forwards.
-    let after = store
-        .list_run_messages(
-            "t",
-            MessageCursor {
-                after_seq: Some(before[2].seq),
-                limit: 2,
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
+    let after = messages_of_t(&store, None, Some(before[2].seq), 2).await;
     assert_eq!(text(&after), ["m8", "m9"]);
     let r1 = store
         .list_run_messages_by_run("t", "r1", MessageCursor::default())
@@ -238,16 +221,17 @@ async fn run_events_filter_by_type_task_and_cursor() {
     let (_d, store) = temp_store();
     let mut task = serde_json::Map::new();
     task.insert("task_id".into(), json!("sub-1"));
-    store
-        .append_run_events(vec![
+    append(
+        &store,
+        vec![
             ev("t", "r", "run.start", "trace", json!({})),
             ev("t", "r", "subagent.step", "subagent", json!(1)).with_metadata(task.clone()),
             ev("t", "r", "subagent.step", "subagent", json!(2)),
             ev("t", "r", "run.end", "outputs", json!({"status": "success"})),
             ev("t", "other", "run.start", "trace", json!({})),
-        ])
-        .await
-        .unwrap();
+        ],
+    )
+    .await;
     let all = store
         .list_run_events("r", EventQuery::default())
         .await
@@ -283,13 +267,14 @@ async fn trace_content_is_truncated_on_a_char_boundary_and_flagged() {
     let (_d, store) = temp_store();
     store.set_max_trace_content(10);
     let long = "ééééééééé!"; // 19 bytes
-    let got = store
-        .append_run_events(vec![
+    let got = append(
+        &store,
+        vec![
             ev("t", "r", "llm.error", CATEGORY_TRACE, json!(long)),
             ev("t", "r", "llm.ai.response", CATEGORY_MESSAGE, json!(long)),
-        ])
-        .await
-        .unwrap();
+        ],
+    )
+    .await;
     assert_eq!(got[0].content, json!("ééééé"));
     assert_eq!(got[0].metadata["content_truncated"], json!(true));
     assert_eq!(got[0].metadata["original_byte_length"], json!(19));
@@ -305,14 +290,11 @@ async fn trace_content_is_truncated_on_a_char_boundary_and_flagged() {
 #[tokio::test]
 async fn deletes_by_run_and_by_thread() {
     let (_d, store) = temp_store();
-    store
-        .append_run_events(vec![
-            msg("t", "r1", "a"),
-            msg("t", "r2", "b"),
-            msg("u", "r3", "c"),
-        ])
-        .await
-        .unwrap();
+    append(
+        &store,
+        msgs(&[("t", "r1", "a"), ("t", "r2", "b"), ("u", "r3", "c")]),
+    )
+    .await;
     assert_eq!(store.delete_run_events_by_run("t", "r1").await.unwrap(), 1);
     assert_eq!(store.delete_run_events_by_thread("t").await.unwrap(), 1);
     assert_eq!(store.count_run_messages("t").await.unwrap(), 0);
@@ -327,10 +309,7 @@ async fn a_damaged_row_does_not_hide_the_rest_of_the_journal() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("antler.db");
     let store = SqliteStore::open(&path).unwrap();
-    store
-        .append_run_events(vec![msg("t", "r", "a"), msg("t", "r", "b")])
-        .await
-        .unwrap();
+    append(&store, vec![msg("t", "r", "a"), msg("t", "r", "b")]).await;
     let conn = rusqlite::Connection::open(&path).unwrap();
     conn.execute(
         "UPDATE run_events SET content = '{\"type\": \"ai\", \"cont' WHERE seq = 1",

@@ -3,6 +3,7 @@
 use antler_protocol::{StateUpdate, ThreadState};
 use antler_store::{
     AdmitOptions, Failure, MemoryChange, MultitaskStrategy, NewRunEvent, RunRecord, SqliteStore,
+    StoreError,
 };
 use serde_json::json;
 
@@ -18,6 +19,19 @@ fn big_event(run: &str, i: usize) -> NewRunEvent {
     )
 }
 
+/// Append `events`; the append must succeed.
+async fn append(store: &SqliteStore, events: Vec<NewRunEvent>) {
+    store.append_run_events(events).await.unwrap();
+}
+
+/// Admit `rec` with `reject`; the admission must fail.
+async fn admit_err(store: &SqliteStore, rec: RunRecord) -> StoreError {
+    store
+        .admit_run(rec, AdmitOptions::new(MultitaskStrategy::Reject))
+        .await
+        .unwrap_err()
+}
+
 async fn counts(store: &SqliteStore) -> (u64, usize, i64) {
     (
         store.count_run_messages("t").await.unwrap(),
@@ -29,10 +43,7 @@ async fn counts(store: &SqliteStore) -> (u64, usize, i64) {
 #[tokio::test]
 async fn a_full_disk_fails_whole_writes_with_a_clear_error() {
     let (_d, store) = temp_store();
-    store
-        .append_run_events(vec![big_event("r0", 0)])
-        .await
-        .unwrap();
+    append(&store, vec![big_event("r0", 0)]).await;
     let before = counts(&store).await;
     store.set_size_limit(Some(0)).await.unwrap();
 
@@ -48,10 +59,7 @@ async fn a_full_disk_fails_whole_writes_with_a_clear_error() {
     // Admission: no run row.
     let mut rec = RunRecord::new("r1", "t", "lead_agent");
     rec.metadata = json!({"pad": "y".repeat(64 * 1024)});
-    let err = store
-        .admit_run(rec, AdmitOptions::new(MultitaskStrategy::Reject))
-        .await
-        .unwrap_err();
+    let err = admit_err(&store, rec).await;
     assert_eq!(err.failure(), Some(Failure::DiskFull), "{err}");
     // Memory: unchanged.
     let err = store
@@ -82,19 +90,13 @@ async fn a_full_disk_fails_whole_writes_with_a_clear_error() {
 
     // Space comes back: writes work again.
     store.set_size_limit(None).await.unwrap();
-    store
-        .append_run_events(vec![big_event("r2", 99)])
-        .await
-        .unwrap();
+    append(&store, vec![big_event("r2", 99)]).await;
 }
 
 #[tokio::test]
 async fn a_read_only_store_refuses_writes_and_keeps_its_data() {
     let (_d, store) = temp_store();
-    store
-        .append_run_events(vec![big_event("r0", 0)])
-        .await
-        .unwrap();
+    append(&store, vec![big_event("r0", 0)]).await;
     let before = counts(&store).await;
     store.set_read_only(true).await.unwrap();
     let err = store
@@ -103,19 +105,10 @@ async fn a_read_only_store_refuses_writes_and_keeps_its_data() {
         .unwrap_err();
     assert_eq!(err.failure(), Some(Failure::ReadOnly), "{err}");
     assert!(err.to_string().contains("read-only"), "{err}");
-    let err = store
-        .admit_run(
-            RunRecord::new("r1", "t", "lead_agent"),
-            AdmitOptions::new(MultitaskStrategy::Reject),
-        )
-        .await
-        .unwrap_err();
+    let err = admit_err(&store, RunRecord::new("r1", "t", "lead_agent")).await;
     assert_eq!(err.failure(), Some(Failure::ReadOnly), "{err}");
     // Reads still work.
     assert_eq!(counts(&store).await, before);
     store.set_read_only(false).await.unwrap();
-    store
-        .append_run_events(vec![big_event("r1", 3)])
-        .await
-        .unwrap();
+    append(&store, vec![big_event("r1", 3)]).await;
 }

@@ -1,10 +1,31 @@
 //! Long-term memory persistence: buckets, optimistic revisions, clearing.
 
-use antler_store::{MemoryChange, MemorySave, StoreError};
+use antler_store::{MemoryChange, MemorySave, SqliteStore, StoreError};
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 
 use super::{default_memory_revision, temp_store};
+
+/// Save a change of `user`'s memory in bucket `agent` expecting revision `rev`.
+async fn save(
+    store: &SqliteStore,
+    user: &str,
+    agent: &str,
+    rev: i64,
+    profile: Option<Value>,
+    facts: Option<Vec<Value>>,
+) -> Result<MemorySave, StoreError> {
+    store
+        .save_memory(user, agent, rev, MemoryChange { profile, facts })
+        .await
+}
+
+/// Replace the facts of `user`'s bucket `agent` expecting revision `rev`; the save must not fail.
+async fn save_facts(store: &SqliteStore, user: &str, agent: &str, rev: i64, facts: Vec<Value>) {
+    save(store, user, agent, rev, None, Some(facts))
+        .await
+        .unwrap();
+}
 
 fn fact(id: &str, content: &str) -> Value {
     json!({"id": id, "content": content, "category": "preference", "confidence": 0.9})
@@ -24,32 +45,28 @@ async fn empty_memory_loads_at_revision_zero() {
 async fn saves_are_optimistic_and_atomic() {
     let (_d, store) = temp_store();
     let profile = json!({"user": {"workContext": {"summary": "Rust dev", "updatedAt": "x"}}});
-    let saved = store
-        .save_memory(
-            "alice",
-            "__default__",
-            0,
-            MemoryChange {
-                profile: Some(profile.clone()),
-                facts: Some(vec![fact("fact_1", "likes tea")]),
-            },
-        )
-        .await
-        .unwrap();
+    let saved = save(
+        &store,
+        "alice",
+        "__default__",
+        0,
+        Some(profile.clone()),
+        Some(vec![fact("fact_1", "likes tea")]),
+    )
+    .await
+    .unwrap();
     assert_eq!(saved, MemorySave::Saved { revision: 1 });
     // A writer that loaded revision 0 loses and writes nothing.
-    let stale = store
-        .save_memory(
-            "alice",
-            "__default__",
-            0,
-            MemoryChange {
-                profile: Some(json!({})),
-                facts: Some(vec![]),
-            },
-        )
-        .await
-        .unwrap();
+    let stale = save(
+        &store,
+        "alice",
+        "__default__",
+        0,
+        Some(json!({})),
+        Some(vec![]),
+    )
+    .await
+    .unwrap();
     assert_eq!(stale, MemorySave::Conflict { current: 1 });
     let m = store.load_memory("alice", "__default__").await.unwrap();
     assert_eq!(m.revision, 1);
@@ -61,30 +78,17 @@ async fn saves_are_optimistic_and_atomic() {
 #[tokio::test]
 async fn buckets_share_summaries_but_not_facts() {
     let (_d, store) = temp_store();
-    store
-        .save_memory(
-            "bob",
-            "__default__",
-            0,
-            MemoryChange {
-                profile: Some(json!({"user": {}})),
-                facts: Some(vec![fact("fact_a", "a"), fact("fact_b", "b")]),
-            },
-        )
-        .await
-        .unwrap();
-    store
-        .save_memory(
-            "bob",
-            "researcher",
-            1,
-            MemoryChange {
-                profile: None,
-                facts: Some(vec![fact("fact_r", "r")]),
-            },
-        )
-        .await
-        .unwrap();
+    save(
+        &store,
+        "bob",
+        "__default__",
+        0,
+        Some(json!({"user": {}})),
+        Some(vec![fact("fact_a", "a"), fact("fact_b", "b")]),
+    )
+    .await
+    .unwrap();
+    save_facts(&store, "bob", "researcher", 1, vec![fact("fact_r", "r")]).await;
     let lead = store.load_memory("bob", "__default__").await.unwrap();
     let res = store.load_memory("bob", "researcher").await.unwrap();
     assert_eq!(lead.facts.len(), 2);
@@ -97,18 +101,7 @@ async fn buckets_share_summaries_but_not_facts() {
         ["__default__", "researcher"]
     );
     // Facts replace the bucket.
-    store
-        .save_memory(
-            "bob",
-            "__default__",
-            2,
-            MemoryChange {
-                profile: None,
-                facts: Some(vec![fact("fact_b", "b")]),
-            },
-        )
-        .await
-        .unwrap();
+    save_facts(&store, "bob", "__default__", 2, vec![fact("fact_b", "b")]).await;
     let lead = store.load_memory("bob", "__default__").await.unwrap();
     assert_eq!(lead.facts, [fact("fact_b", "b")]);
 }
@@ -116,18 +109,16 @@ async fn buckets_share_summaries_but_not_facts() {
 #[tokio::test]
 async fn bad_fact_ids_are_refused_before_writing() {
     let (_d, store) = temp_store();
-    let err = store
-        .save_memory(
-            "u",
-            "__default__",
-            0,
-            MemoryChange {
-                profile: None,
-                facts: Some(vec![fact("../etc", "x")]),
-            },
-        )
-        .await
-        .unwrap_err();
+    let err = save(
+        &store,
+        "u",
+        "__default__",
+        0,
+        None,
+        Some(vec![fact("../etc", "x")]),
+    )
+    .await
+    .unwrap_err();
     assert!(matches!(err, StoreError::Encode { .. }), "{err}");
     assert_eq!(default_memory_revision(&store, "u").await, 0);
 }
@@ -140,18 +131,16 @@ async fn clear_one_bucket_or_everything() {
         ("u", "coder", 1),
         ("v", "__default__", 0),
     ] {
-        store
-            .save_memory(
-                user,
-                agent,
-                rev,
-                MemoryChange {
-                    profile: Some(json!({"user": {}})),
-                    facts: Some(vec![fact("fact_1", "x")]),
-                },
-            )
-            .await
-            .unwrap();
+        save(
+            &store,
+            user,
+            agent,
+            rev,
+            Some(json!({"user": {}})),
+            Some(vec![fact("fact_1", "x")]),
+        )
+        .await
+        .unwrap();
     }
     assert_eq!(store.memory_users().await.unwrap(), ["u", "v"]);
     assert_eq!(store.clear_memory("u", Some("coder")).await.unwrap(), 1);

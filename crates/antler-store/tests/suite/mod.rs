@@ -10,15 +10,20 @@ mod open;
 mod records;
 
 use antler_protocol::checkpoint::{CheckpointMeta, CheckpointWrite, Checkpointer};
-use antler_protocol::{Message, ThreadState};
+use antler_protocol::{Message, StateUpdate, ThreadState};
 use antler_store::SqliteStore;
 use serde_json::{json, Value};
 
 /// A store on a fresh file in its own temporary directory (kept alive by the returned guard).
 pub fn temp_store() -> (tempfile::TempDir, SqliteStore) {
     let dir = tempfile::tempdir().unwrap();
-    let store = SqliteStore::open(&dir.path().join("db").join("antler.db")).unwrap();
+    let store = SqliteStore::open(&db_file(&dir)).unwrap();
     (dir, store)
+}
+
+/// The database file of a [`temp_store`].
+pub fn db_file(dir: &tempfile::TempDir) -> std::path::PathBuf {
+    dir.path().join("db").join("antler.db")
 }
 
 pub fn meta(thread: &str, id: &str, parent: Option<&str>, step: i64) -> CheckpointMeta {
@@ -45,6 +50,15 @@ pub async fn default_memory_revision(store: &SqliteStore, user: &str) -> i64 {
         .await
         .unwrap()
         .revision
+}
+
+/// Thread `t` with one committed checkpoint holding message `a`.
+pub async fn one_checkpoint(store: &SqliteStore) -> (ThreadWriter, ThreadState) {
+    let mut w = ThreadWriter::new("t");
+    let mut state = ThreadState::default();
+    state.apply(StateUpdate::message(msg("a", "a"))).unwrap();
+    w.commit(store, &mut state).await;
+    (w, state)
 }
 
 /// A message with a fixed id.

@@ -11,9 +11,10 @@ use reqwest::header::ACCEPT;
 use serde_json::{json, Map, Value};
 
 use super::{
-    clean_query, image_results, query_results, safe_public_url, str_field, url_present, Reply,
+    clean_query, image_results, image_urls, query_json, query_results, safe_public_url, str_field,
+    Reply,
 };
-use crate::http::{Api, ApiError};
+use crate::http::Api;
 
 /// Brave's `count` caps.
 pub const WEB_MAX: usize = 20;
@@ -48,26 +49,7 @@ impl Brave {
             .query(params)
             .header("X-Subscription-Token", key)
             .header(ACCEPT, "application/json");
-        match self.api.json(req).await {
-            Ok(v) if v.is_object() => Ok(v),
-            Ok(_) => Err(Reply::query_error(
-                &format!("{service} returned an unexpected response format"),
-                query,
-                true,
-            )),
-            Err(e @ ApiError::Status { .. }) => {
-                tracing::warn!(error = %e, body = %e.body(), "{service} API error");
-                Err(Reply::query_error(
-                    &format!("{service} API error: {e}"),
-                    query,
-                    true,
-                ))
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "{service} request failed");
-                Err(Reply::query_error(&e.to_string(), query, true))
-            }
-        }
+        query_json(&self.api, req, service, query, true).await
     }
 
     pub async fn web_search(&self, query: &str, max_results: usize) -> Reply {
@@ -156,30 +138,16 @@ impl Brave {
                 .get("properties")
                 .filter(|v| v.is_object())
                 .unwrap_or(&empty);
-            let (raw_image, raw_thumb) = (props.get("url"), thumb.get("src"));
-            let (safe_image, safe_thumb) = (safe_public_url(raw_image), safe_public_url(raw_thumb));
-            // A field that was present but refused stays empty rather than borrowing its twin.
-            let (image_url, image_dims) = if !safe_image.is_empty() {
-                (safe_image.clone(), props)
-            } else if !url_present(raw_image) {
-                (safe_thumb.clone(), thumb)
-            } else {
-                (String::new(), &empty)
-            };
-            let (thumbnail_url, thumb_dims) = if !safe_thumb.is_empty() {
-                (safe_thumb.clone(), thumb)
-            } else if !url_present(raw_thumb) {
-                (safe_image.clone(), props)
-            } else {
-                (String::new(), &empty)
-            };
+            let [(image_url, image_from), (thumbnail_url, thumb_from)] =
+                image_urls(props.get("url"), thumb.get("src"));
             if image_url.is_empty() && thumbnail_url.is_empty() {
                 continue;
             }
+            // The dimensions of whichever object the shown URL came from.
             let dims = if image_url.is_empty() {
-                thumb_dims
+                thumb_from.pick(thumb, props, &empty)
             } else {
-                image_dims
+                image_from.pick(props, thumb, &empty)
             };
             results.push(json!({
                 "title": str_field(item, "title"),

@@ -7,7 +7,7 @@
 
 use serde_json::{json, Value};
 
-use super::{first_page, items_at, str_field, Reply};
+use super::{first_page, items_at, require_key, str_field, Reply};
 use crate::http::Api;
 
 #[derive(Debug, Clone)]
@@ -23,11 +23,10 @@ pub struct Exa {
 
 impl Exa {
     async fn post(&self, path: &str, body: Value) -> Result<Value, Reply> {
-        let Some(key) = &self.key else {
-            return Err(Reply::err(
-                "Error: API key must be provided as api_key or in the EXA_API_KEY environment variable",
-            ));
-        };
+        let key = require_key(
+            &self.key,
+            "Error: API key must be provided as api_key or in the EXA_API_KEY environment variable",
+        )?;
         let req = self
             .api
             .post_json(&self.base, path, &body)

@@ -7,7 +7,7 @@
 use reqwest::header::AUTHORIZATION;
 use serde_json::{json, Value};
 
-use super::{search_results, str_field, truncate_chars, Reply};
+use super::{require_key, search_results, str_field, truncate_chars, Reply};
 use crate::http::Api;
 
 #[derive(Debug, Clone)]
@@ -19,11 +19,10 @@ pub struct Firecrawl {
 
 impl Firecrawl {
     async fn post(&self, path: &str, body: Value) -> Result<Value, Reply> {
-        let Some(key) = &self.key else {
-            return Err(Reply::err(
-                "Error: API key is required. Set FIRECRAWL_API_KEY or api_key on the tool entry",
-            ));
-        };
+        let key = require_key(
+            &self.key,
+            "Error: API key is required. Set FIRECRAWL_API_KEY or api_key on the tool entry",
+        )?;
         let req = self
             .api
             .post_json(&self.base, path, &body)
@@ -48,24 +47,27 @@ impl Firecrawl {
     }
 
     pub async fn web_search(&self, query: &str, max_results: usize) -> Reply {
-        let data = match self
+        match self
             .post("/v2/search", json!({"query": query, "limit": max_results}))
             .await
         {
-            Ok(d) => d,
-            Err(r) => return r,
-        };
-        search_results(&data, "/data/web", "description", usize::MAX)
+            Ok(data) => search_results(&data, "/data/web", "description", usize::MAX),
+            Err(r) => r,
+        }
     }
 
     pub async fn web_fetch(&self, url: &str) -> Reply {
-        let data = match self
+        match self
             .post("/v2/scrape", json!({"url": url, "formats": ["markdown"]}))
             .await
         {
-            Ok(d) => d,
-            Err(r) => return r,
-        };
+            Ok(data) => Self::page(&data),
+            Err(r) => r,
+        }
+    }
+
+    /// `# {title}\n\n{first 4,096 chars}` of a scrape answer.
+    fn page(data: &Value) -> Reply {
         let markdown = data
             .pointer("/data/markdown")
             .and_then(Value::as_str)

@@ -15,6 +15,8 @@ pub mod tavily;
 
 use serde_json::{json, Value};
 
+use crate::http::{Api, ApiError};
+
 /// `image_search` arguments (DuckDuckGo's filters are ignored by providers without them).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ImageArgs {
@@ -177,6 +179,88 @@ pub fn safe_public_url(v: Option<&Value>) -> String {
     } else {
         String::new()
     }
+}
+
+/// Where an image result's URL comes from: its own field when that is safe, its twin (image ↔
+/// thumbnail) when its own field is absent; a field that was present but refused stays empty
+/// rather than borrowing its twin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UrlSource {
+    Own,
+    Twin,
+    Refused,
+}
+
+impl UrlSource {
+    /// `own`, `twin` or `none` after where the URL came from.
+    pub fn pick<'a, T: ?Sized>(self, own: &'a T, twin: &'a T, none: &'a T) -> &'a T {
+        match self {
+            UrlSource::Own => own,
+            UrlSource::Twin => twin,
+            UrlSource::Refused => none,
+        }
+    }
+}
+
+/// The safe image and thumbnail URLs of an image result from its raw fields, each with where it
+/// came from (see [`UrlSource`]).
+pub fn image_urls(
+    raw_image: Option<&Value>,
+    raw_thumb: Option<&Value>,
+) -> [(String, UrlSource); 2] {
+    let safe = [safe_public_url(raw_image), safe_public_url(raw_thumb)];
+    let pick = |own: usize, raw: Option<&Value>| {
+        let source = if !safe[own].is_empty() {
+            UrlSource::Own
+        } else if !url_present(raw) {
+            UrlSource::Twin
+        } else {
+            UrlSource::Refused
+        };
+        let url = source
+            .pick(safe[own].as_str(), safe[1 - own].as_str(), "")
+            .to_owned();
+        (url, source)
+    };
+    [pick(0, raw_image), pick(1, raw_thumb)]
+}
+
+/// The JSON object a search API answered to `req`, or DeerFlow's error answer for `query`
+/// naming `service`. `warn_other` also logs failures that are not an HTTP status.
+pub async fn query_json(
+    api: &Api,
+    req: reqwest::RequestBuilder,
+    service: &str,
+    query: &str,
+    warn_other: bool,
+) -> Result<Value, Reply> {
+    match api.json(req).await {
+        Ok(v) if v.is_object() => Ok(v),
+        Ok(_) => Err(Reply::query_error(
+            &format!("{service} returned an unexpected response format"),
+            query,
+            true,
+        )),
+        Err(e @ ApiError::Status { .. }) => {
+            tracing::warn!(error = %e, body = %e.body(), "{service} API error");
+            Err(Reply::query_error(
+                &format!("{service} API error: {e}"),
+                query,
+                true,
+            ))
+        }
+        Err(e) => {
+            if warn_other {
+                tracing::warn!(error = %e, "{service} request failed");
+            }
+            Err(Reply::query_error(&e.to_string(), query, true))
+        }
+    }
+}
+
+/// The API key, or `Err(Reply::err(missing))` when none is configured.
+pub fn require_key<'a>(key: &'a Option<String>, missing: &str) -> Result<&'a str, Reply> {
+    key.as_deref().ok_or_else(|| Reply::err(missing))
 }
 
 /// Whether a URL field holds a non-empty string (a field that was present but filtered stays

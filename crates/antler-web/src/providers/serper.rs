@@ -7,10 +7,8 @@
 
 use serde_json::{json, Value};
 
-use super::{
-    clean_query, image_results, query_results, safe_public_url, str_field, url_present, Reply,
-};
-use crate::http::{Api, ApiError};
+use super::{clean_query, image_results, image_urls, query_json, query_results, str_field, Reply};
+use crate::http::Api;
 
 /// Serper's result cap.
 pub const MAX_RESULTS: usize = 10;
@@ -35,23 +33,7 @@ impl Serper {
             .api
             .post_json(&self.base, path, &json!({"q": query, "num": num}))
             .header("X-API-KEY", key);
-        match self.api.json(req).await {
-            Ok(v) if v.is_object() => Ok(v),
-            Ok(_) => Err(Reply::query_error(
-                "Serper returned an unexpected response format",
-                query,
-                true,
-            )),
-            Err(e @ ApiError::Status { .. }) => {
-                tracing::warn!(error = %e, body = %e.body(), "Serper API error");
-                Err(Reply::query_error(
-                    &format!("Serper API error: {e}"),
-                    query,
-                    true,
-                ))
-            }
-            Err(e) => Err(Reply::query_error(&e.to_string(), query, true)),
-        }
+        query_json(&self.api, req, "Serper", query, false).await
     }
 
     /// The list under `field`: missing or null is "no results", anything else malformed.
@@ -67,20 +49,33 @@ impl Serper {
         }
     }
 
+    /// The non-empty list under `field` of what `path` answers for `query`; `none` is the
+    /// answer when it is empty.
+    async fn search_items(
+        &self,
+        path: &str,
+        field: &str,
+        query: &str,
+        max: usize,
+        none: &str,
+    ) -> Result<Vec<Value>, Reply> {
+        let items = Self::items(&self.post(path, query, max).await?, field, query)?;
+        if items.is_empty() {
+            return Err(Reply::query_error(none, query, false));
+        }
+        Ok(items)
+    }
+
     pub async fn web_search(&self, query: &str, max_results: usize) -> Reply {
         let query = clean_query(query, 500);
         let max = max_results.min(MAX_RESULTS);
         let organic = match self
-            .post("/search", &query, max)
+            .search_items("/search", "organic", &query, max, "No results found")
             .await
-            .and_then(|d| Self::items(&d, "organic", &query))
         {
             Ok(o) => o,
             Err(r) => return r,
         };
-        if organic.is_empty() {
-            return Reply::query_error("No results found", &query, false);
-        }
         let results: Vec<Value> = organic
             .iter()
             .take(max)
@@ -99,30 +94,16 @@ impl Serper {
         let query = clean_query(query, 500);
         let max = max_results.min(MAX_RESULTS);
         let images = match self
-            .post("/images", &query, max)
+            .search_items("/images", "images", &query, max, "No images found")
             .await
-            .and_then(|d| Self::items(&d, "images", &query))
         {
             Ok(i) => i,
             Err(r) => return r,
         };
-        if images.is_empty() {
-            return Reply::query_error("No images found", &query, false);
-        }
         let mut results = Vec::new();
         for r in &images {
-            let (raw_image, raw_thumb) = (r.get("imageUrl"), r.get("thumbnailUrl"));
-            let (safe_image, safe_thumb) = (safe_public_url(raw_image), safe_public_url(raw_thumb));
-            let image_url = if !safe_image.is_empty() || url_present(raw_image) {
-                safe_image.clone()
-            } else {
-                safe_thumb.clone()
-            };
-            let thumbnail_url = if !safe_thumb.is_empty() || url_present(raw_thumb) {
-                safe_thumb
-            } else {
-                safe_image
-            };
+            let [(image_url, _), (thumbnail_url, _)] =
+                image_urls(r.get("imageUrl"), r.get("thumbnailUrl"));
             if image_url.is_empty() && thumbnail_url.is_empty() {
                 continue;
             }
