@@ -16,6 +16,17 @@ fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
     h
 }
 
+/// The HTTP error expected for a body with a code and a 3 s `retry-after`.
+fn http_3s(status: u16, message: &str, code: &str, body: &[u8]) -> ModelError {
+    ModelError::Http {
+        status,
+        retry_after: Some(Duration::from_secs(3)),
+        message: message.into(),
+        code: Some(code.into()),
+        body: String::from_utf8(body.to_vec()).unwrap(),
+    }
+}
+
 #[test]
 fn retry_after_seconds_ms_and_http_date() {
     let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
@@ -50,13 +61,7 @@ fn openai_error_body_gives_message_and_code() {
     let err = http_error(429, &headers(&[("retry-after", "3")]), body);
     assert_eq!(
         err,
-        ModelError::Http {
-            status: 429,
-            retry_after: Some(Duration::from_secs(3)),
-            message: "Rate limit reached".into(),
-            code: Some("rate_limit_exceeded".into()),
-            body: String::from_utf8(body.to_vec()).unwrap(),
-        }
+        http_3s(429, "Rate limit reached", "rate_limit_exceeded", body)
     );
 }
 
@@ -106,16 +111,7 @@ fn anthropic_error_body_gives_message_and_type() {
     headers.insert("retry-after", HeaderValue::from_static("3"));
     let body = br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
     let err = http_error(529, &headers, body);
-    assert_eq!(
-        err,
-        ModelError::Http {
-            status: 529,
-            retry_after: Some(Duration::from_secs(3)),
-            message: "Overloaded".into(),
-            code: Some("overloaded_error".into()),
-            body: String::from_utf8_lossy(body).into_owned(),
-        }
-    );
+    assert_eq!(err, http_3s(529, "Overloaded", "overloaded_error", body));
     assert!(err.is_transient());
 }
 

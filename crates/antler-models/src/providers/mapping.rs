@@ -309,22 +309,19 @@ pub(crate) fn error_description(error: &Value, kind_key: Option<&str>) -> String
     }
 }
 
+/// A vendor's description of its `error` object (each vendor's `error_text`).
+pub(crate) type ErrorText = fn(&Value) -> String;
+
 /// A 2xx body's `error` (described by `text`) where the answer should be, as a
 /// [`ModelError::Decode`].
-pub(crate) fn error_in_answer(
-    error: Option<&Value>,
-    text: impl FnOnce(&Value) -> String,
-) -> Result<(), ModelError> {
+pub(crate) fn error_in_answer(error: Option<&Value>, text: ErrorText) -> Result<(), ModelError> {
     error_present(error, text, |t| {
         ModelError::Decode(format!("provider answered 2xx with an error: {t}"))
     })
 }
 
 /// A stream chunk's `error` (described by `text`), as a [`ModelError::Stream`].
-pub(crate) fn error_mid_stream(
-    error: Option<&Value>,
-    text: impl FnOnce(&Value) -> String,
-) -> Result<(), ModelError> {
+pub(crate) fn error_mid_stream(error: Option<&Value>, text: ErrorText) -> Result<(), ModelError> {
     error_present(error, text, |t| {
         ModelError::Stream(format!("provider sent an error mid-stream: {t}"))
     })
@@ -333,7 +330,7 @@ pub(crate) fn error_mid_stream(
 /// `Err(wrap(text(error)))` when `error` is there and not `null`.
 fn error_present(
     error: Option<&Value>,
-    text: impl FnOnce(&Value) -> String,
+    text: ErrorText,
     wrap: impl FnOnce(String) -> ModelError,
 ) -> Result<(), ModelError> {
     match error.filter(|e| !e.is_null()) {

@@ -15,9 +15,10 @@ use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 
 use crate::common::{
-    answer, anthropic_usage as usage, assert_fragments_rebuild, assert_no_tools, assert_post, both,
-    invoke_user, obj, path_tool as tool, reasoning_of, round_trip_results, second_leg, sent_body,
-    stream, text_of, tool_call, without_provider_id, Anthropic, Call, Vendor, MESSAGE_ID,
+    anthropic_usage as usage, assert_fragments_rebuild, assert_no_tools, assert_post, both,
+    first_leg, invoke_user, obj, path_tool as tool, reasoning_of, round_trip_results, second_leg,
+    sent_body, stream, text_of, tool_call, without_provider_id, Anthropic, Call, FirstLeg, Vendor,
+    MESSAGE_ID,
 };
 
 const MODEL: &str = Anthropic::MODEL;
@@ -67,18 +68,7 @@ async fn text_reply_without_streaming() {
 #[tokio::test]
 async fn tool_use_round_trip_groups_results_and_flags_errors() {
     for streaming in [false, true] {
-        let mock = MockAnthropic::start().await.with_replies([
-            AnthropicReply::blocks([
-                AnthropicBlock::text("Checking both."),
-                AnthropicBlock::tool_use("toolu_a", "ls", json!({"path": "/mnt"})),
-                AnthropicBlock::tool_use("toolu_b", "read_file", json!({"path": "/x"})),
-            ]),
-            AnthropicReply::text("Done."),
-        ]);
-        let model = Anthropic::model(&mock);
-        let mut call = Call::user("look");
-        call.tools = vec![tool("ls"), tool("read_file")];
-        let first = answer(&model, &call, streaming).await.0;
+        let FirstLeg(mock, model, call, first, _) = first_leg::<Anthropic>(streaming).await;
         assert_eq!(first.finish_reason(), Some("tool_calls"));
         assert_eq!(first.response_metadata["stop_reason"], json!("tool_use"));
         assert_eq!(

@@ -15,9 +15,10 @@ use antler_protocol::{
     UsageMetadata,
 };
 use antler_test_support::{
-    anthropic_error, gemini_error, ollama_error, openai_error, AnthropicReply, AnthropicWire,
-    GeminiReply, GeminiWire, MockReply, MockRequest, MockServer, MockWire, OllamaReply, OllamaWire,
-    OpenAiWire, Reply, ResponsesReply, ResponsesWire,
+    anthropic_error, gemini_error, ollama_error, openai_error, AnthropicBlock, AnthropicReply,
+    AnthropicWire, GeminiReply, GeminiWire, MockReply, MockRequest, MockServer, MockWire,
+    OllamaReply, OllamaToolCall, OllamaWire, OpenAiWire, Reply, ResponsesItem, ResponsesReply,
+    ResponsesWire,
 };
 use serde_json::{json, Value};
 
@@ -186,6 +187,65 @@ pub fn round_trip_results(ids: [&str; 2]) -> [ToolMessage; 2] {
         ToolMessage::new(ids[0], "a.txt"),
         ToolMessage::error(ids[1], "Error: no such file"),
     ]
+}
+
+/// A vendor whose mock can script the first answer of the two-call round trip.
+pub trait TwoCalls: Vendor {
+    /// Calls `ls` on `/mnt` and `read_file` on `/x`, after "Checking both." where the vendor's
+    /// round trip test has text.
+    fn two_calls() -> Reply<Self::Mock>;
+}
+
+/// The first leg of a two-call round trip, as run by [`first_leg`]: the mock, the model, the
+/// `look` call offering `ls` and `read_file`, the first answer, and its chunks when streamed.
+pub struct FirstLeg<V: Vendor>(
+    pub MockServer<V::Mock>,
+    pub HttpChatModel<V::Wire>,
+    pub Call,
+    pub AiMessage,
+    pub Vec<AiMessageChunk>,
+);
+
+/// A mock answering [`TwoCalls::two_calls`] and then `Done.`, and the first answer to the `look`
+/// call offering `ls` and `read_file`.
+pub async fn first_leg<V: TwoCalls>(streaming: bool) -> FirstLeg<V> {
+    let mock = MockServer::<V::Mock>::start()
+        .await
+        .with_replies([V::two_calls(), V::text("Done.")]);
+    let model = V::model(&mock);
+    let mut call = Call::user("look");
+    call.tools = vec![path_tool("ls"), path_tool("read_file")];
+    let (first, chunks) = answer(&model, &call, streaming).await;
+    FirstLeg(mock, model, call, first, chunks)
+}
+
+impl TwoCalls for Anthropic {
+    fn two_calls() -> AnthropicReply {
+        AnthropicReply::blocks([
+            AnthropicBlock::text("Checking both."),
+            AnthropicBlock::tool_use("toolu_a", "ls", json!({"path": "/mnt"})),
+            AnthropicBlock::tool_use("toolu_b", "read_file", json!({"path": "/x"})),
+        ])
+    }
+}
+
+impl TwoCalls for Ollama {
+    fn two_calls() -> OllamaReply {
+        OllamaReply::tool_calls([
+            OllamaToolCall::new("ls", json!({"path": "/mnt"})),
+            OllamaToolCall::new("read_file", json!({"path": "/x"})).with_id("call_given"),
+        ])
+    }
+}
+
+impl TwoCalls for Responses {
+    fn two_calls() -> ResponsesReply {
+        ResponsesReply::items([
+            ResponsesItem::text("Checking both."),
+            ResponsesItem::function_call("call_a", "ls", json!({"path": "/mnt"})),
+            ResponsesItem::function_call("call_b", "read_file", json!({"path": "/x"})),
+        ])
+    }
 }
 
 /// The second leg of a two-call round trip: `call` continued by `first` and its `results` must

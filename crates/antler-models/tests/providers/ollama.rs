@@ -8,13 +8,13 @@ use std::sync::Arc;
 use antler_models::providers::ollama::OllamaModel;
 use antler_models::ChatModel;
 use antler_protocol::{Content, InvalidToolCall, Message, UsageMetadata};
-use antler_test_support::{MockOllama, OllamaReply, OllamaToolCall};
+use antler_test_support::{MockOllama, OllamaReply};
 use pretty_assertions::assert_eq;
 use serde_json::json;
 
 use crate::common::{
-    answer, assert_post, both, hello_there, invoke_user, obj, path_tool as tool, reasoning_of,
-    round_trip_results, second_leg, stream, text_of, Call, Ollama, Vendor,
+    assert_post, both, first_leg, hello_there, invoke_user, obj, reasoning_of, round_trip_results,
+    second_leg, stream, text_of, Call, FirstLeg, Ollama, Vendor,
 };
 
 const MODEL: &str = Ollama::MODEL;
@@ -80,17 +80,7 @@ async fn text_reply_request_shape_and_options() {
 #[tokio::test]
 async fn tool_calls_round_trip_with_object_arguments_and_tool_names() {
     for streaming in [false, true] {
-        let mock = MockOllama::start().await.with_replies([
-            OllamaReply::tool_calls([
-                OllamaToolCall::new("ls", json!({"path": "/mnt"})),
-                OllamaToolCall::new("read_file", json!({"path": "/x"})).with_id("call_given"),
-            ]),
-            OllamaReply::text("Done."),
-        ]);
-        let model = Ollama::model(&mock);
-        let mut call = Call::user("look");
-        call.tools = vec![tool("ls"), tool("read_file")];
-        let (first, chunks) = answer(&model, &call, streaming).await;
+        let FirstLeg(mock, model, call, first, chunks) = first_leg::<Ollama>(streaming).await;
         assert_eq!(first.finish_reason(), Some("tool_calls"));
         assert_eq!(first.response_metadata["done_reason"], "stop");
         let names: Vec<_> = first.tool_calls.iter().map(|c| c.name.as_str()).collect();

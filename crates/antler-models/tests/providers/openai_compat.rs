@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use antler_models::providers::openai_compat::OpenAiCompatModel;
+use antler_models::providers::openai_compat::{OpenAiCompatConfig, OpenAiCompatModel};
 use antler_models::ChatModel;
 use antler_protocol::{
     AiMessage, Content, InvalidToolCall, Message, Object, ToolCall, ToolMessage, ToolSpec,
@@ -18,6 +18,15 @@ use crate::common::{
     assert_fragments_rebuild, assert_no_tools, invoke_user, obj, openai_usage as usage, sent_body,
     stream, text_of, tool_call, without_provider_id, Call, OpenAi, Vendor, MESSAGE_ID,
 };
+
+/// A mock that answers `text` once, and a config for it to adjust.
+async fn text_mock(text: &str) -> (MockOpenAi, OpenAiCompatConfig) {
+    let mock = MockOpenAi::start()
+        .await
+        .with_replies([MockReply::text(text)]);
+    let cfg = OpenAi::config(&mock);
+    (mock, cfg)
+}
 
 #[tokio::test]
 async fn text_reply_without_streaming() {
@@ -159,10 +168,7 @@ async fn usage_details_from_the_final_usage_chunk() {
 
 #[tokio::test]
 async fn stream_without_usage_when_disabled() {
-    let mock = MockOpenAi::start()
-        .await
-        .with_replies([MockReply::text("x")]);
-    let mut cfg = OpenAi::config(&mock);
+    let (mock, mut cfg) = text_mock("x").await;
     cfg.wire.stream_usage = false;
     let (res, _) = stream(&OpenAiCompatModel::new(cfg).unwrap(), &Call::user("x")).await;
     assert_eq!(res.unwrap().usage_metadata, None);
@@ -259,10 +265,7 @@ async fn a_missing_tool_call_id_is_generated_and_patched_into_the_raw_copy() {
 
 #[tokio::test]
 async fn request_body_shape() {
-    let mock = MockOpenAi::start()
-        .await
-        .with_replies([MockReply::text("fine")]);
-    let mut cfg = OpenAi::config(&mock);
+    let (mock, mut cfg) = text_mock("fine").await;
     cfg.base_url.push('/');
     cfg.wire.temperature = Some(0.7);
     cfg.wire.max_tokens = Some(512);

@@ -11,9 +11,9 @@ use pretty_assertions::assert_eq;
 use serde_json::json;
 
 use crate::common::{
-    answer, assert_fragments_rebuild, assert_post, both, hello_there, obj, path_tool as tool,
+    assert_fragments_rebuild, assert_post, both, first_leg, hello_there, obj, path_tool as tool,
     reasoning_of, round_trip_results, second_leg, sent_body, stream, text_of, tool_call,
-    without_provider_id, Call, Responses, Vendor,
+    without_provider_id, Call, FirstLeg, Responses, Vendor,
 };
 
 const MODEL: &str = Responses::MODEL;
@@ -66,18 +66,7 @@ async fn text_reply_request_shape() {
 #[tokio::test]
 async fn function_calls_round_trip_paired_by_call_id() {
     for streaming in [false, true] {
-        let mock = MockResponses::start().await.with_replies([
-            ResponsesReply::items([
-                ResponsesItem::text("Checking both."),
-                ResponsesItem::function_call("call_a", "ls", json!({"path": "/mnt"})),
-                ResponsesItem::function_call("call_b", "read_file", json!({"path": "/x"})),
-            ]),
-            ResponsesReply::text("Done."),
-        ]);
-        let model = Responses::model(&mock);
-        let mut call = Call::user("look");
-        call.tools = vec![tool("ls"), tool("read_file")];
-        let (first, chunks) = answer(&model, &call, streaming).await;
+        let FirstLeg(mock, model, call, first, chunks) = first_leg::<Responses>(streaming).await;
         if streaming {
             assert_fragments_rebuild(&chunks, &[json!({"path": "/mnt"}), json!({"path": "/x"})]);
             assert_eq!(text_of(&chunks), "Checking both.");

@@ -26,26 +26,21 @@ mod reply;
 pub use invariants::tool_use_violations;
 pub use reply::{anthropic_error, anthropic_sse_frame, AnthropicAnswer, AnthropicBlock};
 
-use crate::mock::{
-    prompt_bytes, request_model, Failure, MockRequest, MockServer, MockWire, Reply, Route,
-};
+use crate::mock::{prompt_bytes, request_model, Failure, MockRequest, MockWire, Route};
 use reply::Render;
 
-/// The Messages API wire of the mock server.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AnthropicWire;
-
-/// A mock Anthropic Messages server on `127.0.0.1`; stops when dropped.
-pub type MockAnthropic = MockServer<AnthropicWire>;
-
-/// One scripted answer of [`MockAnthropic`].
-pub type AnthropicReply = Reply<AnthropicWire>;
+crate::mock::mock_wire!(
+    AnthropicWire,
+    MockAnthropic,
+    AnthropicReply,
+    "Messages API",
+    "Anthropic Messages"
+);
 
 impl MockWire for AnthropicWire {
     type Answer = AnthropicAnswer;
 
     const NAME: &'static str = "Anthropic";
-    const BASE_PATH: &'static str = "";
     const KEEPALIVE: &'static str = "event: ping\ndata: {\"type\":\"ping\"}\n\n";
     const RESPONSE_HEADERS: &'static [(&'static str, &'static str)] = &[("request-id", "req_mock")];
 

@@ -24,18 +24,16 @@ mod reply;
 pub use invariants::gemini_violations;
 pub use reply::{gemini_error, GeminiAnswer, GeminiPart};
 
-use crate::mock::{prompt_bytes, Failure, MockRequest, MockServer, MockWire, Reply, Route};
+use crate::mock::{prompt_bytes, Failure, MockRequest, MockServer, MockWire, Route};
 use reply::Render;
 
-/// The Gemini API wire of the mock server.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct GeminiWire;
-
-/// A mock Gemini API server on `127.0.0.1`; stops when dropped.
-pub type MockGemini = MockServer<GeminiWire>;
-
-/// One scripted answer of [`MockGemini`].
-pub type GeminiReply = Reply<GeminiWire>;
+crate::mock::mock_wire!(
+    GeminiWire,
+    MockGemini,
+    GeminiReply,
+    "Gemini API",
+    "Gemini API"
+);
 
 impl MockServer<GeminiWire> {
     /// Also require every `functionCall` part of the history to carry its `thoughtSignature`
@@ -55,8 +53,6 @@ impl MockWire for GeminiWire {
     type Answer = GeminiAnswer;
 
     const NAME: &'static str = "Gemini";
-    const BASE_PATH: &'static str = "";
-    const KEEPALIVE: &'static str = ": keep-alive\n\n";
 
     fn is_stream(path: &str, _body: &Value) -> bool {
         model_method(path).is_some_and(|(_, m)| m == "streamGenerateContent")

@@ -131,6 +131,23 @@ enum Runner {
     Thread(Option<std::thread::JoinHandle<()>>),
 }
 
+/// Declares a vendor's wire marker with its mock server and scripted reply types, documented
+/// alike: `$wire` names the wire in the marker's doc, `$server` the server in the server's.
+macro_rules! mock_wire {
+    ($marker:ident, $server:ident, $reply:ident, $wire:literal, $what:literal) => {
+        #[doc = concat!("The ", $wire, " wire of the mock server.")]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub struct $marker;
+
+        #[doc = concat!("A mock ", $what, " server on `127.0.0.1`; stops when dropped.")]
+        pub type $server = $crate::mock::MockServer<$marker>;
+
+        #[doc = concat!("One scripted answer of [`", stringify!($server), "`].")]
+        pub type $reply = $crate::mock::Reply<$marker>;
+    };
+}
+pub(crate) use mock_wire;
+
 /// A mock server of vendor `W`'s API; stops when dropped.
 pub struct MockServer<W: MockWire> {
     shared: Arc<Shared<W>>,

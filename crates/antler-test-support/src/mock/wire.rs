@@ -73,10 +73,12 @@ pub trait MockWire: Clone + fmt::Debug + PartialEq + Send + Sync + 'static {
 
     /// The vendor's name in messages (`OpenAI`).
     const NAME: &'static str;
-    /// What [`super::MockServer::base_url`] appends to `http://127.0.0.1:PORT` (`/v1`).
-    const BASE_PATH: &'static str;
-    /// What a stalled stream sends while kept warm (an SSE comment, a `ping` event).
-    const KEEPALIVE: &'static str;
+    /// What [`super::MockServer::base_url`] appends to `http://127.0.0.1:PORT` (`/v1`); most
+    /// vendors' roots have none.
+    const BASE_PATH: &'static str = "";
+    /// What a stalled stream sends while kept warm (an SSE comment, a `ping` event); by default
+    /// the plain SSE keep-alive comment.
+    const KEEPALIVE: &'static str = ": keep-alive\n\n";
     /// The frame that ends a complete stream, for vendors that send one (`data: [DONE]`).
     const DONE: Option<&'static str> = None;
     /// Headers added to every response (`request-id`).

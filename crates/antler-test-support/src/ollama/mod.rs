@@ -26,26 +26,15 @@ mod reply;
 pub use invariants::ollama_violations;
 pub use reply::{ollama_error, OllamaAnswer, OllamaToolCall};
 
-use crate::mock::{
-    prompt_bytes, request_model, Failure, MockRequest, MockServer, MockWire, Reply, Route,
-};
+use crate::mock::{prompt_bytes, request_model, Failure, MockRequest, MockWire, Route};
 use reply::Render;
 
-/// The Ollama wire of the mock server.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct OllamaWire;
-
-/// A mock Ollama server on `127.0.0.1`; stops when dropped.
-pub type MockOllama = MockServer<OllamaWire>;
-
-/// One scripted answer of [`MockOllama`].
-pub type OllamaReply = Reply<OllamaWire>;
+crate::mock::mock_wire!(OllamaWire, MockOllama, OllamaReply, "Ollama", "Ollama");
 
 impl MockWire for OllamaWire {
     type Answer = OllamaAnswer;
 
     const NAME: &'static str = "Ollama";
-    const BASE_PATH: &'static str = "";
     // A blank line: NDJSON has no comments, and readers skip blank lines.
     const KEEPALIVE: &'static str = "\n";
     const STREAM_CONTENT_TYPE: &'static str = "application/x-ndjson";

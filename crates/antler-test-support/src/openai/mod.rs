@@ -11,7 +11,7 @@ mod reply;
 pub use invariants::tool_call_violations;
 pub use reply::{openai_error, MockToolCall, OpenAiAnswer};
 
-use crate::mock::{prompt_bytes, request_model, Failure, MockServer, MockWire, Reply, Route};
+use crate::mock::{prompt_bytes, request_model, Failure, MockServer, MockWire, Route};
 use crate::sse::SSE_DONE;
 use reply::Render;
 
@@ -43,15 +43,13 @@ pub(crate) fn openai_failure(failure: Failure<'_>, unauthorized: &str) -> (u16, 
     }
 }
 
-/// The Chat Completions wire of the mock server.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct OpenAiWire;
-
-/// A mock OpenAI-compatible server on `127.0.0.1`; stops when dropped.
-pub type MockOpenAi = MockServer<OpenAiWire>;
-
-/// One scripted answer of [`MockOpenAi`].
-pub type MockReply = Reply<OpenAiWire>;
+crate::mock::mock_wire!(
+    OpenAiWire,
+    MockOpenAi,
+    MockReply,
+    "Chat Completions",
+    "OpenAI-compatible"
+);
 
 impl MockServer<OpenAiWire> {
     /// Also require tool results to directly follow their assistant message (OpenAI's rule).

@@ -26,28 +26,24 @@ pub use invariants::responses_violations;
 pub use reply::{ResponsesAnswer, ResponsesItem};
 
 use crate::mock::{
-    array_items, prompt_bytes, request_model, Failure, MockRequest, MockServer, MockWire, Reply,
-    Route,
+    array_items, prompt_bytes, request_model, Failure, MockRequest, MockWire, Route,
 };
 use crate::openai::{openai_error, openai_failure};
 use reply::Render;
 
-/// The Responses API wire of the mock server.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ResponsesWire;
-
-/// A mock OpenAI Responses API server on `127.0.0.1`; stops when dropped.
-pub type MockResponses = MockServer<ResponsesWire>;
-
-/// One scripted answer of [`MockResponses`].
-pub type ResponsesReply = Reply<ResponsesWire>;
+crate::mock::mock_wire!(
+    ResponsesWire,
+    MockResponses,
+    ResponsesReply,
+    "Responses API",
+    "OpenAI Responses API"
+);
 
 impl MockWire for ResponsesWire {
     type Answer = ResponsesAnswer;
 
     const NAME: &'static str = "OpenAI Responses";
     const BASE_PATH: &'static str = "/v1";
-    const KEEPALIVE: &'static str = ": keep-alive\n\n";
 
     fn route(method: &Method, path: &str) -> Route {
         if method == Method::POST && path.ends_with("/responses") {
