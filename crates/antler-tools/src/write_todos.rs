@@ -120,14 +120,7 @@ mod tests {
             _ => Object::new(),
         };
         WriteTodosTool::new()
-            .call(
-                args,
-                ToolContext {
-                    call_id: "c1",
-                    state: &state,
-                    run: &run,
-                },
-            )
+            .call(args, ToolContext::new("c1", &state, &run))
             .await
     }
 

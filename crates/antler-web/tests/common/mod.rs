@@ -167,11 +167,7 @@ pub fn extra(v: Value) -> Map<String, Value> {
 pub async fn call(tool: &Arc<dyn Tool>, args: Value) -> (String, ToolStatus) {
     let run = RunContext::new("t", "r", Arc::new(CollectingSink::new()));
     let state = ThreadState::default();
-    let ctx = ToolContext {
-        call_id: "call_1",
-        state: &state,
-        run: &run,
-    };
+    let ctx = ToolContext::new("call_1", &state, &run);
     let args: Object = args.as_object().cloned().unwrap();
     match tool.call(args, ctx).await.unwrap() {
         ToolOutput::Content {
