@@ -26,8 +26,8 @@ pub struct QuestionField {
 }
 
 impl QuestionField {
-    /// The field `field` (a form field object) with its label and option labels as the
-    /// caller reads them; `required` and `type` are read here.
+    /// A field of the form field object `field`: `required` and `type` read from it, the label
+    /// and option labels as the caller reads them (the tool and the middleware differ there).
     pub fn new(field: &Value, label: String, options: Vec<String>) -> QuestionField {
         QuestionField {
             label,

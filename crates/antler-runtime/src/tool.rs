@@ -117,6 +117,7 @@ pub struct ToolContext<'a> {
 }
 
 impl<'a> ToolContext<'a> {
+    /// The context of call `call_id` in a run.
     pub fn new(call_id: &'a str, state: &'a ThreadState, run: &'a RunContext) -> ToolContext<'a> {
         ToolContext {
             call_id,
