@@ -17,6 +17,7 @@
 use std::sync::LazyLock;
 
 use antler_protocol::{Content, Object, StateUpdate, ToolMessage};
+use antler_runtime::clarification::{question_text, QuestionField};
 use antler_runtime::{
     Command, Goto, HookSet, Middleware, RunContext, RunKey, ToolCallRequest, ToolNext, ToolOutcome,
 };
@@ -47,15 +48,7 @@ pub const MAX_FIELD_TEXT_CHARS: usize = 200;
 pub const MAX_FORM_SERIALIZED_BYTES: usize = 16_384;
 
 /// Form field types a card can render; any other type degrades to `text`.
-pub const FIELD_TYPES: &[&str] = &[
-    "text",
-    "textarea",
-    "number",
-    "select",
-    "multi_select",
-    "checkbox",
-    "date",
-];
+pub use antler_runtime::clarification::FIELD_TYPES;
 
 /// Field names that would shadow `Object.prototype` members in the UI's form-value store.
 const RESERVED_FIELD_NAMES: &[&str] = &[
@@ -335,50 +328,26 @@ fn icon(kind: &str) -> &'static str {
 /// fields or the numbered options.
 pub fn format_question(args: &Object, fields: &[Value]) -> String {
     let question = args.get("question").map(py_str).unwrap_or_default();
-    let icon = icon(&clarification_type(args));
-    let mut parts: Vec<String> = Vec::new();
-    match args.get("context").filter(|c| truthy(c)) {
-        Some(context) => {
-            parts.push(format!("{icon} {}", py_str(context)));
-            parts.push(format!("\n{question}"));
-        }
-        None => parts.push(format!("{icon} {question}")),
-    }
-    if !fields.is_empty() {
-        parts.push(String::new());
-        for (i, field) in fields.iter().enumerate() {
+    let context = args.get("context").filter(|c| truthy(c)).map(py_str);
+    let fields: Vec<QuestionField> = fields
+        .iter()
+        .map(|field| {
             let label = field.get("label").and_then(Value::as_str).unwrap_or("");
-            let mut line = format!("  {}. {label}", i + 1);
-            if field.get("required").and_then(Value::as_bool) == Some(true) {
-                line.push_str(" (required)");
-            }
-            if let Some(Value::Array(opts)) = field.get("options") {
-                if !opts.is_empty() {
-                    let labels: Vec<&str> = opts
-                        .iter()
-                        .filter_map(|o| o.get("label").and_then(Value::as_str))
-                        .collect();
-                    line.push_str(" — options: ");
-                    line.push_str(&labels.join(" / "));
-                    if field.get("type").and_then(Value::as_str) == Some("multi_select") {
-                        line.push_str(" (multiple allowed)");
-                    }
-                }
-            }
-            parts.push(line);
-        }
-        parts.push(String::new());
-        parts.push("Please reply with a value for each field.".to_owned());
-    } else {
-        let options = normalize_options(args.get("options"));
-        if !options.is_empty() {
-            parts.push(String::new());
-            for (i, option) in options.iter().enumerate() {
-                parts.push(format!("  {}. {option}", i + 1));
-            }
-        }
-    }
-    parts.join("\n")
+            let options = match field.get("options") {
+                Some(Value::Array(opts)) => opts
+                    .iter()
+                    .filter_map(|o| o.get("label").and_then(Value::as_str))
+                    .map(str::to_owned)
+                    .collect(),
+                _ => Vec::new(),
+            };
+            QuestionField::new(field, label.to_owned(), options)
+        })
+        .collect();
+    let icon = icon(&clarification_type(args));
+    // The options only show when there are no fields.
+    let options = normalize_options(args.get("options"));
+    question_text(icon, context.as_deref(), &question, &fields, &options)
 }
 
 /// `clarification:<tool_call_id>`, or `clarification:` + the first 16 hex digits of the text's

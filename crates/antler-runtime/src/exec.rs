@@ -91,11 +91,7 @@ pub(crate) async fn execute_tool(req: ToolCallRequest) -> Result<ToolOutcome, To
         .with_name(name);
         return Ok(ToolOutcome::Message(with_id(msg)));
     };
-    let ctx = ToolContext {
-        call_id: &call_id,
-        state: &req.state,
-        run: &req.run,
-    };
+    let ctx = ToolContext::new(&call_id, &req.state, &req.run);
     match tool.call(req.call.args.clone(), ctx).await {
         Ok(ToolOutput::Content {
             content,

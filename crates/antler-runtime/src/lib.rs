@@ -4,6 +4,7 @@
 //! assembly in `antler-agent`.
 
 pub mod agent;
+pub mod clarification;
 pub mod context;
 mod exec;
 pub mod middleware;

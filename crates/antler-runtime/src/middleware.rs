@@ -243,35 +243,43 @@ pub struct ToolCallRequest {
     pub tool_names: Arc<[String]>,
 }
 
-/// The rest of the model onion; call [`ModelNext::run`] zero or more times.
-#[derive(Clone, Copy)]
-pub struct ModelNext<'a> {
-    pub(crate) rest: &'a [Arc<dyn Middleware>],
-}
-
-impl ModelNext<'_> {
-    pub async fn run(self, req: ModelRequest) -> Result<ModelResponse, ModelCallError> {
-        match self.rest.split_first() {
-            Some((mw, rest)) => mw.wrap_model_call(req, ModelNext { rest }).await,
-            None => crate::exec::call_model(req).await,
+/// One onion continuation: the middlewares still to wrap the call, then the real call.
+macro_rules! onion_next {
+    ($(#[$doc:meta])* $name:ident, $wrap:ident, $req:ty, $out:ty, $innermost:path) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy)]
+        pub struct $name<'a> {
+            pub(crate) rest: &'a [Arc<dyn Middleware>],
         }
-    }
-}
 
-/// The rest of the tool onion; call [`ToolNext::run`] zero or more times.
-#[derive(Clone, Copy)]
-pub struct ToolNext<'a> {
-    pub(crate) rest: &'a [Arc<dyn Middleware>],
-}
-
-impl ToolNext<'_> {
-    pub async fn run(self, req: ToolCallRequest) -> Result<ToolOutcome, ToolError> {
-        match self.rest.split_first() {
-            Some((mw, rest)) => mw.wrap_tool_call(req, ToolNext { rest }).await,
-            None => crate::exec::execute_tool(req).await,
+        impl $name<'_> {
+            pub async fn run(self, req: $req) -> $out {
+                match self.rest.split_first() {
+                    Some((mw, rest)) => mw.$wrap(req, $name { rest }).await,
+                    None => $innermost(req).await,
+                }
+            }
         }
-    }
+    };
 }
+
+onion_next!(
+    /// The rest of the model onion; call [`ModelNext::run`] zero or more times.
+    ModelNext,
+    wrap_model_call,
+    ModelRequest,
+    Result<ModelResponse, ModelCallError>,
+    crate::exec::call_model
+);
+
+onion_next!(
+    /// The rest of the tool onion; call [`ToolNext::run`] zero or more times.
+    ToolNext,
+    wrap_tool_call,
+    ToolCallRequest,
+    Result<ToolOutcome, ToolError>,
+    crate::exec::execute_tool
+);
 
 // Short names for the hook signatures, so that every middleware spells its hooks the same
 // way in one line instead of repeating the long result types.

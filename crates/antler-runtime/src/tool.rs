@@ -116,7 +116,16 @@ pub struct ToolContext<'a> {
     pub run: &'a RunContext,
 }
 
-impl ToolContext<'_> {
+impl<'a> ToolContext<'a> {
+    /// The context of call `call_id` in a run.
+    pub fn new(call_id: &'a str, state: &'a ThreadState, run: &'a RunContext) -> ToolContext<'a> {
+        ToolContext {
+            call_id,
+            state,
+            run,
+        }
+    }
+
     /// A reporter for live progress of this call (`tool` is the tool's name), or `None` when
     /// nobody consumes `custom` events — check before doing any work for a report.
     pub fn progress(&self, tool: &str) -> Option<ProgressReporter> {

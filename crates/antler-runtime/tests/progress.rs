@@ -11,11 +11,7 @@ use serde_json::json;
 fn progress_is_built_only_for_custom_consumers_and_is_bounded() {
     let state = ThreadState::default();
     let silent = RunContext::new("t", "r", Arc::new(NullSink));
-    let ctx = ToolContext {
-        call_id: "c1",
-        state: &state,
-        run: &silent,
-    };
+    let ctx = ToolContext::new("c1", &state, &silent);
     assert!(ctx.progress("bash").is_none());
 
     let no_custom = Arc::new(CollectingSink::with_modes(StreamModes {
@@ -23,20 +19,12 @@ fn progress_is_built_only_for_custom_consumers_and_is_bounded() {
         ..StreamModes::ALL
     }));
     let run = RunContext::new("t", "r", no_custom);
-    let ctx = ToolContext {
-        call_id: "c1",
-        state: &state,
-        run: &run,
-    };
+    let ctx = ToolContext::new("c1", &state, &run);
     assert!(ctx.progress("bash").is_none());
 
     let sink = Arc::new(CollectingSink::new());
     let run = RunContext::new("t", "r", sink.clone());
-    let ctx = ToolContext {
-        call_id: "c1",
-        state: &state,
-        run: &run,
-    };
+    let ctx = ToolContext::new("c1", &state, &run);
     let p = ctx.progress("bash").unwrap();
     p.report("line one");
     p.report(&"x".repeat(1000));

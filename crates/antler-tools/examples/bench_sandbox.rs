@@ -40,11 +40,7 @@ async fn bench_tool(
     let args: Object = args.as_object().unwrap().clone();
     let mut out = Vec::with_capacity(n);
     for i in 0..n + 3 {
-        let ctx = ToolContext {
-            call_id: "c",
-            state,
-            run: &run,
-        };
+        let ctx = ToolContext::new("c", state, &run);
         let t = Instant::now();
         let r = tool.call(args.clone(), ctx).await.unwrap();
         let d = t.elapsed();

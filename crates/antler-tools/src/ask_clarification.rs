@@ -10,6 +10,7 @@
 use std::sync::Arc;
 
 use antler_protocol::Object;
+use antler_runtime::clarification::{question_text, QuestionField};
 use antler_runtime::{Tool, ToolContext, ToolError, ToolOutput, TypedSpec, TypedTool};
 use async_trait::async_trait;
 use schemars::JsonSchema;
@@ -29,15 +30,7 @@ pub const CLARIFICATION_TYPES: &[&str] = &[
 ];
 
 /// Form field types a card can render.
-pub const FIELD_TYPES: &[&str] = &[
-    "text",
-    "textarea",
-    "number",
-    "select",
-    "multi_select",
-    "checkbox",
-    "date",
-];
+pub use antler_runtime::clarification::FIELD_TYPES;
 
 const DESCRIPTION: &str = "Ask the user a question and stop until they answer. Use it only when you cannot reasonably continue on your own:\n\
 - information you need was not given (a path, a URL, a concrete requirement);\n\
@@ -217,56 +210,26 @@ fn options_of(v: Option<&Value>) -> Vec<String> {
 pub fn render_question(args: &Object) -> String {
     let question = args.get("question").map(text_of).unwrap_or_default();
     let icon = icon(args.get("clarification_type").and_then(Value::as_str));
-    let mut lines = Vec::new();
-    match args
+    let context = args
         .get("context")
         .map(text_of)
-        .filter(|c| !c.is_empty() && c != "null")
-    {
-        Some(context) => {
-            lines.push(format!("{icon} {context}"));
-            lines.push(format!("\n{question}"));
-        }
-        None => lines.push(format!("{icon} {question}")),
-    }
-    let fields: Vec<&Object> = match args.get("fields") {
-        Some(Value::Array(items)) => items.iter().filter_map(Value::as_object).collect(),
-        _ => Vec::new(),
+        .filter(|c| !c.is_empty() && c != "null");
+    let items = match args.get("fields") {
+        Some(Value::Array(items)) => items.as_slice(),
+        _ => &[],
     };
-    if !fields.is_empty() {
-        lines.push(String::new());
-        for (i, field) in fields.iter().enumerate() {
-            let label = field
-                .get("label")
-                .or_else(|| field.get("name"))
-                .map(text_of)
-                .unwrap_or_default();
-            let mut line = format!("  {}. {label}", i + 1);
-            if field.get("required").and_then(Value::as_bool) == Some(true) {
-                line.push_str(" (required)");
-            }
-            let options = options_of(field.get("options"));
-            if !options.is_empty() {
-                line.push_str(" — options: ");
-                line.push_str(&options.join(" / "));
-                if field.get("type").and_then(Value::as_str) == Some("multi_select") {
-                    line.push_str(" (multiple allowed)");
-                }
-            }
-            lines.push(line);
-        }
-        lines.push(String::new());
-        lines.push("Please reply with a value for each field.".to_owned());
-    } else {
-        let options = options_of(args.get("options"));
-        if !options.is_empty() {
-            lines.push(String::new());
-            for (i, option) in options.iter().enumerate() {
-                lines.push(format!("  {}. {option}", i + 1));
-            }
-        }
-    }
-    lines.join("\n")
+    let fields: Vec<QuestionField> = items
+        .iter()
+        .filter(|field| field.is_object())
+        .map(|field| {
+            let label = field.get("label").or_else(|| field.get("name"));
+            let label = label.map(text_of).unwrap_or_default();
+            QuestionField::new(field, label, options_of(field.get("options")))
+        })
+        .collect();
+    // The options only show when there are no fields.
+    let options = options_of(args.get("options"));
+    question_text(icon, context.as_deref(), &question, &fields, &options)
 }
 
 #[async_trait]

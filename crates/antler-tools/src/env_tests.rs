@@ -77,14 +77,6 @@ fn bob_paths(home: &Path) -> ThreadPaths {
     ThreadPaths::new(home, "b1", Some("bob")).unwrap()
 }
 
-fn call_ctx<'a>(call_id: &'a str, state: &'a ThreadState, run: &'a RunContext) -> ToolContext<'a> {
-    ToolContext {
-        call_id,
-        state,
-        run,
-    }
-}
-
 fn ok<T>(step: Step<T>) -> T {
     match step {
         Ok(v) => v,
@@ -99,7 +91,7 @@ fn ensure_sandbox_ignores_a_forged_state_id() {
     assert_eq!(alice_id, "local:alice:a1");
     let state = forged(&alice_id, &alice_paths);
     let run = bob_run();
-    let ctx = call_ctx("c1", &state, &run);
+    let ctx = ToolContext::new("c1", &state, &run);
     let sb = ok(ensure_sandbox(&f.env, &ctx));
     assert_eq!(sb.id(), "local:bob:b1");
     assert_eq!(
@@ -112,7 +104,7 @@ fn ensure_sandbox_ignores_a_forged_state_id() {
         .get(&keys::SANDBOX_ACQUIRED_BY)
         .is_some_and(|calls| calls.contains("c1")));
     // A later call of the run reuses the derived id, still ignoring the state.
-    let ctx = call_ctx("c2", &state, &run);
+    let ctx = ToolContext::new("c2", &state, &run);
     assert_eq!(ok(ensure_sandbox(&f.env, &ctx)).id(), "local:bob:b1");
 }
 
@@ -126,7 +118,7 @@ fn a_state_id_that_matches_needs_no_new_record() {
         ..Default::default()
     };
     let run = bob_run();
-    let ctx = call_ctx("c1", &state, &run);
+    let ctx = ToolContext::new("c1", &state, &run);
     assert_eq!(ok(ensure_sandbox(&f.env, &ctx)).id(), "local:bob:b1");
     assert!(!run
         .get(&keys::SANDBOX_ACQUIRED_BY)
@@ -139,7 +131,7 @@ fn prepare_gates_with_the_sandboxs_own_folders_not_thread_data() {
     let (alice_id, alice_paths) = alice(&f);
     let state = forged(&alice_id, &alice_paths);
     let run = bob_run();
-    let ctx = call_ctx("c1", &state, &run);
+    let ctx = ToolContext::new("c1", &state, &run);
     let p = ok(prepare(&f.env, &ctx));
     let mine = bob_paths(f.home.path());
     let policy = p.policy.as_ref().unwrap();
@@ -173,7 +165,7 @@ fn text_of(out: ToolOutput) -> String {
 
 async fn call(tool: &dyn Tool, args: serde_json::Value, state: &ThreadState) -> String {
     let run = bob_run();
-    let ctx = call_ctx("c1", state, &run);
+    let ctx = ToolContext::new("c1", state, &run);
     text_of(
         tool.call(args.as_object().unwrap().clone(), ctx)
             .await

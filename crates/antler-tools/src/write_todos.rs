@@ -120,14 +120,7 @@ mod tests {
             _ => Object::new(),
         };
         WriteTodosTool::new()
-            .call(
-                args,
-                ToolContext {
-                    call_id: "c1",
-                    state: &state,
-                    run: &run,
-                },
-            )
+            .call(args, ToolContext::new("c1", &state, &run))
             .await
     }
 
@@ -217,8 +210,12 @@ mod tests {
             .collect()
     }
 
-    fn write_call(ids: &[&str], todos: serde_json::Value) -> ScriptedReply {
-        let args = json!({ "todos": todos }).as_object().unwrap().clone();
+    /// One model turn calling `write_todos` once per id, each with the list `items`.
+    fn write_call(ids: &[&str], items: &[(&str, &str)]) -> ScriptedReply {
+        let args = json!({ "todos": todos(items) })
+            .as_object()
+            .unwrap()
+            .clone();
         ScriptedReply::Message(AiMessage {
             tool_calls: ids
                 .iter()
@@ -255,14 +252,8 @@ mod tests {
     #[tokio::test]
     async fn plan_mode_updates_todos_and_finishes_when_all_are_done() {
         let model = Arc::new(ScriptedModel::new([
-            write_call(
-                &["c1"],
-                todos(&[("step 1", "in_progress"), ("step 2", "pending")]),
-            ),
-            write_call(
-                &["c2"],
-                todos(&[("step 1", "completed"), ("step 2", "completed")]),
-            ),
+            write_call(&["c1"], &[("step 1", "in_progress"), ("step 2", "pending")]),
+            write_call(&["c2"], &[("step 1", "completed"), ("step 2", "completed")]),
             ScriptedReply::text("finished"),
         ]));
         let out = plan_run(model.clone(), "do two steps").await;
@@ -283,7 +274,7 @@ mod tests {
         let model = Arc::new(ScriptedModel::new([
             write_call(
                 &["c1"],
-                todos(&[("draft", "completed"), ("review", "in_progress")]),
+                &[("draft", "completed"), ("review", "in_progress")],
             ),
             ScriptedReply::text("Here you go."),
             ScriptedReply::text("Done, really."),
@@ -307,7 +298,7 @@ mod tests {
     #[tokio::test]
     async fn parallel_calls_are_refused_and_the_list_is_unchanged() {
         let model = Arc::new(ScriptedModel::new([
-            write_call(&["c1", "c2"], todos(&[("x", "pending")])),
+            write_call(&["c1", "c2"], &[("x", "pending")]),
             ScriptedReply::text("ok"),
         ]));
         let out = plan_run(model.clone(), "plan").await;

@@ -165,11 +165,7 @@ fn the_prompt_section_lists_sorted_escaped_names() {
 async fn call(tool: &ToolSearchTool, query: &str) -> antler_runtime::Command {
     let state = ThreadState::default();
     let run = RunContext::new("t", "r", Arc::new(NullSink));
-    let ctx = ToolContext {
-        call_id: "c1",
-        state: &state,
-        run: &run,
-    };
+    let ctx = ToolContext::new("c1", &state, &run);
     let mut args = Object::new();
     args.insert("query".into(), json!(query));
     match tool.call(args, ctx).await.unwrap() {

@@ -131,11 +131,7 @@ async fn bash_is_removed_and_refuses_when_host_bash_is_off() {
     let tool = antler_tools::bash::BashTool::new(h.env.clone());
     let run = RunContext::new("t1", "r", Arc::new(antler_runtime::NullSink));
     let state = antler_protocol::ThreadState::default();
-    let ctx = ToolContext {
-        call_id: "c1",
-        state: &state,
-        run: &run,
-    };
+    let ctx = ToolContext::new("c1", &state, &run);
     let args = json!({"description": "d", "command": "touch /mnt/user-data/workspace/ran"});
     let out = tool
         .call(args.as_object().unwrap().clone(), ctx)

@@ -87,7 +87,7 @@ fn schemes_and_literals_are_checked_without_lookups() {
         assert_eq!(g.check_literal(raw).unwrap_err(), want, "{raw}");
     }
     // Every spelling of loopback the URL parser understands is the same address.
-    for raw in [
+    let blocked = [
         "http://127.0.0.1/",
         "http://127.1/",
         "http://2130706433/",
@@ -100,22 +100,25 @@ fn schemes_and_literals_are_checked_without_lookups() {
         "https://169.254.169.254/latest/meta-data/",
         "http://0.0.0.0:2026/",
         "http://user:pw@10.0.0.1/",
-    ] {
-        assert!(
-            matches!(g.check_literal(raw), Err(Refusal::Blocked { .. })),
-            "{raw}"
-        );
-    }
-    for raw in [
+    ];
+    let local_names = [
         "http://localhost:8080/",
         "http://LOCALHOST./",
         "http://api.localhost/",
         "http://metadata.google.internal/computeMetadata/v1/",
+    ];
+    let is_blocked: fn(&Refusal) -> bool = |r| matches!(r, Refusal::Blocked { .. });
+    let is_local_name: fn(&Refusal) -> bool = |r| matches!(r, Refusal::LocalName { .. });
+    for (raws, refused_as) in [
+        (&blocked[..], is_blocked),
+        (&local_names[..], is_local_name),
     ] {
-        assert!(
-            matches!(g.check_literal(raw), Err(Refusal::LocalName { .. })),
-            "{raw}"
-        );
+        for raw in raws {
+            assert!(
+                g.check_literal(raw).err().is_some_and(|r| refused_as(&r)),
+                "{raw}"
+            );
+        }
     }
     assert!(g.check_literal("https://93.184.216.34/page").is_ok());
     assert!(g.check_literal("https://example.com/page").is_ok());

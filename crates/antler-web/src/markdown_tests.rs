@@ -8,6 +8,18 @@ fn fixture(name: &str) -> String {
     std::fs::read_to_string(path).unwrap()
 }
 
+/// The fixture `name` converted as if fetched from `url`.
+fn fixture_page(name: &str, url: &str) -> Page {
+    html_to_page(&fixture(name), Some(url))
+}
+
+/// None of `junk` survives in the markdown.
+fn assert_no_junk(md: &str, junk: &[&str]) {
+    for junk in junk {
+        assert!(!md.contains(junk), "{junk} in {md}");
+    }
+}
+
 #[test]
 fn selectors_parse() {
     for css in [NOISE, CHROME] {
@@ -17,9 +29,9 @@ fn selectors_parse() {
 
 #[test]
 fn news_article_keeps_the_story_and_drops_the_chrome() {
-    let page = html_to_page(
-        &fixture("news-article.html"),
-        Some("https://news.example.org/uk/porthwenna-sea-wall-vote"),
+    let page = fixture_page(
+        "news-article.html",
+        "https://news.example.org/uk/porthwenna-sea-wall-vote",
     );
     assert_eq!(
         page.title,
@@ -33,30 +45,31 @@ fn news_article_keeps_the_story_and_drops_the_chrome() {
     );
     assert!(md.contains("> \"We have lived with this wall our whole lives."));
     assert!(md.contains("## Objections"));
-    for junk in [
-        "gtag",
-        "dataLayer",
-        "Skip to content",
-        "Breaking:",
-        "Most read",
-        "Sign up",
-        "All rights reserved",
-        "Advertisement",
-        "ad-slot",
-        "Share on Social",
-        "Cookie settings",
-    ] {
-        assert!(!md.contains(junk), "{junk} in {md}");
-    }
+    assert_no_junk(
+        md,
+        &[
+            "gtag",
+            "dataLayer",
+            "Skip to content",
+            "Breaking:",
+            "Most read",
+            "Sign up",
+            "All rights reserved",
+            "Advertisement",
+            "ad-slot",
+            "Share on Social",
+            "Cookie settings",
+        ],
+    );
     let full = page.to_markdown();
     assert!(full.starts_with("# Harbour town votes to rebuild its flooded sea wall\n\nResidents"));
 }
 
 #[test]
 fn docs_page_keeps_code_tables_lists_and_absolute_links() {
-    let page = html_to_page(
-        &fixture("docs-page.html"),
-        Some("https://docs.example.com/guide/retries.html"),
+    let page = fixture_page(
+        "docs-page.html",
+        "https://docs.example.com/guide/retries.html",
     );
     let md = &page.markdown;
     assert!(
@@ -74,38 +87,37 @@ fn docs_page_keeps_code_tables_lists_and_absolute_links() {
     );
     assert!(md.contains("## A basic policy\n"), "{md}");
     assert!(md.contains("### Order of checks"), "{md}");
-    for junk in [
-        "¶",
-        "Search docs",
-        "Toggle dark mode",
-        "Edit this page",
-        "Quick start",
-        "searchtools",
-    ] {
-        assert!(!md.contains(junk), "{junk} in {md}");
-    }
+    assert_no_junk(
+        md,
+        &[
+            "¶",
+            "Search docs",
+            "Toggle dark mode",
+            "Edit this page",
+            "Quick start",
+            "searchtools",
+        ],
+    );
 }
 
 #[test]
 fn cookie_banners_are_dropped() {
-    let page = html_to_page(
-        &fixture("cookie-banner.html"),
-        Some("https://lantern.example/blog/builds"),
-    );
+    let page = fixture_page("cookie-banner.html", "https://lantern.example/blog/builds");
     let md = &page.markdown;
     assert_eq!(page.title, "How we cut our build times in half");
     assert!(md.contains("Six months ago a clean build"));
     assert!(md.contains("| Dependencies | 17 min "), "{md}");
     assert!(md.contains("[post about our nightly jobs](https://lantern.example/blog/nightly-jobs)"));
-    for junk in [
-        "cookies",
-        "Accept All",
-        "We value your privacy",
-        "Reject All",
-        "OptanonWrapper",
-    ] {
-        assert!(!md.contains(junk), "{junk} in {md}");
-    }
+    assert_no_junk(
+        md,
+        &[
+            "cookies",
+            "Accept All",
+            "We value your privacy",
+            "Reject All",
+            "OptanonWrapper",
+        ],
+    );
 }
 
 #[test]

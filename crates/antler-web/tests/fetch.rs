@@ -14,7 +14,7 @@ use antler_protocol::ToolStatus;
 use antler_runtime::Tool;
 use antler_web::guard::{is_blocked_ip, Resolver, StaticResolver};
 use antler_web::WebToolBuilder;
-use common::{call, extra, fixture, redirect, respond, Server};
+use common::{call, extra, fixture, redirect, respond, silent_server, Server};
 use futures::future::BoxFuture;
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
@@ -289,14 +289,7 @@ async fn redirects_are_followed_and_limited() {
 
 #[tokio::test]
 async fn a_slow_page_times_out() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        let mut keep = Vec::new();
-        while let Ok((s, _)) = listener.accept().await {
-            keep.push(s);
-        }
-    });
+    let addr = silent_server().await;
     let (text, status) = call(
         &open_fetcher(json!({"timeout": 0.3})),
         json!({"url": format!("http://{addr}/")}),

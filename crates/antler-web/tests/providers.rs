@@ -9,7 +9,7 @@ use std::sync::Arc;
 use antler_protocol::ToolStatus;
 use antler_runtime::Tool;
 use antler_web::WebToolBuilder;
-use common::{call, extra, fixture, json, respond, Server};
+use common::{call, extra, fixture, json, respond, silent_server, Server};
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 
@@ -885,14 +885,7 @@ async fn reader_services_never_get_a_private_url() {
 async fn timeouts_and_dead_endpoints_are_error_results() {
     // A server that accepts and never answers: the entry's timeout ends the call.
     let hang = Server::start(|_| respond(200, "text/plain", "unused")).await;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let silent = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        let mut keep = Vec::new();
-        while let Ok((s, _)) = listener.accept().await {
-            keep.push(s);
-        }
-    });
+    let silent = silent_server().await;
     drop(hang);
     let t = tool(
         "deerflow.community.serper.tools:web_search_tool",

@@ -260,27 +260,32 @@ fn short_value(v: &Value) -> String {
     }
 }
 
+/// The first [`KEY_LIMIT`] keys of an object.
+fn first_keys(o: &serde_json::Map<String, Value>) -> Vec<&str> {
+    o.keys().take(KEY_LIMIT).map(String::as_str).collect()
+}
+
+/// `items` joined by `, ` between `before` and `after`; nothing when there are no items.
+fn listed<S: AsRef<str>>(before: &str, items: &[S], after: &str) -> String {
+    if items.is_empty() {
+        return String::new();
+    }
+    let joined: Vec<&str> = items.iter().map(AsRef::as_ref).collect();
+    format!("{before}{}{after}", joined.join(", "))
+}
+
 fn json_shape(v: &Value, depth: usize) -> String {
     if depth >= JSON_SHAPE_MAX_DEPTH {
         return "...".to_owned();
     }
     match v {
         Value::Object(o) => {
-            let keys: Vec<&str> = o.keys().take(KEY_LIMIT).map(String::as_str).collect();
-            let suffix = if keys.is_empty() {
-                String::new()
-            } else {
-                format!(": {}", keys.join(", "))
-            };
+            let suffix = listed(": ", &first_keys(o), "");
             format!("object(keys={}{suffix})", o.len())
         }
         Value::Array(a) => {
             let samples: Vec<String> = a.iter().take(3).map(|i| json_shape(i, depth + 1)).collect();
-            let suffix = if samples.is_empty() {
-                String::new()
-            } else {
-                format!(", first=[{}]", samples.join(", "))
-            };
+            let suffix = listed(", first=[", &samples, "]");
             format!("array(len={}{suffix})", a.len())
         }
         other => type_name(other).to_owned(),
@@ -299,12 +304,7 @@ fn json_path(parent: &str, key: &str) -> String {
 fn container_description(v: &Value) -> String {
     match v {
         Value::Object(o) => {
-            let keys: Vec<&str> = o.keys().take(KEY_LIMIT).map(String::as_str).collect();
-            let suffix = if keys.is_empty() {
-                String::new()
-            } else {
-                format!("; keys {}", keys.join(", "))
-            };
+            let suffix = listed("; keys ", &first_keys(o), "");
             format!("object keys {}{suffix}", o.len())
         }
         Value::Array(a) => match a.first() {

@@ -108,6 +108,22 @@ async fn run_with(chain: Chain, state: RunInput, replies: Vec<ScriptedReply>) ->
     Outcome { model, out }
 }
 
+/// A run of `input` with `r`'s skills and no allow-list, the model answering `ok`.
+async fn answer_ok(r: &Rig, input: RunInput) -> Outcome {
+    run_with(
+        chain(&r.registry, None),
+        input,
+        vec![ScriptedReply::text("ok")],
+    )
+    .await
+}
+
+/// `/shell-only go` with the skill `shell-only` (body `body`, only `bash` allowed).
+async fn shell_only_run(body: &str, replies: Vec<ScriptedReply>) -> Outcome {
+    let r = rig(|root| vec![skill(root, "shell-only", Some(&["bash"]), body)]);
+    run_with(chain(&r.registry, None), user("/shell-only go"), replies).await
+}
+
 fn user(text: &str) -> RunInput {
     RunInput::message(Message::Human(HumanMessage {
         content: text.into(),
@@ -195,12 +211,7 @@ async fn a_bare_command_asks_what_to_do_and_the_original_user_text_is_used() {
     };
     h.additional_kwargs
         .insert(ORIGINAL_USER_CONTENT.into(), json!("/ppt"));
-    let o = run_with(
-        chain(&r.registry, None),
-        RunInput::message(Message::Human(h)),
-        vec![ScriptedReply::text("ok")],
-    )
-    .await;
+    let o = answer_ok(&r, RunInput::message(Message::Human(h))).await;
     let reqs = o.model.requests();
     let rem = reminders(&reqs[0].messages);
     assert_eq!(rem.len(), 1);
@@ -263,12 +274,7 @@ async fn reserved_commands_and_older_user_messages_do_not_activate() {
             skill(root, "ppt", Some(&["bash"]), "x"),
         ]
     });
-    let o = run_with(
-        chain(&r.registry, None),
-        user("/help me"),
-        vec![ScriptedReply::text("ok")],
-    )
-    .await;
+    let o = answer_ok(&r, user("/help me")).await;
     assert!(reminders(&o.model.requests()[0].messages).is_empty());
     let mut input = user("thanks");
     input.messages.insert(
@@ -279,12 +285,7 @@ async fn reserved_commands_and_older_user_messages_do_not_activate() {
             ..Default::default()
         }),
     );
-    let o = run_with(
-        chain(&r.registry, None),
-        input,
-        vec![ScriptedReply::text("ok")],
-    )
-    .await;
+    let o = answer_ok(&r, input).await;
     assert!(reminders(&o.model.requests()[0].messages).is_empty());
     assert_eq!(
         o.model.requests()[0].tools.len(),
@@ -295,10 +296,8 @@ async fn reserved_commands_and_older_user_messages_do_not_activate() {
 
 #[tokio::test]
 async fn an_active_slash_skill_restricts_offered_and_executed_tools() {
-    let r = rig(|root| vec![skill(root, "shell-only", Some(&["bash"]), "use bash")]);
-    let o = run_with(
-        chain(&r.registry, None),
-        user("/shell-only go"),
+    let o = shell_only_run(
+        "use bash",
         vec![
             ScriptedReply::tool_calls([
                 ("c1".to_owned(), "bash".to_owned(), json!({})),
@@ -360,12 +359,7 @@ async fn read_skills_in_skill_context_apply_with_union_and_legacy_semantics() {
             skill_context: Some(active.iter().map(|n| entry(n)).collect()),
             ..Default::default()
         });
-        let o = run_with(
-            chain(&r.registry, None),
-            input,
-            vec![ScriptedReply::text("ok")],
-        )
-        .await;
+        let o = answer_ok(&r, input).await;
         let mut offered = o.model.requests()[0].tools.clone();
         offered.sort();
         assert_eq!(offered, expected, "active {active:?}");
@@ -440,10 +434,8 @@ async fn a_forged_slash_source_is_ignored_and_a_registry_failure_fails_closed() 
 
 #[tokio::test]
 async fn tool_search_cannot_reveal_or_promote_tools_outside_the_policy() {
-    let r = rig(|root| vec![skill(root, "shell-only", Some(&["bash"]), "x")]);
-    let o = run_with(
-        chain(&r.registry, None),
-        user("/shell-only go"),
+    let o = shell_only_run(
+        "x",
         vec![
             ScriptedReply::tool_call("s", "tool_search", json!({})),
             ScriptedReply::text("ok"),

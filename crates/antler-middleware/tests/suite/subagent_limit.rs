@@ -67,6 +67,29 @@ fn ledger(id: &str, run_id: Option<&str>) -> Delegation {
     }
 }
 
+/// What a middleware with a run budget of `max_total` leaves of `ai` in `run` after the
+/// `prior` delegations.
+fn truncate_in(
+    run: &RunContext,
+    max_total: i64,
+    ai: AiMessage,
+    prior: Vec<Delegation>,
+) -> AiMessage {
+    let mw = SubagentLimitMiddleware::new().with_max_total(max_total);
+    let st = state_with(vec![Message::Ai(ai)], prior);
+    mw.truncate(&st, run).unwrap()
+}
+
+/// What the middleware (3 task calls a turn, 4 a run) leaves of `tasks` task calls in run
+/// `run_id` after the `prior` delegations, and the run.
+fn truncate_tasks(run_id: &str, prior: Vec<Delegation>, tasks: usize) -> (AiMessage, RunContext) {
+    let mw = SubagentLimitMiddleware::new();
+    let run = run_ctx(run_id, 3, json!({"max_total_subagents": 4}));
+    let st = state_with(vec![Message::Ai(ai_tasks(tasks))], prior);
+    let out = mw.truncate(&st, &run).unwrap();
+    (out, run)
+}
+
 fn ids(ai: &AiMessage) -> Vec<&str> {
     ai.tool_calls.iter().map(|c| c.id_str()).collect()
 }
@@ -192,16 +215,13 @@ fn excess_task_calls_are_truncated_keeping_other_calls_and_mirrors_in_sync() {
 
 #[test]
 fn prior_delegations_of_this_run_reduce_the_budget() {
-    let mw = SubagentLimitMiddleware::new();
-    let run = run_ctx("run-1", 3, json!({"max_total_subagents": 4}));
     let prior = vec![
         ledger("p1", Some("run-1")),
         ledger("p2", Some("run-1")),
         ledger("p3", Some("run-1")),
         ledger("p3", Some("run-1")), // same id counts once
     ];
-    let st = state_with(vec![Message::Ai(ai_tasks(3))], prior);
-    let out = mw.truncate(&st, &run).unwrap();
+    let (out, run) = truncate_tasks("run-1", prior, 3);
     assert_eq!(ids(&out), ["t1"]);
     assert_eq!(out.content.text(), "dispatching");
     assert_eq!(run.get(&keys::STOP_REASON), None);
@@ -209,8 +229,6 @@ fn prior_delegations_of_this_run_reduce_the_budget() {
 
 #[test]
 fn only_this_runs_delegations_count() {
-    let mw = SubagentLimitMiddleware::new();
-    let run = run_ctx("run-2", 3, json!({"max_total_subagents": 4}));
     let prior = vec![
         ledger("p1", Some("run-1")),
         ledger("p2", Some("run-1")),
@@ -218,18 +236,14 @@ fn only_this_runs_delegations_count() {
         ledger("p4", None),
         ledger("q1", Some("run-2")),
     ];
-    let st = state_with(vec![Message::Ai(ai_tasks(5))], prior);
-    let out = mw.truncate(&st, &run).unwrap();
+    let (out, _) = truncate_tasks("run-2", prior, 5);
     assert_eq!(ids(&out), ["t1", "t2", "t3"], "4 - 1 prior leaves 3");
 }
 
 #[test]
 fn a_missing_run_id_counts_every_delegation() {
-    let mw = SubagentLimitMiddleware::new();
-    let run = run_ctx("", 3, json!({"max_total_subagents": 4}));
     let prior = vec![ledger("p1", Some("other")), ledger("p2", None)];
-    let st = state_with(vec![Message::Ai(ai_tasks(3))], prior);
-    let out = mw.truncate(&st, &run).unwrap();
+    let (out, _) = truncate_tasks("", prior, 3);
     assert_eq!(
         ids(&out),
         ["t1", "t2"],
@@ -239,11 +253,9 @@ fn a_missing_run_id_counts_every_delegation() {
 
 #[test]
 fn an_exhausted_budget_drops_every_task_call_and_adds_the_notice() {
-    let mw = SubagentLimitMiddleware::new().with_max_total(2);
     let run = run_ctx("run-1", 3, json!({}));
     let prior = vec![ledger("p1", Some("run-1")), ledger("p2", Some("run-1"))];
-    let st = state_with(vec![Message::Ai(ai_tasks(2))], prior);
-    let out = mw.truncate(&st, &run).unwrap();
+    let out = truncate_in(&run, 2, ai_tasks(2), prior);
     assert!(out.tool_calls.is_empty());
     assert!(!out.additional_kwargs.contains_key("tool_calls"));
     assert_eq!(out.finish_reason(), Some("stop"));
@@ -260,12 +272,10 @@ fn an_exhausted_budget_drops_every_task_call_and_adds_the_notice() {
 
 #[test]
 fn an_exhausted_budget_keeps_other_calls_and_still_adds_the_notice() {
-    let mw = SubagentLimitMiddleware::new().with_max_total(1);
     let run = run_ctx("run-1", 3, json!({}));
     let mut ai = ai_with(&[("b1", "bash"), ("t1", "task")]);
     ai.content = Content::Text(String::new());
-    let st = state_with(vec![Message::Ai(ai)], vec![ledger("p1", Some("run-1"))]);
-    let out = mw.truncate(&st, &run).unwrap();
+    let out = truncate_in(&run, 1, ai, vec![ledger("p1", Some("run-1"))]);
     assert_eq!(ids(&out), ["b1"]);
     assert_eq!(raw_ids(&out), ["b1"]);
     assert_eq!(out.finish_reason(), Some("tool_calls"));
@@ -282,12 +292,10 @@ fn an_exhausted_budget_keeps_other_calls_and_still_adds_the_notice() {
 
 #[test]
 fn the_notice_is_a_text_block_for_list_content() {
-    let mw = SubagentLimitMiddleware::new().with_max_total(1);
     let run = run_ctx("run-1", 3, json!({}));
     let mut ai = ai_tasks(1);
     ai.content = Content::Blocks(vec![json!({"type": "text", "text": "hi"})]);
-    let st = state_with(vec![Message::Ai(ai)], vec![ledger("p1", Some("run-1"))]);
-    let out = mw.truncate(&st, &run).unwrap();
+    let out = truncate_in(&run, 1, ai, vec![ledger("p1", Some("run-1"))]);
     assert_eq!(
         out.content,
         Content::Blocks(vec![

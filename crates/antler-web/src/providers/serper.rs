@@ -49,33 +49,45 @@ impl Serper {
         }
     }
 
-    /// The non-empty list under `field` of what `path` answers for `query`; `none` is the
-    /// answer when it is empty.
-    async fn search_items(
+    /// Searches `path` for `query` (trimmed and cut at 500 characters) and hands the cleaned
+    /// query, the result cap and the non-empty list under `field` to `render`; `none` is the
+    /// answer when that list is empty.
+    async fn search(
         &self,
         path: &str,
         field: &str,
         query: &str,
-        max: usize,
+        max_results: usize,
         none: &str,
-    ) -> Result<Vec<Value>, Reply> {
-        let items = Self::items(&self.post(path, query, max).await?, field, query)?;
-        if items.is_empty() {
-            return Err(Reply::query_error(none, query, false));
+        render: impl FnOnce(&str, usize, Vec<Value>) -> Reply,
+    ) -> Reply {
+        let query = clean_query(query, 500);
+        let max = max_results.min(MAX_RESULTS);
+        let data = match self.post(path, &query, max).await {
+            Ok(d) => d,
+            Err(r) => return r,
+        };
+        match Self::items(&data, field, &query) {
+            Ok(items) if items.is_empty() => Reply::query_error(none, &query, false),
+            Ok(items) => render(&query, max, items),
+            Err(r) => r,
         }
-        Ok(items)
     }
 
     pub async fn web_search(&self, query: &str, max_results: usize) -> Reply {
-        let query = clean_query(query, 500);
-        let max = max_results.min(MAX_RESULTS);
-        let organic = match self
-            .search_items("/search", "organic", &query, max, "No results found")
+        let none = "No results found";
+        self.search("/search", "organic", query, max_results, none, Self::web)
             .await
-        {
-            Ok(o) => o,
-            Err(r) => return r,
-        };
+    }
+
+    pub async fn image_search(&self, query: &str, max_results: usize) -> Reply {
+        let none = "No images found";
+        self.search("/images", "images", query, max_results, none, Self::images)
+            .await
+    }
+
+    /// Web results in DeerFlow's `{title, url, content}` shape, at most `max` of them.
+    fn web(query: &str, max: usize, organic: Vec<Value>) -> Reply {
         let results: Vec<Value> = organic
             .iter()
             .take(max)
@@ -87,19 +99,11 @@ impl Serper {
                 })
             })
             .collect();
-        query_results(&query, results)
+        query_results(query, results)
     }
 
-    pub async fn image_search(&self, query: &str, max_results: usize) -> Reply {
-        let query = clean_query(query, 500);
-        let max = max_results.min(MAX_RESULTS);
-        let images = match self
-            .search_items("/images", "images", &query, max, "No images found")
-            .await
-        {
-            Ok(i) => i,
-            Err(r) => return r,
-        };
+    /// Image results with safe URLs, at most `max` of them.
+    fn images(query: &str, max: usize, images: Vec<Value>) -> Reply {
         let mut results = Vec::new();
         for r in &images {
             let [(image_url, _), (thumbnail_url, _)] =
@@ -117,8 +121,8 @@ impl Serper {
             }
         }
         if results.is_empty() {
-            return Reply::query_error("No safe image URLs found", &query, false);
+            return Reply::query_error("No safe image URLs found", query, false);
         }
-        image_results(&query, results)
+        image_results(query, results)
     }
 }

@@ -118,6 +118,19 @@ impl Server {
     }
 }
 
+/// A server that accepts connections and never answers (for timeouts); its address.
+pub async fn silent_server() -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut keep = Vec::new();
+        while let Ok((s, _)) = listener.accept().await {
+            keep.push(s);
+        }
+    });
+    addr
+}
+
 pub fn respond(status: u16, content_type: &str, body: impl Into<Body>) -> Response<Body> {
     Response::builder()
         .status(StatusCode::from_u16(status).unwrap())
@@ -154,11 +167,7 @@ pub fn extra(v: Value) -> Map<String, Value> {
 pub async fn call(tool: &Arc<dyn Tool>, args: Value) -> (String, ToolStatus) {
     let run = RunContext::new("t", "r", Arc::new(CollectingSink::new()));
     let state = ThreadState::default();
-    let ctx = ToolContext {
-        call_id: "call_1",
-        state: &state,
-        run: &run,
-    };
+    let ctx = ToolContext::new("call_1", &state, &run);
     let args: Object = args.as_object().cloned().unwrap();
     match tool.call(args, ctx).await.unwrap() {
         ToolOutput::Content {
