@@ -131,7 +131,10 @@ impl Launcher {
                 }
             }
         }
-        Err(format!("the sandbox launcher is not answering: {last}"))
+        Err(format!(
+            "the sandbox helper {} did not serve as a launcher ({last}); is it an antler binary of another version?",
+            self.helper.exe.display()
+        ))
     }
 }
 
