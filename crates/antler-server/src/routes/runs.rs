@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use antler_store::RunStatus;
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::{FromRequestParts, Path, State};
+use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -187,51 +188,70 @@ pub async fn list(
     Ok(Json(Value::Array(out)))
 }
 
-/// The run record, 404 unless it belongs to the caller's thread.
-async fn owned_run(
-    state: &AppState,
-    user: &User,
-    thread_id: &str,
-    run_id: &str,
-) -> ApiResult<antler_store::RunRecord> {
-    owned_thread(state, user, thread_id).await?;
-    match state.app.store.get_run(run_id).await? {
-        Some(r) if r.thread_id == thread_id => Ok(r),
-        _ => Err(ApiError::run_not_found(run_id)),
+/// What every `/threads/{id}/runs/{run_id}` handler extracts: the state, the caller, and the
+/// two path ids (in that order, so a missing login still answers 401 before anything else).
+pub struct RunScope {
+    state: AppState,
+    user: User,
+    thread_id: String,
+    run_id: String,
+}
+
+impl FromRequestParts<AppState> for RunScope {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let user = User::from_request_parts(parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let Path((thread_id, run_id)) = Path::<(String, String)>::from_request_parts(parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        Ok(RunScope {
+            state: state.clone(),
+            user,
+            thread_id,
+            run_id,
+        })
+    }
+}
+
+impl RunScope {
+    /// The run record, 404 unless it belongs to the caller's thread.
+    async fn owned_run(&self) -> ApiResult<antler_store::RunRecord> {
+        owned_thread(&self.state, &self.user, &self.thread_id).await?;
+        match self.state.app.store.get_run(&self.run_id).await? {
+            Some(r) if r.thread_id == self.thread_id => Ok(r),
+            _ => Err(ApiError::run_not_found(&self.run_id)),
+        }
     }
 }
 
 /// R5 `GET /threads/{id}/runs/{run_id}`.
-pub async fn get_one(
-    State(state): State<AppState>,
-    user: User,
-    Path((thread_id, run_id)): Path<(String, String)>,
-) -> ApiResult<Json<Value>> {
-    let r = owned_run(&state, &user, &thread_id, &run_id).await?;
+pub async fn get_one(run: RunScope) -> ApiResult<Json<Value>> {
+    let r = run.owned_run().await?;
     Ok(Json(wire::run_json(&r)))
 }
 
 /// Cancel per spec 70 §5.4: 202 accepted, 204 once stopped (`wait`), 409 for finished runs.
-async fn cancel_run(
-    state: &AppState,
-    user: &User,
-    thread_id: &str,
-    run_id: &str,
-    q: &QueryPairs,
-) -> ApiResult<StatusCode> {
+async fn cancel_run(run: &RunScope, q: &QueryPairs) -> ApiResult<StatusCode> {
     let wait = q.bool("wait")?.unwrap_or(false);
     let action = match q.get("action") {
         None => CancelAction::Interrupt,
         Some(a) => CancelAction::parse(a)
             .ok_or_else(|| ApiError::unprocessable("'action' must be 'interrupt' or 'rollback'"))?,
     };
-    let record = owned_run(state, user, thread_id, run_id).await?;
+    let record = run.owned_run().await?;
     let accepted = if wait {
         StatusCode::NO_CONTENT
     } else {
         StatusCode::ACCEPTED
     };
-    let status = match state.runs.get(run_id) {
+    let run_id = &run.run_id;
+    let status = match run.state.runs.get(run_id) {
         Some(h) => match h.finished() {
             None => {
                 h.cancel(action);
@@ -253,25 +273,13 @@ async fn cancel_run(
 }
 
 /// R6 `POST /threads/{id}/runs/{run_id}/cancel?wait=&action=`.
-pub async fn cancel(
-    State(state): State<AppState>,
-    user: User,
-    Path((thread_id, run_id)): Path<(String, String)>,
-    q: QueryPairs,
-) -> ApiResult<Response> {
-    let code = cancel_run(&state, &user, &thread_id, &run_id, &q).await?;
+pub async fn cancel(run: RunScope, q: QueryPairs) -> ApiResult<Response> {
+    let code = cancel_run(&run, &q).await?;
     Ok(code.into_response())
 }
 
 /// The join stream of an owned run.
-async fn join_response(
-    state: &AppState,
-    user: &User,
-    thread_id: &str,
-    run_id: &str,
-    headers: &HeaderMap,
-    q: &QueryPairs,
-) -> ApiResult<Response> {
+async fn join_response(run: &RunScope, headers: &HeaderMap, q: &QueryPairs) -> ApiResult<Response> {
     let modes = q.all("stream_mode");
     let filter = if modes.is_empty() {
         None
@@ -279,14 +287,15 @@ async fn join_response(
         Some(modes_of(&parse_stream_modes(&json!(modes))?))
     };
     let cancel_on_disconnect = q.bool("cancel_on_disconnect")?.unwrap_or(false);
-    let record = owned_run(state, user, thread_id, run_id).await?;
-    match state.runs.get(run_id) {
+    let record = run.owned_run().await?;
+    let run_id = &run.run_id;
+    match run.state.runs.get(run_id) {
         Some(h) => {
             let cursor = Cursor::from_last_event_id(
                 headers.get("last-event-id").and_then(|v| v.to_str().ok()),
             );
             Ok(sse_response(
-                state,
+                &run.state,
                 &h,
                 cursor,
                 filter,
@@ -303,41 +312,30 @@ async fn join_response(
 }
 
 /// R7 `GET /threads/{id}/runs/{run_id}/stream`.
-pub async fn join_stream(
-    State(state): State<AppState>,
-    user: User,
-    Path((thread_id, run_id)): Path<(String, String)>,
-    headers: HeaderMap,
-    q: QueryPairs,
-) -> ApiResult<Response> {
-    join_response(&state, &user, &thread_id, &run_id, &headers, &q).await
+pub async fn join_stream(run: RunScope, headers: HeaderMap, q: QueryPairs) -> ApiResult<Response> {
+    join_response(&run, &headers, &q).await
 }
 
 /// R11 `POST /threads/{id}/runs/{run_id}/stream?action=&wait=`: cancel, then stream the rest.
 pub async fn cancel_stream(
-    State(state): State<AppState>,
-    user: User,
-    Path((thread_id, run_id)): Path<(String, String)>,
+    run: RunScope,
     headers: HeaderMap,
     q: QueryPairs,
 ) -> ApiResult<Response> {
     if q.has("action") {
-        let code = cancel_run(&state, &user, &thread_id, &run_id, &q).await?;
+        let code = cancel_run(&run, &q).await?;
         if code == StatusCode::NO_CONTENT {
             return Ok(code.into_response());
         }
     }
-    join_response(&state, &user, &thread_id, &run_id, &headers, &q).await
+    join_response(&run, &headers, &q).await
 }
 
 /// R8 `GET /threads/{id}/runs/{run_id}/join`: wait, then the final values as JSON.
-pub async fn join(
-    State(state): State<AppState>,
-    user: User,
-    Path((thread_id, run_id)): Path<(String, String)>,
-) -> ApiResult<Json<Value>> {
-    let record = owned_run(&state, &user, &thread_id, &run_id).await?;
-    match state.runs.get(&run_id) {
+pub async fn join(run: RunScope) -> ApiResult<Json<Value>> {
+    let record = run.owned_run().await?;
+    let run_id = &run.run_id;
+    match run.state.runs.get(run_id) {
         Some(h) => {
             h.wait_done().await;
         }
@@ -348,5 +346,7 @@ pub async fn join(
             )))
         }
     }
-    Ok(Json(final_values(&state, &thread_id, &run_id).await?))
+    Ok(Json(
+        final_values(&run.state, &run.thread_id, run_id).await?,
+    ))
 }
