@@ -4,15 +4,17 @@
 //! Every run-creating response carries `Content-Location: /api/threads/{t}/runs/{r}` — both SDKs
 //! learn the run id from it — and never `Location` (the SDKs would treat it as a reconnect URL).
 
+use std::future::Future;
 use std::sync::Arc;
 
 use antler_store::RunStatus;
 use axum::body::Body;
-use axum::extract::{FromRequestParts, Path, State};
+use axum::extract::{FromRequestParts, Path};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
 use crate::access::owned_thread;
@@ -82,34 +84,20 @@ fn stream_started(state: &AppState, started: &Started) -> Response {
 }
 
 /// R1 `POST /threads/{id}/runs/stream`.
-pub async fn stream(
-    State(state): State<AppState>,
-    user: User,
-    Path(thread_id): Path<String>,
-    body: JsonBody,
-) -> ApiResult<Response> {
-    let started = start_run(&state, &user, Some(&thread_id), body.0, RunKind::Stream).await?;
-    Ok(stream_started(&state, &started))
+pub async fn stream(s: ThreadScope, body: JsonBody) -> ApiResult<Response> {
+    let started = s.start(Some(&s.ids), body, RunKind::Stream).await?;
+    Ok(stream_started(&s.state, &started))
 }
 
 /// R9 `POST /runs/stream`.
-pub async fn stateless_stream(
-    State(state): State<AppState>,
-    user: User,
-    body: JsonBody,
-) -> ApiResult<Response> {
-    let started = start_run(&state, &user, None, body.0, RunKind::Stream).await?;
-    Ok(stream_started(&state, &started))
+pub async fn stateless_stream(s: Scope<()>, body: JsonBody) -> ApiResult<Response> {
+    let started = s.start(None, body, RunKind::Stream).await?;
+    Ok(stream_started(&s.state, &started))
 }
 
 /// R2 `POST /threads/{id}/runs`: background run, answered with the pending run.
-pub async fn create(
-    State(state): State<AppState>,
-    user: User,
-    Path(thread_id): Path<String>,
-    body: JsonBody,
-) -> ApiResult<Response> {
-    let started = start_run(&state, &user, Some(&thread_id), body.0, RunKind::Background).await?;
+pub async fn create(s: ThreadScope, body: JsonBody) -> ApiResult<Response> {
+    let started = s.start(Some(&s.ids), body, RunKind::Background).await?;
     let resp = Json(wire::run_json(&started.record)).into_response();
     Ok(with_location(resp, &started.content_location()))
 }
@@ -141,34 +129,20 @@ async fn wait_started(state: &AppState, started: Started) -> ApiResult<Response>
 }
 
 /// R3 `POST /threads/{id}/runs/wait`.
-pub async fn wait(
-    State(state): State<AppState>,
-    user: User,
-    Path(thread_id): Path<String>,
-    body: JsonBody,
-) -> ApiResult<Response> {
-    let started = start_run(&state, &user, Some(&thread_id), body.0, RunKind::Wait).await?;
-    wait_started(&state, started).await
+pub async fn wait(s: ThreadScope, body: JsonBody) -> ApiResult<Response> {
+    let started = s.start(Some(&s.ids), body, RunKind::Wait).await?;
+    wait_started(&s.state, started).await
 }
 
 /// R10 `POST /runs/wait`.
-pub async fn stateless_wait(
-    State(state): State<AppState>,
-    user: User,
-    body: JsonBody,
-) -> ApiResult<Response> {
-    let started = start_run(&state, &user, None, body.0, RunKind::Wait).await?;
-    wait_started(&state, started).await
+pub async fn stateless_wait(s: Scope<()>, body: JsonBody) -> ApiResult<Response> {
+    let started = s.start(None, body, RunKind::Wait).await?;
+    wait_started(&s.state, started).await
 }
 
 /// R4 `GET /threads/{id}/runs`: newest first.
-pub async fn list(
-    State(state): State<AppState>,
-    user: User,
-    Path(thread_id): Path<String>,
-    q: QueryPairs,
-) -> ApiResult<Json<Value>> {
-    owned_thread(&state, &user, &thread_id).await?;
+pub async fn list(s: ThreadScope, q: QueryPairs) -> ApiResult<Json<Value>> {
+    owned_thread(&s.state, &s.user, &s.ids).await?;
     let limit = q.int("limit", 1, 1000)?.unwrap_or(100) as usize;
     let offset = q.int("offset", 0, i64::MAX)?.unwrap_or(0) as usize;
     let status = q.get("status");
@@ -177,7 +151,7 @@ pub async fn list(
     } else {
         offset.saturating_add(limit)
     };
-    let runs = state.app.store.list_runs(&thread_id, fetch).await?;
+    let runs = s.state.app.store.list_runs(&s.ids, fetch).await?;
     let out: Vec<Value> = runs
         .iter()
         .filter(|r| status.is_none_or(|s| r.status.as_str() == s))
@@ -188,16 +162,37 @@ pub async fn list(
     Ok(Json(Value::Array(out)))
 }
 
-/// What every `/threads/{id}/runs/{run_id}` handler extracts: the state, the caller, and the
-/// two path ids (in that order, so a missing login still answers 401 before anything else).
-pub struct RunScope {
+/// What every run handler extracts: the state, the caller (first, so a missing login answers
+/// 401 before anything else) and the route's path ids `P` (a [`Path`], or `()` for `/runs/…`).
+pub struct Scope<P> {
     state: AppState,
     user: User,
-    thread_id: String,
-    run_id: String,
+    ids: P,
 }
 
-impl FromRequestParts<AppState> for RunScope {
+/// The path ids a [`Scope`] extracts.
+pub trait ScopeIds: Sized {
+    fn extract(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> impl Future<Output = Result<Self, Response>> + Send;
+}
+
+impl ScopeIds for () {
+    async fn extract(_parts: &mut Parts, _state: &AppState) -> Result<Self, Response> {
+        Ok(())
+    }
+}
+
+impl<T: DeserializeOwned + Send + 'static> ScopeIds for Path<T> {
+    async fn extract(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
+        Path::<T>::from_request_parts(parts, state)
+            .await
+            .map_err(IntoResponse::into_response)
+    }
+}
+
+impl<P: ScopeIds> FromRequestParts<AppState> for Scope<P> {
     type Rejection = Response;
 
     async fn from_request_parts(
@@ -207,25 +202,47 @@ impl FromRequestParts<AppState> for RunScope {
         let user = User::from_request_parts(parts, state)
             .await
             .map_err(IntoResponse::into_response)?;
-        let Path((thread_id, run_id)) = Path::<(String, String)>::from_request_parts(parts, state)
-            .await
-            .map_err(IntoResponse::into_response)?;
-        Ok(RunScope {
+        let ids = P::extract(parts, state).await?;
+        Ok(Scope {
             state: state.clone(),
             user,
-            thread_id,
-            run_id,
+            ids,
         })
     }
 }
 
+impl<P> Scope<P> {
+    /// Start a run of `kind` on `thread_id` (`None`: stateless) for the caller.
+    async fn start(
+        &self,
+        thread_id: Option<&str>,
+        body: JsonBody,
+        kind: RunKind,
+    ) -> ApiResult<Started> {
+        start_run(&self.state, &self.user, thread_id, body.0, kind).await
+    }
+}
+
+/// `/threads/{thread_id}/…`.
+type ThreadScope = Scope<Path<String>>;
+/// `/threads/{thread_id}/runs/{run_id}/…`.
+type RunScope = Scope<Path<(String, String)>>;
+
 impl RunScope {
+    fn thread_id(&self) -> &str {
+        &self.ids.0 .0
+    }
+
+    fn run_id(&self) -> &str {
+        &self.ids.0 .1
+    }
+
     /// The run record, 404 unless it belongs to the caller's thread.
     async fn owned_run(&self) -> ApiResult<antler_store::RunRecord> {
-        owned_thread(&self.state, &self.user, &self.thread_id).await?;
-        match self.state.app.store.get_run(&self.run_id).await? {
-            Some(r) if r.thread_id == self.thread_id => Ok(r),
-            _ => Err(ApiError::run_not_found(&self.run_id)),
+        owned_thread(&self.state, &self.user, self.thread_id()).await?;
+        match self.state.app.store.get_run(self.run_id()).await? {
+            Some(r) if r.thread_id == self.thread_id() => Ok(r),
+            _ => Err(ApiError::run_not_found(self.run_id())),
         }
     }
 }
@@ -250,7 +267,7 @@ async fn cancel_run(run: &RunScope, q: &QueryPairs) -> ApiResult<StatusCode> {
     } else {
         StatusCode::ACCEPTED
     };
-    let run_id = &run.run_id;
+    let run_id = run.run_id();
     let status = match run.state.runs.get(run_id) {
         Some(h) => match h.finished() {
             None => {
@@ -288,7 +305,7 @@ async fn join_response(run: &RunScope, headers: &HeaderMap, q: &QueryPairs) -> A
     };
     let cancel_on_disconnect = q.bool("cancel_on_disconnect")?.unwrap_or(false);
     let record = run.owned_run().await?;
-    let run_id = &run.run_id;
+    let run_id = run.run_id();
     match run.state.runs.get(run_id) {
         Some(h) => {
             let cursor = Cursor::from_last_event_id(
@@ -334,7 +351,7 @@ pub async fn cancel_stream(
 /// R8 `GET /threads/{id}/runs/{run_id}/join`: wait, then the final values as JSON.
 pub async fn join(run: RunScope) -> ApiResult<Json<Value>> {
     let record = run.owned_run().await?;
-    let run_id = &run.run_id;
+    let run_id = run.run_id();
     match run.state.runs.get(run_id) {
         Some(h) => {
             h.wait_done().await;
@@ -347,6 +364,6 @@ pub async fn join(run: RunScope) -> ApiResult<Json<Value>> {
         }
     }
     Ok(Json(
-        final_values(&run.state, &run.thread_id, run_id).await?,
+        final_values(&run.state, run.thread_id(), run_id).await?,
     ))
 }
