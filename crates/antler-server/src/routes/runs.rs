@@ -4,28 +4,24 @@
 //! Every run-creating response carries `Content-Location: /api/threads/{t}/runs/{r}` — both SDKs
 //! learn the run id from it — and never `Location` (the SDKs would treat it as a reconnect URL).
 
-use std::future::Future;
 use std::sync::Arc;
 
 use antler_store::RunStatus;
 use axum::body::Body;
-use axum::extract::{FromRequestParts, Path};
-use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
 use crate::access::owned_thread;
 use crate::error::{ApiError, ApiResult};
-use crate::extract::{JsonBody, QueryPairs};
+use crate::extract::{JsonBody, QueryPairs, RunScope, Scope, ThreadScope};
 use crate::runs::body::{modes_of, parse_stream_modes, OnDisconnect};
 use crate::runs::bus::Subscribe;
 use crate::runs::exec::{final_values, start_run, RunKind, Started};
 use crate::runs::{CancelAction, RunHandle};
 use crate::sse::{self, Cursor};
-use crate::{wire, AppState, User};
+use crate::{wire, AppState};
 
 fn with_location(mut resp: Response, location: &str) -> Response {
     if let Ok(v) = HeaderValue::from_str(location) {
@@ -162,55 +158,6 @@ pub async fn list(s: ThreadScope, q: QueryPairs) -> ApiResult<Json<Value>> {
     Ok(Json(Value::Array(out)))
 }
 
-/// What every run handler extracts: the state, the caller (first, so a missing login answers
-/// 401 before anything else) and the route's path ids `P` (a [`Path`], or `()` for `/runs/…`).
-pub struct Scope<P> {
-    state: AppState,
-    user: User,
-    ids: P,
-}
-
-/// The path ids a [`Scope`] extracts.
-pub trait ScopeIds: Sized {
-    fn extract(
-        parts: &mut Parts,
-        state: &AppState,
-    ) -> impl Future<Output = Result<Self, Response>> + Send;
-}
-
-impl ScopeIds for () {
-    async fn extract(_parts: &mut Parts, _state: &AppState) -> Result<Self, Response> {
-        Ok(())
-    }
-}
-
-impl<T: DeserializeOwned + Send + 'static> ScopeIds for Path<T> {
-    async fn extract(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
-        Path::<T>::from_request_parts(parts, state)
-            .await
-            .map_err(IntoResponse::into_response)
-    }
-}
-
-impl<P: ScopeIds> FromRequestParts<AppState> for Scope<P> {
-    type Rejection = Response;
-
-    async fn from_request_parts(
-        parts: &mut Parts,
-        state: &AppState,
-    ) -> Result<Self, Self::Rejection> {
-        let user = User::from_request_parts(parts, state)
-            .await
-            .map_err(IntoResponse::into_response)?;
-        let ids = P::extract(parts, state).await?;
-        Ok(Scope {
-            state: state.clone(),
-            user,
-            ids,
-        })
-    }
-}
-
 impl<P> Scope<P> {
     /// Start a run of `kind` on `thread_id` (`None`: stateless) for the caller.
     async fn start(
@@ -222,11 +169,6 @@ impl<P> Scope<P> {
         start_run(&self.state, &self.user, thread_id, body.0, kind).await
     }
 }
-
-/// `/threads/{thread_id}/…`.
-type ThreadScope = Scope<Path<String>>;
-/// `/threads/{thread_id}/runs/{run_id}/…`.
-type RunScope = Scope<Path<(String, String)>>;
 
 impl RunScope {
     fn thread_id(&self) -> &str {
