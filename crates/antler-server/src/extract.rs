@@ -160,8 +160,9 @@ impl<S: Send + Sync> FromRequestParts<S> for User {
     }
 }
 
-/// What a thread or run handler extracts: the state, the caller (first, so a missing login answers
-/// 401 before anything else) and the route's path ids `P` (a [`Path`], or `()` for routes without ids).
+/// What a thread or run handler extracts: the state, the caller (first, so a missing login
+/// answers 401 before anything else) and the route's path ids `P` (a [`Path`], or `()` for routes
+/// without ids).
 pub struct Scope<P> {
     pub state: AppState,
     pub user: User,
