@@ -26,83 +26,66 @@ fn chain(p: &Project, args: &[&str]) -> Vec<String> {
         .collect()
 }
 
+/// The full lead chain in order, each slot flagged by whether the default config assembles it
+/// (the "everything on" config assembles them all).
+const LEAD_CHAIN: &[(&str, bool)] = &[
+    ("S1 InputSanitizationMiddleware", true),
+    ("S2 ToolOutputBudgetMiddleware", true),
+    ("S3 ToolResultSanitizationMiddleware", true),
+    ("S4 ThreadDataMiddleware", true),
+    ("S5 UploadsMiddleware", true),
+    ("S6 SandboxMiddleware", true),
+    ("S7 DanglingToolCallMiddleware", true),
+    ("S8 LLMErrorHandlingMiddleware", true),
+    ("S10 GuardrailMiddleware", false),
+    ("S11 SandboxAuditMiddleware", true),
+    ("S12 ReadBeforeWriteMiddleware", true),
+    ("S13 ToolProgressMiddleware", false),
+    ("S14 ToolErrorHandlingMiddleware", true),
+    ("L1 DynamicContextMiddleware", true),
+    ("L2 SkillActivationMiddleware", true),
+    ("L3 SkillToolPolicyMiddleware", true),
+    ("L4 DurableContextMiddleware", true),
+    ("L5 DeerFlowSummarizationMiddleware", false),
+    ("L6 TodoMiddleware", false),
+    ("L7 TokenUsageMiddleware", true),
+    ("L8 TitleMiddleware", true),
+    ("L9 MemoryMiddleware", true),
+    ("L10 ViewImageMiddleware", false),
+    ("L13 SystemMessageCoalescingMiddleware", true),
+    ("L14 SubagentLimitMiddleware", false),
+    ("L15 LoopDetectionMiddleware", true),
+    ("L16 TokenBudgetMiddleware", false),
+    ("L19 TerminalResponseMiddleware", true),
+    ("L20 ModelLengthFinishReasonMiddleware", true),
+    ("L21 SafetyFinishReasonMiddleware", true),
+    ("L22 ClarificationMiddleware", true),
+];
+
+/// Asserts the lead chain `config` and `args` assemble: all of [`LEAD_CHAIN`] when
+/// `everything_on`, else only its default slots.
+fn assert_lead_chain(config: &str, args: &[&str], everything_on: bool) {
+    let mock = MockOpenAi::start_on_thread();
+    let p = Project::new(&mock, config);
+    let expected: Vec<&str> = LEAD_CHAIN
+        .iter()
+        .filter(|(_, by_default)| everything_on || *by_default)
+        .map(|(slot, _)| *slot)
+        .collect();
+    assert_eq!(chain(&p, args), expected);
+}
+
 #[test]
 fn the_default_lead_chain_is_pinned() {
-    let mock = MockOpenAi::start_on_thread();
-    let p = Project::new(&mock, "");
-    assert_eq!(
-        chain(&p, &[]),
-        [
-            "S1 InputSanitizationMiddleware",
-            "S2 ToolOutputBudgetMiddleware",
-            "S3 ToolResultSanitizationMiddleware",
-            "S4 ThreadDataMiddleware",
-            "S5 UploadsMiddleware",
-            "S6 SandboxMiddleware",
-            "S7 DanglingToolCallMiddleware",
-            "S8 LLMErrorHandlingMiddleware",
-            "S11 SandboxAuditMiddleware",
-            "S12 ReadBeforeWriteMiddleware",
-            "S14 ToolErrorHandlingMiddleware",
-            "L1 DynamicContextMiddleware",
-            "L2 SkillActivationMiddleware",
-            "L3 SkillToolPolicyMiddleware",
-            "L4 DurableContextMiddleware",
-            "L7 TokenUsageMiddleware",
-            "L8 TitleMiddleware",
-            "L9 MemoryMiddleware",
-            "L13 SystemMessageCoalescingMiddleware",
-            "L15 LoopDetectionMiddleware",
-            "L19 TerminalResponseMiddleware",
-            "L20 ModelLengthFinishReasonMiddleware",
-            "L21 SafetyFinishReasonMiddleware",
-            "L22 ClarificationMiddleware",
-        ]
-    );
+    assert_lead_chain("", &[], false);
 }
 
 #[test]
 fn the_everything_on_lead_chain_is_pinned() {
-    let mock = MockOpenAi::start_on_thread();
-    let p = Project::new(
-        &mock,
+    assert_lead_chain(
         "    supports_vision: true\nguardrails:\n  enabled: true\n  provider:\n    use: deerflow.guardrails.builtin:AllowlistProvider\n    config: {denied_tools: [bash]}\nsummarization:\n  enabled: true\n  trigger: {type: tokens, value: 32000}\ntoken_budget:\n  enabled: true\ntool_progress:\n  enabled: true\n",
-    );
-    assert_eq!(
-        chain(&p, &["--plan-mode", "--subagents"]),
-        [
-            "S1 InputSanitizationMiddleware",
-            "S2 ToolOutputBudgetMiddleware",
-            "S3 ToolResultSanitizationMiddleware",
-            "S4 ThreadDataMiddleware",
-            "S5 UploadsMiddleware",
-            "S6 SandboxMiddleware",
-            "S7 DanglingToolCallMiddleware",
-            "S8 LLMErrorHandlingMiddleware",
-            "S10 GuardrailMiddleware",
-            "S11 SandboxAuditMiddleware",
-            "S12 ReadBeforeWriteMiddleware",
-            "S13 ToolProgressMiddleware",
-            "S14 ToolErrorHandlingMiddleware",
-            "L1 DynamicContextMiddleware",
-            "L2 SkillActivationMiddleware",
-            "L3 SkillToolPolicyMiddleware",
-            "L4 DurableContextMiddleware",
-            "L5 DeerFlowSummarizationMiddleware",
-            "L6 TodoMiddleware",
-            "L7 TokenUsageMiddleware",
-            "L8 TitleMiddleware",
-            "L9 MemoryMiddleware",
-            "L10 ViewImageMiddleware",
-            "L13 SystemMessageCoalescingMiddleware",
-            "L14 SubagentLimitMiddleware",
-            "L15 LoopDetectionMiddleware",
-            "L16 TokenBudgetMiddleware",
-            "L19 TerminalResponseMiddleware",
-            "L20 ModelLengthFinishReasonMiddleware",
-            "L21 SafetyFinishReasonMiddleware",
-            "L22 ClarificationMiddleware",
-        ]
+        &["--plan-mode", "--subagents"],
+        true,
     );
 }
 

@@ -4,14 +4,17 @@
 //! authenticated [`User`] the auth layer attached.
 
 use axum::body::Bytes;
-use axum::extract::{FromRequest, FromRequestParts, Request};
+use std::future::Future;
+
+use axum::extract::{FromRequest, FromRequestParts, Path, Request};
 use axum::http::request::Parts;
 use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::error::ApiError;
-use crate::User;
+use crate::{AppState, User};
 
 /// A JSON request body as a [`Value`]; `Null` when the body is empty.
 pub struct JsonBody(pub Value);
@@ -154,5 +157,67 @@ impl<S: Send + Sync> FromRequestParts<S> for User {
             .get::<User>()
             .cloned()
             .ok_or_else(|| ApiError::unauthorized("not_authenticated", "Authentication required"))
+    }
+}
+
+/// What a thread or run handler extracts: the state, the caller (first, so a missing login
+/// answers 401 before anything else) and the route's path ids `P` (a [`Path`], or `()` for routes
+/// without ids).
+pub struct Scope<P> {
+    pub state: AppState,
+    pub user: User,
+    pub ids: P,
+}
+
+/// The path ids a [`Scope`] extracts.
+pub trait ScopeIds: Sized {
+    fn extract(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> impl Future<Output = Result<Self, Response>> + Send;
+}
+
+impl ScopeIds for () {
+    async fn extract(_parts: &mut Parts, _state: &AppState) -> Result<Self, Response> {
+        Ok(())
+    }
+}
+
+impl<T: DeserializeOwned + Send + 'static> ScopeIds for Path<T> {
+    async fn extract(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
+        Path::<T>::from_request_parts(parts, state)
+            .await
+            .map_err(IntoResponse::into_response)
+    }
+}
+
+impl<P: ScopeIds> FromRequestParts<AppState> for Scope<P> {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let user = User::from_request_parts(parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let ids = P::extract(parts, state).await?;
+        Ok(Scope {
+            state: state.clone(),
+            user,
+            ids,
+        })
+    }
+}
+
+/// `/threads/{thread_id}/…`.
+pub type ThreadScope = Scope<Path<String>>;
+/// `/threads/{thread_id}/runs/{run_id}/…`.
+pub type RunScope = Scope<Path<(String, String)>>;
+
+impl ThreadScope {
+    /// The state, the caller and the thread id.
+    pub fn into_parts(self) -> (AppState, User, String) {
+        (self.state, self.user, self.ids.0)
     }
 }

@@ -28,7 +28,7 @@ use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
 
 use crate::access::may_use_files;
 use crate::error::{ApiError, ApiResult};
-use crate::extract::QueryPairs;
+use crate::extract::{QueryPairs, ThreadScope};
 use crate::{AppState, User};
 
 fn thread_paths(state: &AppState, user: &User, thread_id: &str) -> ApiResult<ThreadPaths> {
@@ -187,11 +187,10 @@ fn write_new(dir: &Dir, name: &str, bytes: &[u8]) -> std::io::Result<()> {
 
 /// G4 `POST /threads/{id}/uploads` (multipart field `files`, repeated).
 pub async fn upload(
-    State(state): State<AppState>,
-    user: User,
-    Path(thread_id): Path<String>,
+    scope: ThreadScope,
     multipart: Result<Multipart, MultipartRejection>,
 ) -> ApiResult<Json<Value>> {
+    let (state, user, thread_id) = scope.into_parts();
     may_use_files(&state, &user, &thread_id).await?;
     let mut multipart = multipart
         .map_err(|e| ApiError::bad_request(format!("Expected a multipart/form-data body: {e}")))?;
@@ -360,11 +359,8 @@ pub async fn limits(
 }
 
 /// G6 `GET /threads/{id}/uploads/list`.
-pub async fn list(
-    State(state): State<AppState>,
-    user: User,
-    Path(thread_id): Path<String>,
-) -> ApiResult<Json<Value>> {
+pub async fn list(scope: ThreadScope) -> ApiResult<Json<Value>> {
+    let (state, user, thread_id) = scope.into_parts();
     may_use_files(&state, &user, &thread_id).await?;
     let paths = thread_paths(&state, &user, &thread_id)?;
     let dir = paths.uploads.clone();

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use crate::access::owned_thread;
 use crate::assistants;
 use crate::error::{ApiError, ApiResult};
-use crate::extract::{Body, JsonBody, QueryPairs};
+use crate::extract::{Body, JsonBody, QueryPairs, ThreadScope};
 use antler_protocol::api::SearchAssistants;
 
 use crate::memory::{FactPatch, MemoryError, NewFact};
@@ -90,21 +90,15 @@ pub async fn suggestions_config() -> Json<Value> {
 }
 
 /// G11 `POST /threads/{id}/suggestions`.
-pub async fn suggestions(
-    State(state): State<AppState>,
-    user: User,
-    Path(thread_id): Path<String>,
-) -> ApiResult<Json<Value>> {
+pub async fn suggestions(scope: ThreadScope) -> ApiResult<Json<Value>> {
+    let (state, user, thread_id) = scope.into_parts();
     owned_thread(&state, &user, &thread_id).await?;
     Ok(Json(json!({"suggestions": []})))
 }
 
 /// G10 `GET /threads/{id}/token-usage`, summed over the thread's runs.
-pub async fn token_usage(
-    State(state): State<AppState>,
-    user: User,
-    Path(thread_id): Path<String>,
-) -> ApiResult<Json<Value>> {
+pub async fn token_usage(scope: ThreadScope) -> ApiResult<Json<Value>> {
+    let (state, user, thread_id) = scope.into_parts();
     owned_thread(&state, &user, &thread_id).await?;
     let runs = state.app.store.list_runs(&thread_id, 100_000).await?;
     let mut by_model: BTreeMap<String, (i64, i64)> = BTreeMap::new();
@@ -137,12 +131,8 @@ pub async fn token_usage(
 }
 
 /// G9 `GET /threads/{id}/messages/page?limit=&before_seq=`.
-pub async fn messages_page(
-    State(state): State<AppState>,
-    user: User,
-    Path(thread_id): Path<String>,
-    q: QueryPairs,
-) -> ApiResult<Json<Value>> {
+pub async fn messages_page(scope: ThreadScope, q: QueryPairs) -> ApiResult<Json<Value>> {
+    let (state, user, thread_id) = scope.into_parts();
     if q.has("after_seq") {
         return Err(ApiError::unprocessable(
             "after_seq is not supported by this backward-only endpoint",

@@ -8,7 +8,6 @@ use std::sync::Arc;
 
 use antler_store::RunStatus;
 use axum::body::Body;
-use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -16,13 +15,13 @@ use serde_json::{json, Value};
 
 use crate::access::owned_thread;
 use crate::error::{ApiError, ApiResult};
-use crate::extract::{JsonBody, QueryPairs};
+use crate::extract::{JsonBody, QueryPairs, RunScope, Scope, ThreadScope};
 use crate::runs::body::{modes_of, parse_stream_modes, OnDisconnect};
 use crate::runs::bus::Subscribe;
 use crate::runs::exec::{final_values, start_run, RunKind, Started};
 use crate::runs::{CancelAction, RunHandle};
 use crate::sse::{self, Cursor};
-use crate::{wire, AppState, User};
+use crate::{wire, AppState};
 
 fn with_location(mut resp: Response, location: &str) -> Response {
     if let Ok(v) = HeaderValue::from_str(location) {
@@ -81,34 +80,20 @@ fn stream_started(state: &AppState, started: &Started) -> Response {
 }
 
 /// R1 `POST /threads/{id}/runs/stream`.
-pub async fn stream(
-    State(state): State<AppState>,
-    user: User,
-    Path(thread_id): Path<String>,
-    body: JsonBody,
-) -> ApiResult<Response> {
-    let started = start_run(&state, &user, Some(&thread_id), body.0, RunKind::Stream).await?;
-    Ok(stream_started(&state, &started))
+pub async fn stream(s: ThreadScope, body: JsonBody) -> ApiResult<Response> {
+    let started = s.start(Some(&s.ids), body, RunKind::Stream).await?;
+    Ok(stream_started(&s.state, &started))
 }
 
 /// R9 `POST /runs/stream`.
-pub async fn stateless_stream(
-    State(state): State<AppState>,
-    user: User,
-    body: JsonBody,
-) -> ApiResult<Response> {
-    let started = start_run(&state, &user, None, body.0, RunKind::Stream).await?;
-    Ok(stream_started(&state, &started))
+pub async fn stateless_stream(s: Scope<()>, body: JsonBody) -> ApiResult<Response> {
+    let started = s.start(None, body, RunKind::Stream).await?;
+    Ok(stream_started(&s.state, &started))
 }
 
 /// R2 `POST /threads/{id}/runs`: background run, answered with the pending run.
-pub async fn create(
-    State(state): State<AppState>,
-    user: User,
-    Path(thread_id): Path<String>,
-    body: JsonBody,
-) -> ApiResult<Response> {
-    let started = start_run(&state, &user, Some(&thread_id), body.0, RunKind::Background).await?;
+pub async fn create(s: ThreadScope, body: JsonBody) -> ApiResult<Response> {
+    let started = s.start(Some(&s.ids), body, RunKind::Background).await?;
     let resp = Json(wire::run_json(&started.record)).into_response();
     Ok(with_location(resp, &started.content_location()))
 }
@@ -140,34 +125,20 @@ async fn wait_started(state: &AppState, started: Started) -> ApiResult<Response>
 }
 
 /// R3 `POST /threads/{id}/runs/wait`.
-pub async fn wait(
-    State(state): State<AppState>,
-    user: User,
-    Path(thread_id): Path<String>,
-    body: JsonBody,
-) -> ApiResult<Response> {
-    let started = start_run(&state, &user, Some(&thread_id), body.0, RunKind::Wait).await?;
-    wait_started(&state, started).await
+pub async fn wait(s: ThreadScope, body: JsonBody) -> ApiResult<Response> {
+    let started = s.start(Some(&s.ids), body, RunKind::Wait).await?;
+    wait_started(&s.state, started).await
 }
 
 /// R10 `POST /runs/wait`.
-pub async fn stateless_wait(
-    State(state): State<AppState>,
-    user: User,
-    body: JsonBody,
-) -> ApiResult<Response> {
-    let started = start_run(&state, &user, None, body.0, RunKind::Wait).await?;
-    wait_started(&state, started).await
+pub async fn stateless_wait(s: Scope<()>, body: JsonBody) -> ApiResult<Response> {
+    let started = s.start(None, body, RunKind::Wait).await?;
+    wait_started(&s.state, started).await
 }
 
 /// R4 `GET /threads/{id}/runs`: newest first.
-pub async fn list(
-    State(state): State<AppState>,
-    user: User,
-    Path(thread_id): Path<String>,
-    q: QueryPairs,
-) -> ApiResult<Json<Value>> {
-    owned_thread(&state, &user, &thread_id).await?;
+pub async fn list(s: ThreadScope, q: QueryPairs) -> ApiResult<Json<Value>> {
+    owned_thread(&s.state, &s.user, &s.ids).await?;
     let limit = q.int("limit", 1, 1000)?.unwrap_or(100) as usize;
     let offset = q.int("offset", 0, i64::MAX)?.unwrap_or(0) as usize;
     let status = q.get("status");
@@ -176,7 +147,7 @@ pub async fn list(
     } else {
         offset.saturating_add(limit)
     };
-    let runs = state.app.store.list_runs(&thread_id, fetch).await?;
+    let runs = s.state.app.store.list_runs(&s.ids, fetch).await?;
     let out: Vec<Value> = runs
         .iter()
         .filter(|r| status.is_none_or(|s| r.status.as_str() == s))
@@ -187,51 +158,59 @@ pub async fn list(
     Ok(Json(Value::Array(out)))
 }
 
-/// The run record, 404 unless it belongs to the caller's thread.
-async fn owned_run(
-    state: &AppState,
-    user: &User,
-    thread_id: &str,
-    run_id: &str,
-) -> ApiResult<antler_store::RunRecord> {
-    owned_thread(state, user, thread_id).await?;
-    match state.app.store.get_run(run_id).await? {
-        Some(r) if r.thread_id == thread_id => Ok(r),
-        _ => Err(ApiError::run_not_found(run_id)),
+impl<P> Scope<P> {
+    /// Start a run of `kind` on `thread_id` (`None`: stateless) for the caller.
+    async fn start(
+        &self,
+        thread_id: Option<&str>,
+        body: JsonBody,
+        kind: RunKind,
+    ) -> ApiResult<Started> {
+        start_run(&self.state, &self.user, thread_id, body.0, kind).await
+    }
+}
+
+impl RunScope {
+    fn thread_id(&self) -> &str {
+        &self.ids.0 .0
+    }
+
+    fn run_id(&self) -> &str {
+        &self.ids.0 .1
+    }
+
+    /// The run record, 404 unless it belongs to the caller's thread.
+    async fn owned_run(&self) -> ApiResult<antler_store::RunRecord> {
+        owned_thread(&self.state, &self.user, self.thread_id()).await?;
+        match self.state.app.store.get_run(self.run_id()).await? {
+            Some(r) if r.thread_id == self.thread_id() => Ok(r),
+            _ => Err(ApiError::run_not_found(self.run_id())),
+        }
     }
 }
 
 /// R5 `GET /threads/{id}/runs/{run_id}`.
-pub async fn get_one(
-    State(state): State<AppState>,
-    user: User,
-    Path((thread_id, run_id)): Path<(String, String)>,
-) -> ApiResult<Json<Value>> {
-    let r = owned_run(&state, &user, &thread_id, &run_id).await?;
+pub async fn get_one(run: RunScope) -> ApiResult<Json<Value>> {
+    let r = run.owned_run().await?;
     Ok(Json(wire::run_json(&r)))
 }
 
 /// Cancel per spec 70 §5.4: 202 accepted, 204 once stopped (`wait`), 409 for finished runs.
-async fn cancel_run(
-    state: &AppState,
-    user: &User,
-    thread_id: &str,
-    run_id: &str,
-    q: &QueryPairs,
-) -> ApiResult<StatusCode> {
+async fn cancel_run(run: &RunScope, q: &QueryPairs) -> ApiResult<StatusCode> {
     let wait = q.bool("wait")?.unwrap_or(false);
     let action = match q.get("action") {
         None => CancelAction::Interrupt,
         Some(a) => CancelAction::parse(a)
             .ok_or_else(|| ApiError::unprocessable("'action' must be 'interrupt' or 'rollback'"))?,
     };
-    let record = owned_run(state, user, thread_id, run_id).await?;
+    let record = run.owned_run().await?;
     let accepted = if wait {
         StatusCode::NO_CONTENT
     } else {
         StatusCode::ACCEPTED
     };
-    let status = match state.runs.get(run_id) {
+    let run_id = run.run_id();
+    let status = match run.state.runs.get(run_id) {
         Some(h) => match h.finished() {
             None => {
                 h.cancel(action);
@@ -253,25 +232,13 @@ async fn cancel_run(
 }
 
 /// R6 `POST /threads/{id}/runs/{run_id}/cancel?wait=&action=`.
-pub async fn cancel(
-    State(state): State<AppState>,
-    user: User,
-    Path((thread_id, run_id)): Path<(String, String)>,
-    q: QueryPairs,
-) -> ApiResult<Response> {
-    let code = cancel_run(&state, &user, &thread_id, &run_id, &q).await?;
+pub async fn cancel(run: RunScope, q: QueryPairs) -> ApiResult<Response> {
+    let code = cancel_run(&run, &q).await?;
     Ok(code.into_response())
 }
 
 /// The join stream of an owned run.
-async fn join_response(
-    state: &AppState,
-    user: &User,
-    thread_id: &str,
-    run_id: &str,
-    headers: &HeaderMap,
-    q: &QueryPairs,
-) -> ApiResult<Response> {
+async fn join_response(run: &RunScope, headers: &HeaderMap, q: &QueryPairs) -> ApiResult<Response> {
     let modes = q.all("stream_mode");
     let filter = if modes.is_empty() {
         None
@@ -279,14 +246,15 @@ async fn join_response(
         Some(modes_of(&parse_stream_modes(&json!(modes))?))
     };
     let cancel_on_disconnect = q.bool("cancel_on_disconnect")?.unwrap_or(false);
-    let record = owned_run(state, user, thread_id, run_id).await?;
-    match state.runs.get(run_id) {
+    let record = run.owned_run().await?;
+    let run_id = run.run_id();
+    match run.state.runs.get(run_id) {
         Some(h) => {
             let cursor = Cursor::from_last_event_id(
                 headers.get("last-event-id").and_then(|v| v.to_str().ok()),
             );
             Ok(sse_response(
-                state,
+                &run.state,
                 &h,
                 cursor,
                 filter,
@@ -303,41 +271,30 @@ async fn join_response(
 }
 
 /// R7 `GET /threads/{id}/runs/{run_id}/stream`.
-pub async fn join_stream(
-    State(state): State<AppState>,
-    user: User,
-    Path((thread_id, run_id)): Path<(String, String)>,
-    headers: HeaderMap,
-    q: QueryPairs,
-) -> ApiResult<Response> {
-    join_response(&state, &user, &thread_id, &run_id, &headers, &q).await
+pub async fn join_stream(run: RunScope, headers: HeaderMap, q: QueryPairs) -> ApiResult<Response> {
+    join_response(&run, &headers, &q).await
 }
 
 /// R11 `POST /threads/{id}/runs/{run_id}/stream?action=&wait=`: cancel, then stream the rest.
 pub async fn cancel_stream(
-    State(state): State<AppState>,
-    user: User,
-    Path((thread_id, run_id)): Path<(String, String)>,
+    run: RunScope,
     headers: HeaderMap,
     q: QueryPairs,
 ) -> ApiResult<Response> {
     if q.has("action") {
-        let code = cancel_run(&state, &user, &thread_id, &run_id, &q).await?;
+        let code = cancel_run(&run, &q).await?;
         if code == StatusCode::NO_CONTENT {
             return Ok(code.into_response());
         }
     }
-    join_response(&state, &user, &thread_id, &run_id, &headers, &q).await
+    join_response(&run, &headers, &q).await
 }
 
 /// R8 `GET /threads/{id}/runs/{run_id}/join`: wait, then the final values as JSON.
-pub async fn join(
-    State(state): State<AppState>,
-    user: User,
-    Path((thread_id, run_id)): Path<(String, String)>,
-) -> ApiResult<Json<Value>> {
-    let record = owned_run(&state, &user, &thread_id, &run_id).await?;
-    match state.runs.get(&run_id) {
+pub async fn join(run: RunScope) -> ApiResult<Json<Value>> {
+    let record = run.owned_run().await?;
+    let run_id = run.run_id();
+    match run.state.runs.get(run_id) {
         Some(h) => {
             h.wait_done().await;
         }
@@ -348,5 +305,7 @@ pub async fn join(
             )))
         }
     }
-    Ok(Json(final_values(&state, &thread_id, &run_id).await?))
+    Ok(Json(
+        final_values(&run.state, run.thread_id(), run_id).await?,
+    ))
 }

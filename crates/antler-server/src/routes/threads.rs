@@ -14,7 +14,7 @@ use serde_json::{json, Map, Value};
 
 use crate::access::{self, owned_thread};
 use crate::error::{ApiError, ApiResult};
-use crate::extract::{Body, JsonBody};
+use crate::extract::{Body, JsonBody, ThreadScope};
 use crate::feed::run_durations;
 use crate::runs::body::{parse_channels, parse_messages, reject_server_channels};
 use crate::runs::Busy;
@@ -167,11 +167,8 @@ pub async fn search(
 }
 
 /// T3 `GET /threads/{id}`: the thread with its full current values.
-pub async fn get_one(
-    State(state): State<AppState>,
-    user: User,
-    Path(thread_id): Path<String>,
-) -> ApiResult<Json<Value>> {
+pub async fn get_one(scope: ThreadScope) -> ApiResult<Json<Value>> {
+    let (state, user, thread_id) = scope.into_parts();
     let t = owned_thread(&state, &user, &thread_id).await?;
     let values = match state.app.store.latest_checkpoint(&thread_id).await? {
         Some(cp) => wire::state_value(&cp.state),
@@ -182,12 +179,8 @@ pub async fn get_one(
 }
 
 /// T4 `PATCH /threads/{id}`: shallow-merge metadata.
-pub async fn patch(
-    State(state): State<AppState>,
-    user: User,
-    Path(thread_id): Path<String>,
-    Body(body): Body<PatchThread>,
-) -> ApiResult<Json<Value>> {
+pub async fn patch(scope: ThreadScope, Body(body): Body<PatchThread>) -> ApiResult<Json<Value>> {
+    let (state, user, thread_id) = scope.into_parts();
     owned_thread(&state, &user, &thread_id).await?;
     let update = ThreadUpdate {
         metadata: Some(wire::clean_metadata(body.metadata.unwrap_or_default())),
@@ -199,11 +192,8 @@ pub async fn patch(
 }
 
 /// T5 `DELETE /threads/{id}`: record, checkpoints, runs and files.
-pub async fn delete(
-    State(state): State<AppState>,
-    user: User,
-    Path(thread_id): Path<String>,
-) -> ApiResult<Json<Value>> {
+pub async fn delete(scope: ThreadScope) -> ApiResult<Json<Value>> {
+    let (state, user, thread_id) = scope.into_parts();
     owned_thread(&state, &user, &thread_id).await?;
     let _guard = state.runs.begin_op(&thread_id).map_err(|_| {
         ApiError::conflict("Thread has work in flight. Delete it after the work finishes.")
@@ -253,11 +243,8 @@ pub fn snapshot_json(cp: &Checkpoint) -> Value {
 }
 
 /// T6 `GET /threads/{id}/state`.
-pub async fn state_now(
-    State(state): State<AppState>,
-    user: User,
-    Path(thread_id): Path<String>,
-) -> ApiResult<Json<Value>> {
+pub async fn state_now(scope: ThreadScope) -> ApiResult<Json<Value>> {
+    let (state, user, thread_id) = scope.into_parts();
     owned_thread(&state, &user, &thread_id).await?;
     let cp = state
         .app
@@ -287,11 +274,10 @@ pub async fn state_at(
 /// T7 `POST /threads/{id}/state`: replace the given channels in a new checkpoint. `sandbox` and
 /// `thread_data` are the server's (422).
 pub async fn update_state(
-    State(state): State<AppState>,
-    user: User,
-    Path(thread_id): Path<String>,
+    scope: ThreadScope,
     Body(body): Body<UpdateState>,
 ) -> ApiResult<Json<Value>> {
+    let (state, user, thread_id) = scope.into_parts();
     owned_thread(&state, &user, &thread_id).await?;
     let values = match body.values {
         None | Some(Value::Null) => Map::new(),
@@ -484,12 +470,8 @@ fn history_entry(cp: &Checkpoint, head: bool, durations: &HashMap<String, i64>) 
 }
 
 /// T8 `POST /threads/{id}/history`: newest first; only the first entry carries messages.
-pub async fn history(
-    State(state): State<AppState>,
-    user: User,
-    Path(thread_id): Path<String>,
-    Body(body): Body<HistoryQuery>,
-) -> ApiResult<Json<Value>> {
+pub async fn history(scope: ThreadScope, Body(body): Body<HistoryQuery>) -> ApiResult<Json<Value>> {
+    let (state, user, thread_id) = scope.into_parts();
     access::check_thread_id(&thread_id)?;
     let limit = body.limit.unwrap_or(10);
     if !(1..=100).contains(&limit) {
@@ -544,9 +526,7 @@ pub async fn history(
 
 /// `GET /threads/{id}/history` (LangGraph's query form).
 pub async fn history_get(
-    state: State<AppState>,
-    user: User,
-    path: Path<String>,
+    scope: ThreadScope,
     q: crate::extract::QueryPairs,
 ) -> ApiResult<Json<Value>> {
     let query = HistoryQuery {
@@ -554,5 +534,5 @@ pub async fn history_get(
         before: q.get("before").map(|b| json!(b)),
         ..Default::default()
     };
-    history(state, user, path, Body(query)).await
+    history(scope, Body(query)).await
 }
