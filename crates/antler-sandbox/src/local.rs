@@ -592,7 +592,8 @@ impl LocalSandbox {
 /// one in use: evicting a sandbox ends its warden, and a thread that is mid-run would start a
 /// new one (three processes, namespaces, mounts, Landlock) on its next command. With more
 /// threads running at once than the capacity, the cache holds one sandbox per running thread
-/// and shrinks back to the capacity as they go idle.
+/// and shrinks back to the capacity at the inserts after they go idle (trimming runs on insert
+/// only, so a `get` per tool call never scans the cache).
 struct Cache {
     map: HashMap<String, Entry>,
     tick: u64,
