@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use antler_runtime::{keys, ToolContext, ToolOutput};
+use antler_runtime::{keys, RunKey, ToolContext, ToolOutput};
 use antler_sandbox::{
     is_local_sandbox_id, LocalPolicy, Sandbox, SandboxError, SandboxProvider, SandboxSettings,
     ThreadDirs, ThreadPaths,
@@ -172,7 +172,7 @@ pub(crate) fn ensure_thread_dirs(ctx: &ToolContext<'_>, paths: &ThreadPaths) {
 /// The sandbox plus, for the local provider, the tool-layer policy.
 pub(crate) struct Prepared {
     pub sandbox: Arc<dyn Sandbox>,
-    pub policy: Option<LocalPolicy>,
+    pub policy: Option<Arc<LocalPolicy>>,
 }
 
 impl Prepared {
@@ -207,19 +207,42 @@ impl Prepared {
     }
 }
 
+/// The local policy of a run's sandbox, built at its first tool call: building it resolves every
+/// folder for the masker (a few dozen syscalls), which a call per step need not repeat. Nothing
+/// it caches decides access: paths are checked through directory handles re-validated on use.
+const LOCAL_POLICY: RunKey<(String, Arc<LocalPolicy>)> = RunKey::new("tools.local_policy");
+
 pub(crate) fn prepare(env: &ToolEnv, ctx: &ToolContext<'_>) -> Step<Prepared> {
     let sandbox = ensure_sandbox(env, ctx)?;
-    let policy = if is_local_sandbox_id(sandbox.id()) {
-        let paths = sandbox_paths(&sandbox, ctx)?;
-        ensure_thread_dirs(ctx, paths);
-        Some(
-            LocalPolicy::for_paths(paths, &env.settings)
-                .map_err(|e| fail(format!("Error: {e}")))?,
-        )
-    } else {
-        None
+    if !is_local_sandbox_id(sandbox.id()) {
+        return Ok(Prepared {
+            sandbox,
+            policy: None,
+        });
+    }
+    let cached = ctx
+        .run
+        .get(&LOCAL_POLICY)
+        .filter(|(id, _)| id == sandbox.id())
+        .map(|(_, policy)| policy);
+    let policy = match cached {
+        Some(policy) => policy,
+        None => {
+            let paths = sandbox_paths(&sandbox, ctx)?;
+            ensure_thread_dirs(ctx, paths);
+            let policy = Arc::new(
+                LocalPolicy::for_paths(paths, &env.settings)
+                    .map_err(|e| fail(format!("Error: {e}")))?,
+            );
+            ctx.run
+                .set(&LOCAL_POLICY, (sandbox.id().to_owned(), policy.clone()));
+            policy
+        }
     };
-    Ok(Prepared { sandbox, policy })
+    Ok(Prepared {
+        sandbox,
+        policy: Some(policy),
+    })
 }
 
 /// Run a blocking sandbox operation off the async executor.
