@@ -43,6 +43,9 @@ pub struct ServerConfig {
     /// Bytes of events retained per run before the oldest are dropped (at least 256 events are
     /// always kept).
     pub max_buffered_bytes: usize,
+    /// Bytes all finished runs' buffers may hold together while retained; beyond it the oldest
+    /// finished runs are released early (a late join then gets `end`, as after `retention`).
+    pub max_retained_bytes: usize,
     /// Longest a client may take to send a request's headers (and an idle keep-alive connection
     /// may wait for its next request) before the connection is closed. Responses, SSE streams
     /// included, are not limited by it.
@@ -67,6 +70,7 @@ impl Default for ServerConfig {
             heartbeat: Duration::from_secs(15),
             retention: Duration::from_secs(60),
             max_buffered_bytes: 64 * 1024 * 1024,
+            max_retained_bytes: 32 * 1024 * 1024,
             header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
         }

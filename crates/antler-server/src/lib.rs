@@ -124,7 +124,7 @@ impl Server {
         let skills = Arc::new(LocalSkills::from_config(&app.config));
         Server {
             shared: Shared {
-                runs: runs::RunManager::new(config.retention),
+                runs: runs::RunManager::new(config.retention, config.max_retained_bytes),
                 bus: Arc::new(runs::bus::InProcessBus::new(config.max_buffered_bytes)),
                 app,
                 config,

@@ -46,6 +46,12 @@ pub trait RunEvents: Send + Sync {
     /// No more events: subscribers drain what is left, then get `end`.
     fn close(&self);
 
+    /// Memory this process spends keeping the stream replayable after its run finished (0 for
+    /// a bus that keeps events elsewhere).
+    fn held_bytes(&self) -> usize {
+        0
+    }
+
     /// Replay from `sub.cursor` and follow live (see [`Subscribe`]).
     fn subscribe(self: Arc<Self>, sub: Subscribe) -> Subscription;
 }
@@ -67,6 +73,10 @@ impl RunEvents for RunBuffer {
 
     fn close(&self) {
         RunBuffer::close(self);
+    }
+
+    fn held_bytes(&self) -> usize {
+        RunBuffer::held_bytes(self)
     }
 
     fn subscribe(self: Arc<Self>, sub: Subscribe) -> Subscription {

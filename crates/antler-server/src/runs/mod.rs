@@ -6,13 +6,16 @@
 //! (`antler_agent::run`), shared with `antler run`: a CLI run and a server run on one database
 //! exclude each other. After a run finishes its handle stays here for
 //! [`RunManager::retention`] so late joiners can replay its events, then it is dropped (the run
-//! record and checkpoints stay in the store).
+//! record and checkpoints stay in the store). What finished runs hold together is bounded in
+//! bytes: past the bound the oldest are dropped early, so memory does not grow with the rate
+//! of runs × their history (a finished run's `values` snapshots are the last owners of its
+//! messages).
 
 pub mod body;
 pub mod bus;
 pub mod exec;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -105,12 +108,31 @@ impl Slot {
 struct Inner {
     runs: HashMap<String, Arc<RunHandle>>,
     threads: HashMap<String, Slot>,
+    /// Finished runs still retained, oldest first, with what each holds.
+    finished: VecDeque<(Arc<RunHandle>, usize)>,
+    /// Sum of `finished`'s bytes.
+    held: usize,
+}
+
+impl Inner {
+    /// Stop retaining a finished run (unless a newer handle took its id).
+    fn release(&mut self, handle: &Arc<RunHandle>) {
+        if self
+            .runs
+            .get(&handle.run_id)
+            .is_some_and(|cur| Arc::ptr_eq(cur, handle))
+        {
+            self.runs.remove(&handle.run_id);
+        }
+    }
 }
 
 /// All runs of this process.
 pub struct RunManager {
     inner: Mutex<Inner>,
     retention: Duration,
+    /// Bound on what finished runs hold together.
+    max_held: usize,
 }
 
 /// Holds a thread busy for a non-run operation (delete, state update) until dropped.
@@ -132,11 +154,18 @@ impl Drop for OpGuard {
 }
 
 impl RunManager {
-    pub fn new(retention: Duration) -> Arc<RunManager> {
+    /// `max_held`: bytes finished runs' buffers may hold together (the newest is always kept).
+    pub fn new(retention: Duration, max_held: usize) -> Arc<RunManager> {
         Arc::new(RunManager {
             inner: Mutex::new(Inner::default()),
             retention,
+            max_held,
         })
+    }
+
+    /// Bytes the retained finished runs hold.
+    pub fn held_bytes(&self) -> usize {
+        self.lock().held
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -177,6 +206,7 @@ impl RunManager {
 
     /// The run left its thread; its events stay replayable for the retention period.
     fn finish(self: &Arc<Self>, handle: &Arc<RunHandle>) {
+        let cost = handle.buffer.held_bytes();
         {
             let mut inner = self.lock();
             if let Some(slot) = inner.threads.get_mut(&handle.thread_id) {
@@ -185,20 +215,34 @@ impl RunManager {
                     inner.threads.remove(&handle.thread_id);
                 }
             }
+            inner.finished.push_back((handle.clone(), cost));
+            inner.held += cost;
+            tracing::debug!(run = %handle.run_id, bytes = cost, held = inner.held, "finished run retained");
+            while inner.held > self.max_held && inner.finished.len() > 1 {
+                let Some((old, bytes)) = inner.finished.pop_front() else {
+                    break;
+                };
+                inner.held -= bytes;
+                inner.release(&old);
+            }
         }
         let me = Arc::downgrade(self);
-        let h = handle.clone();
+        // Weak: a run the byte bound released early must not stay alive through its timer.
+        let h = Arc::downgrade(handle);
         let retention = self.retention;
         tokio::spawn(async move {
             tokio::time::sleep(retention).await;
+            let Some(h) = h.upgrade() else {
+                return;
+            };
             if let Some(m) = me.upgrade() {
                 let mut inner = m.lock();
-                if inner
-                    .runs
-                    .get(&h.run_id)
-                    .is_some_and(|cur| Arc::ptr_eq(cur, &h))
-                {
-                    inner.runs.remove(&h.run_id);
+                // Still queued unless the byte bound released it already.
+                if let Some(i) = inner.finished.iter().position(|(x, _)| Arc::ptr_eq(x, &h)) {
+                    if let Some((_, bytes)) = inner.finished.remove(i) {
+                        inner.held -= bytes;
+                    }
+                    inner.release(&h);
                 }
             }
         });
@@ -279,7 +323,7 @@ mod tests {
 
     #[tokio::test]
     async fn operations_and_runs_exclude_each_other() {
-        let m = RunManager::new(Duration::from_secs(60));
+        let m = RunManager::new(Duration::from_secs(60), usize::MAX);
         let guard = m.begin_op("t").unwrap();
         assert_eq!(m.begin_op("t").err(), Some(Busy::Operation));
         assert!(m.op_in_progress("t"));
@@ -298,7 +342,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn finished_runs_are_released_after_retention() {
-        let m = RunManager::new(Duration::from_secs(60));
+        let m = RunManager::new(Duration::from_secs(60), usize::MAX);
         let a = handle("a", "t");
         m.track(&a);
         let waiter = {
@@ -312,5 +356,35 @@ mod tests {
         assert_eq!(m.live_count(), 0);
         tokio::time::sleep(Duration::from_secs(61)).await;
         assert_eq!(m.held_count(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn finished_runs_beyond_the_byte_bound_are_released_oldest_first() {
+        use antler_protocol::{Message, StateUpdate, ThreadState};
+        let mut state = ThreadState::default();
+        state
+            .apply(StateUpdate::messages(vec![Message::human(
+                "m".repeat(4000),
+            )]))
+            .unwrap();
+        let state = Arc::new(state);
+        // Each run holds its framed event and the message its snapshot keeps alive (~5 KB).
+        let m = RunManager::new(Duration::from_secs(60), 12_000);
+        let mut weak = Vec::new();
+        for run in ["a", "b", "c"] {
+            let h = handle(run, run);
+            h.buffer.publish(crate::sse::Kind::Updates, "updates", "{}");
+            h.buffer.publish_values(state.clone());
+            m.track(&h);
+            h.signal.mark_done(RunStatus::Success);
+            weak.push(Arc::downgrade(&h));
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(m.get("a").is_none(), "the oldest went first");
+        assert!(weak[0].upgrade().is_none(), "and its buffer was freed");
+        assert!(m.get("b").is_some() && m.get("c").is_some());
+        assert!(m.held_bytes() > 9_000 && m.held_bytes() <= 12_000);
+        tokio::time::sleep(Duration::from_secs(61)).await;
+        assert_eq!((m.held_count(), m.held_bytes()), (0, 0));
     }
 }
