@@ -15,7 +15,8 @@ const CONFIG: &str = "title:\n  enabled: false\ntools:\n  - {name: ls, group: fi
 
 fn mock() -> MockOpenAi {
     MockOpenAi::start_on_thread().with_replies([
-        ls_call("call_1", "look around", "/mnt/user-data/workspace"),
+        // Pinned: an estimate follows the prompt's length, which holds today's weekday.
+        ls_call("call_1", "look around", "/mnt/user-data/workspace").usage(757, 16),
         MockReply::text("The workspace is empty.").usage(120, 8),
     ])
 }
