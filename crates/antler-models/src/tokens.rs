@@ -15,7 +15,7 @@
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 
 use antler_protocol::{Content, Message};
@@ -528,6 +528,8 @@ struct Tally {
     /// AI messages carrying a usage total.
     with_usage: usize,
     last_used: u64,
+    /// Taken out of the counter's map: its slots no longer count towards the total.
+    detached: bool,
 }
 
 fn ai_mark(m: &Message) -> Option<AiMark> {
@@ -678,6 +680,10 @@ impl Tally {
 
 /// Most threads tallied at once; the least recently used is forgotten beyond this.
 const MAX_THREADS: usize = 512;
+/// Most messages tallied across threads (a slot's `Weak` keeps its message's allocation, a few
+/// hundred bytes, alive): ~1,000 threads of 60 messages, or 60 of 1,000. Checked when a thread's
+/// tally is created, so the total may pass it by that thread's messages.
+const MAX_SLOTS: usize = 65_536;
 /// Most entries in the id-keyed memo of [`CachedTokenCounter::count_message`].
 const MAX_MEMO: usize = 4096;
 
@@ -692,6 +698,9 @@ pub struct CachedTokenCounter {
     threads: Mutex<HashMap<String, Arc<Mutex<Tally>>>>,
     memo: Mutex<HashMap<String, (u64, usize)>>,
     clock: AtomicU64,
+    /// Slots of every tally together, and their bound (see [`MAX_SLOTS`]).
+    slots: AtomicUsize,
+    max_slots: usize,
 }
 
 impl std::fmt::Debug for CachedTokenCounter {
@@ -709,7 +718,48 @@ impl CachedTokenCounter {
             threads: Mutex::new(HashMap::new()),
             memo: Mutex::new(HashMap::new()),
             clock: AtomicU64::new(0),
+            slots: AtomicUsize::new(0),
+            max_slots: MAX_SLOTS,
         }
+    }
+
+    /// As [`CachedTokenCounter::new`] with another bound on the messages tallied at once.
+    pub fn with_max_slots(counter: TokenCounter, max_slots: usize) -> Self {
+        CachedTokenCounter {
+            max_slots,
+            ..CachedTokenCounter::new(counter)
+        }
+    }
+
+    /// Messages tallied across threads.
+    pub fn tallied_messages(&self) -> usize {
+        self.slots.load(Ordering::Relaxed)
+    }
+
+    /// Sync `key`'s tally with `msgs` and keep the slot total current.
+    fn synced(&self, key: &str, msgs: &[Arc<Message>], exact: bool) -> Arc<Mutex<Tally>> {
+        let tally = self.tally(key);
+        {
+            let mut t = lock(&tally);
+            let before = t.slots.len();
+            t.sync(&self.counter, msgs, exact);
+            let after = t.slots.len();
+            if t.detached {
+                // Evicted while this call held it: counted no more.
+            } else if after >= before {
+                self.slots.fetch_add(after - before, Ordering::Relaxed);
+            } else {
+                self.slots.fetch_sub(before - after, Ordering::Relaxed);
+            }
+        }
+        tally
+    }
+
+    /// Forget a tally taken out of the map.
+    fn dropped(&self, tally: &Arc<Mutex<Tally>>) {
+        let mut t = lock(tally);
+        t.detached = true;
+        self.slots.fetch_sub(t.slots.len(), Ordering::Relaxed);
     }
 
     pub fn counter(&self) -> &TokenCounter {
@@ -746,13 +796,18 @@ impl CachedTokenCounter {
             lock(&t).last_used = now;
             return t;
         }
-        if threads.len() >= MAX_THREADS {
+        // Least recently used first, beyond the thread count or the slot total (each slot keeps
+        // its message's allocation alive; finished threads' tallies must not pile up).
+        while !threads.is_empty()
+            && (threads.len() >= MAX_THREADS || self.slots.load(Ordering::Relaxed) > self.max_slots)
+        {
             let oldest = threads
                 .iter()
                 .min_by_key(|(_, t)| lock(t).last_used)
                 .map(|(k, _)| k.clone());
-            if let Some(k) = oldest {
-                threads.remove(&k);
+            match oldest.and_then(|k| threads.remove(&k)) {
+                Some(t) => self.dropped(&t),
+                None => break,
             }
         }
         let t = Arc::new(Mutex::new(Tally {
@@ -767,9 +822,8 @@ impl CachedTokenCounter {
     /// comparison per message plus counting the messages that are new or were replaced since the
     /// previous call with the same key.
     pub fn measure(&self, key: &str, msgs: &[Arc<Message>]) -> Measure {
-        let tally = self.tally(key);
-        let mut t = lock(&tally);
-        t.sync(&self.counter, msgs, true);
+        let tally = self.synced(key, msgs, true);
+        let t = lock(&tally);
         t.measure()
     }
 
@@ -778,9 +832,8 @@ impl CachedTokenCounter {
     /// [`CachedTokenCounter::measure`], one above it is not reached. Same O(new messages) cost as
     /// `measure`, and messages bounded here are counted later only if `measure` is called.
     pub fn bound(&self, key: &str, msgs: &[Arc<Message>]) -> usize {
-        let tally = self.tally(key);
-        let mut t = lock(&tally);
-        t.sync(&self.counter, msgs, false);
+        let tally = self.synced(key, msgs, false);
+        let t = lock(&tally);
         // The provider calibration scales by at most 1.25 (see `Measure::scaled`).
         t.bound_total.saturating_add(t.bound_total / 4 + 1)
     }
@@ -792,9 +845,8 @@ impl CachedTokenCounter {
 
     /// The count of each message of a thread's list, in order (from the tally).
     pub fn counts(&self, key: &str, msgs: &[Arc<Message>]) -> Vec<usize> {
-        let tally = self.tally(key);
-        let mut t = lock(&tally);
-        t.sync(&self.counter, msgs, true);
+        let tally = self.synced(key, msgs, true);
+        let t = lock(&tally);
         t.slots
             .iter()
             .map(|s| s.tokens.unwrap_or(s.bound))
@@ -803,6 +855,9 @@ impl CachedTokenCounter {
 
     /// Drop a thread's tally (e.g. when the thread is deleted).
     pub fn forget(&self, key: &str) {
-        lock(&self.threads).remove(key);
+        let gone = lock(&self.threads).remove(key);
+        if let Some(t) = gone {
+            self.dropped(&t);
+        }
     }
 }

@@ -450,3 +450,29 @@ fn a_bound_builds_no_bpe_table() {
     let _ = cache.measure("t", &msgs);
     assert!(Encoding::P50kBase.is_built());
 }
+
+#[test]
+fn tallies_are_bounded_by_messages_across_threads() {
+    let chars = || TokenCounter::custom(|t| t.chars().count());
+    let cache = CachedTokenCounter::with_max_slots(chars(), 100);
+    let list = |thread: &str| -> Vec<Arc<Message>> {
+        let msgs: Vec<Message> = (0..60)
+            .map(|i| human(&format!("{thread}-{i}"), "abcd"))
+            .collect();
+        arcs(&msgs)
+    };
+    let (a, b, c) = (list("a"), list("b"), list("c"));
+    let first = cache.measure("a", &a);
+    cache.measure("b", &b);
+    assert_eq!(cache.tallied_messages(), 120);
+    // A new thread's tally first evicts the least recently used while the total is past the
+    // bound (120 > 100: `a` goes), then adds its own: 180 without the bound.
+    cache.measure("c", &c);
+    assert_eq!(cache.tallied_messages(), 120);
+    // An evicted thread is counted again, to the same result (and evicts `b`).
+    assert_eq!(cache.measure("a", &a).total, first.total);
+    assert_eq!(cache.tallied_messages(), 120);
+    cache.forget("a");
+    cache.forget("c");
+    assert_eq!(cache.tallied_messages(), 0, "b was evicted before");
+}
