@@ -267,7 +267,7 @@ impl RunBuffer {
             state
                 .messages
                 .iter()
-                .map(|m| PER_MESSAGE + m.text().len())
+                .map(|m| PER_MESSAGE + m.content().approx_len())
                 .sum()
         });
         st.bytes + messages
