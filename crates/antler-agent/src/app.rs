@@ -19,6 +19,10 @@ use crate::{chain, models, prompt, toolset, AgentError};
 /// The SQLite file inside the data directory.
 pub const DB_FILE: &str = "antler.db";
 
+/// Token counts cached across runs, one cache per model name.
+pub type TokenCaches =
+    Arc<std::sync::Mutex<HashMap<String, Arc<antler_models::tokens::CachedTokenCounter>>>>;
+
 /// Everything a turn needs, shared across turns and threads.
 pub struct App {
     pub config: Arc<Config>,
@@ -39,8 +43,7 @@ pub struct App {
     /// The process-wide LLM circuit breaker.
     pub breaker: Arc<antler_middleware::llm_error_handling::CircuitBreaker>,
     /// Token counts cached across runs (see [`crate::chain::ChainParts::token_cache`]).
-    pub(crate) token_caches:
-        Arc<Mutex<HashMap<String, Arc<antler_models::tokens::CachedTokenCounter>>>>,
+    pub(crate) token_caches: TokenCaches,
     /// Replaces every configured model (tests and benchmarks).
     model_override: Option<Arc<dyn ChatModel>>,
     /// Long-term memory (one per process; `memory.enabled` gates it).

@@ -66,11 +66,7 @@ pub struct ChainParts {
     /// The installed skills (SkillActivation / SkillToolPolicy resolve against it).
     pub skills: Arc<dyn SkillRegistry>,
     /// Token counts cached across runs, one cache per model name.
-    pub token_caches: Arc<
-        std::sync::Mutex<
-            std::collections::HashMap<String, Arc<antler_models::tokens::CachedTokenCounter>>,
-        >,
-    >,
+    pub token_caches: crate::app::TokenCaches,
     /// Rust middlewares registered on the app, inserted at their placements.
     pub extensions: Arc<[crate::extensions::Extension]>,
 }

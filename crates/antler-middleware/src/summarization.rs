@@ -333,7 +333,7 @@ impl DeerFlowSummarizationMiddleware {
             .as_deref()
             .filter(|s| !s.trim().is_empty());
         // One tally per message list: subagents share the thread id but have their own lists.
-        let key = format!("{}\u{1f}{}", run.thread_id, run.assistant_id);
+        let key = CachedTokenCounter::thread_key(&run.thread_id, &run.assistant_id);
         let key = key.as_str();
         if !opts.force && !self.triggered(key, &msgs, summary_text) {
             return Ok(None);

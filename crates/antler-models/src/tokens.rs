@@ -657,6 +657,15 @@ impl Tally {
         }
     }
 
+    /// Let go of the messages' allocations (each slot's `Weak`), keeping the counts: the next
+    /// sync finds every message at a new address and takes its count from `by_id` (a fingerprint,
+    /// no tokenizing) or its bound.
+    fn release(&mut self) {
+        for s in &mut self.slots {
+            s.ptr = Weak::new();
+        }
+    }
+
     fn measure(&self) -> Measure {
         let total = self.total;
         let mut scaled = total;
@@ -851,6 +860,31 @@ impl CachedTokenCounter {
             .iter()
             .map(|s| s.tokens.unwrap_or(s.bound))
             .collect()
+    }
+
+    /// The tally key of one message list of a thread (a thread's lead agent and each subagent
+    /// keep their own list): what [`CachedTokenCounter::release_thread`] matches.
+    pub fn thread_key(thread_id: &str, list: &str) -> String {
+        format!("{thread_id}\u{1f}{list}")
+    }
+
+    /// A thread's runs are over for now: its tallies (the key `thread_id` and every
+    /// [`CachedTokenCounter::thread_key`] of it) stop holding their messages' allocations. The
+    /// counts stay, so the next run re-checks each message by fingerprint once instead of
+    /// tokenizing it again, and finished threads cost a few dozen bytes per message instead of
+    /// keeping every message's allocation alive until the tally is evicted.
+    pub fn release_thread(&self, thread_id: &str) {
+        let tallies: Vec<Arc<Mutex<Tally>>> = lock(&self.threads)
+            .iter()
+            .filter(|(k, _)| {
+                k.strip_prefix(thread_id)
+                    .is_some_and(|rest| rest.is_empty() || rest.starts_with('\u{1f}'))
+            })
+            .map(|(_, t)| t.clone())
+            .collect();
+        for t in tallies {
+            lock(&t).release();
+        }
     }
 
     /// Drop a thread's tally (e.g. when the thread is deleted).

@@ -252,6 +252,41 @@ fn the_cache_counts_only_new_and_changed_messages() {
 }
 
 #[test]
+fn a_released_thread_keeps_its_counts_but_not_its_messages() {
+    let (counter, calls) = counting();
+    let cache = CachedTokenCounter::new(counter);
+    let lead = CachedTokenCounter::thread_key("t1", "lead_agent");
+    let sub = CachedTokenCounter::thread_key("t1", "general-purpose");
+    let other = CachedTokenCounter::thread_key("t10", "lead_agent");
+    let msgs = arcs(
+        &(0..50)
+            .map(|i| human(&format!("m{i}"), "abcd"))
+            .collect::<Vec<_>>(),
+    );
+    for key in [&lead, &sub, &other] {
+        assert_eq!(cache.total(key, &msgs), 200);
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 150);
+    // Every tally holds a `Weak` to each message: the allocations outlive the messages.
+    assert_eq!(Arc::weak_count(&msgs[0]), 3);
+
+    cache.release_thread("t1");
+    // Both of t1's lists let go; t10 (same prefix, another thread) keeps its hold.
+    assert_eq!(Arc::weak_count(&msgs[0]), 1);
+    assert!(msgs.iter().all(|m| Arc::weak_count(m) == 1));
+
+    // The next run finds the counts by id and fingerprint: nothing is tokenized again, and an
+    // edited message is still recounted.
+    let mut reloaded: Vec<Arc<Message>> = msgs.iter().map(|m| Arc::new((**m).clone())).collect();
+    assert_eq!(cache.total(&lead, &reloaded), 200);
+    assert_eq!(calls.load(Ordering::SeqCst), 150);
+    reloaded[7] = Arc::new(human("m7", "abcdefgh"));
+    assert_eq!(cache.total(&lead, &reloaded), 204);
+    assert_eq!(calls.load(Ordering::SeqCst), 151);
+    assert_eq!(cache.tallied_messages(), 150);
+}
+
+#[test]
 fn count_message_is_memoized_by_id_and_content() {
     let (counter, calls) = counting();
     let cache = CachedTokenCounter::new(counter);

@@ -340,6 +340,7 @@ impl App {
             store: self.store.clone(),
             runs: self.runs.clone(),
             track_usage: self.config.run_events.track_token_usage,
+            token_caches: self.token_caches.clone(),
         };
         let outcome = tokio::spawn(drive_run(resources, drive));
         Ok(RunHandle {
@@ -372,6 +373,21 @@ struct RunResources {
     store: antler_store::SqliteStore,
     runs: Arc<dyn RunCoordinator>,
     track_usage: bool,
+    token_caches: crate::app::TokenCaches,
+}
+
+impl RunResources {
+    /// The thread's token tallies stop holding its messages once the run is over (see
+    /// `CachedTokenCounter::release_thread`).
+    fn release_tallies(&self, thread_id: &str) {
+        let caches: Vec<_> = match self.token_caches.lock() {
+            Ok(c) => c.values().cloned().collect(),
+            Err(p) => p.into_inner().values().cloned().collect(),
+        };
+        for c in caches {
+            c.release_thread(thread_id);
+        }
+    }
 }
 
 async fn drive_run(res: RunResources, d: Drive) -> TurnOutcome {
@@ -459,7 +475,9 @@ async fn drive_run(res: RunResources, d: Drive) -> TurnOutcome {
             Ending::failed("InternalError", "The run stopped unexpectedly".into())
         }
     };
-    fin(end, d.base).await
+    let outcome = fin(end, d.base).await;
+    res.release_tallies(&thread_id);
+    outcome
 }
 
 /// The thread record shows `busy` while the run lasts (created when new).
