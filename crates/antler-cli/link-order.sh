@@ -1,46 +1,71 @@
 #!/usr/bin/env bash
 # Regenerate link-order.txt: the functions of `antler` that a cold `antler run` and the server
-# workloads of antler-bench execute, hottest first (valgrind's callgrind counts them). Run it
-# after large changes (new dependencies, renamed hot paths); a stale list only costs resident
-# memory, never correctness. Needs valgrind and a release build:
-#   cargo build --release -p antler-cli -p antler-bench && crates/antler-cli/link-order.sh
+# workloads of antler-bench execute, hottest first (valgrind's callgrind counts them).
+#
+# Symbol names carry a hash of their crate's build metadata, and cargo's metadata depends on
+# which packages a command selects (features are unified across them), so the list holds the
+# names of each way the binary is usually built: the README's `cargo run --release --bin
+# antler` (the whole workspace selected) and the benchmarks' `-p antler-cli -p antler-bench`.
+# Names a build does not have are skipped by the linker: a stale list, or another build
+# command, only costs resident memory, never correctness. Regenerate after dependency or
+# feature changes. Needs valgrind; builds both ways (release, several minutes each):
+#   crates/antler-cli/link-order.sh
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-T=${CARGO_TARGET_DIR:-$here/../../target}/release
+root=$(cd "$here/../.." && pwd)
+T=${CARGO_TARGET_DIR:-$root/target}/release
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-cp "$T/antler" "$work/antler"
-cat > "$work/traced" <<WRAP
+
+profile() { # $1: output list
+    rm -f "$work"/cg.* && cp "$T/antler" "$work/antler" && cp "$T/antler-bench" "$work/bench"
+    cat > "$work/traced" <<WRAP
 #!/usr/bin/env bash
 # The sandbox helper runs untraced (namespaces and Landlock do not mix with valgrind).
 if [ "\${1:-}" = sandbox-exec ]; then exec "$work/antler" "\$@"; fi
-# Under valgrind the process's own path is valgrind's: name the helper, so bash runs as it does
-# in production (through the warden).
+# Under valgrind the process's own path is valgrind's: name the helper, so bash runs as it
+# does in production (through the warden).
 export ANTLER_SANDBOX_HELPER="$work/antler"
 exec valgrind --tool=callgrind --demangle=no --callgrind-out-file="$work/cg.%p" "$work/antler" "\$@"
 WRAP
-chmod +x "$work/traced"
-cd "$work"
-"$T/antler-bench" --cold --antler "$work/traced" --samples 2 >/dev/null
-"$T/antler-bench" --serve --antler "$work/traced" --samples 1 --runs 2 --steps 3 --history 100 \
-    --threads 10 --thread-steps 2 --c-samples 1 --e-steps 6 >/dev/null
-"$T/antler-bench" --serve --antler "$work/traced" --workloads a1,b --mode stream --samples 1 \
-    --runs 2 --steps 3 --history 100 >/dev/null
-for f in "$work"/cg.*; do
-    callgrind_annotate --threshold=100 --inclusive=no "$f" 2>/dev/null | grep -F "[$work/antler]" || true
-done | python3 -c '
+    chmod +x "$work/traced"
+    (
+        cd "$work"
+        ./bench --cold --antler "$work/traced" --samples 2 >/dev/null
+        ./bench --serve --antler "$work/traced" --samples 1 --runs 2 --steps 3 --history 100 \
+            --threads 10 --thread-steps 2 --c-samples 1 --e-steps 6 >/dev/null
+        ./bench --serve --antler "$work/traced" --workloads a1,b --mode stream --samples 1 \
+            --runs 2 --steps 3 --history 100 >/dev/null
+    )
+    for f in "$work"/cg.*; do
+        callgrind_annotate --threshold=100 --inclusive=no "$f" 2>/dev/null |
+            grep -F "[$work/antler]" || true
+    done | python3 -c '
 import collections, re, sys
 ir = collections.Counter()
 for line in sys.stdin:
     m = re.match(r"\s*([\d,]+) \(.*?\)\s+(.*) \[", line)
     if not m:
         continue
-    name = m.group(2).split(":", 1)[-1]
-    name = re.sub(r"\x27\d+$", "", name)  # callgrind marks recursion depth as name'"'"'N
-    if name.startswith(("0x", "(")):
-        continue
-    ir[name] += int(m.group(1).replace(",", ""))
+    name = re.sub(r"\x27\d+$", "", m.group(2).split(":", 1)[-1])  # recursion marks: name'"'"'N
+    if not name.startswith(("0x", "(")):
+        ir[name] += int(m.group(1).replace(",", ""))
 for name, _ in ir.most_common():
     print(name)
-' > "$here/link-order.txt"
-echo "link-order.txt: $(wc -l < "$here/link-order.txt") functions"
+' > "$1"
+}
+
+n=0
+while read -r selection; do
+    n=$((n + 1))
+    # shellcheck disable=SC2086 # the selection is a list of cargo arguments
+    (cd "$root" && cargo build --release $selection)
+    profile "$work/list.$n"
+    echo "cargo build --release $selection: $(wc -l < "$work/list.$n") functions"
+done <<'BUILDS'
+--bin antler --bin antler-bench
+-p antler-cli -p antler-bench
+BUILDS
+# The first build's names first; each later build adds the names the earlier ones lack.
+awk '!seen[$0]++' "$work"/list.* > "$here/link-order.txt"
+echo "link-order.txt: $(wc -l < "$here/link-order.txt") names"
