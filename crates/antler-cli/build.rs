@@ -9,8 +9,9 @@
 //!
 //! Pack the relative relocations (`-z pack-relative-relocs`, DT_RELR): the binary's ~84k
 //! pointer fix-ups take a 2 MB table that the loader reads whole at every exec (each run, each
-//! sandbox warden stage); packed, it is a few KiB. Needs a glibc of 2.36 or later at run time,
-//! so only when the build machine's is (the binary is built where it runs, or on an older one).
+//! sandbox warden stage); packed, it is a few KiB. The binary then needs glibc 2.36 or later
+//! where it runs, so only when the build machine's glibc is that new (a native build runs on
+//! the machine that built it, or on a newer one).
 
 use std::path::Path;
 use std::process::Command;
@@ -43,6 +44,8 @@ fn wanted() -> bool {
     let env = |k: &str| std::env::var(k).unwrap_or_default();
     if env("ANTLER_LINK_ORDER") == "0"
         || env("TARGET") != "x86_64-unknown-linux-gnu"
+        // The glibc probe below reads the build machine: native builds only.
+        || env("HOST") != env("TARGET")
         || env("PROFILE") != "release"
         || std::env::var_os("RUSTC_LINKER").is_some()
         || env("CARGO_ENCODED_RUSTFLAGS").contains("link")

@@ -9,7 +9,9 @@
 //! Redis) implements the same trait a second time.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
+
+use super::lock;
 use std::time::Duration;
 
 use antler_runtime::CancellationToken;
@@ -51,10 +53,6 @@ struct SignalInner {
     cancel: CancellationToken,
     action: Mutex<Option<CancelAction>>,
     done: watch::Sender<Option<RunStatus>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl RunSignal {

@@ -24,7 +24,9 @@
 //! (`antler_store::checkpoints::recover`), re-exported here.
 
 use std::collections::{BTreeMap, HashSet};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
+
+use super::lock;
 
 use antler_protocol::Message;
 use antler_runtime::{RunContext, RunEvent, RunObserver};
@@ -116,10 +118,6 @@ pub struct RunJournal {
     state: Mutex<State>,
     shared: Arc<Mutex<Shared>>,
     flusher: Mutex<Option<mpsc::UnboundedSender<Cmd>>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn now() -> String {

@@ -34,6 +34,12 @@ pub use coordinator::{CancelAction, RunCoordinator, RunSignal, SqliteCoordinator
 pub use finish::{fallback_error, run_usage};
 
 use crate::{AgentError, App};
+
+/// A run's shared state stays usable after a panic elsewhere (it holds no invariant a panic
+/// could break halfway).
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 use finish::Ending;
 use journal::RunJournal;
 
@@ -380,10 +386,7 @@ impl RunResources {
     /// The thread's token tallies stop holding its messages once the run is over (see
     /// `CachedTokenCounter::release_thread`).
     fn release_tallies(&self, thread_id: &str) {
-        let caches: Vec<_> = match self.token_caches.lock() {
-            Ok(c) => c.values().cloned().collect(),
-            Err(p) => p.into_inner().values().cloned().collect(),
-        };
+        let caches: Vec<_> = lock(&self.token_caches).values().cloned().collect();
         for c in caches {
             c.release_thread(thread_id);
         }
