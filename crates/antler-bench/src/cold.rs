@@ -147,20 +147,68 @@ fn sample(
     })
 }
 
-/// `--reap <program> <args…>`: run the program, wait for it, print its peak RSS (KiB) last on
-/// stdout, exit with its status. Its own output is passed through.
+/// `--reap <program> <args…>`: run the program, wait for it, print its peak RSS (KiB) and the CPU
+/// time of it and all its descendants last on stdout, exit with its status. Its own output is
+/// passed through.
+///
+/// The reaper is a child subreaper, so a descendant the program leaves behind (a sandbox
+/// launcher it killed without waiting for, say) is re-parented here and waited for too: its CPU
+/// time is then in `RUSAGE_CHILDREN` as well.
 pub fn reap(args: &[String]) -> anyhow::Result<i32> {
+    use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+    use nix::unistd::Pid;
     let Some((program, rest)) = args.split_first() else {
         bail!("--reap needs a program");
     };
+    nix::sys::prctl::set_child_subreaper(true)?;
     let spawned = monotonic_ns();
-    let status = Command::new(program).args(rest).status()?;
-    let wall = monotonic_ns() - spawned;
+    let child = Command::new(program).args(rest).spawn()?;
+    let main = Pid::from_raw(i32::try_from(child.id())?);
+    let mut code = None;
+    let mut wall = 0;
+    // The program first, then whatever it left; a descendant still running 10 s after the
+    // program ended is not waited for (its CPU time is then missing, and said so).
+    let mut deadline = None;
+    loop {
+        let flags = deadline.map(|_| WaitPidFlag::WNOHANG);
+        match waitpid(None::<Pid>, flags) {
+            Ok(WaitStatus::Exited(pid, status)) if pid == main => {
+                wall = monotonic_ns() - spawned;
+                code = Some(status);
+            }
+            Ok(WaitStatus::Signaled(pid, signal, _)) if pid == main => {
+                wall = monotonic_ns() - spawned;
+                code = Some(128 + signal as i32);
+            }
+            Ok(WaitStatus::StillAlive) => {
+                if deadline
+                    .is_some_and(|d: std::time::Instant| d.elapsed() > Duration::from_secs(10))
+                {
+                    println!("\nreaped-lingering 1");
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+                continue;
+            }
+            Ok(_) => {}
+            Err(nix::errno::Errno::ECHILD) => break,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+        if code.is_some() && deadline.is_none() {
+            deadline = Some(std::time::Instant::now());
+        }
+    }
     let usage = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN)?;
+    let micros = |t: nix::sys::time::TimeVal| t.tv_sec() * 1_000_000 + t.tv_usec();
     println!("\nreaped-spawn-ns {spawned}");
     println!("reaped-wall-ns {wall}");
     println!("reaped-maxrss-kib {}", usage.max_rss());
-    Ok(status.code().unwrap_or(1))
+    println!(
+        "reaped-cpu-us {}",
+        micros(usage.user_time()) + micros(usage.system_time())
+    );
+    Ok(code.unwrap_or(1))
 }
 
 fn summary(values: &mut [f64]) -> (f64, f64, f64) {

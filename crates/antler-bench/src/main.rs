@@ -7,11 +7,12 @@
 //! - **bytes**: SQLite checkpoint payload bytes written per step at each history length.
 //! - **cold** (`--cold [--antler PATH] [--trigger-tokens N] [--existing-home]`): a fresh `antler run` process per sample — start to first
 //!   model request, the whole 0-step run, peak RSS (see `cold.rs`).
-//! - **serve** (`--serve [--antler PATH] [--workloads a1,b,c,e] [--samples N] [--steps N]
+//! - **serve** (`--serve [--antler PATH] [--workloads a1,a2,b,c,e] [--samples N] [--steps N]
 //!   [--runs N] [--history N] [--threads N] [--thread-steps N] [--concurrency N] [--c-samples N]
 //!   [--e-steps N] [--retention-secs N] [--mode wait|stream]`): a real `antler serve` against a scripted model on
 //!   127.0.0.1 — harness CPU per step (A1), by history and peak RSS (B), many threads at once
-//!   (C), SQLite bytes per step (E); see `serve.rs`.
+//!   (C), SQLite bytes per step (E); and `antler run` processes, bash included (A2); see
+//!   `serve.rs`.
 //!
 //! Per-step figures are marginal: the CPU of a run with N tool rounds minus that of a run with
 //! none, divided by N, so one-time run setup (loading the thread) is reported apart as
@@ -229,7 +230,7 @@ fn main() -> anyhow::Result<()> {
         return serve::run_all(serve::Opts {
             antler,
             workloads: value("--workloads")
-                .unwrap_or_else(|| "a1,b,c,e".to_owned())
+                .unwrap_or_else(|| "a1,a2,b,c,e".to_owned())
                 .split(',')
                 .map(|w| w.trim().to_ascii_lowercase())
                 .filter(|w| !w.is_empty())

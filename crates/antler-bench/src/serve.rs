@@ -11,6 +11,11 @@
 //! - **A1** harness CPU per step, fresh thread: the server process's CPU (utime + stime from
 //!   `/proc/PID/stat`; the bash children are not included) of `runs` runs of `steps` steps minus
 //!   that of `runs` runs of 0 steps, divided by the steps.
+//! - **A2** `antler run` marginal CPU per step, bash children included: `antler run` processes
+//!   (one new thread each, one data home) through the bench's reaper, which waits for the whole
+//!   process tree and reads `RUSAGE_CHILDREN`; `runs` runs of `2 × steps` steps minus `runs` runs
+//!   of `steps` steps, divided by the steps — and beside it what the first bash call of a run
+//!   costs on top (the sandbox's start) and a whole 0-step run.
 //! - **B** the same on threads seeded (through `POST /threads/{id}/state`) with 10 and with
 //!   `history` messages, and the server's peak RSS (VmHWM) after the long-history samples.
 //! - **C** `threads` threads × `thread-steps` steps at once (one run per thread, all in flight
@@ -358,6 +363,95 @@ impl Bench {
         server.stop().await
     }
 
+    /// One `antler run` of `steps` steps through the reaper: the CPU time of its whole process
+    /// tree (the sandbox's processes and bash included).
+    async fn a2_run(&self, home: &Path, steps: usize) -> anyhow::Result<Duration> {
+        let work = self.work.path();
+        let dir = tempfile::tempdir_in(work)?;
+        let out = tokio::process::Command::new(std::env::current_exe()?)
+            .arg("--reap")
+            .arg(&self.opts.antler)
+            .args(["run", "--config"])
+            .arg(work.join("config.yaml"))
+            .args(["--output", "json", "--recursion-limit"])
+            .arg((16 * steps + 50).to_string())
+            .arg(format!("bench-steps={steps}"))
+            .current_dir(dir.path())
+            .env("ANTLER_HOME", home)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .await?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        ensure!(
+            out.status.success(),
+            "antler run failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        ensure!(
+            !stdout.contains("reaped-lingering"),
+            "antler run left processes running after it ended"
+        );
+        let (json, tail) = stdout
+            .split_once("\nreaped-")
+            .context("the reaper did not report")?;
+        let result: Value = serde_json::from_str(json.trim()).context("antler run's JSON")?;
+        ensure!(
+            result["status"] == "success",
+            "antler run: {}",
+            result["error"]
+        );
+        let messages = result["values"]["messages"]
+            .as_array()
+            .context("no messages in antler run's result")?;
+        let tools = messages.iter().filter(|m| m["type"] == "tool").count();
+        ensure!(
+            tools == steps,
+            "antler run: {tools} of {steps} tool results"
+        );
+        let micros: u64 = tail
+            .lines()
+            .find_map(|l| l.strip_prefix("reaped-cpu-us ")?.trim().parse().ok())
+            .context("the reaper did not report CPU time")?;
+        Ok(Duration::from_micros(micros))
+    }
+
+    async fn a2(&self) -> anyhow::Result<()> {
+        let home = self.work.path().join("home-a2");
+        // Unmeasured: creates and migrates the data home, warms the page cache.
+        self.a2_run(&home, 1).await?;
+        let (runs, steps) = (self.opts.runs, self.opts.steps.max(1));
+        let (mut marginal, mut first, mut empty) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..self.opts.samples {
+            // Runs of 0, s and 2s steps, interleaved so a change in the machine's load hits
+            // every side alike. The marginal step is the slope between s and 2s: the first bash
+            // call of a process also starts its sandbox (a launcher and a warden), a cost per
+            // run that a 0-vs-s difference would spread over the steps.
+            let mut cost = [Duration::ZERO; 3];
+            for _ in 0..runs {
+                for (side, n) in [0, steps, 2 * steps].into_iter().enumerate() {
+                    cost[side] += self.a2_run(&home, n).await?;
+                }
+            }
+            let ms = |d: Duration| d.as_secs_f64() * 1e3;
+            let per_step = ms(cost[2].saturating_sub(cost[1])) / (runs * steps) as f64;
+            marginal.push(per_step);
+            let with_steps = ms(cost[1].saturating_sub(cost[0])) / runs as f64;
+            first.push(with_steps - per_step * steps as f64);
+            empty.push(ms(cost[0]) / runs as f64);
+        }
+        println!(
+            "\nA2 `antler run` CPU, bash and the sandbox's processes included ({} samples of {} runs each of 0, {} and {} steps, one process per run)",
+            self.opts.samples,
+            runs,
+            steps,
+            2 * steps
+        );
+        row("CPU per step (marginal)", "ms", &marginal);
+        row("sandbox start (first bash call)", "ms", &first);
+        row("whole 0-step run", "ms", &empty);
+        Ok(())
+    }
+
     async fn b(&self) -> anyhow::Result<()> {
         let server = self.server("b").await?;
         self.warm(&server).await?;
@@ -527,7 +621,7 @@ fn db_bytes(dir: &Path) -> anyhow::Result<u64> {
     Ok(total)
 }
 
-/// `--serve`: the workloads in `opts.workloads` (a1, b, c, e), one table each.
+/// `--serve`: the workloads in `opts.workloads` (a1, a2, b, c, e), one table each.
 pub fn run_all(opts: Opts) -> anyhow::Result<()> {
     if !opts.antler.exists() {
         bail!(
@@ -561,10 +655,11 @@ pub fn run_all(opts: Opts) -> anyhow::Result<()> {
         for w in bench.opts.workloads.clone() {
             match w.as_str() {
                 "a1" => bench.a1().await?,
+                "a2" => bench.a2().await?,
                 "b" => bench.b().await?,
                 "c" => bench.c().await?,
                 "e" => bench.e().await?,
-                other => bail!("unknown workload {other:?} (a1, b, c, e)"),
+                other => bail!("unknown workload {other:?} (a1, a2, b, c, e)"),
             }
         }
         println!(

@@ -515,3 +515,52 @@ async fn a_stream_asks_for_the_usage_chunk() {
     assert_eq!(body["stream"], json!(true));
     assert_eq!(body["stream_options"], json!({"include_usage": true}));
 }
+
+/// A history sent again (the same `Arc`s, as a thread's list shares them) goes out exactly as a
+/// model that never saw it would send it: unchanged messages come from the model's kept
+/// encodings, and an assistant message whose invalid calls get answered later is re-encoded.
+#[tokio::test]
+async fn a_resent_history_is_sent_as_if_encoded_afresh() {
+    let replies = || (0..3).map(|_| MockReply::text("ok")).collect::<Vec<_>>();
+    let warm = MockOpenAi::start().await.with_replies(replies());
+    let cold = MockOpenAi::start().await.with_replies(replies());
+    let model = OpenAi::model(&warm);
+    let ai = AiMessage {
+        content: "".into(),
+        tool_calls: vec![tool_call("call_1", "bash", json!({"command": "ls"}))],
+        invalid_tool_calls: vec![InvalidToolCall {
+            kind: "invalid_tool_call".into(),
+            id: Some("call_bad".into()),
+            name: Some("bash".into()),
+            args: Some("{\"command\": \"ls".into()),
+            error: Some("truncated".into()),
+        }],
+        ..Default::default()
+    };
+    let mut call = Call::user("list the files")
+        .then(Message::Ai(ai))
+        .then(ToolMessage::new("call_1", "a.txt\nb.txt").with_name("bash"));
+    let mut bodies = Vec::new();
+    for step in 0..3 {
+        if step == 1 {
+            // The invalid call is answered now: the assistant message must replay it.
+            call =
+                call.then(ToolMessage::new("call_bad", "Error: bad arguments").with_name("bash"));
+        }
+        if step == 2 {
+            call = call.then(Message::Ai(AiMessage {
+                content: "two files".into(),
+                ..Default::default()
+            }));
+        }
+        let sent = sent_body(&model, &warm, &call).await;
+        let fresh = sent_body(&OpenAi::model(&cold), &cold, &call).await;
+        assert_eq!(sent, fresh, "step {step}");
+        bodies.push(sent);
+    }
+    let calls = |body: &Value| body["messages"][2]["tool_calls"].as_array().map(Vec::len);
+    assert_eq!((calls(&bodies[0]), calls(&bodies[1])), (Some(1), Some(2)));
+    // Kept: every message but the assistant message with invalid calls (encoded per request).
+    assert_eq!(model.wire_cache().len(), call.messages.len() - 1);
+    warm.assert_no_violations();
+}
