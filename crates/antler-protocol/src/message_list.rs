@@ -128,6 +128,19 @@ impl Messages {
         }
     }
 
+    /// A read-only list of `msgs` (as [`Messages::snapshot`] makes): no id index, position keys
+    /// 0, 1, … . For framing a retained snapshot, not for a thread's state.
+    pub fn from_shared(msgs: Vec<Arc<Message>>) -> Messages {
+        Messages {
+            ords: (0..msgs.len() as u64).collect(),
+            next_ord: msgs.len() as u64,
+            msgs: Arc::new(msgs),
+            index: HashMap::new(),
+            unindexed: true,
+            changes: Vec::new(),
+        }
+    }
+
     fn reindex(&mut self) {
         self.unindexed = false;
         self.index.clear();

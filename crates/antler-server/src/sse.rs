@@ -8,19 +8,20 @@
 //! cursor falls out of the retained window gets one `gap` event and the stream closes; `end` (no
 //! id) closes every stream of a finished run; `: heartbeat` comments keep idle streams alive.
 //!
-//! `values` events are the exception: the buffer keeps the state snapshot itself (an
-//! `Arc<ThreadState>` whose messages it shares with the run) and frames it when a subscriber that
-//! wants `values` reads it. Serializing the whole state after every superstep is the dominant
-//! per-step cost at long histories, and most runs (`/runs/wait`, background runs nobody joins)
-//! never deliver it; the bytes a late joiner gets are the same either way, since the snapshot is
-//! immutable.
+//! `values` events are the exception: the buffer keeps the state snapshot itself and frames it
+//! when a subscriber that wants `values` reads it. Serializing the whole state after every
+//! superstep is the dominant per-step cost at long histories, and most runs (`/runs/wait`,
+//! background runs nobody joins) never deliver it; the bytes a late joiner gets are the same
+//! either way, since the snapshot is immutable. A snapshot's messages are kept as a chain of
+//! the messages appended since the run's previous snapshot ([`Segment`]), never as the run's own
+//! list: holding that list would make the run's next append copy all of it.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use antler_protocol::{StreamModes, ThreadState};
+use antler_protocol::{Message, Messages, StreamModes, ThreadState};
 use bytes::{Bytes, BytesMut};
 use serde_json::json;
 use tokio::sync::watch;
@@ -72,15 +73,123 @@ pub struct Frame {
 #[derive(Clone, Debug)]
 enum Payload {
     Ready(Bytes),
-    Values(Arc<ThreadState>),
+    Values(Arc<Snapshot>),
 }
 
-/// Retained cost of a state snapshot held for replay: what it keeps alive once the run moved on
-/// (its position keys and, after the run's next write, its own pointer array; a snapshot has no
-/// id index and message bodies are shared with later states), not its serialized size.
-fn snapshot_cost(state: &ThreadState) -> usize {
-    const PER_MESSAGE: usize = 16;
-    512 + PER_MESSAGE * state.messages.len()
+/// A retained `values` snapshot.
+#[derive(Debug)]
+struct Snapshot {
+    /// The non-message channels (`messages` left empty).
+    fields: ThreadState,
+    messages: Arc<Segment>,
+    /// Messages this snapshot added to the chain (0 when it reuses the previous segment).
+    own: usize,
+}
+
+impl Snapshot {
+    fn state(&self) -> ThreadState {
+        let mut state = self.fields.clone();
+        state.messages = Messages::from_shared(self.messages.messages());
+        state
+    }
+
+    /// What holding it costs once the run moved on: its own pointers (the messages appended
+    /// since the previous snapshot; message bodies are shared with later states), not its
+    /// serialized size.
+    fn cost(&self) -> usize {
+        const PER_MESSAGE: usize = 16;
+        512 + PER_MESSAGE * self.own
+    }
+}
+
+/// A snapshot's message list: `tail` after the list of `prev`. A run's snapshots share the
+/// segments of what they have in common, so each holds only what was appended since the one
+/// before; the run's live list is never shared, and its appends stay in place.
+#[derive(Debug)]
+struct Segment {
+    prev: Option<Arc<Segment>>,
+    tail: Vec<Arc<Message>>,
+    /// Messages through the end of this segment.
+    len: usize,
+    /// Segments in the chain ending here.
+    depth: usize,
+}
+
+/// A chain longer than this is started afresh with one segment of the whole list (a copy per
+/// this many snapshots: amortized a few pointers per snapshot).
+const MAX_DEPTH: usize = 64;
+
+impl Segment {
+    fn tails(&self) -> Vec<&[Arc<Message>]> {
+        let mut parts = Vec::with_capacity(self.depth);
+        let mut at = Some(self);
+        while let Some(seg) = at {
+            parts.push(seg.tail.as_slice());
+            at = seg.prev.as_deref();
+        }
+        parts.reverse();
+        parts
+    }
+
+    fn messages(&self) -> Vec<Arc<Message>> {
+        let mut out = Vec::with_capacity(self.len);
+        for part in self.tails() {
+            out.extend(part.iter().cloned());
+        }
+        out
+    }
+}
+
+/// The newest snapshot's segment, and the address of each of its messages (all held alive by
+/// the chain, so an equal address is the same message).
+struct Chain {
+    last: Arc<Segment>,
+    addrs: Vec<usize>,
+}
+
+fn address(m: &Arc<Message>) -> usize {
+    Arc::as_ptr(m) as usize
+}
+
+/// The segment for a snapshot holding `msgs`: the newest one extended by what was appended
+/// since, when `msgs` starts with its list (O(new messages) plus a pointer comparison per
+/// message); else, after a removal or replacement, a new chain. Also returns how many messages
+/// the snapshot adds to what the chain holds.
+fn extend_chain(chain: &mut Option<Chain>, msgs: &[Arc<Message>]) -> (Arc<Segment>, usize) {
+    if let Some(c) = chain.as_mut() {
+        let known = c.addrs.len();
+        let continues = known <= msgs.len()
+            && msgs[..known]
+                .iter()
+                .zip(&c.addrs)
+                .all(|(m, a)| address(m) == *a);
+        if continues && known == msgs.len() {
+            return (c.last.clone(), 0);
+        }
+        if continues && c.last.depth < MAX_DEPTH {
+            let tail = msgs[known..].to_vec();
+            c.addrs.extend(tail.iter().map(address));
+            let seg = Arc::new(Segment {
+                prev: Some(c.last.clone()),
+                tail,
+                len: msgs.len(),
+                depth: c.last.depth + 1,
+            });
+            c.last = seg.clone();
+            return (seg, msgs.len() - known);
+        }
+    }
+    let seg = Arc::new(Segment {
+        prev: None,
+        tail: msgs.to_vec(),
+        len: msgs.len(),
+        depth: 1,
+    });
+    *chain = Some(Chain {
+        last: seg.clone(),
+        addrs: msgs.iter().map(address).collect(),
+    });
+    (seg, msgs.len())
 }
 
 impl Frame {
@@ -88,9 +197,11 @@ impl Frame {
     pub fn bytes(&self) -> Bytes {
         match &self.payload {
             Payload::Ready(b) => b.clone(),
-            Payload::Values(state) => {
-                frame_bytes("values", &crate::wire::state_string(state), &self.id)
-            }
+            Payload::Values(snapshot) => frame_bytes(
+                "values",
+                &crate::wire::state_string(&snapshot.state()),
+                &self.id,
+            ),
         }
     }
 }
@@ -122,6 +233,8 @@ struct BufState {
     next_seq: u64,
     bytes: usize,
     closed: bool,
+    /// The message chain of the newest `values` snapshot.
+    chain: Option<Chain>,
 }
 
 /// The retained events of one run, shared by every subscriber.
@@ -177,6 +290,7 @@ impl RunBuffer {
                 next_seq: 0,
                 bytes: 0,
                 closed: false,
+                chain: None,
             }),
             version: watch::channel(0).0,
             max_bytes,
@@ -192,9 +306,26 @@ impl RunBuffer {
         self.append(kind, |id| Payload::Ready(frame_bytes(name, data, id)))
     }
 
-    /// Append a `values` event holding `state`; it is serialized only when delivered.
+    /// Append a `values` event holding `state`; it is serialized only when delivered. The
+    /// snapshot is let go of before this returns (see [`Segment`]).
     pub fn push_values(&self, state: Arc<ThreadState>) -> Option<Arc<str>> {
-        self.append(Kind::Values, |_| Payload::Values(state))
+        let mut fields = Arc::try_unwrap(state).unwrap_or_else(|shared| (*shared).clone());
+        let list = std::mem::take(&mut fields.messages).shared();
+        let messages = {
+            let mut st = self.lock();
+            if st.closed {
+                return None;
+            }
+            extend_chain(&mut st.chain, &list)
+        };
+        drop(list);
+        let (messages, own) = messages;
+        let snapshot = Arc::new(Snapshot {
+            fields,
+            messages,
+            own,
+        });
+        self.append(Kind::Values, |_| Payload::Values(snapshot))
     }
 
     fn append(&self, kind: Kind, payload: impl FnOnce(&str) -> Payload) -> Option<Arc<str>> {
@@ -210,7 +341,7 @@ impl RunBuffer {
             let payload = payload(&id);
             let cost = match &payload {
                 Payload::Ready(b) => b.len(),
-                Payload::Values(state) => snapshot_cost(state),
+                Payload::Values(snapshot) => snapshot.cost(),
             };
             st.bytes += cost;
             st.frames.push_back(Frame {
@@ -260,13 +391,13 @@ impl RunBuffer {
         const PER_MESSAGE: usize = 768;
         let st = self.lock();
         let newest = st.frames.iter().rev().find_map(|f| match &f.payload {
-            Payload::Values(state) => Some(state.clone()),
+            Payload::Values(snapshot) => Some(snapshot.messages.clone()),
             Payload::Ready(_) => None,
         });
-        let messages = newest.map_or(0, |state| {
-            state
-                .messages
-                .iter()
+        let messages = newest.map_or(0, |seg| {
+            seg.tails()
+                .into_iter()
+                .flatten()
                 .map(|m| PER_MESSAGE + m.content().approx_len())
                 .sum()
         });
@@ -563,11 +694,91 @@ mod tests {
             buf.push(Kind::Custom, "custom", "{}");
         }
         // 1,000 snapshots of a 1,000-message state: pointer arrays held, not 1,000 × its JSON.
-        assert!(snapshot_cost(&state) * 4 < json_len, "{json_len}");
+        let first = buf.lock().frames.iter().find_map(|f| match &f.payload {
+            Payload::Values(s) => Some(s.cost()),
+            Payload::Ready(_) => None,
+        });
+        assert!(first.is_some_and(|c| c * 4 < json_len), "{json_len}");
         assert!(buf.retained_bytes() <= max, "{}", buf.retained_bytes());
         let st = buf.lock();
         assert!(st.frames.len() >= MIN_RETAINED_EVENTS);
         assert_eq!(st.bytes, st.frames.iter().map(|f| f.cost).sum::<usize>());
+    }
+
+    /// Every retained snapshot frames as the state it was taken of, whatever the run did to its
+    /// list afterwards (appends, a replacement, a removal, a chain longer than `MAX_DEPTH`).
+    #[tokio::test]
+    async fn chained_snapshots_frame_as_the_states_they_were_taken_of() {
+        use antler_protocol::Message;
+        let buf = RunBuffer::new("r1", usize::MAX);
+        let mut live = ThreadState::default();
+        let mut expected = Vec::new();
+        let snap = |live: &ThreadState, expected: &mut Vec<String>| {
+            let id = buf.push_values(Arc::new(live.snapshot())).unwrap();
+            expected.push(text(&frame_bytes(
+                "values",
+                &crate::wire::state_string(live),
+                &id,
+            )));
+        };
+        for i in 0..(MAX_DEPTH + 10) {
+            let mut m = Message::human(format!("m{i}"));
+            m.set_id(format!("id{i}"));
+            live.messages.push(m);
+            if i % 7 == 0 {
+                live.title = Some(format!("title {i}"));
+            }
+            snap(&live, &mut expected);
+        }
+        // Nothing changed: the same list again.
+        snap(&live, &mut expected);
+        // A replacement by id, then a removal: the list no longer extends the chain.
+        let mut replaced = Message::human("replaced");
+        replaced.set_id("id3");
+        live.messages.push(replaced);
+        snap(&live, &mut expected);
+        live.messages.add(vec![Message::remove("id5")]).unwrap();
+        snap(&live, &mut expected);
+        live.messages.push(Message::human("after"));
+        snap(&live, &mut expected);
+        buf.close();
+        let out = replay(&buf, Cursor::Earliest, None).await;
+        assert_eq!(
+            out,
+            format!("{}event: end\ndata: null\n\n", expected.concat())
+        );
+        let st = buf.lock();
+        assert!(st.chain.as_ref().is_some_and(|c| c.last.depth <= MAX_DEPTH));
+    }
+
+    /// The buffer lets go of a snapshot's list before `push_values` returns, so the run's next
+    /// append goes in place instead of copying the whole list.
+    #[test]
+    fn a_retained_snapshot_does_not_share_the_runs_list() {
+        let buf = RunBuffer::new("r1", usize::MAX);
+        let mut live = (*long_state(100)).clone();
+        buf.push_values(Arc::new(live.snapshot()));
+        buf.push_values(Arc::new(live.snapshot()));
+        let list = live.messages.shared();
+        assert_eq!(
+            Arc::strong_count(&list),
+            2,
+            "the live list and this handle only"
+        );
+        drop(list);
+        live.messages.push(antler_protocol::Message::human("next"));
+        buf.push_values(Arc::new(live.snapshot()));
+        // The frames hold 100 + 0 + 1 messages of their own, not three copies of the list.
+        let st = buf.lock();
+        let own: Vec<usize> = st
+            .frames
+            .iter()
+            .filter_map(|f| match &f.payload {
+                Payload::Values(s) => Some(s.own),
+                Payload::Ready(_) => None,
+            })
+            .collect();
+        assert_eq!(own, [100, 0, 1]);
     }
 
     #[tokio::test(start_paused = true)]

@@ -17,9 +17,10 @@ use antler_protocol::Message;
 use serde_json::value::RawValue;
 
 /// Most bytes of encodings kept. Past it, slots of dead messages go first, then all of them.
-const MAX_BYTES: usize = 8 << 20;
-/// Slots beyond twice the live ones (plus this) trigger a sweep of dead messages' slots.
-const SWEEP_SLACK: usize = 4096;
+const MAX_BYTES: usize = 4 << 20;
+/// Slots beyond 1.5 times the live ones (plus this) trigger a sweep of dead messages' slots: a
+/// dead message's slot keeps its allocation (the `Weak`) and its encoding until swept.
+const SWEEP_SLACK: usize = 512;
 
 /// Encodings of one wire format with one set of options (one model's).
 #[derive(Default)]
@@ -120,7 +121,7 @@ impl Slots {
             }
         }
         self.bytes = self.bytes_now();
-        self.sweep_at = 2 * self.slots.len() + SWEEP_SLACK;
+        self.sweep_at = self.slots.len() + self.slots.len() / 2 + SWEEP_SLACK;
     }
 
     fn bytes_now(&self) -> usize {
@@ -199,7 +200,7 @@ mod tests {
         // Every dead message's slot was swept at some point: what is left is bounded by the
         // live ones and the slack, not by everything ever sent.
         assert!(
-            cache.len() <= 2 * live.len() + 2 * SWEEP_SLACK,
+            cache.len() <= 2 * live.len() + SWEEP_SLACK,
             "{}",
             cache.len()
         );
