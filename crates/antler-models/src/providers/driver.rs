@@ -46,7 +46,6 @@ use serde::Serialize;
 
 use super::read::{read_stream, CallDeadline};
 pub use super::sse::SseEvent;
-use super::wire_cache::WireCache;
 use crate::{ChatModel, ChatRequest, ChunkSink, ModelError, ModelInfo};
 
 /// End-to-end limit of a non-streaming call (and time to the response head of a stream).
@@ -110,19 +109,6 @@ pub trait WireFormat: Sized + Send + Sync + 'static {
         req: ChatRequest<'a>,
         stream: bool,
     ) -> Result<Self::Body<'a>, ModelError>;
-
-    /// [`body`](Self::body), with the model's cache of message encodings to copy unchanged
-    /// messages from ([`WireCache`]). Formats that do not use it need not implement this.
-    fn body_cached<'a>(
-        options: &'a Self::Options,
-        model: &'a str,
-        req: ChatRequest<'a>,
-        stream: bool,
-        cache: &'a WireCache,
-    ) -> Result<Self::Body<'a>, ModelError> {
-        let _ = cache;
-        Self::body(options, model, req, stream)
-    }
 
     /// A 2xx non-streaming answer → the message (`model` when the answer names none).
     fn decode(body: &[u8], message_id: &str, model: &str) -> Result<AiMessage, ModelError>;
@@ -284,8 +270,6 @@ pub struct HttpChatModel<W: WireFormat> {
     /// Size of the last request body: histories only grow, so the next body is written into one
     /// allocation of about the right size instead of a doubling series of copies.
     body_hint: AtomicUsize,
-    /// Encodings of the messages this model was sent, for the next call of the same thread.
-    wire_cache: WireCache,
 }
 
 impl<W: WireFormat> fmt::Debug for HttpChatModel<W> {
@@ -337,7 +321,6 @@ impl<W: WireFormat> HttpChatModel<W> {
             stream_endpoint,
             headers,
             body_hint: AtomicUsize::new(0),
-            wire_cache: WireCache::default(),
         })
     }
 
@@ -349,14 +332,9 @@ impl<W: WireFormat> HttpChatModel<W> {
         &self.cfg.info.model
     }
 
-    /// The encodings of messages this model has sent (see [`WireCache`]).
-    pub fn wire_cache(&self) -> &WireCache {
-        &self.wire_cache
-    }
-
     /// Serialize the body of one call straight from the borrowed request.
     fn encode(&self, req: ChatRequest<'_>, stream: bool) -> Result<Vec<u8>, ModelError> {
-        let body = W::body_cached(&self.cfg.wire, self.model(), req, stream, &self.wire_cache)?;
+        let body = W::body(&self.cfg.wire, self.model(), req, stream)?;
         let mut out = Vec::with_capacity(self.body_hint.load(Ordering::Relaxed));
         serde_json::to_writer(&mut out, &body)
             .map_err(|e| ModelError::InvalidRequest(e.to_string()))?;

@@ -13,9 +13,7 @@ pub mod openai_compat;
 pub mod openai_responses;
 pub(crate) mod read;
 pub(crate) mod sse;
-pub mod wire_cache;
 
 pub use driver::{
     Framing, HttpChatModel, HttpModelConfig, SseEvent, StreamFold, WireFormat, DEFAULT_CALL_TIMEOUT,
 };
-pub use wire_cache::WireCache;

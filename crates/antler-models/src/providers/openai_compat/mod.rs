@@ -24,7 +24,6 @@
 use antler_protocol::{AiMessage, Object};
 
 use super::driver::{HttpChatModel, HttpModelConfig, WireFormat};
-use super::wire_cache::WireCache;
 use crate::{ChatRequest, ModelError};
 
 mod request;
@@ -101,17 +100,7 @@ impl WireFormat for ChatCompletions {
         req: ChatRequest<'a>,
         stream: bool,
     ) -> Result<request::WireBody<'a>, ModelError> {
-        Ok(request::body(options, model, req, stream, None))
-    }
-
-    fn body_cached<'a>(
-        options: &'a OpenAiCompatOptions,
-        model: &'a str,
-        req: ChatRequest<'a>,
-        stream: bool,
-        cache: &'a WireCache,
-    ) -> Result<request::WireBody<'a>, ModelError> {
-        Ok(request::body(options, model, req, stream, Some(cache)))
+        Ok(request::body(options, model, req, stream))
     }
 
     fn decode(body: &[u8], message_id: &str, model: &str) -> Result<AiMessage, ModelError> {

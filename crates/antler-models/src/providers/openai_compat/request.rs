@@ -17,7 +17,6 @@ use crate::providers::mapping::{
     answered_invalid_calls, call_fields, call_tool_choice, insert_some, openai_tool_choice,
     settle_tool_choice, OpenAiBody, ToolSchema,
 };
-use crate::providers::wire_cache::WireCache;
 use crate::ChatRequest;
 
 /// Body keys owned by the adapter; configured extras and per-call settings cannot replace them.
@@ -40,12 +39,11 @@ pub(crate) fn body<'a>(
     model: &'a str,
     req: ChatRequest<'a>,
     stream: bool,
-    cache: Option<&'a WireCache>,
 ) -> WireBody<'a> {
     OpenAiBody {
         model,
         history_key: "messages",
-        history: WireMessages::new(&req, options.replay_reasoning_content, cache),
+        history: WireMessages::new(&req, options.replay_reasoning_content),
         tools: req.tools,
         tool: WireTool,
         tool_choice: call_tool_choice(&req, map_tool_choice),
@@ -137,26 +135,17 @@ pub struct WireMessages<'a> {
     /// tool calls (those are replayed only when answered, else a strict provider rejects the
     /// unanswered call).
     answered: Option<HashSet<&'a str>>,
-    /// The model's kept encodings (see [`WireCache`]); `None` serializes every message.
-    cache: Option<&'a WireCache>,
 }
 
 impl<'a> WireMessages<'a> {
-    fn new(req: &ChatRequest<'a>, replay_reasoning: bool, cache: Option<&'a WireCache>) -> Self {
+    fn new(req: &ChatRequest<'a>, replay_reasoning: bool) -> Self {
         WireMessages {
             system: req.system.filter(|s| !s.is_empty()),
             messages: req.messages,
             replay_reasoning,
             answered: answered_invalid_calls(req.messages),
-            cache,
         }
     }
-}
-
-/// Whether a message's encoding depends on the rest of the request: an assistant message with
-/// invalid tool calls replays only the answered ones.
-fn depends_on_history(msg: &Message) -> bool {
-    matches!(msg, Message::Ai(ai) if !ai.invalid_tool_calls.is_empty())
 }
 
 impl Serialize for WireMessages<'_> {
@@ -168,25 +157,15 @@ impl Serialize for WireMessages<'_> {
                 content: system,
             })?;
         }
-        let mut cache = self.cache.map(WireCache::lock);
         for msg in self.messages {
             if matches!(**msg, Message::Remove(_)) {
                 continue;
             }
-            let wire = WireMessage {
+            seq.serialize_element(&WireMessage {
                 msg,
                 replay_reasoning: self.replay_reasoning,
                 answered: self.answered.as_ref(),
-            };
-            match cache.as_mut() {
-                Some(slots) if !depends_on_history(msg) => {
-                    let raw = slots
-                        .get_or_encode(msg, || serde_json::to_string(&wire))
-                        .map_err(serde::ser::Error::custom)?;
-                    seq.serialize_element(raw)?;
-                }
-                _ => seq.serialize_element(&wire)?,
-            }
+            })?;
         }
         seq.end()
     }
