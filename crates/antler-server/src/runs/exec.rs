@@ -85,11 +85,17 @@ impl EventSink for BufferSink {
     }
 
     fn emit(&self, event: StreamEvent) {
-        match &event {
-            // Kept as a snapshot: serialized only if a subscriber that wants `values` reads it.
+        // Kept as a snapshot: serialized only if a subscriber that wants `values` reads it.
+        // Handed over whole, so the buffer can take the snapshot apart without copying it.
+        let event = match event {
             StreamEvent::Values(state) => {
-                self.buffer.publish_values(state.clone());
+                self.buffer.publish_values(state);
+                return;
             }
+            other => other,
+        };
+        match &event {
+            StreamEvent::Values(_) => {}
             StreamEvent::Updates { node, update } => {
                 self.buffer
                     .publish(Kind::Updates, "updates", &updates_string(node, update));
