@@ -51,6 +51,9 @@ pub struct Messages {
     unindexed: bool,
     next_ord: u64,
     changes: Vec<Change>,
+    /// Bumped whenever a message already in the list is replaced or removed: a later state of
+    /// this list with the same generation only appended to it.
+    generation: u64,
 }
 
 impl PartialEq for Messages {
@@ -85,6 +88,7 @@ impl Messages {
             unindexed: false,
             next_ord,
             changes: Vec::new(),
+            generation: 0,
         };
         list.reindex();
         list
@@ -101,14 +105,7 @@ impl Messages {
                 Arc::new(m)
             })
             .collect();
-        let mut list = Messages {
-            ords: (0..msgs.len() as u64).collect(),
-            next_ord: msgs.len() as u64,
-            msgs: Arc::new(msgs),
-            index: HashMap::new(),
-            unindexed: false,
-            changes: Vec::new(),
-        };
+        let mut list = Messages::from_shared(msgs);
         list.reindex();
         list
     }
@@ -125,6 +122,7 @@ impl Messages {
             unindexed: true,
             next_ord: self.next_ord,
             changes: Vec::new(),
+            generation: self.generation,
         }
     }
 
@@ -138,7 +136,13 @@ impl Messages {
             index: HashMap::new(),
             unindexed: true,
             changes: Vec::new(),
+            generation: 0,
         }
+    }
+
+    /// See the field: equal generations of one list mean the later state extends the earlier.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     fn reindex(&mut self) {
@@ -261,6 +265,7 @@ impl Messages {
             self.ords.clear();
             self.index.clear();
             self.changes.push(Change::Clear);
+            self.generation += 1;
             for m in write
                 .into_iter()
                 .skip(pos + 1)
@@ -309,6 +314,7 @@ impl Messages {
                         message: message.clone(),
                     });
                     Arc::make_mut(&mut self.msgs)[i] = message;
+                    self.generation += 1;
                 }
                 (None, Message::Remove(_)) => {
                     // Unreachable after validation; keep the reducer total.
@@ -334,6 +340,7 @@ impl Messages {
             }
             *msgs = kept_msgs;
             self.ords = kept_ords;
+            self.generation += 1;
             self.reindex();
         }
         Ok(())

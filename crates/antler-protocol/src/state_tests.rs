@@ -422,3 +422,26 @@ fn a_snapshot_reads_like_the_state_and_stays_as_it_was() {
         Some("2".into())
     );
 }
+
+/// A list's generation moves exactly when a message already in it is replaced or removed, so a
+/// later state with the same generation is the earlier one plus appends (what the server's
+/// replay buffer relies on to keep only new messages per `values` snapshot).
+#[test]
+fn generation_moves_on_replacement_and_removal_only() {
+    let mut list = Messages::new();
+    list.push(human("a", "one"));
+    list.push(human("b", "two"));
+    let g = list.generation();
+    list.push(human("c", "three"));
+    assert_eq!(list.generation(), g, "an append");
+    assert_eq!(list.snapshot().generation(), g, "a snapshot keeps it");
+    list.push(human("b", "two, edited"));
+    let replaced = list.generation();
+    assert_ne!(replaced, g, "a replacement by id");
+    list.add(vec![Message::remove("a")]).unwrap();
+    let removed = list.generation();
+    assert_ne!(removed, replaced, "a removal");
+    list.add(vec![Message::remove_all(), human("d", "four")])
+        .unwrap();
+    assert_ne!(list.generation(), removed, "remove-all");
+}

@@ -120,6 +120,18 @@ struct Segment {
 const MAX_DEPTH: usize = 64;
 
 impl Segment {
+    /// The list's last message (an empty tail defers to the segments before).
+    fn last(&self) -> Option<&Arc<Message>> {
+        let mut at = Some(self);
+        while let Some(seg) = at {
+            if let Some(m) = seg.tail.last() {
+                return Some(m);
+            }
+            at = seg.prev.as_deref();
+        }
+        None
+    }
+
     fn tails(&self) -> Vec<&[Arc<Message>]> {
         let mut parts = Vec::with_capacity(self.depth);
         let mut at = Some(self);
@@ -140,35 +152,37 @@ impl Segment {
     }
 }
 
-/// The newest snapshot's segment, and the address of each of its messages (all held alive by
-/// the chain, so an equal address is the same message).
+/// The newest snapshot's segment and the [`Messages::generation`] of the list it was taken of.
 struct Chain {
     last: Arc<Segment>,
-    addrs: Vec<usize>,
+    generation: u64,
 }
 
-fn address(m: &Arc<Message>) -> usize {
-    Arc::as_ptr(m) as usize
-}
-
-/// The segment for a snapshot holding `msgs`: the newest one extended by what was appended
-/// since, when `msgs` starts with its list (O(new messages) plus a pointer comparison per
-/// message); else, after a removal or replacement, a new chain. Also returns how many messages
-/// the snapshot adds to what the chain holds.
-fn extend_chain(chain: &mut Option<Chain>, msgs: &[Arc<Message>]) -> (Arc<Segment>, usize) {
+/// The segment for a snapshot holding `msgs` (of generation `generation`): the newest one
+/// extended by what was appended since, when the list only grew since then (the same
+/// generation, and the chain's last message still at its place — the chain holds it alive, so
+/// an equal address is the same message); else, after a removal or replacement, a new chain.
+/// O(new messages). Also returns how many messages the snapshot adds to what the chain holds.
+fn extend_chain(
+    chain: &mut Option<Chain>,
+    msgs: &[Arc<Message>],
+    generation: u64,
+) -> (Arc<Segment>, usize) {
     if let Some(c) = chain.as_mut() {
-        let known = c.addrs.len();
-        let continues = known <= msgs.len()
-            && msgs[..known]
-                .iter()
-                .zip(&c.addrs)
-                .all(|(m, a)| address(m) == *a);
+        let known = c.last.len;
+        let last = c.last.last();
+        let continues = c.generation == generation
+            && known <= msgs.len()
+            && match (known.checked_sub(1).map(|i| &msgs[i]), last) {
+                (Some(m), Some(l)) => Arc::ptr_eq(m, l),
+                (None, None) => true,
+                _ => false,
+            };
         if continues && known == msgs.len() {
             return (c.last.clone(), 0);
         }
         if continues && c.last.depth < MAX_DEPTH {
             let tail = msgs[known..].to_vec();
-            c.addrs.extend(tail.iter().map(address));
             let seg = Arc::new(Segment {
                 prev: Some(c.last.clone()),
                 tail,
@@ -187,7 +201,7 @@ fn extend_chain(chain: &mut Option<Chain>, msgs: &[Arc<Message>]) -> (Arc<Segmen
     });
     *chain = Some(Chain {
         last: seg.clone(),
-        addrs: msgs.iter().map(address).collect(),
+        generation,
     });
     (seg, msgs.len())
 }
@@ -310,13 +324,16 @@ impl RunBuffer {
     /// snapshot is let go of before this returns (see [`Segment`]).
     pub fn push_values(&self, state: Arc<ThreadState>) -> Option<Arc<str>> {
         let mut fields = Arc::try_unwrap(state).unwrap_or_else(|shared| (*shared).clone());
-        let list = std::mem::take(&mut fields.messages).shared();
+        let taken = std::mem::take(&mut fields.messages);
+        let generation = taken.generation();
+        let list = taken.shared();
+        drop(taken);
         let messages = {
             let mut st = self.lock();
             if st.closed {
                 return None;
             }
-            extend_chain(&mut st.chain, &list)
+            extend_chain(&mut st.chain, &list, generation)
         };
         drop(list);
         let (messages, own) = messages;

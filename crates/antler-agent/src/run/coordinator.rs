@@ -10,8 +10,6 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-
-use super::lock;
 use std::time::Duration;
 
 use antler_runtime::CancellationToken;
@@ -22,6 +20,8 @@ use antler_store::{
 };
 use async_trait::async_trait;
 use tokio::sync::watch;
+
+use super::lock;
 
 /// `action` of a cancel (spec 70 §5.4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -26,8 +26,6 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-use super::lock;
-
 use antler_protocol::Message;
 use antler_runtime::{RunContext, RunEvent, RunObserver};
 use antler_store::journal::CATEGORY_MESSAGE;
@@ -36,6 +34,8 @@ use serde_json::{json, Map, Value};
 
 pub use antler_store::checkpoints::recover::{recover_thread, RecoveringCheckpointer, Recovery};
 use tokio::sync::{mpsc, oneshot};
+
+use super::lock;
 
 /// Events per batch (DeerFlow's flush threshold).
 pub const FLUSH_EVERY: usize = 20;

@@ -34,14 +34,14 @@ pub use coordinator::{CancelAction, RunCoordinator, RunSignal, SqliteCoordinator
 pub use finish::{fallback_error, run_usage};
 
 use crate::{AgentError, App};
+use finish::Ending;
+use journal::RunJournal;
 
 /// A run's shared state stays usable after a panic elsewhere (it holds no invariant a panic
 /// could break halfway).
 pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
-use finish::Ending;
-use journal::RunJournal;
 
 /// Rewrites the lead agent before a run (tests add tools here).
 pub type AgentHook = Arc<dyn Fn(Agent, &RunOptions) -> Agent + Send + Sync>;

@@ -85,31 +85,29 @@ impl EventSink for BufferSink {
     }
 
     fn emit(&self, event: StreamEvent) {
-        // Kept as a snapshot: serialized only if a subscriber that wants `values` reads it.
-        // Handed over whole, so the buffer can take the snapshot apart without copying it.
-        let event = match event {
+        match event {
+            // Kept as a snapshot: serialized only if a subscriber that wants `values` reads it.
+            // Handed over whole, so the buffer can take the snapshot apart without copying it.
             StreamEvent::Values(state) => {
                 self.buffer.publish_values(state);
-                return;
             }
-            other => other,
-        };
-        match &event {
-            StreamEvent::Values(_) => {}
             StreamEvent::Updates { node, update } => {
                 self.buffer
-                    .publish(Kind::Updates, "updates", &updates_string(node, update));
+                    .publish(Kind::Updates, "updates", &updates_string(&node, &update));
             }
             StreamEvent::Messages { message, meta } => {
-                self.buffer
-                    .publish(Kind::Messages, "messages", &messages_string(message, meta));
+                self.buffer.publish(
+                    Kind::Messages,
+                    "messages",
+                    &messages_string(&message, &meta),
+                );
             }
             StreamEvent::Custom(v) => {
                 self.buffer.publish(Kind::Custom, "custom", &v.to_string());
             }
-            StreamEvent::Metadata { .. } | StreamEvent::Error { .. } => {
+            control @ (StreamEvent::Metadata { .. } | StreamEvent::Error { .. }) => {
                 self.buffer
-                    .publish(Kind::Control, event.name(), &event.data().to_string());
+                    .publish(Kind::Control, control.name(), &control.data().to_string());
             }
             // The engine emits `end` once everything is persisted: the streams end.
             StreamEvent::End => self.buffer.close(),
