@@ -23,7 +23,9 @@ fn main() {
         return;
     }
     if glibc_at_least(2, 36) {
-        println!("cargo:rustc-link-arg-bin=antler=-Wl,-z,pack-relative-relocs");
+        for bin in ["antler", "antler-sandbox-helper"] {
+            println!("cargo:rustc-link-arg-bin={bin}=-Wl,-z,pack-relative-relocs");
+        }
     }
     let list =
         Path::new(&std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default()).join("link-order.txt");

@@ -244,6 +244,32 @@ async fn spawn(
 
 /// Run `spec` to completion or timeout.
 pub async fn run(spec: ExecSpec) -> Result<ExecResult, SandboxError> {
+    run_with(spec, None).await
+}
+
+/// The command's process as [`run_with`] waits for it: through tokio, or through a
+/// [`Reaper`] (PID 1 of a sandbox, which also reaps orphans).
+enum Exit {
+    Tokio(tokio::process::Child),
+    Reaped(tokio::sync::oneshot::Receiver<i32>),
+}
+
+impl Exit {
+    /// The exit code (`-signal` for a signal death); `None` if it cannot be known.
+    async fn wait(&mut self) -> Option<i32> {
+        match self {
+            Exit::Tokio(child) => child.wait().await.ok().map(exit_code_of),
+            Exit::Reaped(rx) => rx.await.ok(),
+        }
+    }
+}
+
+/// Run `spec` to completion or timeout; with a `reaper`, the process is waited for by it
+/// (the caller reaps every child of its process, see [`Reaper`]).
+pub(crate) async fn run_with(
+    spec: ExecSpec,
+    reaper: Option<&Reaper>,
+) -> Result<ExecResult, SandboxError> {
     let mut cmd = tokio::process::Command::new(&spec.program);
     cmd.args(&spec.args)
         .env_clear()
@@ -257,10 +283,40 @@ pub async fn run(spec: ExecSpec) -> Result<ExecResult, SandboxError> {
     if let Some(cwd) = &spec.cwd {
         cmd.current_dir(cwd);
     }
-    let mut child = spawn(cmd, &spec.confinement)
-        .await
-        .map_err(|e| SandboxError::Runtime(format!("Failed to start the command: {e}")))?;
-    let pid = child.id().unwrap_or(0);
+    let failed =
+        |e: std::io::Error| SandboxError::Runtime(format!("Failed to start the command: {e}"));
+    let (pid, stdout, stderr, mut exit) = match reaper {
+        None => {
+            let mut child = spawn(cmd, &spec.confinement).await.map_err(failed)?;
+            let pid = child.id().unwrap_or(0);
+            let (o, e) = (child.stdout.take(), child.stderr.take());
+            (pid, o, e, Exit::Tokio(child))
+        }
+        Some(reaper) => {
+            let (mut child, rx) = reaper.spawn(cmd.as_std_mut()).map_err(failed)?;
+            let o = child
+                .stdout
+                .take()
+                .map(tokio::process::ChildStdout::from_std);
+            let e = child
+                .stderr
+                .take()
+                .map(tokio::process::ChildStderr::from_std);
+            let pid = child.id();
+            let (o, e) = match (o.transpose(), e.transpose()) {
+                (Ok(o), Ok(e)) => (o, e),
+                (Err(err), _) | (_, Err(err)) => {
+                    let started = GroupKill {
+                        pgid: pid as i32,
+                        armed: false,
+                    };
+                    started.kill();
+                    return Err(failed(err));
+                }
+            };
+            (pid, o, e, Exit::Reaped(rx))
+        }
+    };
     let mut guard = GroupKill {
         pgid: pid as i32,
         armed: pid != 0,
@@ -274,18 +330,18 @@ pub async fn run(spec: ExecSpec) -> Result<ExecResult, SandboxError> {
         ..Default::default()
     }));
     let mut readers = Vec::new();
-    if let Some(o) = child.stdout.take() {
+    if let Some(o) = stdout {
         readers.push(spawn_reader(o, out_cap.clone(), spec.lines.clone()));
     }
-    if let Some(e) = child.stderr.take() {
+    if let Some(e) = stderr {
         readers.push(spawn_reader(e, err_cap.clone(), spec.lines.clone()));
     }
 
-    let (status, timed_out) = match tokio::time::timeout(spec.timeout, child.wait()).await {
-        Ok(status) => (status.ok(), false),
+    let (status, timed_out) = match tokio::time::timeout(spec.timeout, exit.wait()).await {
+        Ok(status) => (status, false),
         Err(_) => {
             guard.kill();
-            (child.wait().await.ok(), true)
+            (exit.wait().await, true)
         }
     };
     let grace = if timed_out || !group_alive(pid as i32) {
@@ -302,7 +358,7 @@ pub async fn run(spec: ExecSpec) -> Result<ExecResult, SandboxError> {
         r.abort();
     }
 
-    let exit_code = status.map(exit_code_of).unwrap_or(-1);
+    let exit_code = status.unwrap_or(-1);
     let stdout = out_cap.lock().map(|c| c.text()).unwrap_or_default();
     let stderr = err_cap.lock().map(|c| c.text()).unwrap_or_default();
     Ok(ExecResult {
@@ -312,6 +368,50 @@ pub async fn run(spec: ExecSpec) -> Result<ExecResult, SandboxError> {
         timed_out,
         pid,
     })
+}
+
+/// Waits for every child of this process: the commands it started and the orphans that the
+/// kernel hands to PID 1 of a PID namespace. A command's exit code goes to the call waiting
+/// for it; an orphan's is dropped.
+///
+/// Spawning and reaping take the same lock, so a command that ends at once is never taken
+/// for an orphan: its pid is registered before the reaper can look it up.
+#[derive(Default)]
+pub(crate) struct Reaper {
+    waiting: Mutex<std::collections::HashMap<u32, tokio::sync::oneshot::Sender<i32>>>,
+}
+
+impl Reaper {
+    fn spawn(
+        &self,
+        cmd: &mut std::process::Command,
+    ) -> std::io::Result<(std::process::Child, tokio::sync::oneshot::Receiver<i32>)> {
+        let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        let child = cmd.spawn()?;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        waiting.insert(child.id(), tx);
+        Ok((child, rx))
+    }
+
+    /// Reap every child that has ended (call on `SIGCHLD`; signals coalesce, so it loops).
+    pub(crate) fn reap(&self) {
+        use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+        let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            let (pid, code) = match waitpid(None::<nix::unistd::Pid>, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::Exited(pid, code)) => (pid, code),
+                Ok(WaitStatus::Signaled(pid, sig, _)) => (pid, -(sig as i32)),
+                Ok(WaitStatus::StillAlive) | Err(_) => return,
+                Ok(_) => continue,
+            };
+            if let Some(tx) = u32::try_from(pid.as_raw())
+                .ok()
+                .and_then(|p| waiting.remove(&p))
+            {
+                let _ = tx.send(code);
+            }
+        }
+    }
 }
 
 async fn futures_join_all(readers: &mut [tokio::task::JoinHandle<()>]) {

@@ -711,12 +711,13 @@ impl LocalSandboxProvider {
         status: ConfinementStatus,
     ) -> LocalSandboxProvider {
         let mounts = valid_mounts(&settings);
-        let helper = if status.active {
-            let h = settings
-                .helper
-                .clone()
-                .or_else(|| settings.helper_search.then(HelperCommand::locate).flatten());
-            match &h {
+        let helpers = if status.active {
+            let helpers = match &settings.helper {
+                Some(h) => vec![h.clone()],
+                None if settings.helper_search => HelperCommand::candidates(),
+                None => Vec::new(),
+            };
+            match helpers.first() {
                 Some(h) => {
                     tracing::debug!(helper = %h.exe.display(), "bash runs under the sandbox helper");
                     warden::sweep_stale_cgroups();
@@ -725,16 +726,16 @@ impl LocalSandboxProvider {
                     "no sandbox helper program found: bash is confined in-process with Landlock only (antler's processes stay visible to it)"
                 ),
             }
-            h
+            helpers
         } else {
-            None
+            Vec::new()
         };
         LocalSandboxProvider {
             shared: ProviderShared {
                 home: home.into(),
                 settings: Arc::new(settings),
                 status,
-                launcher: helper.map(|h| Arc::new(Launcher::new(h))),
+                launcher: Launcher::new(helpers).map(Arc::new),
             },
             mounts,
             cache: Mutex::new(Cache::default()),

@@ -60,8 +60,17 @@ impl HelperCommand {
     /// Find a helper: `$ANTLER_SANDBOX_HELPER` (a path to `antler` or `antler-sandbox-helper`),
     /// this process when it is the `antler` binary, then an `antler-sandbox-helper` or `antler`
     /// binary beside this executable or one folder up (where cargo puts binaries relative to
-    /// test executables in `deps/`).
+    /// test executables in `deps/`). The first of [`HelperCommand::candidates`].
     pub fn locate() -> Option<HelperCommand> {
+        Self::candidates().into_iter().next()
+    }
+
+    /// The helpers to try, best first. For the `antler` binary that is the small
+    /// `antler-sandbox-helper` installed beside it (each warden execs the helper twice, and
+    /// the 1.5 MB helper starts in about half the time of the whole `antler`), then `antler`
+    /// itself — used when no helper is installed, or when the one beside it was built from
+    /// other sources and refuses to serve.
+    pub fn candidates() -> Vec<HelperCommand> {
         fn for_path(p: PathBuf) -> Option<HelperCommand> {
             if !p.is_file() {
                 return None;
@@ -80,22 +89,29 @@ impl HelperCommand {
             })
         }
         if let Some(p) = std::env::var_os("ANTLER_SANDBOX_HELPER") {
-            return for_path(PathBuf::from(p));
+            return for_path(PathBuf::from(p)).into_iter().collect();
         }
-        let exe = std::env::current_exe().ok()?;
+        let Ok(exe) = std::env::current_exe() else {
+            return Vec::new();
+        };
         if exe.file_stem().is_some_and(|n| n == "antler") {
-            return for_path(exe);
+            let sibling = exe
+                .parent()
+                .and_then(|d| for_path(d.join("antler-sandbox-helper")));
+            return sibling.into_iter().chain(for_path(exe)).collect();
         }
-        let dir = exe.parent()?;
+        let Some(dir) = exe.parent() else {
+            return Vec::new();
+        };
         let dirs = [Some(dir), dir.parent()];
         for name in ["antler-sandbox-helper", "antler"] {
             for d in dirs.iter().flatten() {
                 if let Some(h) = for_path(d.join(name)) {
-                    return Some(h);
+                    return vec![h];
                 }
             }
         }
-        None
+        Vec::new()
     }
 }
 
@@ -123,7 +139,7 @@ pub struct SandboxSettings {
     pub skills_container_path: String,
     /// The sandbox helper program (`antler sandbox-exec`, or the `antler-sandbox-helper`
     /// binary): parent of every confined command (see [`crate::warden`]). `None` looks it up
-    /// with [`HelperCommand::locate`]; when none is found, bash is confined in-process with
+    /// with [`HelperCommand::candidates`]; when none is found, bash is confined in-process with
     /// Landlock only (weaker: see [`crate::confine`]), and `confine: required` refuses.
     pub helper: Option<HelperCommand>,
     /// Whether to look for a helper when `helper` is `None` (off: in-process Landlock only —

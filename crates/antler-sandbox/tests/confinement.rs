@@ -15,7 +15,7 @@ use common::*;
 
 fn helper() -> HelperCommand {
     HelperCommand {
-        exe: PathBuf::from(env!("CARGO_BIN_EXE_antler-sandbox-helper")),
+        exe: PathBuf::from(env!("CARGO_BIN_EXE_antler-sandbox-test-helper")),
         args: vec![],
     }
 }
@@ -152,7 +152,7 @@ fn the_probe_reports_this_kernel() {
 
 #[test]
 fn the_helper_fails_closed_on_bad_usage() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_antler-sandbox-helper"))
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_antler-sandbox-test-helper"))
         .arg("/bin/true")
         .output()
         .unwrap();

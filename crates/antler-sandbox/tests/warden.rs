@@ -21,7 +21,7 @@ use common::*;
 
 fn helper() -> HelperCommand {
     HelperCommand {
-        exe: PathBuf::from(env!("CARGO_BIN_EXE_antler-sandbox-helper")),
+        exe: PathBuf::from(env!("CARGO_BIN_EXE_antler-sandbox-test-helper")),
         args: vec![],
     }
 }
@@ -335,12 +335,44 @@ async fn the_warden_enforces_timeouts_and_takes_its_processes_along() {
 }
 
 #[tokio::test]
-async fn killing_every_process_ends_only_the_sandbox() {
+async fn killing_every_process_spares_the_warden() {
     let Some(f) = confined() else { return };
     let sb = f.sandbox("t1");
-    let out = sh(&sb, "kill -9 -1; sleep 5; echo survived").await;
-    assert!(out.starts_with("ERR") && out.contains("fresh"), "{out}");
+    let tag = format!("antler-kill-all-canary-{}", std::process::id());
+    sh(
+        &sb,
+        &format!("setsid bash -c 'exec -a {tag} sleep 60' > /dev/null 2>&1 &"),
+    )
+    .await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while host_processes_with(&tag).is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(host_processes_with(&tag).len(), 1);
+    // The warden is PID 1 of the sandbox, which the kernel shields from its own namespace:
+    // `kill -9 -1` takes every other sandboxed process, and the command itself goes on.
+    assert_eq!(sh(&sb, "kill -9 -1; echo survived").await, "survived\n");
+    assert!(
+        gone_within(&tag, Duration::from_secs(5)),
+        "a sandboxed process survived kill -9 -1"
+    );
     assert_eq!(sh(&sb, "echo again").await, "again\n");
+}
+
+#[tokio::test]
+async fn orphans_are_reaped_inside_the_sandbox() {
+    let Some(f) = confined() else { return };
+    let sb = f.sandbox("t1");
+    // A process whose parent exits at once is handed to the warden (PID 1); once it ends it
+    // must not stay behind as a zombie. A symlink gives it a name of its own (`comm`).
+    let out = sh(
+        &sb,
+        "ln -sf \"$(command -v sleep)\" /tmp/orphan-nap; (/tmp/orphan-nap 0.05 &); \
+         for i in $(seq 200); do n=$(cat /proc/[0-9]*/comm 2>/dev/null | grep -cx orphan-nap); \
+         [ \"$n\" = 0 ] && break; sleep 0.05; done; echo \"left=$n\"",
+    )
+    .await;
+    assert_eq!(out, "left=0\n");
 }
 
 #[tokio::test]

@@ -113,7 +113,7 @@ async fn main() {
             "bash round trip (Landlock, in-process)",
             bench_tool(&tool, &state2, bash.clone(), n).await,
         );
-        // The helper re-invocation, when `cargo build --release -p antler-sandbox --bins` built it.
+        // The helper re-invocation, when `cargo build --release -p antler-cli` built it.
         let helper = std::env::current_exe()
             .unwrap()
             .parent()
@@ -130,7 +130,7 @@ async fn main() {
                 );
             }
             None => println!(
-                "bash round trip (warden): skipped — build the antler-sandbox-helper bin first"
+                "bash round trip (warden): skipped — build it first: cargo build --release -p antler-cli"
             ),
         }
     } else {

@@ -35,8 +35,12 @@ use serde::{Deserialize, Serialize};
 use super::Policy;
 use crate::settings::HelperCommand;
 
-/// The launcher's command-line flag.
+/// The launcher's command-line flag; the next argument is antler's [`BUILD`].
 pub(crate) const LAUNCHER: &str = "--warden-launcher";
+/// Which sources this program was built from (see `build.rs`). A launcher of other sources
+/// (a stale helper binary beside antler) exits with [`OTHER_BUILD`] instead of serving.
+pub(crate) const BUILD: &str = env!("ANTLER_SANDBOX_BUILD");
+const OTHER_BUILD: i32 = 3;
 /// The largest policy accepted (a policy is a few KiB of paths).
 const MAX_REQUEST: usize = 1 << 20;
 /// Descriptors per reply: stdin, stdout, stderr and, where the kernel has pidfds, stage 1's.
@@ -71,7 +75,11 @@ pub(crate) struct Started {
 
 /// antler's side: the launcher of one provider, started on first use and again if it died.
 pub(crate) struct Launcher {
-    helper: HelperCommand,
+    /// The helper programs to try, best first ([`HelperCommand::candidates`]); `current` is
+    /// the one in use. A helper that never serves (built from other sources) is given up
+    /// for the next one, once for the provider's life.
+    helpers: Vec<HelperCommand>,
+    current: std::sync::atomic::AtomicUsize,
     running: tokio::sync::Mutex<Option<Running>>,
 }
 
@@ -90,51 +98,69 @@ enum Failure {
 }
 
 impl Launcher {
-    pub(crate) fn new(helper: HelperCommand) -> Launcher {
-        Launcher {
-            helper,
+    /// A launcher of the first of `helpers` that serves (`None` without any).
+    pub(crate) fn new(helpers: Vec<HelperCommand>) -> Option<Launcher> {
+        (!helpers.is_empty()).then(|| Launcher {
+            helpers,
+            current: std::sync::atomic::AtomicUsize::new(0),
             running: tokio::sync::Mutex::new(None),
-        }
+        })
+    }
+
+    fn index(&self) -> usize {
+        self.current.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The helper program behind this launcher.
     pub(crate) fn helper(&self) -> &HelperCommand {
-        &self.helper
+        let last = self.helpers.len().saturating_sub(1);
+        &self.helpers[self.index().min(last)]
     }
 
     /// Start stage 1 of a warden for `policy` (the policy's JSON).
     pub(crate) async fn start(&self, policy: &str) -> Result<Started, String> {
         let mut running = self.running.lock().await;
-        let mut last = String::new();
-        // A launcher that died (killed from outside) is replaced once per request.
-        for _ in 0..2 {
-            let sock = match running.as_ref() {
-                Some(r) => r.sock.clone(),
-                None => {
-                    let r = spawn(&self.helper)?;
-                    let sock = r.sock.clone();
-                    *running = Some(r);
-                    sock
-                }
-            };
-            let request = policy.to_owned();
-            let answer = tokio::task::spawn_blocking(move || exchange(&sock, request.as_bytes()))
-                .await
-                .map_err(|e| format!("the sandbox launcher's request failed: {e}"))?;
-            match answer {
-                Ok(started) => return Ok(started),
-                Err(Failure::Refused(m)) => return Err(m),
-                Err(Failure::Gone(m)) => {
-                    tracing::debug!(reason = %m, "restarting the sandbox launcher");
-                    *running = None;
-                    last = m;
+        loop {
+            let mut last = String::new();
+            // A launcher that died (killed from outside) is replaced once per request.
+            for _ in 0..2 {
+                let sock = match running.as_ref() {
+                    Some(r) => r.sock.clone(),
+                    None => {
+                        let r = spawn(self.helper())?;
+                        let sock = r.sock.clone();
+                        *running = Some(r);
+                        sock
+                    }
+                };
+                let request = policy.to_owned();
+                let answer =
+                    tokio::task::spawn_blocking(move || exchange(&sock, request.as_bytes()))
+                        .await
+                        .map_err(|e| format!("the sandbox launcher's request failed: {e}"))?;
+                match answer {
+                    Ok(started) => return Ok(started),
+                    Err(Failure::Refused(m)) => return Err(m),
+                    Err(Failure::Gone(m)) => {
+                        tracing::debug!(reason = %m, "restarting the sandbox launcher");
+                        *running = None;
+                        last = m;
+                    }
                 }
             }
+            let failed = self.helper().exe.display().to_string();
+            if self.index() + 1 >= self.helpers.len() {
+                return Err(format!(
+                    "the sandbox helper {failed} did not serve as a launcher ({last}); is it an antler binary of another version?"
+                ));
+            }
+            self.current
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tracing::warn!(
+                "the sandbox helper {failed} did not serve ({last}; built from other sources?): using {} instead",
+                self.helper().exe.display()
+            );
         }
-        Err(format!(
-            "the sandbox helper {} did not serve as a launcher ({last}); is it an antler binary of another version?",
-            self.helper.exe.display()
-        ))
     }
 }
 
@@ -152,6 +178,7 @@ fn spawn(helper: &HelperCommand) -> Result<Running, String> {
     let child = tokio::process::Command::new(&helper.exe)
         .args(&helper.args)
         .arg(LAUNCHER)
+        .arg(BUILD)
         .env_clear()
         .envs(super::client::helper_env())
         .stdin(std::process::Stdio::from(theirs))
@@ -216,9 +243,17 @@ fn exchange(sock: &OwnedFd, policy: &[u8]) -> Result<Started, Failure> {
 }
 
 /// The launcher process: serve requests on stdin until it closes. `prefix` is how this
-/// program was invoked (`antler sandbox-exec` or the bare helper binary).
-pub(crate) fn launcher_main(prefix: &[OsString]) -> i32 {
+/// program was invoked (`antler sandbox-exec` or the bare helper binary); `build` is the
+/// [`BUILD`] of the antler that started it.
+pub(crate) fn launcher_main(prefix: &[OsString], build: Option<&str>) -> i32 {
     let say = |m: &str| super::stages::say(&format!("launcher: {m}"));
+    if build != Some(BUILD) {
+        say(&format!(
+            "this helper was built from other sources ({BUILD}) than the antler that started it ({})",
+            build.unwrap_or("unknown")
+        ));
+        return OTHER_BUILD;
+    }
     let sock = match std::io::stdin().as_fd().try_clone_to_owned() {
         Ok(s) => s,
         Err(e) => {
@@ -356,6 +391,16 @@ fn reply(sock: &OwnedFd, error: Option<String>, ends: &Ends) -> Result<(), Errno
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_launcher_of_another_build_refuses_to_serve() {
+        assert_eq!(
+            launcher_main(&[], Some("0.0.0-0000000000000000")),
+            OTHER_BUILD
+        );
+        assert_eq!(launcher_main(&[], None), OTHER_BUILD);
+        assert!(BUILD.starts_with(env!("CARGO_PKG_VERSION")));
+    }
 
     #[test]
     fn the_launcher_starts_nothing_but_a_warden_policy() {

@@ -10,18 +10,22 @@
 //! antler ──stdin/stdout (JSON lines)──► stage 1  host namespaces; joins the sandbox cgroup;
 //!                                          │      unshare(user?, pid, mount, net?)
 //!                                          └─► stage 2  PID 1 of the new PID namespace: makes
-//!                                                 │     mounts private, mounts a fresh /proc,
-//!                                                 │     binds the thread's own /tmp, reaps
-//!                                                 └─► stage 3  applies rlimits and Landlock
-//!                                                        (read allow-list without the data
-//!                                                        home, writes only in the thread),
-//!                                                        then serves exec requests: each
-//!                                                        command is its own process group
+//!                                                       mounts private, mounts a fresh /proc,
+//!                                                       binds the thread's own /tmp, applies
+//!                                                       Landlock (read allow-list without the
+//!                                                       data home, writes only in the thread),
+//!                                                       then serves exec requests (each
+//!                                                       command its own process group) and
+//!                                                       reaps its commands and every orphan
 //! ```
 //!
-//! Lifetime: stage 3 exits on end of input, which is what antler's death (even `kill -9`)
-//! produces; stage 2 exits with stage 3, and the kernel then kills every process left in the
-//! PID namespace. Stages 2 and 3 also hold `PR_SET_PDEATHSIG` on their single-threaded parents.
+//! Without namespaces, stage 1 starts stage 3 instead: Landlock and serving, not PID 1.
+//!
+//! Lifetime: the serving stage exits on end of input, which is what antler's death (even
+//! `kill -9`) produces; when stage 2 (PID 1) exits, the kernel kills every process left in the
+//! PID namespace, and stage 1 exits with it. Stages 2 and 3 also hold `PR_SET_PDEATHSIG` on
+//! their single-threaded parents. As PID 1, stage 2 ignores every signal a sandboxed process
+//! sends it (the kernel drops signals to a namespace's init that it has no handler for).
 //! Timeouts are enforced inside the warden (the whole process group of the call is killed).
 //!
 //! Where a piece is unavailable (no namespaces for this user, no cgroup), `confine: auto` runs

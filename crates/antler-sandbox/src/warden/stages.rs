@@ -51,7 +51,7 @@ pub fn warden_main(args: &[OsString]) -> i32 {
         .map(<[OsString]>::to_vec)
         .unwrap_or_default();
     if arg(0) == Some(super::launcher::LAUNCHER) {
-        return super::launcher::launcher_main(&prefix);
+        return super::launcher::launcher_main(&prefix, arg(1));
     }
     let Some(policy) = arg(1).and_then(|p| serde_json::from_str::<Policy>(p).ok()) else {
         say("usage: --warden POLICY_JSON");
@@ -62,7 +62,7 @@ pub fn warden_main(args: &[OsString]) -> i32 {
         .unwrap_or_default();
     match arg(0) {
         Some(STAGE1) => stage1(&policy, &prefix),
-        Some(STAGE2) => stage2(&policy, guarantees, &prefix),
+        Some(STAGE2) => stage2(&policy, guarantees),
         Some(STAGE3) => stage3(&policy, guarantees),
         _ => {
             say("unknown stage");
@@ -165,11 +165,10 @@ fn under_tmp(p: &Path) -> bool {
 }
 
 /// Stage 2, PID 1 of the new PID namespace: private mounts, a fresh /proc, the thread's own
-/// /tmp; then stage 3 as its only child, reaping every orphan until stage 3 exits.
-fn stage2(policy: &Policy, mut g: Guarantees, prefix: &[OsString]) -> i32 {
+/// /tmp; then it confines itself and serves, reaping every orphan as well as its commands.
+/// (It used to start a third stage for that, which cost another exec of the helper.)
+fn stage2(policy: &Policy, mut g: Guarantees) -> i32 {
     use nix::mount::{mount, MsFlags};
-    use nix::sys::wait::{waitpid, WaitStatus};
-    use nix::unistd::Pid;
     let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
     let none: Option<&str> = None;
     let private = mount(none, "/", none, MsFlags::MS_REC | MsFlags::MS_PRIVATE, none);
@@ -195,32 +194,7 @@ fn stage2(policy: &Policy, mut g: Guarantees, prefix: &[OsString]) -> i32 {
             }
         }
     }
-    let Ok(child) = spawn_stage3(prefix, policy, &g) else {
-        return fatal("cannot start the sandbox helper's last stage".to_owned());
-    };
-    let child = Pid::from_raw(child as i32);
-    loop {
-        match waitpid(None::<Pid>, None) {
-            Ok(WaitStatus::Exited(pid, code)) if pid == child => return code,
-            Ok(WaitStatus::Signaled(pid, sig, _)) if pid == child => return 128 + sig as i32,
-            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
-            Err(_) => return 1,
-        }
-    }
-}
-
-fn spawn_stage3(prefix: &[OsString], policy: &Policy, g: &Guarantees) -> Result<u32, ()> {
-    let exe = std::env::current_exe().map_err(|_| ())?;
-    let p = serde_json::to_string(policy).map_err(|_| ())?;
-    let gj = serde_json::to_string(g).map_err(|_| ())?;
-    std::process::Command::new(exe)
-        .args(prefix)
-        .arg(STAGE3)
-        .arg(p)
-        .arg(gj)
-        .spawn()
-        .map(|c| c.id())
-        .map_err(|_| ())
+    confine_and_serve(policy, g, true)
 }
 
 /// Per-mount flags that a remount must keep (a user namespace may not drop them).
@@ -388,9 +362,15 @@ fn private_tmp(policy: &Policy, g: &mut Guarantees) {
     }
 }
 
-/// Stage 3: restrict ourselves, then serve requests until stdin ends.
-fn stage3(policy: &Policy, mut g: Guarantees) -> i32 {
+/// Stage 3, without namespaces: restrict ourselves, then serve requests until stdin ends.
+fn stage3(policy: &Policy, g: Guarantees) -> i32 {
     let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
+    confine_and_serve(policy, g, false)
+}
+
+/// Apply Landlock (and the `required` check), then serve until stdin ends. `pid1`: this
+/// process is PID 1 of the sandbox and reaps every child itself.
+fn confine_and_serve(policy: &Policy, mut g: Guarantees, pid1: bool) -> i32 {
     let spec = policy.rules(g.private_tmp);
     let landlock = match restrict_current_thread_with(&spec) {
         Ok(e) => {
@@ -416,17 +396,43 @@ fn stage3(policy: &Policy, mut g: Guarantees) -> i32 {
         Ok(rt) => rt,
         Err(e) => return fatal(format!("cannot start the warden's runtime: {e}")),
     };
-    rt.block_on(serve(Ready {
-        guarantees: g,
-        landlock,
-    }));
+    rt.block_on(serve(
+        Ready {
+            guarantees: g,
+            landlock,
+        },
+        pid1,
+    ));
     0
 }
 
 type Calls = Arc<Mutex<HashMap<u64, tokio::task::AbortHandle>>>;
 
-async fn serve(ready: Ready) {
+async fn serve(ready: Ready, pid1: bool) {
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    // As PID 1 every process that loses its parent becomes ours: one reaper waits for all
+    // of them, commands included (tokio's own child handling would race it for their exits).
+    // The SIGCHLD stream exists before the first command starts, so no exit is missed.
+    let reaper =
+        match pid1.then(|| tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())) {
+            Some(Ok(mut sigchld)) => {
+                let reaper = Arc::new(exec::Reaper::default());
+                let r = reaper.clone();
+                tokio::spawn(async move {
+                    while sigchld.recv().await.is_some() {
+                        r.reap();
+                    }
+                });
+                Some(reaper)
+            }
+            Some(Err(e)) => {
+                emit(&Reply::Fatal {
+                    message: format!("the sandbox cannot watch its processes: {e}"),
+                });
+                return;
+            }
+            None => None,
+        };
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Reply>();
     let writer = tokio::spawn(async move {
         let mut out = tokio::io::stdout();
@@ -476,9 +482,9 @@ async fn serve(ready: Ready) {
                         })
                     }),
                 };
-                let (tx, calls2) = (tx.clone(), calls.clone());
+                let (tx, calls2, reaper) = (tx.clone(), calls.clone(), reaper.clone());
                 let task = tokio::spawn(async move {
-                    let reply = match exec::run(spec).await {
+                    let reply = match exec::run_with(spec, reaper.as_deref()).await {
                         Ok(r) => Reply::Exit {
                             id,
                             stdout: r.stdout,
