@@ -17,6 +17,8 @@ enum Beside {
     Nothing,
     /// A helper that exits at once, as one of another build does.
     Stale,
+    /// A file of that name that cannot be run.
+    NotExecutable,
 }
 
 /// `antler` (and what `beside` says) in a fresh folder outside /tmp, hard-linked from the
@@ -37,11 +39,16 @@ fn install(beside: Beside) -> (tempfile::TempDir, PathBuf) {
             "antler-sandbox-helper",
         ),
         Beside::Nothing => {}
-        Beside::Stale => {
+        Beside::Stale | Beside::NotExecutable => {
             use std::os::unix::fs::PermissionsExt;
-            let stale = dir.path().join("antler-sandbox-helper");
-            std::fs::write(&stale, "#!/bin/sh\nexit 3\n").unwrap();
-            std::fs::set_permissions(&stale, std::fs::Permissions::from_mode(0o755)).unwrap();
+            let mode = if matches!(beside, Beside::Stale) {
+                0o755
+            } else {
+                0o644
+            };
+            let file = dir.path().join("antler-sandbox-helper");
+            std::fs::write(&file, "#!/bin/sh\nexit 3\n").unwrap();
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode)).unwrap();
         }
     }
     let exe = dir.path().join("antler");
@@ -129,6 +136,23 @@ fn a_helper_that_will_not_serve_is_passed_over_for_antler() {
     );
     assert!(
         stderr.contains("antler-sandbox-helper") && stderr.contains("did not serve"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_helper_that_cannot_be_started_is_passed_over_for_antler() {
+    if !confinable() {
+        return;
+    }
+    let (_dir, exe) = install(Beside::NotExecutable);
+    let (pid1, stderr) = warden_command_line(&exe);
+    assert!(
+        pid1.starts_with(&format!("{} sandbox-exec --warden-init ", exe.display())),
+        "PID 1 is {pid1:?}\n{stderr}"
+    );
+    assert!(
+        stderr.contains("cannot start the sandbox helper"),
         "{stderr}"
     );
 }

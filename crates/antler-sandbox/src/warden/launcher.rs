@@ -126,12 +126,18 @@ impl Launcher {
             for _ in 0..2 {
                 let sock = match running.as_ref() {
                     Some(r) => r.sock.clone(),
-                    None => {
-                        let r = spawn(self.helper())?;
-                        let sock = r.sock.clone();
-                        *running = Some(r);
-                        sock
-                    }
+                    None => match spawn(self.helper()) {
+                        Ok(r) => {
+                            let sock = r.sock.clone();
+                            *running = Some(r);
+                            sock
+                        }
+                        // Not startable at all (not executable, not a program): the next.
+                        Err(m) => {
+                            last = m;
+                            break;
+                        }
+                    },
                 };
                 let request = policy.to_owned();
                 let answer =
@@ -150,9 +156,13 @@ impl Launcher {
             }
             let failed = self.helper().exe.display().to_string();
             if self.index() + 1 >= self.helpers.len() {
-                return Err(format!(
-                    "the sandbox helper {failed} did not serve as a launcher ({last}); is it an antler binary of another version?"
-                ));
+                return Err(if last.starts_with("cannot start") {
+                    last
+                } else {
+                    format!(
+                        "the sandbox helper {failed} did not serve as a launcher ({last}); is it an antler binary of another version?"
+                    )
+                });
             }
             self.current
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
