@@ -14,7 +14,7 @@
 
 mod common;
 
-use common::{assert_exit0, bash_call, ok_json};
+use common::{assert_exit0, bash_call, landlock_available, ok_json};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -238,18 +238,6 @@ fn project_outside_tmp(mock: &MockOpenAi) -> (tempfile::TempDir, PathBuf) {
     std::fs::create_dir_all(root.join("canary")).unwrap();
     std::fs::write(root.join("canary/canary.txt"), CANARY).unwrap();
     (dir, root)
-}
-
-/// Whether Landlock confines tools here; without it the attack tests are skipped (said on
-/// stderr).
-fn landlock_available() -> bool {
-    match antler_sandbox::confine::landlock_support() {
-        Ok(_) => true,
-        Err(why) => {
-            eprintln!("skipping: Landlock unavailable: {why}");
-            false
-        }
-    }
 }
 
 /// `antler run --output json --thread-id {thread} {prompt}`.

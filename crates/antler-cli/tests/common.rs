@@ -244,3 +244,16 @@ pub fn ls_call(id: &str, description: &str, path: &str) -> MockReply {
 pub fn as_text(v: &Value) -> &str {
     v.as_str().unwrap_or_else(|| panic!("not a string: {v}"))
 }
+
+/// Whether Landlock confines tools here; tests of confinement skip without it (said on
+/// stderr).
+#[allow(clippy::print_stderr)]
+pub fn landlock_available() -> bool {
+    match antler_sandbox::confine::landlock_support() {
+        Ok(_) => true,
+        Err(why) => {
+            eprintln!("skipping: Landlock unavailable: {why}");
+            false
+        }
+    }
+}

@@ -1,14 +1,14 @@
 //! The sandbox helper installed beside `antler`: confined bash runs under it when it is there
 //! and of the same build; `antler` is its own helper when the helper is missing or refuses to
 //! serve (built from other sources). Real binaries, real wardens, a mock model.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
 use std::path::{Path, PathBuf};
 
 use antler_test_support::MockReply;
-use common::{as_text, bash_call, first_with, scripted};
+use common::{as_text, bash_call, first_with, landlock_available, scripted};
 use serde_json::Value;
 
 /// What stands beside `antler` in the install folder.
@@ -86,73 +86,56 @@ fn warden_command_line(exe: &Path) -> (String, String) {
     (as_text(&tool["content"]).to_owned(), stderr)
 }
 
-fn confinable() -> bool {
-    match antler_sandbox::confine::landlock_support() {
-        Ok(_) => true,
-        Err(why) => {
-            eprintln!("skipping: Landlock unavailable: {why}");
-            false
-        }
+/// With `beside` in the install folder, the sandbox's PID 1 is `expected` (a path with
+/// arguments) and antler's stderr mentions every one of `warning`.
+fn check(beside: Beside, expected: impl Fn(&Path) -> String, warning: &[&str]) {
+    if !landlock_available() {
+        return;
     }
+    let (_dir, exe) = install(beside);
+    let (pid1, stderr) = warden_command_line(&exe);
+    let want = expected(&exe);
+    assert!(
+        pid1.starts_with(&want),
+        "PID 1 is {pid1:?}, not {want:?}\n{stderr}"
+    );
+    for w in warning {
+        assert!(stderr.contains(w), "no {w:?} in: {stderr}");
+    }
+}
+
+fn antler_itself(exe: &Path) -> String {
+    format!("{} sandbox-exec --warden-init ", exe.display())
 }
 
 #[test]
 fn the_helper_beside_antler_parents_the_sandbox() {
-    if !confinable() {
-        return;
-    }
-    let (_dir, exe) = install(Beside::Helper);
-    let (pid1, stderr) = warden_command_line(&exe);
-    let helper = exe.with_file_name("antler-sandbox-helper");
-    assert!(
-        pid1.starts_with(&format!("{} --warden-init ", helper.display())),
-        "PID 1 is {pid1:?}\n{stderr}"
-    );
+    let helper = |exe: &Path| {
+        let h = exe.with_file_name("antler-sandbox-helper");
+        format!("{} --warden-init ", h.display())
+    };
+    check(Beside::Helper, helper, &[]);
 }
 
 #[test]
 fn without_a_helper_antler_is_its_own() {
-    if !confinable() {
-        return;
-    }
-    let (_dir, exe) = install(Beside::Nothing);
-    let (pid1, stderr) = warden_command_line(&exe);
-    assert!(
-        pid1.starts_with(&format!("{} sandbox-exec --warden-init ", exe.display())),
-        "PID 1 is {pid1:?}\n{stderr}"
-    );
+    check(Beside::Nothing, antler_itself, &[]);
 }
 
 #[test]
 fn a_helper_that_will_not_serve_is_passed_over_for_antler() {
-    if !confinable() {
-        return;
-    }
-    let (_dir, exe) = install(Beside::Stale);
-    let (pid1, stderr) = warden_command_line(&exe);
-    assert!(
-        pid1.starts_with(&format!("{} sandbox-exec --warden-init ", exe.display())),
-        "PID 1 is {pid1:?}\n{stderr}"
-    );
-    assert!(
-        stderr.contains("antler-sandbox-helper") && stderr.contains("did not serve"),
-        "{stderr}"
+    check(
+        Beside::Stale,
+        antler_itself,
+        &["antler-sandbox-helper", "did not serve"],
     );
 }
 
 #[test]
 fn a_helper_that_cannot_be_started_is_passed_over_for_antler() {
-    if !confinable() {
-        return;
-    }
-    let (_dir, exe) = install(Beside::NotExecutable);
-    let (pid1, stderr) = warden_command_line(&exe);
-    assert!(
-        pid1.starts_with(&format!("{} sandbox-exec --warden-init ", exe.display())),
-        "PID 1 is {pid1:?}\n{stderr}"
-    );
-    assert!(
-        stderr.contains("cannot start the sandbox helper"),
-        "{stderr}"
+    check(
+        Beside::NotExecutable,
+        antler_itself,
+        &["cannot start the sandbox helper"],
     );
 }

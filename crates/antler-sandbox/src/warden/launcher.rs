@@ -121,56 +121,54 @@ impl Launcher {
     pub(crate) async fn start(&self, policy: &str) -> Result<Started, String> {
         let mut running = self.running.lock().await;
         loop {
-            let mut last = String::new();
-            // A launcher that died (killed from outside) is replaced once per request.
-            for _ in 0..2 {
-                let sock = match running.as_ref() {
-                    Some(r) => r.sock.clone(),
-                    None => match spawn(self.helper()) {
-                        Ok(r) => {
-                            let sock = r.sock.clone();
-                            *running = Some(r);
-                            sock
-                        }
-                        // Not startable at all (not executable, not a program): the next.
-                        Err(m) => {
-                            last = m;
-                            break;
-                        }
-                    },
-                };
-                let request = policy.to_owned();
-                let answer =
-                    tokio::task::spawn_blocking(move || exchange(&sock, request.as_bytes()))
-                        .await
-                        .map_err(|e| format!("the sandbox launcher's request failed: {e}"))?;
-                match answer {
-                    Ok(started) => return Ok(started),
-                    Err(Failure::Refused(m)) => return Err(m),
-                    Err(Failure::Gone(m)) => {
-                        tracing::debug!(reason = %m, "restarting the sandbox launcher");
-                        *running = None;
-                        last = m;
-                    }
-                }
-            }
-            let failed = self.helper().exe.display().to_string();
+            let unusable = match self.ask(&mut running, policy).await {
+                Ok(started) => return Ok(started),
+                Err(Failure::Refused(m)) => return Err(m),
+                Err(Failure::Gone(m)) => m,
+            };
             if self.index() + 1 >= self.helpers.len() {
-                return Err(if last.starts_with("cannot start") {
-                    last
-                } else {
-                    format!(
-                        "the sandbox helper {failed} did not serve as a launcher ({last}); is it an antler binary of another version?"
-                    )
-                });
+                return Err(unusable);
             }
             self.current
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            tracing::warn!(
-                "the sandbox helper {failed} did not serve ({last}; built from other sources?): using {} instead",
-                self.helper().exe.display()
-            );
+            tracing::warn!("{unusable}: using {} instead", self.helper().exe.display());
         }
+    }
+
+    /// One request to the current helper's launcher, which is started if need be and
+    /// replaced once if it died (killed from outside). `Gone` means this helper is unusable.
+    async fn ask(&self, running: &mut Option<Running>, policy: &str) -> Result<Started, Failure> {
+        let mut last = String::new();
+        for _ in 0..2 {
+            let sock = match running.as_ref() {
+                Some(r) => r.sock.clone(),
+                // Not startable at all (not executable, not a program).
+                None => {
+                    let r = spawn(self.helper()).map_err(Failure::Gone)?;
+                    let sock = r.sock.clone();
+                    *running = Some(r);
+                    sock
+                }
+            };
+            let request = policy.to_owned();
+            let answer = tokio::task::spawn_blocking(move || exchange(&sock, request.as_bytes()))
+                .await
+                .map_err(|e| {
+                    Failure::Refused(format!("the sandbox launcher's request failed: {e}"))
+                })?;
+            match answer {
+                Err(Failure::Gone(m)) => {
+                    tracing::debug!(reason = %m, "restarting the sandbox launcher");
+                    *running = None;
+                    last = m;
+                }
+                done => return done,
+            }
+        }
+        Err(Failure::Gone(format!(
+            "the sandbox helper {} did not serve as a launcher ({last}); is it an antler binary of another version?",
+            self.helper().exe.display()
+        )))
     }
 }
 
