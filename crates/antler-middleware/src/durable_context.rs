@@ -596,7 +596,7 @@ impl DurableContextMiddleware {
 
 #[async_trait]
 impl Middleware for DurableContextMiddleware {
-    middleware_identity!(NAME, HookSet::MODEL);
+    middleware_identity!(NAME, HookSet::MODEL, deferrable: HookSet::BEFORE_MODEL | HookSet::AFTER_MODEL);
 
     async fn before_model(&self, state: &ThreadState, run: &RunContext) -> HookResult {
         Ok(self.capture_output(state, run, true))

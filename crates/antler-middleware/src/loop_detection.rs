@@ -684,7 +684,7 @@ fn names(calls: &[ToolCall]) -> Vec<&str> {
 
 #[async_trait]
 impl Middleware for LoopDetectionMiddleware {
-    middleware_identity!(NAME, crate::hook::RUN_GUARD_HOOKS);
+    middleware_identity!(NAME, crate::hook::RUN_GUARD_HOOKS, deferrable: antler_runtime::HookSet::AFTER_MODEL);
 
     /// Warnings of earlier runs of this thread never reach this run.
     async fn before_agent(&self, _state: &ThreadState, run: &RunContext) -> BeforeAgentResult {

@@ -97,7 +97,7 @@ impl McpRoutingMiddleware {
 
 #[async_trait]
 impl Middleware for McpRoutingMiddleware {
-    middleware_identity!("McpRoutingMiddleware", HookSet::BEFORE_MODEL);
+    middleware_identity!("McpRoutingMiddleware", HookSet::BEFORE_MODEL, deferrable: HookSet::BEFORE_MODEL);
 
     async fn before_model(&self, state: &ThreadState, _run: &RunContext) -> HookResult {
         let names = self.matches(state);

@@ -27,6 +27,12 @@ pub(crate) async fn invoke_observed(
         settings: &settings,
         message_id,
     };
+    // The hooks that call side models are deferrable: the supersteps before this call are
+    // written first, like before any model call of the loop. A failed write is the loop's to
+    // report (its next write fails the run); the call goes ahead.
+    if let Err(e) = run.persist().await {
+        tracing::warn!(caller, error = %e, "could not write the run's pending checkpoints");
+    }
     let name = model.info().name.as_str();
     let started = Instant::now();
     let result = model.invoke(req).await;

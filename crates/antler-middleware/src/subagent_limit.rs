@@ -185,7 +185,7 @@ fn append_notice(content: Content) -> Content {
 
 #[async_trait]
 impl Middleware for SubagentLimitMiddleware {
-    middleware_identity!("SubagentLimitMiddleware", HookSet::AFTER_MODEL);
+    middleware_identity!("SubagentLimitMiddleware", HookSet::AFTER_MODEL, deferrable: HookSet::AFTER_MODEL);
 
     async fn after_model(&self, state: &ThreadState, run: &RunContext) -> HookResult {
         Ok(match self.truncate(state, run) {

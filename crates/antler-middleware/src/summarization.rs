@@ -370,6 +370,11 @@ impl DeerFlowSummarizationMiddleware {
             return Ok(None);
         }
 
+        // Side effects from here on (memory hooks, the summary model): the deferred supersteps
+        // before them are written first.
+        if let Err(e) = run.persist().await {
+            tracing::warn!(error = %e, "could not write the run's pending checkpoints");
+        }
         self.flush(key, run, &summarized, &preserved).await;
         let summary = match self.summary_prompt(&summarized, &previous) {
             Prompt::Canned(text) => text.to_owned(),
@@ -1062,7 +1067,7 @@ pub fn bound_text(text: &str, cap: usize) -> String {
 
 #[async_trait]
 impl Middleware for DeerFlowSummarizationMiddleware {
-    middleware_identity!(NAME, HookSet::BEFORE_MODEL);
+    middleware_identity!(NAME, HookSet::BEFORE_MODEL, deferrable: HookSet::BEFORE_MODEL);
 
     async fn before_model(&self, state: &ThreadState, run: &RunContext) -> HookResult {
         let compaction = match self.compact(state, run, CompactOptions::default()).await {

@@ -103,7 +103,7 @@ fn recovery_message() -> Message {
 
 #[async_trait]
 impl Middleware for TerminalResponseMiddleware {
-    middleware_identity!(NAME, crate::hook::RUN_GUARD_HOOKS);
+    middleware_identity!(NAME, crate::hook::RUN_GUARD_HOOKS, deferrable: antler_runtime::HookSet::AFTER_MODEL);
 
     async fn before_agent(&self, _state: &ThreadState, run: &RunContext) -> BeforeAgentResult {
         Self::reset(run);

@@ -322,7 +322,7 @@ impl TitleMiddleware {
 
 #[async_trait]
 impl Middleware for TitleMiddleware {
-    middleware_identity!(NAME, HookSet::AFTER_MODEL);
+    middleware_identity!(NAME, HookSet::AFTER_MODEL, deferrable: HookSet::AFTER_MODEL);
 
     async fn after_model(&self, state: &ThreadState, run: &RunContext) -> HookResult {
         let Some(ex) = self.eligible(state, false) else {

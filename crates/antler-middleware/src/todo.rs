@@ -258,6 +258,10 @@ impl Middleware for TodoMiddleware {
             | HookSet::AFTER_AGENT
     }
 
+    fn deferrable_hooks(&self) -> HookSet {
+        HookSet::BEFORE_MODEL | HookSet::AFTER_MODEL
+    }
+
     async fn before_agent(&self, _state: &ThreadState, run: &RunContext) -> BeforeAgentResult {
         let (thread, current) = Self::key(run);
         if let Ok(mut b) = self.book.lock() {

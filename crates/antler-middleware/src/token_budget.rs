@@ -222,7 +222,7 @@ fn accumulate(budget: &mut RunBudget, state: &ThreadState) {
 
 #[async_trait]
 impl Middleware for TokenBudgetMiddleware {
-    middleware_identity!(NAME, crate::hook::RUN_GUARD_HOOKS);
+    middleware_identity!(NAME, crate::hook::RUN_GUARD_HOOKS, deferrable: antler_runtime::HookSet::AFTER_MODEL);
 
     async fn before_agent(&self, state: &ThreadState, run: &RunContext) -> BeforeAgentResult {
         if !self.settings.enabled {

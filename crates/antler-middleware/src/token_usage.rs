@@ -397,7 +397,7 @@ pub fn build_attribution(ai: &AiMessage, todos: &[Todo]) -> Value {
 
 #[async_trait]
 impl Middleware for TokenUsageMiddleware {
-    middleware_identity!(NAME, HookSet::AFTER_MODEL);
+    middleware_identity!(NAME, HookSet::AFTER_MODEL, deferrable: HookSet::AFTER_MODEL);
 
     async fn after_model(&self, state: &ThreadState, run: &RunContext) -> HookResult {
         if state.messages.is_empty() {

@@ -245,7 +245,7 @@ pub fn image_context_message(blocks: Vec<Value>) -> Message {
 
 #[async_trait]
 impl Middleware for ViewImageMiddleware {
-    middleware_identity!(NAME, HookSet::BEFORE_MODEL | HookSet::AFTER_MODEL);
+    middleware_identity!(NAME, HookSet::BEFORE_MODEL | HookSet::AFTER_MODEL, deferrable: HookSet::BEFORE_MODEL | HookSet::AFTER_MODEL);
 
     async fn before_model(&self, state: &ThreadState, run: &RunContext) -> HookResult {
         if !should_inject(&since_last_ai(state)) {

@@ -172,6 +172,16 @@ pub trait Checkpointer: Send + Sync {
     /// fork), `changes` are relative to that parent.
     async fn put(&self, write: CheckpointWrite) -> Result<(), CheckpointError>;
 
+    /// Persist several checkpoints of one thread, in order, each the parent of the next (a
+    /// run's supersteps between two side effects). A store that can should write them all or
+    /// none, in one transaction; the default writes them one by one.
+    async fn put_all(&self, writes: Vec<CheckpointWrite>) -> Result<(), CheckpointError> {
+        for w in writes {
+            self.put(w).await?;
+        }
+        Ok(())
+    }
+
     /// The latest checkpoint of a thread.
     async fn latest(&self, thread_id: &str) -> Result<Option<Checkpoint>, CheckpointError>;
 

@@ -22,7 +22,7 @@ use serde_json::{json, Value};
 use crate::checkpoint::{CheckpointError, CheckpointWrite, Checkpointer};
 use crate::context::RunContext;
 use crate::middleware::{
-    Chain, HookOutput, JumpTo, JumpToEnd, Middleware, MiddlewareError, ModelCallError,
+    Chain, HookOutput, HookSet, JumpTo, JumpToEnd, Middleware, MiddlewareError, ModelCallError,
     ModelRequest, ToolCallRequest,
 };
 use crate::observe::RunEvent;
@@ -185,7 +185,13 @@ impl Agent {
             last_fields: None,
             steps: 0,
         };
-        let result = r.drive(input).await;
+        let mut result = r.drive(input).await;
+        // Whatever ended the loop, the supersteps it finished are written before the run's end.
+        if let Err(e) = r.flush().await {
+            if result.is_ok() {
+                result = Err(e);
+            }
+        }
         let stop_reason = r.run.get(&crate::context::keys::STOP_REASON);
         let (status, error) = match result {
             Ok(()) => (RunStatus::Success, None),
@@ -275,16 +281,23 @@ impl Runner<'_> {
             });
         }
         Arc::make_mut(&mut self.state).apply(update)?;
-        self.checkpoint(node, source).await?;
+        self.checkpoint(node, source);
         self.run.events.values(&self.state);
         Ok(())
     }
 
-    async fn checkpoint(&mut self, node: &str, source: &str) -> Result<(), Stop> {
+    /// Write the queued checkpoints (before a side effect); not cancellable, it is short and a
+    /// finished superstep stays finished.
+    async fn flush(&self) -> Result<(), Stop> {
+        Ok(self.run.flush_checkpoints().await?)
+    }
+
+    /// Queue the checkpoint of the superstep just applied (see [`RunContext::persist`]).
+    fn checkpoint(&mut self, node: &str, source: &str) {
         let state = Arc::make_mut(&mut self.state);
         let changes = state.messages.take_changes();
         let Some(cp) = self.agent.checkpointer.clone() else {
-            return Ok(());
+            return;
         };
         let fields = state.fields_value();
         let fields_changed = self.last_fields.as_ref() != Some(&fields);
@@ -307,13 +320,11 @@ impl Runner<'_> {
             changes,
             fields_changed.then(|| fields.clone()),
         );
-        let checkpoint_id = write.meta.checkpoint_id.clone();
-        self.cancellable(cp.put(write)).await??;
-        self.head = Some(checkpoint_id);
+        self.head = Some(write.meta.checkpoint_id.clone());
+        self.run.defer_checkpoint(&cp, write);
         if fields_changed {
             self.last_fields = Some(fields);
         }
-        Ok(())
     }
 
     /// Run one node hook of `mw`.
@@ -323,6 +334,9 @@ impl Runner<'_> {
         kind: HookKind,
     ) -> Result<Option<JumpTo>, Stop> {
         self.tick()?;
+        if !mw.deferrable_hooks().contains(kind.set()) {
+            self.flush().await?;
+        }
         let state = self.state.clone();
         // Each hook's own jump type, widened to the loop's one.
         let fut = async {
@@ -446,6 +460,7 @@ impl Runner<'_> {
             state: self.state.clone(),
             run: self.run.clone(),
         };
+        self.flush().await?;
         let resp = match self.cancellable(agent.chain.call_model(req)).await? {
             Ok(r) => r,
             Err(ModelCallError::Model(e)) => return Err(Stop::Failed(RunError::Model(e))),
@@ -500,6 +515,7 @@ impl Runner<'_> {
 
     async fn tools_step(&mut self, calls: Vec<ToolCall>) -> Result<Flow, Stop> {
         self.tick()?;
+        self.flush().await?;
         let agent = self.agent;
         let names: Arc<[String]> = agent.tools.names().map(str::to_owned).collect();
         let futures = calls.iter().map(|call| {
@@ -587,6 +603,15 @@ enum HookKind {
 }
 
 impl HookKind {
+    fn set(self) -> HookSet {
+        match self {
+            HookKind::BeforeAgent => HookSet::BEFORE_AGENT,
+            HookKind::BeforeModel => HookSet::BEFORE_MODEL,
+            HookKind::AfterModel => HookSet::AFTER_MODEL,
+            HookKind::AfterAgent => HookSet::AFTER_AGENT,
+        }
+    }
+
     fn as_str(self) -> &'static str {
         match self {
             HookKind::BeforeAgent => "before_agent",

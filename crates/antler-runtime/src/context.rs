@@ -7,6 +7,7 @@ use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use antler_protocol::checkpoint::{CheckpointError, CheckpointWrite, Checkpointer};
 use antler_protocol::{
     AiMessageChunk, MessageMeta, StateUpdate, StreamEvent, StreamMessage, StreamModes, ThreadState,
     ToolMessage,
@@ -145,9 +146,51 @@ impl Default for RunOptions {
     }
 }
 
+/// Where a run's events leave: the sink, behind a gate that holds them back while the run has
+/// checkpoints not yet written (see [`RunContext::persist`]), so a consumer never sees a state
+/// that is not durable, and sees every event in the order it was emitted.
+struct Outlet {
+    sink: Arc<dyn EventSink>,
+    /// `Some` while holding: the events emitted since the first unwritten checkpoint.
+    held: Mutex<Option<Vec<StreamEvent>>>,
+}
+
+impl Outlet {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Vec<StreamEvent>>> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Pass the event on, or keep it while holding. Sinks never block, so emitting under the
+    /// lock is cheap and keeps a concurrent release from overtaking it.
+    fn emit(&self, event: StreamEvent) {
+        let mut held = self.lock();
+        match held.as_mut() {
+            Some(q) => q.push(event),
+            None => self.sink.emit(event),
+        }
+    }
+
+    fn hold(&self) {
+        self.lock().get_or_insert_with(Vec::new);
+    }
+
+    /// Stop holding: deliver the held events (their checkpoints are written) or drop them (the
+    /// write failed: what they report is not durable).
+    fn open(&self, deliver: bool) {
+        let mut held = self.lock();
+        if let Some(q) = held.take() {
+            if deliver {
+                for event in q {
+                    self.sink.emit(event);
+                }
+            }
+        }
+    }
+}
+
 /// Emits a run's events with the run's identity and step counter attached.
 pub struct Emitter {
-    sink: Arc<dyn EventSink>,
+    sink: Arc<Outlet>,
     modes: StreamModes,
     step: AtomicU64,
     thread_id: String,
@@ -159,7 +202,10 @@ impl Emitter {
     fn new(sink: Arc<dyn EventSink>, thread_id: &str, run_id: &str, assistant_id: &str) -> Self {
         Emitter {
             modes: sink.modes(),
-            sink,
+            sink: Arc::new(Outlet {
+                sink,
+                held: Mutex::new(None),
+            }),
             step: AtomicU64::new(0),
             thread_id: thread_id.to_owned(),
             run_id: run_id.to_owned(),
@@ -169,6 +215,11 @@ impl Emitter {
 
     pub fn modes(&self) -> StreamModes {
         self.modes
+    }
+
+    /// Hold events back from now on (a checkpoint was queued, not yet written).
+    pub(crate) fn hold(&self) {
+        self.sink.hold();
     }
 
     pub(crate) fn set_step(&self, step: u64) {
@@ -258,7 +309,7 @@ impl Emitter {
 /// Emits `custom` events from anywhere (see [`Emitter::custom_sender`]).
 #[derive(Clone)]
 pub struct CustomSender {
-    sink: Arc<dyn EventSink>,
+    sink: Arc<Outlet>,
 }
 
 impl CustomSender {
@@ -280,6 +331,60 @@ pub struct RunContext {
     /// The run's scratchpad: typed values under [`RunKey`]s (`stop_reason`, `sandbox_id`, …).
     values: Mutex<HashMap<&'static str, Box<dyn Any + Send + Sync>>>,
     observers: Vec<Arc<dyn crate::observe::RunObserver>>,
+    checkpoints: Arc<PendingCheckpoints>,
+}
+
+/// Checkpoints of supersteps the loop has finished but not yet written. The loop writes them
+/// in one transaction before anything a client or the outside world can observe — a model
+/// call, a tool call, a hook that did not declare itself deferrable, the run's end — instead of
+/// one transaction per superstep; the events of those supersteps are held until then.
+#[derive(Default)]
+struct PendingCheckpoints {
+    queue: Mutex<Queue>,
+    /// One write at a time, in order.
+    turn: Arc<tokio::sync::Mutex<()>>,
+}
+
+#[derive(Default)]
+struct Queue {
+    store: Option<Arc<dyn Checkpointer>>,
+    writes: Vec<CheckpointWrite>,
+    /// A failed write: every later one would name a parent that was never written.
+    failed: Option<CheckpointError>,
+}
+
+fn copy_error(e: &CheckpointError) -> CheckpointError {
+    match e {
+        CheckpointError::Store(m) => CheckpointError::Store(m.clone()),
+        CheckpointError::Corrupt(m) => CheckpointError::Corrupt(m.clone()),
+        CheckpointError::UnknownParent(m) => CheckpointError::UnknownParent(m.clone()),
+    }
+}
+
+impl PendingCheckpoints {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Write what is queued (the caller holds the turn); deliver or drop the held events.
+    async fn write(&self, outlet: &Outlet) -> Result<(), CheckpointError> {
+        let (store, writes) = {
+            let mut q = self.lock();
+            if let Some(e) = &q.failed {
+                return Err(copy_error(e));
+            }
+            (q.store.clone(), std::mem::take(&mut q.writes))
+        };
+        let result = match store {
+            Some(store) if !writes.is_empty() => store.put_all(writes).await,
+            _ => Ok(()),
+        };
+        if let Err(e) = &result {
+            self.lock().failed = Some(copy_error(e));
+        }
+        outlet.open(result.is_ok());
+        result
+    }
 }
 
 impl RunContext {
@@ -301,7 +406,54 @@ impl RunContext {
             cancel: CancellationToken::new(),
             values: Mutex::new(HashMap::new()),
             observers: Vec::new(),
+            checkpoints: Arc::default(),
         }
+    }
+
+    /// Queue a superstep's checkpoint for the next [`RunContext::persist`]; the run's events
+    /// are held from now until it is written.
+    pub(crate) fn defer_checkpoint(&self, store: &Arc<dyn Checkpointer>, write: CheckpointWrite) {
+        let mut q = self.checkpoints.lock();
+        q.store = Some(store.clone());
+        q.writes.push(write);
+        drop(q);
+        self.events.hold();
+    }
+
+    /// Whether checkpoints are waiting to be written.
+    pub fn has_pending_checkpoints(&self) -> bool {
+        !self.checkpoints.lock().writes.is_empty()
+    }
+
+    /// Write the checkpoints of the supersteps finished so far (one transaction) and release
+    /// the events held since. Middlewares call it before a side effect of their own inside a
+    /// deferrable hook (a model call: `side_model::invoke_observed` does). Safe to drop: the
+    /// write goes on, and what it holds back is released when it lands.
+    pub async fn persist(&self) -> Result<(), CheckpointError> {
+        if !self.has_pending_checkpoints() && self.checkpoints.lock().failed.is_none() {
+            return Ok(());
+        }
+        let turn = self.checkpoints.turn.clone().lock_owned().await;
+        let pending = self.checkpoints.clone();
+        let outlet = self.events.sink.clone();
+        let task = tokio::spawn(async move {
+            let _turn = turn;
+            pending.write(&outlet).await
+        });
+        task.await.unwrap_or_else(|e| {
+            Err(CheckpointError::Store(format!(
+                "checkpoint write failed: {e}"
+            )))
+        })
+    }
+
+    /// [`RunContext::persist`] on the caller's task (the loop's own flushes, never cancelled).
+    pub(crate) async fn flush_checkpoints(&self) -> Result<(), CheckpointError> {
+        if !self.has_pending_checkpoints() && self.checkpoints.lock().failed.is_none() {
+            return Ok(());
+        }
+        let _turn = self.checkpoints.turn.lock().await;
+        self.checkpoints.write(&self.events.sink).await
     }
 
     /// Add an observer (the run journal, usage accounting …).

@@ -309,6 +309,13 @@ macro_rules! middleware_identity {
             $hooks
         }
     };
+    ($name:expr, $hooks:expr, deferrable: $deferrable:expr) => {
+        $crate::middleware_identity!($name, $hooks);
+
+        fn deferrable_hooks(&self) -> $crate::HookSet {
+            $deferrable
+        }
+    };
 }
 
 /// A middleware. Implement the hooks you declare in [`Middleware::hooks`].
@@ -318,6 +325,16 @@ pub trait Middleware: Send + Sync {
     fn name(&self) -> &str;
 
     fn hooks(&self) -> HookSet;
+
+    /// The node hooks (`before_agent`, `before_model`, `after_model`, `after_agent`) that may
+    /// run while the checkpoints of the previous supersteps are still queued: they read the
+    /// state and the run context and do nothing a client or the outside world can observe —
+    /// or call [`RunContext::persist`] first. Before any other hook the loop writes what is
+    /// queued, so the default (none) is always correct; declaring a hook saves a transaction
+    /// per model step.
+    fn deferrable_hooks(&self) -> HookSet {
+        HookSet::NONE
+    }
 
     async fn before_agent(&self, _state: &ThreadState, _run: &RunContext) -> BeforeAgentResult {
         Ok(HookOutput::none())

@@ -62,7 +62,7 @@ impl ModelLengthFinishReasonMiddleware {
 
 #[async_trait]
 impl Middleware for ModelLengthFinishReasonMiddleware {
-    middleware_identity!(NAME, HookSet::AFTER_MODEL);
+    middleware_identity!(NAME, HookSet::AFTER_MODEL, deferrable: HookSet::AFTER_MODEL);
 
     async fn after_model(&self, state: &ThreadState, run: &RunContext) -> HookResult {
         if let Some(t) = self.detect(state) {

@@ -174,7 +174,7 @@ fn patched(last: &AiMessage, t: &Termination) -> AiMessage {
 
 #[async_trait]
 impl Middleware for SafetyFinishReasonMiddleware {
-    middleware_identity!(NAME, HookSet::AFTER_MODEL);
+    middleware_identity!(NAME, HookSet::AFTER_MODEL, deferrable: HookSet::AFTER_MODEL);
 
     async fn after_model(&self, state: &ThreadState, run: &RunContext) -> HookResult {
         let Some((msg, t)) = self.repair(state) else {

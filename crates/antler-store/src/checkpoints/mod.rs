@@ -479,6 +479,33 @@ impl SqliteStore {
         Ok(())
     }
 
+    /// Several checkpoints in one transaction, in order (each the parent of the next): all are
+    /// written or none.
+    pub async fn put_checkpoints(&self, writes: Vec<CheckpointWrite>) -> Result<(), StoreError> {
+        if writes.is_empty() {
+            return Ok(());
+        }
+        let n = writes.len() as u64;
+        let encoded = writes
+            .into_iter()
+            .map(encode)
+            .collect::<Result<Vec<_>, _>>()?;
+        let bytes = self
+            .db()
+            .write_inline(move |cx| {
+                let mut bytes = 0;
+                for w in &encoded {
+                    bytes += put_tx(cx, w)?;
+                }
+                Ok(bytes)
+            })
+            .await?;
+        let stats = self.stats_counters();
+        stats.checkpoints.fetch_add(n, Ordering::Relaxed);
+        stats.checkpoint_bytes.fetch_add(bytes, Ordering::Relaxed);
+        Ok(())
+    }
+
     /// The head checkpoint of a thread.
     pub async fn latest_checkpoint(
         &self,
@@ -579,6 +606,10 @@ macro_rules! impl_checkpointer {
 
             async fn put(&self, write: CheckpointWrite) -> Result<(), CheckpointError> {
                 Ok(self$(.$field)?.put_checkpoint(write).await?)
+            }
+
+            async fn put_all(&self, writes: Vec<CheckpointWrite>) -> Result<(), CheckpointError> {
+                Ok(self$(.$field)?.put_checkpoints(writes).await?)
             }
 
             async fn get(

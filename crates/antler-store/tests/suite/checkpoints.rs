@@ -499,3 +499,50 @@ async fn works_behind_a_trait_object_and_in_memory() {
     .state;
     assert_eq!(store.latest("t").await.unwrap().unwrap().state, state);
 }
+
+#[tokio::test]
+async fn a_batch_of_checkpoints_is_written_whole_or_not_at_all() {
+    let (_dir, store) = temp_store();
+    let (mut w, mut state) = one_checkpoint(&store).await;
+    // Three supersteps written together: each is a checkpoint of its own, chained.
+    let mut writes = Vec::new();
+    let mut states = Vec::new();
+    for i in 0..3 {
+        push(&mut state, &format!("b{i}"), &format!("batched {i}"));
+        if i == 1 {
+            push(&mut state, "a", "a, replaced in the batch");
+        }
+        writes.push(w.write_for(&mut state));
+        states.push(state.clone());
+    }
+    let ids: Vec<String> = writes
+        .iter()
+        .map(|w| w.meta.checkpoint_id.clone())
+        .collect();
+    store.put_all(writes).await.unwrap();
+    for (id, expected) in ids.iter().zip(&states) {
+        assert_eq!(&store.get("t", id).await.unwrap().unwrap().state, expected);
+    }
+    assert_eq!(store.latest("t").await.unwrap().unwrap().state, state);
+    assert_eq!(store.stats().checkpoints, 4);
+
+    // A batch whose last write names an unknown parent leaves nothing of the batch behind.
+    let mut good = state.clone();
+    push(&mut good, "c", "never stored");
+    let first = w.write_for(&mut good);
+    let first_id = first.meta.checkpoint_id.clone();
+    let bad = CheckpointWrite {
+        meta: meta("t", "bad", Some("nope"), 9),
+        changes: vec![],
+        fields: None,
+    };
+    let err = store.put_all(vec![first, bad]).await.unwrap_err();
+    assert!(
+        matches!(&err, CheckpointError::UnknownParent(p) if p == "nope"),
+        "{err}"
+    );
+    assert!(store.get("t", &first_id).await.unwrap().is_none());
+    assert_eq!(store.latest("t").await.unwrap().unwrap().state, state);
+    assert_eq!(store.list("t", 10, None).await.unwrap().len(), 4);
+    assert_eq!(store.stats().checkpoints, 4);
+}

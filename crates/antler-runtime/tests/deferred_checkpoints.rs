@@ -1,0 +1,354 @@
+//! The loop writes the checkpoints of the supersteps between two side effects in one
+//! transaction (`Checkpointer::put_all`), and holds each superstep's events until its
+//! checkpoint is written.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::{Arc, Mutex};
+
+use antler_models::{ScriptedModel, ScriptedReply};
+use antler_protocol::{
+    Message, Object, StateUpdate, StreamEvent, StreamMessage, ThreadState, ToolSpec,
+};
+use antler_runtime::*;
+use async_trait::async_trait;
+use pretty_assertions::assert_eq;
+use serde_json::json;
+
+/// A store that records each write call: the nodes it wrote, and how many `values` events the
+/// run's consumer had received when the write began.
+struct Recorder {
+    inner: MemoryCheckpointer,
+    sink: Arc<CollectingSink>,
+    batches: Mutex<Vec<(Vec<String>, usize)>>,
+    /// Fail the write call with this index (0-based).
+    fail_at: Option<usize>,
+}
+
+impl Recorder {
+    fn new(sink: &Arc<CollectingSink>, fail_at: Option<usize>) -> Arc<Recorder> {
+        Arc::new(Recorder {
+            inner: MemoryCheckpointer::new(),
+            sink: sink.clone(),
+            batches: Mutex::default(),
+            fail_at,
+        })
+    }
+
+    fn nodes(&self) -> Vec<Vec<String>> {
+        self.batches
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+
+    fn record(&self, writes: &[CheckpointWrite]) -> Result<(), CheckpointError> {
+        let nodes = writes
+            .iter()
+            .map(|w| w.meta.metadata["node"].as_str().unwrap_or("").to_owned())
+            .collect();
+        let mut b = self.batches.lock().unwrap();
+        let index = b.len();
+        b.push((nodes, values_count(&self.sink)));
+        if self.fail_at == Some(index) {
+            return Err(CheckpointError::Store("disk full".into()));
+        }
+        Ok(())
+    }
+}
+
+fn values_count(sink: &CollectingSink) -> usize {
+    sink.events()
+        .iter()
+        .filter(|e| matches!(e, StreamEvent::Values(_)))
+        .count()
+}
+
+#[async_trait]
+impl Checkpointer for Recorder {
+    async fn put(&self, write: CheckpointWrite) -> Result<(), CheckpointError> {
+        self.record(std::slice::from_ref(&write))?;
+        self.inner.put(write).await
+    }
+    async fn put_all(&self, writes: Vec<CheckpointWrite>) -> Result<(), CheckpointError> {
+        self.record(&writes)?;
+        for w in writes {
+            self.inner.put(w).await?;
+        }
+        Ok(())
+    }
+    async fn latest(&self, thread_id: &str) -> Result<Option<Checkpoint>, CheckpointError> {
+        self.inner.latest(thread_id).await
+    }
+    async fn get(&self, t: &str, id: &str) -> Result<Option<Checkpoint>, CheckpointError> {
+        self.inner.get(t, id).await
+    }
+    async fn list(
+        &self,
+        t: &str,
+        limit: usize,
+        before: Option<&str>,
+    ) -> Result<Vec<CheckpointMeta>, CheckpointError> {
+        self.inner.list(t, limit, before).await
+    }
+    async fn delete_thread(&self, t: &str) -> Result<(), CheckpointError> {
+        self.inner.delete_thread(t).await
+    }
+}
+
+/// An after_model hook that writes a title, deferrable or not, optionally persisting first.
+struct Stamp {
+    deferrable: bool,
+    persist: bool,
+    /// Whether checkpoints were pending when the hook ran (after its own persist).
+    saw_pending: Mutex<Vec<bool>>,
+}
+
+#[async_trait]
+impl Middleware for Stamp {
+    fn name(&self) -> &str {
+        "Stamp"
+    }
+    fn hooks(&self) -> HookSet {
+        HookSet::AFTER_MODEL
+    }
+    fn deferrable_hooks(&self) -> HookSet {
+        if self.deferrable {
+            HookSet::AFTER_MODEL
+        } else {
+            HookSet::NONE
+        }
+    }
+    async fn after_model(&self, state: &ThreadState, run: &RunContext) -> HookResult {
+        if self.persist {
+            run.persist().await.unwrap();
+        }
+        self.saw_pending
+            .lock()
+            .unwrap()
+            .push(run.has_pending_checkpoints());
+        Ok(HookOutput::update(StateUpdate {
+            title: Some(Some(format!("{} messages", state.messages.len()))),
+            ..Default::default()
+        }))
+    }
+}
+
+struct Echo(Arc<ToolSpec>);
+
+#[derive(serde::Deserialize)]
+struct EchoArgs {
+    text: String,
+}
+
+#[async_trait]
+impl Tool for Echo {
+    fn spec(&self) -> &Arc<ToolSpec> {
+        &self.0
+    }
+    async fn call(&self, args: Object, _ctx: ToolContext<'_>) -> Result<ToolOutput, ToolError> {
+        let a: EchoArgs = parse_args(args)?;
+        Ok(ToolOutput::text(a.text))
+    }
+}
+
+fn echo() -> Arc<dyn Tool> {
+    Arc::new(Echo(Arc::new(ToolSpec {
+        name: "echo".into(),
+        description: "echo".into(),
+        parameters: json!({"type": "object", "properties": {"text": {"type": "string"}}}),
+    })))
+}
+
+struct Outcome {
+    run: RunOutcome,
+    cp: Arc<Recorder>,
+    sink: Arc<CollectingSink>,
+    stamp: Arc<Stamp>,
+}
+
+/// One tool step, then a text answer; `Stamp` writes after each model call.
+async fn run(deferrable: bool, persist: bool, fail_at: Option<usize>) -> Outcome {
+    let sink = Arc::new(CollectingSink::new());
+    let cp = Recorder::new(&sink, fail_at);
+    let stamp = Arc::new(Stamp {
+        deferrable,
+        persist,
+        saw_pending: Mutex::default(),
+    });
+    let model = Arc::new(ScriptedModel::new([
+        ScriptedReply::tool_call("c1", "echo", json!({"text": "hi"})),
+        ScriptedReply::text("done"),
+    ]));
+    let agent = Agent::new(model)
+        .with_tools(ToolRegistry::new().with(echo()))
+        .with_chain(Chain::new(vec![stamp.clone() as Arc<dyn Middleware>]).unwrap())
+        .with_checkpointer(cp.clone());
+    let ctx = Arc::new(RunContext::new("t1", "r1", sink.clone()));
+    let run = agent
+        .run(RunInput::message(Message::human("go")), ctx)
+        .await;
+    Outcome {
+        run,
+        cp,
+        sink,
+        stamp,
+    }
+}
+
+fn nodes(batches: &[&[&str]]) -> Vec<Vec<String>> {
+    batches
+        .iter()
+        .map(|b| b.iter().map(|s| (*s).to_owned()).collect())
+        .collect()
+}
+
+#[tokio::test]
+async fn supersteps_between_side_effects_are_written_together() {
+    let out = run(true, false, None).await;
+    assert_eq!(out.run.status, RunStatus::Success);
+    // Written before the model call, before the tool call, before the next model call, and
+    // at the end: the model's answer and the hook after it share one write.
+    assert_eq!(
+        out.cp.nodes(),
+        nodes(&[
+            &["__input__"],
+            &["model", "Stamp.after_model"],
+            &["tools"],
+            &["model", "Stamp.after_model"],
+        ])
+    );
+    assert_eq!(*out.stamp.saw_pending.lock().unwrap(), [true, true]);
+    // Every superstep is a checkpoint of its own, chained, and the head is the run's state.
+    let all = out.cp.list("t1", 100, None).await.unwrap();
+    assert_eq!(all.len(), 6);
+    for pair in all.windows(2) {
+        assert_eq!(
+            pair[0].parent_id.as_deref(),
+            Some(pair[1].checkpoint_id.as_str())
+        );
+    }
+    let head = out.cp.latest("t1").await.unwrap().unwrap();
+    assert_eq!(head.state.title.as_deref(), Some("4 messages"));
+    assert_eq!(
+        head.state.messages.to_vec(),
+        out.run.state.messages.to_vec()
+    );
+    assert_eq!(
+        out.run.checkpoint_id.as_deref(),
+        Some(head.meta.checkpoint_id.as_str())
+    );
+}
+
+#[tokio::test]
+async fn a_hook_that_is_not_deferrable_runs_after_the_write() {
+    let out = run(false, false, None).await;
+    assert_eq!(out.run.status, RunStatus::Success);
+    assert_eq!(
+        out.cp.nodes(),
+        nodes(&[
+            &["__input__"],
+            &["model"],
+            &["Stamp.after_model"],
+            &["tools"],
+            &["model"],
+            &["Stamp.after_model"],
+        ])
+    );
+    assert_eq!(*out.stamp.saw_pending.lock().unwrap(), [false, false]);
+}
+
+#[tokio::test]
+async fn a_deferrable_hook_can_write_before_its_own_side_effect() {
+    let out = run(true, true, None).await;
+    assert_eq!(out.run.status, RunStatus::Success);
+    assert_eq!(
+        out.cp.nodes(),
+        nodes(&[
+            &["__input__"],
+            &["model"],
+            &["Stamp.after_model"],
+            &["tools"],
+            &["model"],
+            &["Stamp.after_model"],
+        ])
+    );
+    assert_eq!(*out.stamp.saw_pending.lock().unwrap(), [false, false]);
+}
+
+#[tokio::test]
+async fn values_events_wait_for_their_checkpoint() {
+    let out = run(true, false, None).await;
+    let batches = out.cp.batches.lock().unwrap().clone();
+    let mut written = 0;
+    for (nodes, values_seen) in &batches {
+        // A consumer has seen exactly the states already written, none of this batch's.
+        assert_eq!(*values_seen, written, "before writing {nodes:?}");
+        written += nodes.len();
+    }
+    assert_eq!(values_count(&out.sink), written);
+    // The order of events is the order they were emitted: each node's update, then its state.
+    let order: Vec<String> = out
+        .sink
+        .events()
+        .iter()
+        .filter_map(|e| match e {
+            StreamEvent::Updates { node, .. } => Some(format!("u:{node}")),
+            StreamEvent::Values(v) => Some(format!("v:{}", v.messages.len())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        order,
+        [
+            "v:1",
+            "u:model",
+            "v:2",
+            "u:Stamp.after_model",
+            "v:2",
+            "u:tools",
+            "v:3",
+            "u:model",
+            "v:4",
+            "u:Stamp.after_model",
+            "v:4",
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_failed_write_fails_the_run_and_its_states_are_never_reported() {
+    // The second write (the model's answer and the hook after it) fails.
+    let out = run(true, false, Some(1)).await;
+    assert_eq!(out.run.status, RunStatus::Error);
+    assert!(
+        matches!(out.run.error, Some(RunError::Checkpoint(_))),
+        "{:?}",
+        out.run.error
+    );
+    // The tool never ran: the failure stopped the run at the write before it.
+    assert_eq!(
+        out.cp.nodes(),
+        nodes(&[&["__input__"], &["model", "Stamp.after_model"]])
+    );
+    assert_eq!(values_count(&out.sink), 1);
+    let head = out.cp.latest("t1").await.unwrap().unwrap();
+    assert_eq!(head.state.messages.len(), 1);
+    // Nor did the tool run (its result would stream as a `messages` event).
+    let tool_events = out
+        .sink
+        .events()
+        .iter()
+        .filter(|e| {
+            matches!(
+                e,
+                StreamEvent::Messages {
+                    message: StreamMessage::Tool(_),
+                    ..
+                }
+            )
+        })
+        .count();
+    assert_eq!(tool_events, 0);
+}
