@@ -49,15 +49,34 @@ pub fn is_valid_env_name(name: &str) -> bool {
 pub fn scrubbed_env(
     inject: &[(String, String)],
 ) -> Result<Vec<(OsString, OsString)>, SandboxError> {
+    with_injected(&scrubbed_host_env(), inject)
+}
+
+/// The host environment without secret-looking names (read now: a sandbox keeps it, since
+/// reading and filtering the environment on every command was a measurable part of a step).
+pub fn scrubbed_host_env() -> Vec<(OsString, OsString)> {
+    std::env::vars_os()
+        .filter(|(k, _)| !is_secret_name(&k.to_string_lossy()))
+        .collect()
+}
+
+/// `host` (already scrubbed), then `inject` on top (injected wins); injected names are
+/// validated first.
+pub fn with_injected(
+    host: &[(OsString, OsString)],
+    inject: &[(String, String)],
+) -> Result<Vec<(OsString, OsString)>, SandboxError> {
     for (k, _) in inject {
         if !is_valid_env_name(k) {
             return Err(SandboxError::InvalidEnvKey(k.clone()));
         }
     }
-    let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
-        .filter(|(k, _)| !is_secret_name(&k.to_string_lossy()))
-        .filter(|(k, _)| !inject.iter().any(|(n, _)| OsString::from(n) == *k))
-        .collect();
+    let mut env = Vec::with_capacity(host.len() + inject.len());
+    env.extend(
+        host.iter()
+            .filter(|(k, _)| !inject.iter().any(|(n, _)| k.as_os_str() == n.as_str()))
+            .cloned(),
+    );
     env.extend(
         inject
             .iter()
@@ -113,6 +132,41 @@ mod tests {
         assert!(scrubbed_env(&[("BAD NAME".into(), "x".into())]).is_err());
         let env = scrubbed_env(&[("GH_TOKEN".into(), "tok".into())]).unwrap();
         assert!(env.iter().any(|(k, v)| k == "GH_TOKEN" && v == "tok"));
+    }
+
+    #[test]
+    fn injected_values_replace_the_kept_host_ones() {
+        let host: Vec<(OsString, OsString)> = vec![
+            ("PATH".into(), "/bin".into()),
+            ("LANG".into(), "C".into()),
+            ("HOME".into(), "/root".into()),
+        ];
+        let env = with_injected(
+            &host,
+            &[("LANG".into(), "en".into()), ("EXTRA".into(), "1".into())],
+        )
+        .unwrap();
+        let pairs: Vec<(&str, &str)> = env
+            .iter()
+            .map(|(k, v)| (k.to_str().unwrap(), v.to_str().unwrap()))
+            .collect();
+        assert_eq!(
+            pairs,
+            [
+                ("PATH", "/bin"),
+                ("HOME", "/root"),
+                ("LANG", "en"),
+                ("EXTRA", "1")
+            ]
+        );
+        assert!(matches!(
+            with_injected(&host, &[("A-B".into(), "x".into())]),
+            Err(SandboxError::InvalidEnvKey(k)) if k == "A-B"
+        ));
+        // What a sandbox keeps has no secret-looking names.
+        assert!(scrubbed_host_env()
+            .iter()
+            .all(|(k, _)| !is_secret_name(&k.to_string_lossy())));
     }
 
     #[test]

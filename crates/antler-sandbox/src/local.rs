@@ -16,7 +16,6 @@ use async_trait::async_trait;
 
 use crate::beneath::{self, Beneath};
 use crate::confine::{self, ConfinementStatus};
-use crate::env::scrubbed_env;
 use crate::error::SandboxError;
 use crate::exec::{self, Confinement, ExecSpec};
 use crate::fsops;
@@ -114,6 +113,8 @@ pub struct LocalSandbox {
     warden: tokio::sync::Mutex<Option<Arc<Warden>>>,
     /// Landlock rules for the in-process fallback, computed once.
     fallback_rules: std::sync::OnceLock<crate::confine::RuleSpec>,
+    /// The scrubbed host environment, read at the first command.
+    host_env: std::sync::OnceLock<Vec<(std::ffi::OsString, std::ffi::OsString)>>,
 }
 
 /// Distinct cgroup leaf names within this process.
@@ -190,6 +191,7 @@ impl LocalSandbox {
             launcher: ctx.launcher.clone(),
             warden: tokio::sync::Mutex::new(None),
             fallback_rules: std::sync::OnceLock::new(),
+            host_env: std::sync::OnceLock::new(),
         }
     }
 
@@ -246,7 +248,8 @@ impl LocalSandbox {
         let shell = exec::find_shell().ok_or_else(|| {
             SandboxError::Runtime("No usable shell found (tried bash, sh, zsh)".into())
         })?;
-        let env = scrubbed_env(&req.env)?;
+        let host = self.host_env.get_or_init(crate::env::scrubbed_host_env);
+        let env = crate::env::with_injected(host, &req.env)?;
         let cwd = self
             .paths
             .as_ref()
