@@ -3,7 +3,7 @@
 //! the small pieces of building messages and chunks from an answer.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 
 use antler_protocol::{
     AiMessage, AiMessageChunk, Content, InvalidToolCall, Message, Object, ToolCall, ToolCallChunk,
@@ -12,6 +12,7 @@ use antler_protocol::{
 use serde::de::DeserializeOwned;
 use serde::ser::{SerializeMap, SerializeSeq};
 use serde::{Serialize, Serializer};
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::driver::SseEvent;
@@ -191,6 +192,85 @@ where
             seq.serialize_element(&(self.1)(item))?;
         }
         seq.end()
+    }
+}
+
+/// Each tool's wire encoding, one cache per wire format, keyed by the tool spec's `Arc`: a run
+/// offers the same shared specs on every model call, and serializing their JSON schemas again
+/// each time was a measurable part of a model step. An entry holds a `Weak` of its spec, which
+/// keeps the allocation (so the address) from being reused while the entry exists; entries of
+/// dropped specs are swept when the cache grows.
+pub(crate) struct ToolJsonCache(Mutex<Option<HashMap<usize, ToolJson>>>);
+
+struct ToolJson {
+    spec: Weak<ToolSpec>,
+    json: Arc<RawValue>,
+}
+
+/// Entries kept before dropped specs are swept.
+const TOOL_JSON_SWEEP: usize = 1024;
+
+impl ToolJsonCache {
+    pub(crate) const fn new() -> Self {
+        ToolJsonCache(Mutex::new(None))
+    }
+
+    /// Each tool's encoding (`wire(tool)` as JSON), from the cache or made now; `None` if one
+    /// does not serialize on its own (the caller then writes the tools inline).
+    fn encoded<'a, W: Serialize>(
+        &self,
+        tools: &'a [Arc<ToolSpec>],
+        wire: impl Fn(&'a Arc<ToolSpec>) -> W,
+    ) -> Option<Vec<Arc<RawValue>>> {
+        let mut guard = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let map = guard.get_or_insert_with(HashMap::new);
+        let mut out = Vec::with_capacity(tools.len());
+        for t in tools {
+            let key = Arc::as_ptr(t) as usize;
+            let hit = map.get(&key).filter(|e| {
+                e.spec.strong_count() > 0 && std::ptr::eq(e.spec.as_ptr(), Arc::as_ptr(t))
+            });
+            let json = match hit {
+                Some(e) => e.json.clone(),
+                None => {
+                    let json: Arc<RawValue> =
+                        serde_json::value::to_raw_value(&wire(t)).ok()?.into();
+                    if map.len() >= TOOL_JSON_SWEEP {
+                        map.retain(|_, e| e.spec.strong_count() > 0);
+                    }
+                    map.insert(
+                        key,
+                        ToolJson {
+                            spec: Arc::downgrade(t),
+                            json: json.clone(),
+                        },
+                    );
+                    json
+                }
+            };
+            out.push(json);
+        }
+        Some(out)
+    }
+}
+
+/// Writes `tools` under `tools` when there are any, each as `wire` shapes it, through `cache`.
+pub(crate) fn serialize_cached_tools<'a, M, W>(
+    m: &mut M,
+    cache: &ToolJsonCache,
+    tools: &'a [Arc<ToolSpec>],
+    wire: impl Fn(&'a Arc<ToolSpec>) -> W,
+) -> Result<(), M::Error>
+where
+    M: SerializeMap,
+    W: Serialize,
+{
+    if tools.is_empty() {
+        return Ok(());
+    }
+    match cache.encoded(tools, &wire) {
+        Some(encoded) => m.serialize_entry("tools", &encoded),
+        None => m.serialize_entry("tools", &Each(tools, wire)),
     }
 }
 
@@ -585,6 +665,8 @@ pub struct OpenAiBody<'a, H, T> {
     pub(crate) history: H,
     pub(crate) tools: &'a [Arc<ToolSpec>],
     pub(crate) tool: fn(&'a ToolSpec) -> T,
+    /// The wire format's cache of encoded tools.
+    pub(crate) tool_cache: &'static ToolJsonCache,
     pub(crate) tool_choice: Option<Value>,
     pub(crate) stream: bool,
     pub(crate) params: Object,
@@ -595,7 +677,86 @@ impl<H: Serialize, T: Serialize> Serialize for OpenAiBody<'_, H, T> {
         let mut m = s.serialize_map(None)?;
         m.serialize_entry("model", self.model)?;
         m.serialize_entry(self.history_key, &self.history)?;
-        serialize_tools(&mut m, self.tools, |t| (self.tool)(t))?;
+        serialize_cached_tools(&mut m, self.tool_cache, self.tools, |t| (self.tool)(t))?;
         end_body(m, self.tool_choice.as_ref(), self.stream, &self.params)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use serde_json::json;
+
+    fn spec(name: &str) -> Arc<ToolSpec> {
+        Arc::new(ToolSpec {
+            name: name.into(),
+            description: format!("the {name} tool"),
+            parameters: json!({"type": "object", "properties": {"z": {"type": "string"}, "a": {"type": "integer"}}}),
+        })
+    }
+
+    /// `{"tools": …}` written through `cache`, and written inline.
+    fn both(cache: &ToolJsonCache, tools: &[Arc<ToolSpec>]) -> (String, String) {
+        struct Body<'a>(&'a ToolJsonCache, &'a [Arc<ToolSpec>], bool);
+        impl Serialize for Body<'_> {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                let mut m = s.serialize_map(None)?;
+                let wire = |t: &Arc<ToolSpec>| {
+                    json!({
+                        "type": "function", "name": t.name,
+                        "description": t.description, "parameters": t.parameters,
+                    })
+                };
+                if self.2 {
+                    serialize_cached_tools(&mut m, self.0, self.1, wire)?;
+                } else {
+                    serialize_tools(&mut m, self.1, wire)?;
+                }
+                m.end()
+            }
+        }
+        (
+            serde_json::to_string(&Body(cache, tools, true)).unwrap(),
+            serde_json::to_string(&Body(cache, tools, false)).unwrap(),
+        )
+    }
+
+    #[test]
+    fn cached_tool_encodings_are_the_inline_bytes_and_follow_the_spec() {
+        let cache = ToolJsonCache::new();
+        let (a, b) = (spec("a"), spec("b"));
+        let tools = vec![a.clone(), b.clone()];
+        let (cached, inline) = both(&cache, &tools);
+        assert_eq!(cached, inline);
+        assert!(cached.contains(r#""properties":{"z":{"type":"string"},"a":{"type":"integer"}}"#));
+        // The same specs again: the same encodings, not new ones.
+        let first = cache.encoded(&tools, |t| t.name.clone()).unwrap();
+        let again = cache.encoded(&tools, |t| t.name.clone()).unwrap();
+        assert!(Arc::ptr_eq(&first[0], &again[0]) && Arc::ptr_eq(&first[1], &again[1]));
+        // Another spec of the same name is another entry, with its own content.
+        let mut other = (*a).clone();
+        other.description = "changed".into();
+        let tools2 = vec![Arc::new(other), b];
+        let (cached2, inline2) = both(&cache, &tools2);
+        assert_eq!(cached2, inline2);
+        assert_ne!(cached2, cached);
+        assert_eq!(both(&cache, &[]).0, "{}");
+    }
+
+    #[test]
+    fn entries_of_dropped_specs_are_swept() {
+        let cache = ToolJsonCache::new();
+        let kept = spec("kept");
+        cache.encoded(&[kept.clone()], |t| t.name.clone()).unwrap();
+        for i in 0..TOOL_JSON_SWEEP + 10 {
+            cache
+                .encoded(&[spec(&format!("t{i}"))], |t| t.name.clone())
+                .unwrap();
+        }
+        let len = cache.0.lock().unwrap().as_ref().map_or(0, HashMap::len);
+        assert!(len < TOOL_JSON_SWEEP, "{len} entries");
+        let again = cache.encoded(&[kept.clone()], |t| t.name.clone()).unwrap();
+        assert_eq!(again[0].get(), r#""kept""#);
     }
 }

@@ -15,7 +15,7 @@ use serde_json::Value;
 use super::OpenAiCompatOptions;
 use crate::providers::mapping::{
     answered_invalid_calls, call_fields, call_tool_choice, insert_some, openai_tool_choice,
-    settle_tool_choice, OpenAiBody, ToolSchema,
+    settle_tool_choice, OpenAiBody, ToolJsonCache, ToolSchema,
 };
 use crate::ChatRequest;
 
@@ -33,6 +33,9 @@ const DROPPED_BLOCK_TYPES: [&str; 6] = [
     "tool_call",
 ];
 
+/// This wire format's encoded tools (see [`ToolJsonCache`]).
+static TOOL_JSON: ToolJsonCache = ToolJsonCache::new();
+
 /// The request body of one call.
 pub(crate) fn body<'a>(
     options: &'a OpenAiCompatOptions,
@@ -46,6 +49,7 @@ pub(crate) fn body<'a>(
         history: WireMessages::new(&req, options.replay_reasoning_content),
         tools: req.tools,
         tool: WireTool,
+        tool_cache: &TOOL_JSON,
         tool_choice: call_tool_choice(&req, map_tool_choice),
         stream,
         params: params(options, &req, stream),

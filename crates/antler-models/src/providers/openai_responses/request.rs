@@ -20,7 +20,7 @@ use serde_json::Value;
 use super::ResponsesOptions;
 use crate::providers::mapping::{
     answered_invalid_calls, call_fields, call_tool_choice, insert_some, openai_tool_choice,
-    settle_tool_choice, OpenAiBody, ToolSchema,
+    settle_tool_choice, OpenAiBody, ToolJsonCache, ToolSchema,
 };
 use crate::ChatRequest;
 
@@ -29,6 +29,9 @@ const RESERVED_KEYS: [&str; 5] = ["model", "input", "tools", "stream", "messages
 
 /// Chat Completions fields with no place (or another name) in a Responses body.
 const FOREIGN_KEYS: [&str; 2] = ["stream_options", "max_completion_tokens"];
+
+/// This wire format's encoded tools (see [`ToolJsonCache`]).
+static TOOL_JSON: ToolJsonCache = ToolJsonCache::new();
 
 /// The request body of one call.
 pub(crate) fn body<'a>(
@@ -51,6 +54,7 @@ pub(crate) fn body<'a>(
         },
         tools: req.tools,
         tool: WireTool,
+        tool_cache: &TOOL_JSON,
         tool_choice: call_tool_choice(&req, map_tool_choice),
         stream,
         params,
