@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Instructions the server executes per A1 step (callgrind), a figure that does not move with the
+# machine's load or speed: A1 with 3 runs of 10 and of 20 steps under valgrind, the difference
+# of the two totals divided by the 30 extra steps. Under valgrind the sandbox cannot set up its
+# namespaces, so bash runs from the server itself (the in-process path): compare builds with
+# this script, not with production figures.
+#   crates/antler-bench/scripts/a1_instructions.sh [ANTLER_BINARY]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../../.." && pwd)
+T=${CARGO_TARGET_DIR:-$root/target}/release
+bin=${1:-$T/antler}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cp "$bin" "$work/antler"
+cat > "$work/traced" <<WRAP
+#!/usr/bin/env bash
+if [ "\${1:-}" = sandbox-exec ]; then exec "$work/antler" "\$@"; fi
+export ANTLER_SANDBOX_HELPER="$work/antler"
+exec valgrind --tool=callgrind --callgrind-out-file="$work/cg.\$STEPS.%p" "$work/antler" "\$@"
+WRAP
+chmod +x "$work/traced"
+for s in 10 20; do
+    STEPS=$s "$T/antler-bench" --serve --antler "$work/traced" --workloads a1 --samples 1 \
+        --runs 3 --steps "$s" >/dev/null
+done
+total() { callgrind_annotate "$work"/cg."$1".* 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}'; }
+a=$(total 10)
+b=$(total 20)
+echo "server instructions per A1 step: $(((b - a) / 30))"
