@@ -748,7 +748,9 @@ mod tests {
     fn entries_of_dropped_specs_are_swept() {
         let cache = ToolJsonCache::new();
         let kept = spec("kept");
-        cache.encoded(&[kept.clone()], |t| t.name.clone()).unwrap();
+        cache
+            .encoded(std::slice::from_ref(&kept), |t| t.name.clone())
+            .unwrap();
         for i in 0..TOOL_JSON_SWEEP + 10 {
             cache
                 .encoded(&[spec(&format!("t{i}"))], |t| t.name.clone())
@@ -756,7 +758,9 @@ mod tests {
         }
         let len = cache.0.lock().unwrap().as_ref().map_or(0, HashMap::len);
         assert!(len < TOOL_JSON_SWEEP, "{len} entries");
-        let again = cache.encoded(&[kept.clone()], |t| t.name.clone()).unwrap();
+        let again = cache
+            .encoded(std::slice::from_ref(&kept), |t| t.name.clone())
+            .unwrap();
         assert_eq!(again[0].get(), r#""kept""#);
     }
 }
