@@ -254,6 +254,43 @@ impl ToolJsonCache {
     }
 }
 
+/// Encodings of a few long texts (system messages), remembered by content: a run sends the
+/// same prompt on every model call, and escaping it into JSON each time was a measurable part
+/// of a model step. Most recently used first; a lookup compares the text (a `memcmp`, far
+/// cheaper than escaping it).
+pub(crate) struct EncodedTexts(Mutex<Vec<(Box<str>, Arc<RawValue>)>>);
+
+/// Texts remembered per cache.
+const ENCODED_TEXTS: usize = 8;
+/// Shorter texts are cheaper to escape than to look up.
+pub(crate) const ENCODED_TEXT_MIN: usize = 512;
+
+impl EncodedTexts {
+    pub(crate) const fn new() -> Self {
+        EncodedTexts(Mutex::new(Vec::new()))
+    }
+
+    /// The JSON of `value()`, which depends on `text` only: from the cache, or made now.
+    /// `None` when it does not serialize on its own.
+    pub(crate) fn get<V: Serialize>(
+        &self,
+        text: &str,
+        value: impl FnOnce() -> V,
+    ) -> Option<Arc<RawValue>> {
+        let mut entries = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = entries.iter().position(|(t, _)| &**t == text) {
+            let hit = entries.remove(i);
+            let raw = hit.1.clone();
+            entries.insert(0, hit);
+            return Some(raw);
+        }
+        let raw: Arc<RawValue> = serde_json::value::to_raw_value(&value()).ok()?.into();
+        entries.insert(0, (text.into(), raw.clone()));
+        entries.truncate(ENCODED_TEXTS);
+        Some(raw)
+    }
+}
+
 /// Writes `tools` under `tools` when there are any, each as `wire` shapes it, through `cache`.
 pub(crate) fn serialize_cached_tools<'a, M, W>(
     m: &mut M,
@@ -742,6 +779,33 @@ mod tests {
         assert_eq!(cached2, inline2);
         assert_ne!(cached2, cached);
         assert_eq!(both(&cache, &[]).0, "{}");
+    }
+
+    #[test]
+    fn encoded_texts_follow_the_text_and_keep_the_latest_few() {
+        let cache = EncodedTexts::new();
+        let prompt = "say \"hi\"\n".repeat(100);
+        let first = cache.get(&prompt, || json!({"content": prompt})).unwrap();
+        assert_eq!(
+            first.get(),
+            serde_json::to_string(&json!({"content": prompt})).unwrap()
+        );
+        // The same text again (another allocation): the same encoding, not made again.
+        let copy = prompt.clone();
+        let again = cache.get(&copy, || -> Value { unreachable!() }).unwrap();
+        assert!(Arc::ptr_eq(&first, &again));
+        // Another text is encoded on its own; past the limit the oldest is forgotten.
+        for i in 0..ENCODED_TEXTS {
+            let t = format!("{prompt}{i}");
+            let raw = cache.get(&t, || json!({"content": t})).unwrap();
+            assert!(raw.get().ends_with(&format!("{i}\"}}")), "{}", raw.get());
+        }
+        let made = std::cell::Cell::new(false);
+        cache.get(&prompt, || {
+            made.set(true);
+            json!({"content": prompt})
+        });
+        assert!(made.get());
     }
 
     #[test]

@@ -369,6 +369,38 @@ async fn request_body_shape() {
 }
 
 #[tokio::test]
+async fn a_long_system_prompt_is_sent_exactly_on_every_call() {
+    // Long prompts' encodings are remembered by content: each call must still carry its own.
+    let mock = MockOpenAi::start().await;
+    let model = OpenAi::model(&mock);
+    let base = "You are \"DeerFlow\" — a super agent.\n\t<rules>\\ be brief </rules>\u{1F98C}\n"
+        .repeat(20);
+    let edited = format!("{base}One more rule.");
+    let prompts = [base.clone(), base.clone(), edited, base];
+    for prompt in &prompts {
+        let call = Call {
+            system: Some(prompt.clone()),
+            messages: vec![Arc::new(Message::human("hi"))],
+            tools: vec![],
+            tool_choice: None,
+            settings: Object::new(),
+        };
+        model.invoke(call.req()).await.unwrap();
+    }
+    let sent: Vec<Value> = mock
+        .requests()
+        .iter()
+        .map(|r| r.body["messages"][0].clone())
+        .collect();
+    let expected: Vec<Value> = prompts
+        .iter()
+        .map(|p| json!({"role": "system", "content": p}))
+        .collect();
+    assert_eq!(sent, expected);
+    mock.assert_no_violations();
+}
+
+#[tokio::test]
 async fn tool_choice_strings_and_no_tools() {
     let mock = MockOpenAi::start().await;
     let model = OpenAi::model(&mock);

@@ -15,7 +15,7 @@ use serde_json::Value;
 use super::OpenAiCompatOptions;
 use crate::providers::mapping::{
     answered_invalid_calls, call_fields, call_tool_choice, insert_some, openai_tool_choice,
-    settle_tool_choice, OpenAiBody, ToolJsonCache, ToolSchema,
+    settle_tool_choice, EncodedTexts, OpenAiBody, ToolJsonCache, ToolSchema, ENCODED_TEXT_MIN,
 };
 use crate::ChatRequest;
 
@@ -35,6 +35,8 @@ const DROPPED_BLOCK_TYPES: [&str; 6] = [
 
 /// This wire format's encoded tools (see [`ToolJsonCache`]).
 static TOOL_JSON: ToolJsonCache = ToolJsonCache::new();
+/// Its encoded system messages (see [`EncodedTexts`]).
+static SYSTEM_JSON: EncodedTexts = EncodedTexts::new();
 
 /// The request body of one call.
 pub(crate) fn body<'a>(
@@ -156,10 +158,17 @@ impl Serialize for WireMessages<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut seq = s.serialize_seq(None)?;
         if let Some(system) = self.system {
-            seq.serialize_element(&RoleText {
+            let message = RoleText {
                 role: "system",
                 content: system,
-            })?;
+            };
+            let cached = (system.len() >= ENCODED_TEXT_MIN)
+                .then(|| SYSTEM_JSON.get(system, || &message))
+                .flatten();
+            match cached {
+                Some(raw) => seq.serialize_element(&*raw)?,
+                None => seq.serialize_element(&message)?,
+            }
         }
         for msg in self.messages {
             if matches!(**msg, Message::Remove(_)) {
