@@ -152,7 +152,7 @@ impl std::str::FromStr for MultitaskStrategy {
 #[error("unknown multitask strategy {0:?}")]
 pub struct UnknownStrategy(pub String);
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum CheckpointError {
     /// The store could not be read or written (disk full, read-only, locked, unreachable).
     #[error("checkpoint store error: {0}")]

@@ -174,15 +174,25 @@ impl Outlet {
         self.lock().get_or_insert_with(Vec::new);
     }
 
-    /// Stop holding: deliver the held events (their checkpoints are written) or drop them (the
-    /// write failed: what they report is not durable).
-    fn open(&self, deliver: bool) {
+    /// How many events are held.
+    fn held(&self) -> usize {
+        self.lock().as_ref().map_or(0, Vec::len)
+    }
+
+    /// Deliver the held events (their checkpoints are written) or drop them (the write failed:
+    /// what they report is not durable) — all of them, and stop holding, or only the first
+    /// `upto`, holding the rest.
+    fn open(&self, deliver: bool, upto: Option<usize>) {
         let mut held = self.lock();
-        if let Some(q) = held.take() {
-            if deliver {
-                for event in q {
-                    self.sink.emit(event);
-                }
+        let Some(q) = held.as_mut() else { return };
+        let n = upto.map_or(q.len(), |n| n.min(q.len()));
+        let out: Vec<StreamEvent> = q.drain(..n).collect();
+        if upto.is_none() {
+            *held = None;
+        }
+        if deliver {
+            for event in out {
+                self.sink.emit(event);
             }
         }
     }
@@ -353,36 +363,43 @@ struct Queue {
     failed: Option<CheckpointError>,
 }
 
-fn copy_error(e: &CheckpointError) -> CheckpointError {
-    match e {
-        CheckpointError::Store(m) => CheckpointError::Store(m.clone()),
-        CheckpointError::Corrupt(m) => CheckpointError::Corrupt(m.clone()),
-        CheckpointError::UnknownParent(m) => CheckpointError::UnknownParent(m.clone()),
-    }
-}
-
 impl PendingCheckpoints {
     fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Nothing queued and no failure to report: a write would do nothing.
+    fn idle(&self) -> bool {
+        let q = self.lock();
+        q.writes.is_empty() && q.failed.is_none()
+    }
+
     /// Write what is queued (the caller holds the turn); deliver or drop the held events.
     async fn write(&self, outlet: &Outlet) -> Result<(), CheckpointError> {
-        let (store, writes) = {
+        let (store, writes, covered) = {
             let mut q = self.lock();
             if let Some(e) = &q.failed {
-                return Err(copy_error(e));
+                return Err(e.clone());
             }
-            (q.store.clone(), std::mem::take(&mut q.writes))
+            // The events held so far belong to these writes; later ones to later writes.
+            (
+                q.store.clone(),
+                std::mem::take(&mut q.writes),
+                outlet.held(),
+            )
         };
         let result = match store {
             Some(store) if !writes.is_empty() => store.put_all(writes).await,
             _ => Ok(()),
         };
+        let mut q = self.lock();
         if let Err(e) = &result {
-            self.lock().failed = Some(copy_error(e));
+            q.failed = Some(e.clone());
         }
-        outlet.open(result.is_ok());
+        // A superstep queued meanwhile (only possible when a dropped `persist` finished in its
+        // own task) keeps its events held until its own write.
+        let upto = (!q.writes.is_empty()).then_some(covered);
+        outlet.open(result.is_ok(), upto);
         result
     }
 }
@@ -430,7 +447,7 @@ impl RunContext {
     /// deferrable hook (a model call: `side_model::invoke_observed` does). Safe to drop: the
     /// write goes on, and what it holds back is released when it lands.
     pub async fn persist(&self) -> Result<(), CheckpointError> {
-        if !self.has_pending_checkpoints() && self.checkpoints.lock().failed.is_none() {
+        if self.checkpoints.idle() {
             return Ok(());
         }
         let turn = self.checkpoints.turn.clone().lock_owned().await;
@@ -449,7 +466,7 @@ impl RunContext {
 
     /// [`RunContext::persist`] on the caller's task (the loop's own flushes, never cancelled).
     pub(crate) async fn flush_checkpoints(&self) -> Result<(), CheckpointError> {
-        if !self.has_pending_checkpoints() && self.checkpoints.lock().failed.is_none() {
+        if self.checkpoints.idle() {
             return Ok(());
         }
         let _turn = self.checkpoints.turn.lock().await;

@@ -13,6 +13,7 @@ use antler_runtime::*;
 use async_trait::async_trait;
 use pretty_assertions::assert_eq;
 use serde_json::json;
+use tokio::sync::Notify;
 
 /// A store that records each write call: the nodes it wrote, and how many `values` events the
 /// run's consumer had received when the write began.
@@ -22,6 +23,8 @@ struct Recorder {
     batches: Mutex<Vec<(Vec<String>, usize)>>,
     /// Fail the write call with this index (0-based).
     fail_at: Option<usize>,
+    /// The write call with this index waits for the gate before it stores anything.
+    gate: Option<(usize, Arc<Notify>)>,
 }
 
 impl Recorder {
@@ -31,6 +34,7 @@ impl Recorder {
             sink: sink.clone(),
             batches: Mutex::default(),
             fail_at,
+            gate: None,
         })
     }
 
@@ -43,7 +47,8 @@ impl Recorder {
             .collect()
     }
 
-    fn record(&self, writes: &[CheckpointWrite]) -> Result<(), CheckpointError> {
+    /// Record the call; its index.
+    fn record(&self, writes: &[CheckpointWrite]) -> Result<usize, CheckpointError> {
         let nodes = writes
             .iter()
             .map(|w| w.meta.metadata["node"].as_str().unwrap_or("").to_owned())
@@ -54,7 +59,7 @@ impl Recorder {
         if self.fail_at == Some(index) {
             return Err(CheckpointError::Store("disk full".into()));
         }
-        Ok(())
+        Ok(index)
     }
 }
 
@@ -72,7 +77,12 @@ impl Checkpointer for Recorder {
         self.inner.put(write).await
     }
     async fn put_all(&self, writes: Vec<CheckpointWrite>) -> Result<(), CheckpointError> {
-        self.record(&writes)?;
+        let index = self.record(&writes)?;
+        if let Some((at, gate)) = &self.gate {
+            if *at == index {
+                gate.notified().await;
+            }
+        }
         for w in writes {
             self.inner.put(w).await?;
         }
@@ -101,6 +111,8 @@ impl Checkpointer for Recorder {
 struct Stamp {
     deferrable: bool,
     persist: bool,
+    /// Start a `persist` and give up on it at once (a hook cancelled mid-write).
+    abandon: bool,
     /// Whether checkpoints were pending when the hook ran (after its own persist).
     saw_pending: Mutex<Vec<bool>>,
 }
@@ -123,6 +135,14 @@ impl Middleware for Stamp {
     async fn after_model(&self, state: &ThreadState, run: &RunContext) -> HookResult {
         if self.persist {
             run.persist().await.unwrap();
+        }
+        if self.abandon {
+            // Given up on while its write runs (a gated write cannot finish in time).
+            let _ = tokio::time::timeout(std::time::Duration::ZERO, run.persist()).await;
+            // Let the abandoned write take the queue before this hook's own superstep.
+            for _ in 0..10 {
+                tokio::task::yield_now().await;
+            }
         }
         self.saw_pending
             .lock()
@@ -175,6 +195,7 @@ async fn run(deferrable: bool, persist: bool, fail_at: Option<usize>) -> Outcome
     let stamp = Arc::new(Stamp {
         deferrable,
         persist,
+        abandon: false,
         saw_pending: Mutex::default(),
     });
     let model = Arc::new(ScriptedModel::new([
@@ -241,9 +262,8 @@ async fn supersteps_between_side_effects_are_written_together() {
     );
 }
 
-#[tokio::test]
-async fn a_hook_that_is_not_deferrable_runs_after_the_write() {
-    let out = run(false, false, None).await;
+/// Every superstep written on its own, and the hook never saw a queued one.
+fn assert_one_write_each(out: &Outcome) {
     assert_eq!(out.run.status, RunStatus::Success);
     assert_eq!(
         out.cp.nodes(),
@@ -260,21 +280,13 @@ async fn a_hook_that_is_not_deferrable_runs_after_the_write() {
 }
 
 #[tokio::test]
+async fn a_hook_that_is_not_deferrable_runs_after_the_write() {
+    assert_one_write_each(&run(false, false, None).await);
+}
+
+#[tokio::test]
 async fn a_deferrable_hook_can_write_before_its_own_side_effect() {
-    let out = run(true, true, None).await;
-    assert_eq!(out.run.status, RunStatus::Success);
-    assert_eq!(
-        out.cp.nodes(),
-        nodes(&[
-            &["__input__"],
-            &["model"],
-            &["Stamp.after_model"],
-            &["tools"],
-            &["model"],
-            &["Stamp.after_model"],
-        ])
-    );
-    assert_eq!(*out.stamp.saw_pending.lock().unwrap(), [false, false]);
+    assert_one_write_each(&run(true, true, None).await);
 }
 
 #[tokio::test]
@@ -351,4 +363,63 @@ async fn a_failed_write_fails_the_run_and_its_states_are_never_reported() {
         })
         .count();
     assert_eq!(tool_events, 0);
+}
+
+#[tokio::test]
+async fn an_abandoned_write_releases_only_the_events_it_wrote() {
+    // A hook starts a write and is dropped from it (as when its run is cancelled); the write
+    // goes on, and the hook's own superstep is queued before it lands. That superstep's events
+    // must wait for its own write.
+    let sink = Arc::new(CollectingSink::new());
+    let gate = Arc::new(Notify::new());
+    let cp = Arc::new(Recorder {
+        gate: Some((1, gate.clone())),
+        ..Arc::into_inner(Recorder::new(&sink, None)).unwrap()
+    });
+    let stamp = Arc::new(Stamp {
+        deferrable: true,
+        persist: false,
+        abandon: true,
+        saw_pending: Mutex::default(),
+    });
+    let model = Arc::new(ScriptedModel::new([
+        ScriptedReply::tool_call("c1", "echo", json!({"text": "hi"})),
+        ScriptedReply::text("done"),
+    ]));
+    let agent = Agent::new(model)
+        .with_tools(ToolRegistry::new().with(echo()))
+        .with_chain(Chain::new(vec![stamp.clone() as Arc<dyn Middleware>]).unwrap())
+        .with_checkpointer(cp.clone());
+    let ctx = Arc::new(RunContext::new("t1", "r1", sink.clone()));
+    // Open the gate once the gated write has begun and the hook's superstep is queued.
+    let (watch, writes) = (ctx.clone(), cp.clone());
+    let opener = tokio::spawn(async move {
+        while writes.batches.lock().unwrap().len() < 2 || !watch.has_pending_checkpoints() {
+            tokio::task::yield_now().await;
+        }
+        gate.notify_one();
+    });
+    let out = agent
+        .run(RunInput::message(Message::human("go")), ctx)
+        .await;
+    opener.await.unwrap();
+    assert_eq!(out.status, RunStatus::Success);
+    let batches = cp.batches.lock().unwrap().clone();
+    assert_eq!(
+        batches.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>(),
+        nodes(&[
+            &["__input__"],
+            &["model"],
+            &["Stamp.after_model"],
+            &["tools"],
+            &["model"],
+            &["Stamp.after_model"],
+        ])
+    );
+    let mut written = 0;
+    for (nodes, values_seen) in &batches {
+        assert_eq!(*values_seen, written, "before writing {nodes:?}");
+        written += nodes.len();
+    }
+    assert_eq!(values_count(&sink), written);
 }

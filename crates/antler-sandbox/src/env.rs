@@ -44,14 +44,6 @@ pub fn is_valid_env_name(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
-/// The host environment without secret-looking names, then `inject` on top (injected wins).
-/// Injected names are validated first; a bad one fails before anything runs.
-pub fn scrubbed_env(
-    inject: &[(String, String)],
-) -> Result<Vec<(OsString, OsString)>, SandboxError> {
-    with_injected(&scrubbed_host_env(), inject)
-}
-
 /// The host environment without secret-looking names (read now: a sandbox keeps it, since
 /// reading and filtering the environment on every command was a measurable part of a step).
 pub fn scrubbed_host_env() -> Vec<(OsString, OsString)> {
@@ -60,8 +52,8 @@ pub fn scrubbed_host_env() -> Vec<(OsString, OsString)> {
         .collect()
 }
 
-/// `host` (already scrubbed), then `inject` on top (injected wins); injected names are
-/// validated first.
+/// `host` (already scrubbed: [`scrubbed_host_env`]), then `inject` on top (injected wins).
+/// Injected names are validated first; a bad one fails before anything runs.
 pub fn with_injected(
     host: &[(OsString, OsString)],
     inject: &[(String, String)],
@@ -129,8 +121,9 @@ mod tests {
         assert!(is_valid_env_name("A_1"));
         assert!(!is_valid_env_name("1A"));
         assert!(!is_valid_env_name("A-B"));
-        assert!(scrubbed_env(&[("BAD NAME".into(), "x".into())]).is_err());
-        let env = scrubbed_env(&[("GH_TOKEN".into(), "tok".into())]).unwrap();
+        let host = scrubbed_host_env();
+        assert!(with_injected(&host, &[("BAD NAME".into(), "x".into())]).is_err());
+        let env = with_injected(&host, &[("GH_TOKEN".into(), "tok".into())]).unwrap();
         assert!(env.iter().any(|(k, v)| k == "GH_TOKEN" && v == "tok"));
     }
 

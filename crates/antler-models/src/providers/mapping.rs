@@ -302,12 +302,13 @@ where
     M: SerializeMap,
     W: Serialize,
 {
-    if tools.is_empty() {
-        return Ok(());
-    }
-    match cache.encoded(tools, &wire) {
+    // No tools, or one that does not serialize on its own: written inline (or not at all).
+    match (!tools.is_empty())
+        .then(|| cache.encoded(tools, &wire))
+        .flatten()
+    {
         Some(encoded) => m.serialize_entry("tools", &encoded),
-        None => m.serialize_entry("tools", &Each(tools, wire)),
+        None => serialize_tools(m, tools, wire),
     }
 }
 

@@ -468,15 +468,7 @@ pub struct StoreStats {
 impl SqliteStore {
     /// Persist one checkpoint (see [`Checkpointer::put`]).
     pub async fn put_checkpoint(&self, write: CheckpointWrite) -> Result<(), StoreError> {
-        let encoded = encode(write)?;
-        let bytes = self
-            .db()
-            .write_inline(move |cx| put_tx(cx, &encoded))
-            .await?;
-        let stats = self.stats_counters();
-        stats.checkpoints.fetch_add(1, Ordering::Relaxed);
-        stats.checkpoint_bytes.fetch_add(bytes, Ordering::Relaxed);
-        Ok(())
+        self.put_checkpoints(vec![write]).await
     }
 
     /// Several checkpoints in one transaction, in order (each the parent of the next): all are
