@@ -14,8 +14,8 @@ pub use events::{MessageMeta, StreamEvent, StreamMessage, StreamModes};
 pub use message_list::{AddMessagesError, Change, Entry, Messages};
 pub use messages::{
     AiMessage, AiMessageChunk, Content, HumanMessage, InvalidToolCall, Message, MessageParseError,
-    Object, RemoveMessage, SystemMessage, ToolCall, ToolCallChunk, ToolMessage, ToolStatus,
-    UsageMetadata, REMOVE_ALL_MESSAGES,
+    MessageRef, Object, RemoveMessage, SystemMessage, ToolCall, ToolCallChunk, ToolMessage,
+    ToolStatus, UsageMetadata, REMOVE_ALL_MESSAGES,
 };
 pub use state::{
     Delegation, Promoted, ReducerError, SandboxState, SkillEntry, StateUpdate, ThreadData,

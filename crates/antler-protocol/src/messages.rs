@@ -434,6 +434,35 @@ impl Message {
     }
 }
 
+/// A borrowed message that serializes exactly as [`Message`] does (the `type` discriminator
+/// included), for writers that must not clone the message first.
+#[derive(Clone, Copy, Debug, Serialize)]
+#[serde(tag = "type")]
+pub enum MessageRef<'a> {
+    #[serde(rename = "human")]
+    Human(&'a HumanMessage),
+    #[serde(rename = "ai")]
+    Ai(&'a AiMessage),
+    #[serde(rename = "system")]
+    System(&'a SystemMessage),
+    #[serde(rename = "tool")]
+    Tool(&'a ToolMessage),
+    #[serde(rename = "remove")]
+    Remove(&'a RemoveMessage),
+}
+
+impl<'a> From<&'a Message> for MessageRef<'a> {
+    fn from(m: &'a Message) -> Self {
+        match m {
+            Message::Human(m) => MessageRef::Human(m),
+            Message::Ai(m) => MessageRef::Ai(m),
+            Message::System(m) => MessageRef::System(m),
+            Message::Tool(m) => MessageRef::Tool(m),
+            Message::Remove(m) => MessageRef::Remove(m),
+        }
+    }
+}
+
 /// `From<XMessage> for Message`, one per variant.
 macro_rules! message_from {
     ($($variant:ident($ty:ty)),* $(,)?) => {$(

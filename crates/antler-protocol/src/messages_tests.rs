@@ -199,3 +199,23 @@ fn chunk_serializes_as_ai_message_chunk() {
     assert_eq!(v["tool_calls"][0]["args"], json!({}));
     assert_eq!(v["chunk_position"], Value::Null);
 }
+
+#[test]
+fn a_borrowed_message_writes_the_same_bytes_as_the_message() {
+    let messages: Vec<Message> = serde_json::from_value(json!([
+        {"type": "human", "content": "hi", "id": "h1", "additional_kwargs": {"k": 1}},
+        {"type": "ai", "content": "", "id": "a1",
+         "tool_calls": [{"id": "c1", "name": "bash", "args": {"command": "ls"}}],
+         "usage_metadata": {"input_tokens": 3, "output_tokens": 4, "total_tokens": 7}},
+        {"type": "tool", "tool_call_id": "c1", "name": "bash", "content": "ok", "status": "error"},
+        {"type": "system", "content": [{"type": "text", "text": "be brief"}]},
+        {"type": "remove", "id": "h1"},
+    ]))
+    .unwrap();
+    for m in &messages {
+        assert_eq!(
+            serde_json::to_string(&MessageRef::from(m)).unwrap(),
+            serde_json::to_string(m).unwrap()
+        );
+    }
+}

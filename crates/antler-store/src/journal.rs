@@ -15,8 +15,10 @@
 //! - `trace` content longer than the store's `max_trace_content` is cut on a character boundary
 //!   and flagged with `content_truncated` / `original_byte_length`.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use rusqlite::params;
 use serde::{Deserialize, Serialize};
@@ -118,18 +120,127 @@ pub struct MessageCursor {
     pub limit: usize,
 }
 
-/// An event encoded off the writer thread.
-struct Encoded {
-    thread_id: String,
-    run_id: String,
-    user_id: Option<String>,
-    event_type: String,
-    category: String,
-    content: String,
-    content_json: bool,
+/// A journal row's ids, shared by every event of one run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunEventIds {
+    pub thread_id: Arc<str>,
+    pub run_id: Arc<str>,
+    pub user_id: Option<Arc<str>>,
+}
+
+/// An event's content as stored: text, or JSON already encoded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EventContent {
+    Text(String),
+    Json(String),
+}
+
+impl EventContent {
+    /// A JSON string is stored as its text; anything else as JSON.
+    pub fn from_value(value: &Value) -> Result<Self, StoreError> {
+        match value {
+            Value::String(s) => Ok(EventContent::Text(s.clone())),
+            other => serde_json::to_string(other)
+                .map(EventContent::Json)
+                .map_err(|e| StoreError::encode("event content", e)),
+        }
+    }
+
+    fn text(&self) -> &str {
+        match self {
+            EventContent::Text(s) | EventContent::Json(s) => s,
+        }
+    }
+}
+
+/// An event ready for the `run_events` table: content and metadata encoded, trace content cut,
+/// ids shared. Writers that append many events build these where the event happens (from
+/// borrowed data, no intermediate `Value`) and hand them to
+/// [`SqliteStore::append_encoded_run_events`].
+#[derive(Clone, Debug)]
+pub struct EncodedRunEvent {
+    ids: RunEventIds,
+    event_type: Cow<'static, str>,
+    category: Cow<'static, str>,
+    content: EventContent,
     metadata: String,
     created_at: String,
-    /// The decoded forms, returned as the stored record.
+}
+
+impl EncodedRunEvent {
+    /// Encode one event; `max_trace` is the store's `max_trace_content`
+    /// ([`SqliteStore::max_trace_content`]); `created_at` empty = now.
+    pub fn new(
+        ids: &RunEventIds,
+        event_type: impl Into<Cow<'static, str>>,
+        category: impl Into<Cow<'static, str>>,
+        mut content: EventContent,
+        mut metadata: Map<String, Value>,
+        max_trace: usize,
+        created_at: String,
+    ) -> Result<Self, StoreError> {
+        let category = category.into();
+        cut_trace(&category, &mut content, &mut metadata, max_trace);
+        Self::encoded(
+            ids,
+            event_type.into(),
+            category,
+            content,
+            &metadata,
+            created_at,
+        )
+    }
+
+    fn encoded(
+        ids: &RunEventIds,
+        event_type: Cow<'static, str>,
+        category: Cow<'static, str>,
+        content: EventContent,
+        metadata: &Map<String, Value>,
+        created_at: String,
+    ) -> Result<Self, StoreError> {
+        let metadata = serde_json::to_string(metadata)
+            .map_err(|e| StoreError::encode(format!("metadata of {event_type}"), e))?;
+        Ok(EncodedRunEvent {
+            ids: ids.clone(),
+            event_type,
+            category,
+            content,
+            metadata,
+            created_at: if created_at.is_empty() {
+                now()
+            } else {
+                created_at
+            },
+        })
+    }
+
+    pub fn event_type(&self) -> &str {
+        &self.event_type
+    }
+}
+
+/// `trace` content longer than `max` bytes is cut on a character boundary and flagged; true
+/// when it was.
+fn cut_trace(
+    category: &str,
+    content: &mut EventContent,
+    metadata: &mut Map<String, Value>,
+    max: usize,
+) -> bool {
+    let text = content.text();
+    if category != CATEGORY_TRACE || text.len() <= max {
+        return false;
+    }
+    metadata.insert("content_truncated".into(), Value::Bool(true));
+    metadata.insert("original_byte_length".into(), Value::from(text.len()));
+    *content = EventContent::Text(cut(text, max).to_owned());
+    true
+}
+
+/// An event encoded off the writer thread, with the decoded forms returned as its record.
+struct Encoded {
+    row: EncodedRunEvent,
     content_value: Value,
     metadata_value: Map<String, Value>,
 }
@@ -157,42 +268,27 @@ fn encode(event: NewRunEvent, max_trace: usize) -> Result<Encoded, StoreError> {
         mut metadata,
         created_at,
     } = event;
-    if category == CATEGORY_TRACE {
-        let text = match &content {
-            Value::String(s) => s.clone(),
-            other => serde_json::to_string(other)
-                .map_err(|e| StoreError::encode(format!("content of {event_type}"), e))?,
-        };
-        if text.len() > max_trace {
-            metadata.insert("content_truncated".into(), Value::Bool(true));
-            metadata.insert("original_byte_length".into(), Value::from(text.len()));
-            content = Value::String(cut(&text, max_trace).to_owned());
-        }
-    }
-    let (text, content_json) = match &content {
-        Value::String(s) => (s.clone(), false),
-        other => (
-            serde_json::to_string(other)
-                .map_err(|e| StoreError::encode(format!("content of {event_type}"), e))?,
-            true,
-        ),
+    let ids = RunEventIds {
+        thread_id: thread_id.into(),
+        run_id: run_id.into(),
+        user_id: user_id.map(Into::into),
     };
-    let meta_text = serde_json::to_string(&metadata)
-        .map_err(|e| StoreError::encode(format!("metadata of {event_type}"), e))?;
+    let mut text = EventContent::from_value(&content)
+        .map_err(|e| StoreError::encode(format!("content of {event_type}"), e))?;
+    if cut_trace(&category, &mut text, &mut metadata, max_trace) {
+        // The record returns what was stored.
+        content = Value::String(text.text().to_owned());
+    }
+    let row = EncodedRunEvent::encoded(
+        &ids,
+        event_type.into(),
+        category.into(),
+        text,
+        &metadata,
+        created_at,
+    )?;
     Ok(Encoded {
-        thread_id,
-        run_id,
-        user_id,
-        event_type,
-        category,
-        content: text,
-        content_json,
-        metadata: meta_text,
-        created_at: if created_at.is_empty() {
-            now()
-        } else {
-            created_at
-        },
+        row,
         content_value: content,
         metadata_value: metadata,
     })
@@ -208,9 +304,12 @@ fn max_seq(cx: &Cx<'_>, thread: &str) -> Result<i64, StoreError> {
     Ok(head.unwrap_or(0))
 }
 
-/// Insert events, assigning seqs per thread; returns the stored records in input order.
-fn insert_tx(cx: &Cx<'_>, events: Vec<Encoded>) -> Result<Vec<RunEventRecord>, StoreError> {
-    let mut next: HashMap<String, i64> = HashMap::new();
+/// Insert rows, assigning seqs per thread; returns their seqs in input order.
+fn insert_rows<'a>(
+    cx: &Cx<'_>,
+    rows: impl ExactSizeIterator<Item = &'a EncodedRunEvent>,
+) -> Result<Vec<i64>, StoreError> {
+    let mut next: HashMap<&'a str, i64> = HashMap::new();
     let mut stmt = cx
         .conn
         .prepare_cached(
@@ -219,45 +318,60 @@ fn insert_tx(cx: &Cx<'_>, events: Vec<Encoded>) -> Result<Vec<RunEventRecord>, S
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
         )
         .map_err(cx.err("append run events"))?;
-    let mut out = Vec::with_capacity(events.len());
-    for e in events {
-        let seq = match next.get_mut(&e.thread_id) {
+    let mut seqs = Vec::with_capacity(rows.len());
+    for e in rows {
+        let thread: &'a str = &e.ids.thread_id;
+        let seq = match next.get_mut(thread) {
             Some(s) => {
                 *s += 1;
                 *s
             }
             None => {
-                let s = max_seq(cx, &e.thread_id)? + 1;
-                next.insert(e.thread_id.clone(), s);
+                let s = max_seq(cx, thread)? + 1;
+                next.insert(thread, s);
                 s
             }
         };
+        let (content, content_json) = match &e.content {
+            EventContent::Text(t) => (t, false),
+            EventContent::Json(j) => (j, true),
+        };
         stmt.execute(params![
-            e.thread_id,
-            e.run_id,
-            e.user_id,
+            thread,
+            &*e.ids.run_id,
+            e.ids.user_id.as_deref(),
             seq,
-            e.event_type,
-            e.category,
-            e.content,
-            e.content_json,
+            &*e.event_type,
+            &*e.category,
+            content,
+            content_json,
             e.metadata,
             e.created_at,
         ])
         .map_err(cx.err("append run events"))?;
-        out.push(RunEventRecord {
+        seqs.push(seq);
+    }
+    Ok(seqs)
+}
+
+/// Insert events; returns the stored records in input order.
+fn insert_tx(cx: &Cx<'_>, events: Vec<Encoded>) -> Result<Vec<RunEventRecord>, StoreError> {
+    let seqs = insert_rows(cx, events.iter().map(|e| &e.row))?;
+    Ok(events
+        .into_iter()
+        .zip(seqs)
+        .map(|(e, seq)| RunEventRecord {
             seq,
-            thread_id: e.thread_id,
-            run_id: e.run_id,
-            user_id: e.user_id,
-            event_type: e.event_type,
-            category: e.category,
+            thread_id: e.row.ids.thread_id.to_string(),
+            run_id: e.row.ids.run_id.to_string(),
+            user_id: e.row.ids.user_id.as_deref().map(str::to_owned),
+            event_type: e.row.event_type.into_owned(),
+            category: e.row.category.into_owned(),
             content: e.content_value,
             metadata: e.metadata_value,
-            created_at: e.created_at,
-        });
-    }
-    Ok(out)
+            created_at: e.row.created_at,
+        })
+        .collect())
 }
 
 const COLUMNS: &str = "SELECT seq, thread_id, run_id, user_id, event_type, category, content,
@@ -392,6 +506,25 @@ impl SqliteStore {
         self.db().write(move |cx| insert_tx(cx, encoded)).await
     }
 
+    /// The `max_trace_content` an [`EncodedRunEvent`] for this store is cut at.
+    pub fn max_trace_content(&self) -> usize {
+        self.max_trace_bytes()
+    }
+
+    /// Append encoded events atomically (one transaction; seqs consecutive per thread). The
+    /// batch is shared so a caller can keep it for a retry without copying it.
+    pub async fn append_encoded_run_events(
+        &self,
+        events: Arc<Vec<EncodedRunEvent>>,
+    ) -> Result<(), StoreError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        self.db()
+            .write(move |cx| insert_rows(cx, events.iter()).map(drop))
+            .await
+    }
+
     /// Append one event unless its run already has an event of the same type. Returns the
     /// stored (or the existing) record and whether it was created.
     pub async fn put_run_event_if_absent(
@@ -407,7 +540,11 @@ impl SqliteStore {
                         "{COLUMNS} WHERE run_id = ?1 AND thread_id = ?2 AND event_type = ?3
                          ORDER BY seq LIMIT 1"
                     ),
-                    params![encoded.run_id, encoded.thread_id, encoded.event_type],
+                    params![
+                        &*encoded.row.ids.run_id,
+                        &*encoded.row.ids.thread_id,
+                        &*encoded.row.event_type
+                    ],
                     "read a run event",
                 )?;
                 if let Some(rec) = existing.into_iter().next() {

@@ -29,7 +29,10 @@ use std::sync::Arc;
 
 pub use checkpoints::{LatestGood, StoreStats};
 pub use error::{Failure, StoreError};
-pub use journal::{EventQuery, MessageCursor, NewRunEvent, RunEventRecord};
+pub use journal::{
+    EncodedRunEvent, EventContent, EventQuery, MessageCursor, NewRunEvent, RunEventIds,
+    RunEventRecord,
+};
 pub use lease::LeaseOwner;
 pub use memory::{MemoryChange, MemorySave, MemorySnapshot};
 pub use runs::{

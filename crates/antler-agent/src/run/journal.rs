@@ -26,10 +26,12 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-use antler_protocol::Message;
+use antler_protocol::{Message, MessageRef};
 use antler_runtime::{RunContext, RunEvent, RunObserver};
 use antler_store::journal::CATEGORY_MESSAGE;
-use antler_store::{NewRunEvent, RunUsage, SqliteStore};
+use antler_store::{
+    EncodedRunEvent, EventContent, NewRunEvent, RunEventIds, RunUsage, SqliteStore,
+};
 use serde_json::{json, Map, Value};
 
 pub use antler_store::checkpoints::recover::{recover_thread, RecoveringCheckpointer, Recovery};
@@ -84,9 +86,9 @@ pub struct JournalReport {
 
 #[derive(Default)]
 struct State {
-    buffer: Vec<NewRunEvent>,
+    buffer: Vec<EncodedRunEvent>,
     /// The run's input, journaled right after `run.start`.
-    pending_input: Vec<NewRunEvent>,
+    pending_input: Vec<EncodedRunEvent>,
     started: bool,
     llm_calls: u64,
     usage: JournalUsage,
@@ -96,24 +98,24 @@ struct State {
 }
 
 enum Cmd {
-    Batch(Vec<NewRunEvent>),
+    Batch(Vec<EncodedRunEvent>),
     Barrier(oneshot::Sender<()>),
 }
 
 #[derive(Default)]
 struct Shared {
     /// Batches the flusher could not store, oldest first.
-    failed: Vec<NewRunEvent>,
+    failed: Vec<EncodedRunEvent>,
     written: usize,
+    /// Events that could not be encoded.
+    unencodable: usize,
     error: Option<String>,
 }
 
 /// The journal of one run (see the module doc).
 pub struct RunJournal {
     store: SqliteStore,
-    thread_id: String,
-    run_id: String,
-    user_id: Option<String>,
+    ids: RunEventIds,
     track_usage: bool,
     state: Mutex<State>,
     shared: Arc<Mutex<Shared>>,
@@ -138,9 +140,11 @@ impl RunJournal {
     ) -> Self {
         RunJournal {
             store,
-            thread_id: thread_id.into(),
-            run_id: run_id.into(),
-            user_id,
+            ids: RunEventIds {
+                thread_id: thread_id.into().into(),
+                run_id: run_id.into().into(),
+                user_id: user_id.map(Into::into),
+            },
             track_usage: true,
             state: Mutex::new(State::default()),
             shared: Arc::new(Mutex::new(Shared::default())),
@@ -155,37 +159,60 @@ impl RunJournal {
     }
 
     pub fn run_id(&self) -> &str {
-        &self.run_id
+        &self.ids.run_id
     }
 
+    /// One event, encoded now (stamped when it happened, not when the batch is written);
+    /// `None`, counted and logged, if it does not encode.
     fn event(
         &self,
-        kind: &str,
-        category: &str,
-        content: Value,
+        kind: impl Into<std::borrow::Cow<'static, str>>,
+        category: &'static str,
+        content: EventContent,
         meta: Map<String, Value>,
-    ) -> NewRunEvent {
-        let mut e = NewRunEvent::new(&self.thread_id, &self.run_id, kind, category, content)
-            .with_metadata(meta)
-            .with_user(self.user_id.clone());
-        // Stamped when it happened, not when the batch is written.
-        e.created_at = now();
-        e
+    ) -> Option<EncodedRunEvent> {
+        let max = self.store.max_trace_content();
+        match EncodedRunEvent::new(&self.ids, kind, category, content, meta, max, now()) {
+            Ok(e) => Some(e),
+            Err(e) => {
+                tracing::warn!(run = %self.ids.run_id, error = %e, "a journal event does not encode");
+                let mut shared = lock(&self.shared);
+                shared.unencodable += 1;
+                shared.error = Some(e.to_string());
+                None
+            }
+        }
+    }
+
+    /// `content` as stored: a JSON string as text, anything else as JSON.
+    fn content(&self, value: &Value) -> EventContent {
+        EventContent::from_value(value).unwrap_or_else(|_| EventContent::Json("null".into()))
     }
 
     /// Journal an event that is not a [`RunEvent`] (recovery, admission, …).
-    pub fn record(&self, kind: &str, category: &str, content: Value, meta: Map<String, Value>) {
-        let e = self.event(kind, category, content, meta);
-        self.push(vec![e]);
+    pub fn record(
+        &self,
+        kind: &str,
+        category: &'static str,
+        content: Value,
+        meta: Map<String, Value>,
+    ) {
+        let content = self.content(&content);
+        self.push(self.event(kind.to_owned(), category, content, meta));
     }
 
-    /// Journal a message the run produced, serialized as the event's content.
-    fn record_message(&self, kind: &str, message: Message, meta: Map<String, Value>) {
-        let content = serde_json::to_value(message).unwrap_or(Value::Null);
-        self.record(kind, CATEGORY_MESSAGE, content, meta);
+    /// Journal a message the run produced, serialized (from the borrow) as the event's content.
+    fn record_message(
+        &self,
+        kind: &'static str,
+        message: MessageRef<'_>,
+        meta: Map<String, Value>,
+    ) {
+        let content = serde_json::to_string(&message).unwrap_or_else(|_| "null".into());
+        self.push(self.event(kind, CATEGORY_MESSAGE, EventContent::Json(content), meta));
     }
 
-    fn push(&self, events: Vec<NewRunEvent>) {
+    fn push(&self, events: impl IntoIterator<Item = EncodedRunEvent>) {
         let batch = {
             let mut st = lock(&self.state);
             st.buffer.extend(events);
@@ -198,7 +225,7 @@ impl RunJournal {
     }
 
     /// Hand a batch to the flusher task (started on first use inside a runtime).
-    fn send(&self, batch: Vec<NewRunEvent>) {
+    fn send(&self, batch: Vec<EncodedRunEvent>) {
         let mut flusher = lock(&self.flusher);
         if flusher.is_none() {
             let Ok(handle) = tokio::runtime::Handle::try_current() else {
@@ -245,21 +272,24 @@ impl RunJournal {
             ..Default::default()
         };
         let n = rest.len();
-        match self.store.append_run_events(rest).await {
+        match self.store.append_encoded_run_events(Arc::new(rest)).await {
             Ok(_) => lock(&self.shared).written += n,
             Err(e) => {
-                tracing::error!(run = %self.run_id, error = %e, "could not write the run journal");
+                tracing::error!(run = %self.ids.run_id, error = %e, "could not write the run journal");
                 report.events_lost = n;
                 lock(&self.shared).error = Some(e.to_string());
             }
         }
         // The receipt: at most once per run, retried a little.
-        let receipt = self.event(
+        let mut receipt = NewRunEvent::new(
+            &*self.ids.thread_id,
+            &*self.ids.run_id,
             "run.delivery",
             "outputs",
             json!({"presented": !paths.is_empty(), "paths": paths, "by_tool": by_tool}),
-            Map::new(),
-        );
+        )
+        .with_user(self.ids.user_id.as_deref().map(str::to_owned));
+        receipt.created_at = now();
         let mut stored = false;
         for _ in 0..3 {
             match self.store.put_run_event_if_absent(receipt.clone()).await {
@@ -275,6 +305,7 @@ impl RunJournal {
         }
         report.delivery_failed = !stored && !report.delivered.is_empty();
         let shared = lock(&self.shared);
+        report.events_lost += shared.unencodable;
         report.events_written = shared.written;
         report.error = shared.error.clone();
         report
@@ -294,10 +325,12 @@ impl RunJournal {
                 _ => false,
             };
             if keep {
-                events.push(self.event(
+                let content =
+                    serde_json::to_string(&MessageRef::from(m)).unwrap_or_else(|_| "null".into());
+                events.extend(self.event(
                     "llm.human.input",
                     CATEGORY_MESSAGE,
-                    m.to_value(),
+                    EventContent::Json(content),
                     Map::new(),
                 ));
             }
@@ -329,12 +362,15 @@ async fn flush_loop(
                 let mut todo = std::mem::take(&mut lock(&shared).failed);
                 todo.extend(batch);
                 let n = todo.len();
-                match store.append_run_events(todo.clone()).await {
-                    Ok(_) => lock(&shared).written += n,
+                // Shared with the writer, kept here for a retry (no copy unless it failed while
+                // the writer still held it).
+                let todo = Arc::new(todo);
+                match store.append_encoded_run_events(todo.clone()).await {
+                    Ok(()) => lock(&shared).written += n,
                     Err(e) => {
                         tracing::warn!(error = %e, "journal batch failed; kept for retry");
                         let mut s = lock(&shared);
-                        s.failed = todo;
+                        s.failed = Arc::try_unwrap(todo).unwrap_or_else(|t| (*t).clone());
                         s.error = Some(e.to_string());
                     }
                 }
@@ -367,10 +403,7 @@ impl RunObserver for RunJournal {
             RunEvent::RunStart => {
                 let meta = fields([("caller", json!("lead_agent"))]);
                 let o = &run.options;
-                let start = self.event(
-                    "run.start",
-                    "trace",
-                    json!({
+                let start = json!({
                         "chain": run.assistant_id,
                         "model": o.model_name,
                         "options": {
@@ -379,17 +412,14 @@ impl RunObserver for RunJournal {
                             "recursion_limit": o.recursion_limit,
                             "agent_name": o.agent_name,
                         },
-                    }),
-                    meta,
-                );
+                });
+                let start = self.event("run.start", "trace", self.content(&start), meta);
                 let input = {
                     let mut st = lock(&self.state);
                     st.started = true;
                     std::mem::take(&mut st.pending_input)
                 };
-                let mut events = vec![start];
-                events.extend(input);
-                self.push(events);
+                self.push(start.into_iter().chain(input));
             }
             RunEvent::Update { node, update } => {
                 if let Some(msgs) = &update.messages {
@@ -475,7 +505,7 @@ impl RunObserver for RunJournal {
                     ("latency_ms", json!(millis(*latency))),
                     ("llm_call_index", json!(index)),
                 ]);
-                self.record_message("llm.ai.response", Message::Ai((*response).clone()), meta);
+                self.record_message("llm.ai.response", MessageRef::Ai(response), meta);
             }
             RunEvent::ModelError {
                 caller,
@@ -533,7 +563,7 @@ impl RunObserver for RunJournal {
                     ("duration_ms", json!(millis(*duration))),
                     ("result_bytes", json!(message.content.approx_len())),
                 ]);
-                self.record_message("llm.tool.result", Message::Tool((*message).clone()), meta);
+                self.record_message("llm.tool.result", MessageRef::Tool(message), meta);
             }
             RunEvent::Middleware {
                 name,
@@ -541,12 +571,8 @@ impl RunObserver for RunJournal {
                 payload,
             } => {
                 let meta = fields([("name", json!(name)), ("action", json!(action))]);
-                self.record(
-                    &format!("middleware:{action}"),
-                    "middleware",
-                    (*payload).clone(),
-                    meta,
-                );
+                let content = self.content(payload);
+                self.push(self.event(format!("middleware:{action}"), "middleware", content, meta));
             }
             RunEvent::RunEnd { status, error } => {
                 let usage = lock(&self.state).usage.clone();
@@ -554,19 +580,16 @@ impl RunObserver for RunJournal {
                 let mut events = Vec::new();
                 if let Some(err) = error {
                     let meta = fields([("status", json!(status.as_str()))]);
-                    events.push(self.event("run.error", "error", json!(err), meta));
+                    let content = EventContent::Text(err.to_string());
+                    events.extend(self.event("run.error", "error", content, meta));
                 }
-                events.push(self.event(
-                    "run.end",
-                    "outputs",
-                    json!({
-                        "status": status.as_str(),
-                        "error": error,
-                        "stop_reason": stop_reason,
-                        "usage": usage,
-                    }),
-                    Map::new(),
-                ));
+                let end = json!({
+                    "status": status.as_str(),
+                    "error": error,
+                    "stop_reason": stop_reason,
+                    "usage": usage,
+                });
+                events.extend(self.event("run.end", "outputs", self.content(&end), Map::new()));
                 self.push(events);
             }
         }

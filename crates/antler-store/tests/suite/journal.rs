@@ -325,3 +325,106 @@ async fn a_damaged_row_does_not_hide_the_rest_of_the_journal() {
     assert!(got[0].content.is_string());
     assert_eq!(got[1].content["content"], json!("b"));
 }
+
+#[tokio::test]
+async fn encoded_events_are_stored_as_the_same_events_would_be() {
+    use antler_store::{EncodedRunEvent, EventContent, RunEventIds};
+    use std::sync::Arc;
+
+    let (_d, store) = temp_store();
+    store.set_max_trace_content(10);
+    let long = "ééééééééé!";
+    let events = [
+        (
+            "llm.ai.response",
+            CATEGORY_MESSAGE,
+            json!({"type": "ai", "content": long}),
+        ),
+        ("llm.error", CATEGORY_TRACE, json!(long)),
+        ("run.start", CATEGORY_TRACE, json!({"chain": "lead_agent"})),
+        ("run.error", "error", json!("boom")),
+    ];
+    let meta = json!({"caller": "lead_agent"})
+        .as_object()
+        .cloned()
+        .unwrap();
+    let created = "2026-12-06T00:00:00Z".to_owned();
+    let plain = events
+        .iter()
+        .map(|(kind, category, content)| {
+            let mut e = ev("a", "ra", kind, category, content.clone()).with_metadata(meta.clone());
+            e.user_id = Some("u".into());
+            e.created_at = created.clone();
+            e
+        })
+        .collect();
+    append(&store, plain).await;
+    let ids = RunEventIds {
+        thread_id: "b".into(),
+        run_id: "rb".into(),
+        user_id: Some("u".into()),
+    };
+    let max = store.max_trace_content();
+    let encoded: Vec<EncodedRunEvent> = events
+        .iter()
+        .map(|(kind, category, content)| {
+            let content = EventContent::from_value(content).unwrap();
+            EncodedRunEvent::new(
+                &ids,
+                *kind,
+                *category,
+                content,
+                meta.clone(),
+                max,
+                created.clone(),
+            )
+            .unwrap()
+        })
+        .collect();
+    let batch = Arc::new(encoded);
+    store
+        .append_encoded_run_events(batch.clone())
+        .await
+        .unwrap();
+    // The batch is still the caller's (kept for a retry): appending it again continues the seq.
+    store.append_encoded_run_events(batch).await.unwrap();
+
+    let list = |run: &'static str| {
+        let store = store.clone();
+        async move {
+            store
+                .list_run_events(run, EventQuery::default())
+                .await
+                .unwrap()
+        }
+    };
+    let (a, b) = (list("ra").await, list("rb").await);
+    assert_eq!(b.len(), 2 * a.len());
+    assert_eq!(seqs(&b), (1..=8).collect::<Vec<_>>());
+    for (x, y) in a.iter().zip(&b) {
+        assert_eq!(
+            (
+                &x.event_type,
+                &x.category,
+                &x.content,
+                &x.metadata,
+                &x.user_id,
+                &x.created_at
+            ),
+            (
+                &y.event_type,
+                &y.category,
+                &y.content,
+                &y.metadata,
+                &y.user_id,
+                &y.created_at
+            )
+        );
+    }
+    assert_eq!(b[1].content, json!("ééééé"));
+    assert_eq!(b[1].metadata["content_truncated"], json!(true));
+    // Trace JSON is cut as text; a string is stored as text, anything else as JSON.
+    assert_eq!(b[2].content, json!("{\"chain\":\""));
+    assert_eq!(b[3].content, json!("boom"));
+    assert_eq!(b[0].content, json!({"type": "ai", "content": long}));
+}
