@@ -5,6 +5,7 @@
 # namespaces, so bash runs from the server itself (the in-process path): compare builds with
 # this script, not with production figures.
 #   crates/antler-bench/scripts/a1_instructions.sh [ANTLER_BINARY]
+# KEEP=DIR keeps the callgrind profiles there (cg.STEPS.PID) for callgrind_annotate.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../../.." && pwd)
 T=${CARGO_TARGET_DIR:-$root/target}/release
@@ -24,6 +25,7 @@ for s in 10 20; do
         --runs 3 --steps "$s" >/dev/null
 done
 total() { callgrind_annotate "$work"/cg."$1".* 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}'; }
+if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP" && cp "$work"/cg.* "$KEEP"/; fi
 a=$(total 10)
 b=$(total 20)
 echo "server instructions per A1 step: $(((b - a) / 30))"

@@ -3,6 +3,7 @@
 //! the small pieces of building messages and chunks from an answer.
 
 use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, Mutex, Weak};
 
 use antler_protocol::{
@@ -195,62 +196,139 @@ where
     }
 }
 
-/// Each tool's wire encoding, one cache per wire format, keyed by the tool spec's `Arc`: a run
-/// offers the same shared specs on every model call, and serializing their JSON schemas again
-/// each time was a measurable part of a model step. An entry holds a `Weak` of its spec, which
-/// keeps the allocation (so the address) from being reused while the entry exists; entries of
-/// dropped specs are swept when the cache grows.
-pub(crate) struct ToolJsonCache(Mutex<Option<HashMap<usize, ToolJson>>>);
+/// Wire encodings of values shared by `Arc` (tool specs, history messages), one cache per wire
+/// format and kind: a run offers the same shared specs and the same history messages on every
+/// model call, and encoding them again each time was most of a model step (with a long
+/// history, most of the step). An entry is keyed by the `Arc`'s address and a variant bit (a
+/// wire option the encoding depends on) and holds a `Weak` of the value, which keeps the
+/// address from being reused — and the value from being changed in place (`Arc::get_mut`
+/// refuses while a `Weak` exists, `Arc::make_mut` moves the value) — while the entry exists.
+/// Entries of dropped values are swept when the cache has doubled since the last sweep.
+pub(crate) struct ArcJsonCache<T, V = Arc<RawValue>>(Mutex<Option<ArcEntries<T, V>>>);
 
-struct ToolJson {
-    spec: Weak<ToolSpec>,
-    json: Arc<RawValue>,
+/// Encoded tool specs.
+pub(crate) type ToolJsonCache = ArcJsonCache<ToolSpec>;
+
+struct ArcEntries<T, V> {
+    map: HashMap<usize, ArcJson<T, V>, BuildHasherDefault<AddrHasher>>,
+    /// Entries at which dead ones are swept next.
+    sweep_at: usize,
 }
 
-/// Entries kept before dropped specs are swept.
-const TOOL_JSON_SWEEP: usize = 1024;
+struct ArcJson<T, V> {
+    of: Weak<T>,
+    json: V,
+}
 
-impl ToolJsonCache {
-    pub(crate) const fn new() -> Self {
-        ToolJsonCache(Mutex::new(None))
+/// Fewest entries before a sweep.
+const ARC_JSON_SWEEP: usize = 1024;
+
+/// Hashes an address: a multiply, rotated so the low (bucket) bits come from the middle of the
+/// product (an aligned address's low bits are zero).
+#[derive(Default)]
+struct AddrHasher(u64);
+
+impl Hasher for AddrHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64((self.0 << 8) | u64::from(b));
+        }
     }
 
-    /// Each tool's encoding (`wire(tool)` as JSON), from the cache or made now; `None` if one
-    /// does not serialize on its own (the caller then writes the tools inline).
-    fn encoded<'a, W: Serialize>(
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0 ^ n)
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            .rotate_left(26);
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+impl<T, V: Clone> ArcJsonCache<T, V> {
+    pub(crate) const fn new() -> Self {
+        ArcJsonCache(Mutex::new(None))
+    }
+
+    fn key(item: &Arc<T>, variant: bool) -> usize {
+        // Allocations of an `ArcInner` are at least word-aligned: the low bit is free.
+        (Arc::as_ptr(item) as usize) | usize::from(variant)
+    }
+
+    /// Each item's encoding, from the cache or made now by `encode`; `None` for the items
+    /// `encode` declines (not cacheable, or not encodable on their own: the caller writes those
+    /// inline). The lock is not held while encoding.
+    pub(crate) fn encoded<'a>(
+        &self,
+        items: &'a [Arc<T>],
+        variant: bool,
+        mut encode: impl FnMut(&'a Arc<T>) -> Option<V>,
+    ) -> Vec<Option<V>> {
+        let mut out = Vec::with_capacity(items.len());
+        {
+            let guard = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            for item in items {
+                let hit = guard.as_ref().and_then(|c| {
+                    c.map.get(&Self::key(item, variant)).filter(|e| {
+                        e.of.strong_count() > 0 && std::ptr::eq(e.of.as_ptr(), Arc::as_ptr(item))
+                    })
+                });
+                out.push(hit.map(|e| e.json.clone()));
+            }
+        }
+        let mut made = Vec::new();
+        for (i, item) in items.iter().enumerate() {
+            if out[i].is_none() {
+                if let Some(json) = encode(item) {
+                    made.push((Self::key(item, variant), Arc::downgrade(item), json.clone()));
+                    out[i] = Some(json);
+                }
+            }
+        }
+        if !made.is_empty() {
+            let mut guard = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            let cache = guard.get_or_insert_with(|| ArcEntries {
+                map: HashMap::default(),
+                sweep_at: ARC_JSON_SWEEP,
+            });
+            for (key, of, json) in made {
+                if cache.map.len() >= cache.sweep_at {
+                    cache.map.retain(|_, e| e.of.strong_count() > 0);
+                    cache.sweep_at = ARC_JSON_SWEEP.max(2 * cache.map.len());
+                }
+                cache.map.insert(key, ArcJson { of, json });
+            }
+        }
+        out
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        let guard = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        guard.as_ref().map_or(0, |c| c.map.len())
+    }
+}
+
+impl ToolJsonCache {
+    /// Each tool's encoding (`wire(tool)` as JSON); `None` if one does not serialize on its own
+    /// (the caller then writes the tools inline).
+    fn tools<'a, W: Serialize>(
         &self,
         tools: &'a [Arc<ToolSpec>],
         wire: impl Fn(&'a Arc<ToolSpec>) -> W,
     ) -> Option<Vec<Arc<RawValue>>> {
-        let mut guard = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let map = guard.get_or_insert_with(HashMap::new);
-        let mut out = Vec::with_capacity(tools.len());
-        for t in tools {
-            let key = Arc::as_ptr(t) as usize;
-            let hit = map.get(&key).filter(|e| {
-                e.spec.strong_count() > 0 && std::ptr::eq(e.spec.as_ptr(), Arc::as_ptr(t))
-            });
-            let json = match hit {
-                Some(e) => e.json.clone(),
-                None => {
-                    let json: Arc<RawValue> =
-                        serde_json::value::to_raw_value(&wire(t)).ok()?.into();
-                    if map.len() >= TOOL_JSON_SWEEP {
-                        map.retain(|_, e| e.spec.strong_count() > 0);
-                    }
-                    map.insert(
-                        key,
-                        ToolJson {
-                            spec: Arc::downgrade(t),
-                            json: json.clone(),
-                        },
-                    );
-                    json
-                }
-            };
-            out.push(json);
-        }
-        Some(out)
+        self.encoded(tools, false, |t| {
+            serde_json::value::to_raw_value(&wire(t))
+                .ok()
+                .map(Arc::from)
+        })
+        .into_iter()
+        .collect()
     }
 }
 
@@ -304,7 +382,7 @@ where
 {
     // No tools, or one that does not serialize on its own: written inline (or not at all).
     match (!tools.is_empty())
-        .then(|| cache.encoded(tools, &wire))
+        .then(|| cache.tools(tools, &wire))
         .flatten()
     {
         Some(encoded) => m.serialize_entry("tools", &encoded),
@@ -769,8 +847,8 @@ mod tests {
         assert_eq!(cached, inline);
         assert!(cached.contains(r#""properties":{"z":{"type":"string"},"a":{"type":"integer"}}"#));
         // The same specs again: the same encodings, not new ones.
-        let first = cache.encoded(&tools, |t| t.name.clone()).unwrap();
-        let again = cache.encoded(&tools, |t| t.name.clone()).unwrap();
+        let first = cache.tools(&tools, |t| t.name.clone()).unwrap();
+        let again = cache.tools(&tools, |t| t.name.clone()).unwrap();
         assert!(Arc::ptr_eq(&first[0], &again[0]) && Arc::ptr_eq(&first[1], &again[1]));
         // Another spec of the same name is another entry, with its own content.
         let mut other = (*a).clone();
@@ -814,17 +892,17 @@ mod tests {
         let cache = ToolJsonCache::new();
         let kept = spec("kept");
         cache
-            .encoded(std::slice::from_ref(&kept), |t| t.name.clone())
+            .tools(std::slice::from_ref(&kept), |t| t.name.clone())
             .unwrap();
-        for i in 0..TOOL_JSON_SWEEP + 10 {
+        for i in 0..ARC_JSON_SWEEP + 10 {
             cache
-                .encoded(&[spec(&format!("t{i}"))], |t| t.name.clone())
+                .tools(&[spec(&format!("t{i}"))], |t| t.name.clone())
                 .unwrap();
         }
-        let len = cache.0.lock().unwrap().as_ref().map_or(0, HashMap::len);
-        assert!(len < TOOL_JSON_SWEEP, "{len} entries");
+        let len = cache.len();
+        assert!(len < ARC_JSON_SWEEP, "{len} entries");
         let again = cache
-            .encoded(std::slice::from_ref(&kept), |t| t.name.clone())
+            .tools(std::slice::from_ref(&kept), |t| t.name.clone())
             .unwrap();
         assert_eq!(again[0].get(), r#""kept""#);
     }

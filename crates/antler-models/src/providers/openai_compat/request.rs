@@ -15,7 +15,8 @@ use serde_json::Value;
 use super::OpenAiCompatOptions;
 use crate::providers::mapping::{
     answered_invalid_calls, call_fields, call_tool_choice, insert_some, openai_tool_choice,
-    settle_tool_choice, EncodedTexts, OpenAiBody, ToolJsonCache, ToolSchema, ENCODED_TEXT_MIN,
+    settle_tool_choice, ArcJsonCache, EncodedTexts, OpenAiBody, ToolJsonCache, ToolSchema,
+    ENCODED_TEXT_MIN,
 };
 use crate::ChatRequest;
 
@@ -37,6 +38,9 @@ const DROPPED_BLOCK_TYPES: [&str; 6] = [
 static TOOL_JSON: ToolJsonCache = ToolJsonCache::new();
 /// Its encoded system messages (see [`EncodedTexts`]).
 static SYSTEM_JSON: EncodedTexts = EncodedTexts::new();
+/// Its encoded history messages (see [`ArcJsonCache`]; the variant bit is
+/// `replay_reasoning_content`).
+static MESSAGE_JSON: ArcJsonCache<Message> = ArcJsonCache::new();
 
 /// The request body of one call.
 pub(crate) fn body<'a>(
@@ -170,15 +174,28 @@ impl Serialize for WireMessages<'_> {
                 None => seq.serialize_element(&message)?,
             }
         }
-        for msg in self.messages {
+        let encoded = MESSAGE_JSON.encoded(self.messages, self.replay_reasoning, |msg| {
+            let wire = WireMessage {
+                msg,
+                replay_reasoning: self.replay_reasoning,
+                answered: None,
+            };
+            wire.is_context_free()
+                .then(|| serde_json::value::to_raw_value(&wire).ok().map(Arc::from))
+                .flatten()
+        });
+        for (msg, cached) in self.messages.iter().zip(encoded) {
             if matches!(**msg, Message::Remove(_)) {
                 continue;
             }
-            seq.serialize_element(&WireMessage {
-                msg,
-                replay_reasoning: self.replay_reasoning,
-                answered: self.answered.as_ref(),
-            })?;
+            match cached {
+                Some(raw) => seq.serialize_element(&*raw)?,
+                None => seq.serialize_element(&WireMessage {
+                    msg,
+                    replay_reasoning: self.replay_reasoning,
+                    answered: self.answered.as_ref(),
+                })?,
+            }
         }
         seq.end()
     }
@@ -195,6 +212,19 @@ struct WireMessage<'a> {
     msg: &'a Message,
     replay_reasoning: bool,
     answered: Option<&'a HashSet<&'a str>>,
+}
+
+impl WireMessage<'_> {
+    /// The encoding depends on the message and `replay_reasoning` only: not on which calls
+    /// the rest of the history answers (an AI message's invalid calls are replayed only when
+    /// answered). Reducer instructions are never written.
+    fn is_context_free(&self) -> bool {
+        match self.msg {
+            Message::Ai(ai) => ai.invalid_tool_calls.is_empty(),
+            Message::Remove(_) => false,
+            _ => true,
+        }
+    }
 }
 
 impl Serialize for WireMessage<'_> {
@@ -391,4 +421,102 @@ impl Serialize for WireToolCall<'_> {
 struct FunctionCall<'a> {
     name: &'a str,
     arguments: &'a str,
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use serde_json::json;
+
+    fn history() -> Vec<Arc<Message>> {
+        let messages: Vec<Message> = serde_json::from_value(json!([
+            {"type": "human", "content": [{"type": "text", "text": "hi \"there\""}, "bare"], "name": "u"},
+            {"type": "ai", "content": "", "id": "a1",
+             "tool_calls": [{"id": "c1", "name": "bash", "args": {"command": "ls\n"}}],
+             "additional_kwargs": {"reasoning_content": "thought"}},
+            {"type": "tool", "tool_call_id": "c1", "name": "bash", "content": "a\tb"},
+            {"type": "ai", "content": [{"type": "thinking", "thinking": "x"}, {"type": "text", "text": "ok"}],
+             "invalid_tool_calls": [{"id": "bad", "name": "bash", "args": "{oops", "error": "e"}]},
+            {"type": "remove", "id": "gone"},
+            {"type": "tool", "tool_call_id": "bad", "content": "Error: bad args", "status": "error"},
+            {"type": "system", "content": "note"},
+        ]))
+        .unwrap();
+        messages.into_iter().map(Arc::new).collect()
+    }
+
+    fn encode(messages: &[Arc<Message>], replay: bool) -> String {
+        let options = OpenAiCompatOptions {
+            replay_reasoning_content: replay,
+            ..Default::default()
+        };
+        let req = ChatRequest {
+            system: Some("sys"),
+            messages,
+            tools: &[],
+            tool_choice: None,
+            settings: &Object::new(),
+            message_id: "m",
+        };
+        serde_json::to_string(&body(&options, "model", req, false)).unwrap()
+    }
+
+    #[test]
+    fn cached_history_encodings_are_the_bytes_of_a_fresh_encoding() {
+        let messages = history();
+        for replay in [false, true] {
+            // A deep copy has new addresses: nothing of it is cached yet.
+            let fresh = || -> Vec<Arc<Message>> {
+                messages.iter().map(|m| Arc::new((**m).clone())).collect()
+            };
+            let first = encode(&messages, replay);
+            assert_eq!(encode(&messages, replay), first);
+            assert_eq!(encode(&fresh(), replay), first);
+            let body: Value = serde_json::from_str(&first).unwrap();
+            let sent = body["messages"].as_array().unwrap();
+            // The system prompt, then every message but the reducer instruction.
+            assert_eq!(sent.len(), 7);
+            assert_eq!(sent[2]["reasoning_content"].is_string(), replay);
+            // The invalid call is answered by a later tool result: replayed.
+            assert_eq!(sent[4]["tool_calls"][0]["id"], "bad");
+        }
+        // Once encoded, every context-free message is served from the cache (the encoder
+        // declines all here); the AI message with invalid calls and the reducer are not cached.
+        let hits: Vec<bool> = MESSAGE_JSON
+            .encoded(&messages, false, |_| None)
+            .iter()
+            .map(Option::is_some)
+            .collect();
+        assert_eq!(hits, [true, true, true, false, false, true, true]);
+        // Without its answer the invalid call is not replayed, though the message is the same
+        // allocation as before.
+        let mut unanswered = messages.clone();
+        unanswered.remove(5);
+        let body: Value = serde_json::from_str(&encode(&unanswered, false)).unwrap();
+        assert!(body["messages"][4].get("tool_calls").is_none());
+    }
+
+    #[test]
+    fn a_message_changed_in_place_is_encoded_again() {
+        let mut messages = history();
+        let before = encode(&messages, false);
+        // `make_mut` on an `Arc` the cache holds a `Weak` of: the value moves, the encoding
+        // follows it.
+        if let Message::Tool(t) = Arc::make_mut(&mut messages[2]) {
+            t.content = "edited".into();
+        }
+        let after = encode(&messages, false);
+        assert_ne!(before, after);
+        assert!(after.contains(r#""content":"edited""#));
+        assert_eq!(after, encode(&history_with_edit(), false));
+    }
+
+    fn history_with_edit() -> Vec<Arc<Message>> {
+        let mut messages = history();
+        if let Message::Tool(t) = Arc::make_mut(&mut messages[2]) {
+            t.content = "edited".into();
+        }
+        messages
+    }
 }

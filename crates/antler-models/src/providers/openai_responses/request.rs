@@ -15,12 +15,14 @@ use std::sync::Arc;
 use antler_protocol::{AiMessage, Content, Message, Object, ToolSpec};
 use serde::ser::{SerializeMap, SerializeSeq};
 use serde::{Serialize, Serializer};
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::ResponsesOptions;
 use crate::providers::mapping::{
     answered_invalid_calls, call_fields, call_tool_choice, insert_some, openai_tool_choice,
-    settle_tool_choice, OpenAiBody, ToolJsonCache, ToolSchema,
+    settle_tool_choice, ArcJsonCache, EncodedTexts, OpenAiBody, ToolJsonCache, ToolSchema,
+    ENCODED_TEXT_MIN,
 };
 use crate::ChatRequest;
 
@@ -32,6 +34,11 @@ const FOREIGN_KEYS: [&str; 2] = ["stream_options", "max_completion_tokens"];
 
 /// This wire format's encoded tools (see [`ToolJsonCache`]).
 static TOOL_JSON: ToolJsonCache = ToolJsonCache::new();
+/// Its encoded system prompts (see [`EncodedTexts`]).
+static SYSTEM_JSON: EncodedTexts = EncodedTexts::new();
+/// The input items of each history message (see [`ArcJsonCache`]; an AI message may be several
+/// items; the variant bit is `store`, which decides whether reasoning is replayed).
+static MESSAGE_JSON: ArcJsonCache<Message, Arc<[Box<RawValue>]>> = ArcJsonCache::new();
 
 /// The request body of one call.
 pub(crate) fn body<'a>(
@@ -173,30 +180,55 @@ impl Serialize for Input<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut seq = s.serialize_seq(None)?;
         if let Some(system) = self.system {
-            seq.serialize_element(&RoleText {
+            let item = RoleText {
                 role: "system",
                 content: system,
-            })?;
+            };
+            let cached = (system.len() >= ENCODED_TEXT_MIN)
+                .then(|| SYSTEM_JSON.get(system, || &item))
+                .flatten();
+            match cached {
+                Some(raw) => seq.serialize_element(&*raw)?,
+                None => seq.serialize_element(&item)?,
+            }
         }
-        for msg in self.messages {
-            match &**msg {
-                Message::Human(h) => seq.serialize_element(&UserMessage("user", &h.content))?,
-                Message::System(sys) => {
-                    seq.serialize_element(&UserMessage("system", &sys.content))?
+        let cached = MESSAGE_JSON.encoded(self.messages, self.stored, |msg| {
+            // Which invalid calls are replayed depends on the rest of the history.
+            if matches!(&**msg, Message::Ai(ai) if !ai.invalid_tool_calls.is_empty()) {
+                return None;
+            }
+            let mut items = Items(Vec::new());
+            self.items(msg, &mut items).ok()?;
+            Some(Arc::from(items.0))
+        });
+        for (msg, items) in self.messages.iter().zip(cached) {
+            match items {
+                Some(items) => {
+                    for item in items.iter() {
+                        seq.serialize_element(&**item)?;
+                    }
                 }
-                Message::Ai(ai) => self.assistant_items(ai, &mut seq)?,
-                Message::Tool(t) => {
-                    let text = t.content.text();
-                    seq.serialize_element(&FunctionCallOutput {
-                        kind: "function_call_output",
-                        call_id: &t.tool_call_id,
-                        output: &text,
-                    })?;
-                }
-                Message::Remove(_) => {}
+                None => self.items(msg, &mut seq)?,
             }
         }
         seq.end()
+    }
+}
+
+/// Collects a message's input items, each encoded on its own.
+struct Items(Vec<Box<RawValue>>);
+
+impl SerializeSeq for Items {
+    type Ok = ();
+    type Error = serde_json::Error;
+
+    fn serialize_element<T: ?Sized + Serialize>(&mut self, value: &T) -> Result<(), Self::Error> {
+        self.0.push(serde_json::value::to_raw_value(value)?);
+        Ok(())
+    }
+
+    fn end(self) -> Result<(), Self::Error> {
+        Ok(())
     }
 }
 
@@ -205,6 +237,24 @@ fn block_type(block: &Value) -> Option<&str> {
 }
 
 impl Input<'_> {
+    /// The input items of one message (none for a reducer instruction).
+    fn items<S: SerializeSeq>(&self, msg: &Message, seq: &mut S) -> Result<(), S::Error> {
+        match msg {
+            Message::Human(h) => seq.serialize_element(&UserMessage("user", &h.content)),
+            Message::System(sys) => seq.serialize_element(&UserMessage("system", &sys.content)),
+            Message::Ai(ai) => self.assistant_items(ai, seq),
+            Message::Tool(t) => {
+                let text = t.content.text();
+                seq.serialize_element(&FunctionCallOutput {
+                    kind: "function_call_output",
+                    call_id: &t.tool_call_id,
+                    output: &text,
+                })
+            }
+            Message::Remove(_) => Ok(()),
+        }
+    }
+
     /// Whether a stored reasoning block can go back to the API.
     fn replayable(&self, block: &Value) -> bool {
         block.get("encrypted_content").is_some_and(Value::is_string)
@@ -371,5 +421,81 @@ impl Serialize for InputParts<'_> {
             }
         }
         seq.end()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use serde_json::json;
+
+    fn history() -> Vec<Arc<Message>> {
+        let messages: Vec<Message> = serde_json::from_value(json!([
+            {"type": "human", "content": "hi \"there\""},
+            {"type": "ai", "id": "a1",
+             "content": [{"type": "reasoning", "id": "rs_1", "summary": []}, {"type": "text", "text": "let me look"}],
+             "tool_calls": [{"id": "c1", "name": "bash", "args": {"command": "ls\n"}}]},
+            {"type": "tool", "tool_call_id": "c1", "name": "bash", "content": "a\tb"},
+            {"type": "ai", "content": "", "invalid_tool_calls": [{"id": "bad", "name": "bash", "args": "{oops"}]},
+            {"type": "remove", "id": "gone"},
+            {"type": "tool", "tool_call_id": "bad", "content": "Error: bad args", "status": "error"},
+            {"type": "system", "content": "note"},
+        ]))
+        .unwrap();
+        messages.into_iter().map(Arc::new).collect()
+    }
+
+    fn encode(messages: &[Arc<Message>], store: bool) -> String {
+        let mut options = ResponsesOptions::default();
+        options.extra.insert("store".into(), json!(store));
+        let req = ChatRequest {
+            system: Some("sys"),
+            messages,
+            tools: &[],
+            tool_choice: None,
+            settings: &Object::new(),
+            message_id: "m",
+        };
+        serde_json::to_string(&body(&options, "model", req, false)).unwrap()
+    }
+
+    #[test]
+    fn cached_input_items_are_the_bytes_of_a_fresh_encoding() {
+        let messages = history();
+        for store in [true, false] {
+            let fresh: Vec<Arc<Message>> =
+                messages.iter().map(|m| Arc::new((**m).clone())).collect();
+            let first = encode(&messages, store);
+            assert_eq!(encode(&messages, store), first);
+            assert_eq!(encode(&fresh, store), first);
+            let body: Value = serde_json::from_str(&first).unwrap();
+            let kinds: Vec<&str> = body["input"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|i| i["type"].as_str().or(i["role"].as_str()).unwrap())
+                .collect();
+            // The stored reasoning item is replayed only when the API keeps items.
+            let mut expected = vec!["system", "user", "reasoning", "assistant", "function_call"];
+            if !store {
+                expected.retain(|k| *k != "reasoning");
+            }
+            expected.extend([
+                "function_call_output",
+                "function_call",
+                "function_call_output",
+                "system",
+            ]);
+            assert_eq!(kinds, expected, "store: {store}");
+        }
+        // Every message but the one with invalid calls (and the reducer, which has no items)
+        // is served from the cache once encoded.
+        let hits: Vec<usize> = MESSAGE_JSON
+            .encoded(&messages, true, |_| None)
+            .iter()
+            .map(|items| items.as_ref().map_or(usize::MAX, |i| i.len()))
+            .collect();
+        assert_eq!(hits, [1, 3, 1, usize::MAX, 0, 1, 1]);
     }
 }
