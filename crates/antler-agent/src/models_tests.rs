@@ -41,6 +41,7 @@ async fn ask(model: &Arc<dyn ChatModel>) {
             tool_choice: None,
             settings: &settings,
             message_id: "m1",
+            encodings: None,
         })
         .await
         .unwrap();

@@ -26,6 +26,7 @@ pub(crate) async fn invoke_observed(
         tool_choice: None,
         settings: &settings,
         message_id,
+        encodings: Some(run.encodings()),
     };
     // The hooks that call side models are deferrable: the supersteps before this call are
     // written first, like before any model call of the loop. A failed write is the loop's to

@@ -15,6 +15,7 @@ pub mod scripted;
 pub mod tls;
 pub mod tokens;
 
+pub use providers::mapping::EncodingCache;
 pub use scripted::{RecordedRequest, ScriptedModel, ScriptedReply};
 pub use tokens::TokenCounter;
 
@@ -49,6 +50,9 @@ pub struct ChatRequest<'a> {
     pub settings: &'a Object,
     /// Id to give the resulting AI message and every chunk of it.
     pub message_id: &'a str,
+    /// Encodings kept across the calls of this conversation (the run's); `None` encodes the
+    /// whole history each call.
+    pub encodings: Option<&'a EncodingCache>,
 }
 
 /// Receives streamed deltas as they arrive.

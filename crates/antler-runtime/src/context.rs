@@ -342,6 +342,8 @@ pub struct RunContext {
     values: Mutex<HashMap<&'static str, Box<dyn Any + Send + Sync>>>,
     observers: Vec<Arc<dyn crate::observe::RunObserver>>,
     checkpoints: Arc<PendingCheckpoints>,
+    /// The run's model-request encodings, kept across its model calls.
+    encodings: antler_models::EncodingCache,
 }
 
 /// Checkpoints of supersteps the loop has finished but not yet written. The loop writes them
@@ -424,7 +426,14 @@ impl RunContext {
             values: Mutex::new(HashMap::new()),
             observers: Vec::new(),
             checkpoints: Arc::default(),
+            encodings: antler_models::EncodingCache::default(),
         }
+    }
+
+    /// Wire encodings of this run's history, reused across its model calls (see
+    /// [`antler_models::EncodingCache`]).
+    pub fn encodings(&self) -> &antler_models::EncodingCache {
+        &self.encodings
     }
 
     /// Queue a superstep's checkpoint for the next [`RunContext::persist`]; the run's events

@@ -16,6 +16,7 @@ pub(crate) async fn call_model(req: ModelRequest) -> Result<ModelResponse, Model
         tool_choice: req.tool_choice.as_ref(),
         settings: &req.settings,
         message_id: &req.message_id,
+        encodings: Some(req.run.encodings()),
     };
     let info = req.model.info();
     let started = std::time::Instant::now();

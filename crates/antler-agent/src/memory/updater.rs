@@ -826,6 +826,7 @@ impl MemoryUpdater {
                 tool_choice: None,
                 settings: &settings,
                 message_id: &message_id,
+                encodings: None,
             })
             .await?;
         let latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);

@@ -196,10 +196,9 @@ where
     }
 }
 
-/// Wire encodings of values shared by `Arc` (tool specs, history messages), one cache per wire
-/// format and kind: a run offers the same shared specs and the same history messages on every
-/// model call, and encoding them again each time was most of a model step (with a long
-/// history, most of the step). An entry is keyed by the `Arc`'s address and a variant bit (a
+/// Wire encodings of values shared by `Arc` (tool specs, history messages): a run offers the
+/// same shared specs and the same history messages on every model call, and encoding them
+/// again each time was a measurable part of a model step (with a long history, most of it). An entry is keyed by the `Arc`'s address and a variant bit (a
 /// wire option the encoding depends on) and holds a `Weak` of the value, which keeps the
 /// address from being reused — and the value from being changed in place (`Arc::get_mut`
 /// refuses while a `Weak` exists, `Arc::make_mut` moves the value) — while the entry exists.
@@ -247,6 +246,32 @@ impl Hasher for AddrHasher {
 
     fn finish(&self) -> u64 {
         self.0
+    }
+}
+
+/// Wire encodings kept across the model calls of one conversation — a run: each history
+/// message is encoded once for the run's calls instead of on every call, which with a long
+/// history was most of a step. It holds only what the run's own calls encoded and goes with
+/// the run (a process-wide cache would also keep the encodings of finished runs whose
+/// messages are still retained elsewhere, e.g. in a replay buffer). Pass it in
+/// [`ChatRequest::encodings`](crate::ChatRequest::encodings).
+#[derive(Default)]
+pub struct EncodingCache {
+    /// Chat Completions messages (the variant bit: `replay_reasoning_content`).
+    pub(crate) chat: ArcJsonCache<Message>,
+    /// Responses input items (the variant bit: whether the API stores items).
+    pub(crate) responses: ArcJsonCache<Message, Arc<[Box<RawValue>]>>,
+}
+
+impl std::fmt::Debug for EncodingCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EncodingCache").finish_non_exhaustive()
+    }
+}
+
+impl<T, V> Default for ArcJsonCache<T, V> {
+    fn default() -> Self {
+        ArcJsonCache(Mutex::new(None))
     }
 }
 

@@ -83,6 +83,7 @@ impl Call {
             tool_choice: self.tool_choice.as_ref(),
             settings: &self.settings,
             message_id: MESSAGE_ID,
+            encodings: None,
         }
     }
 }

@@ -38,9 +38,6 @@ const DROPPED_BLOCK_TYPES: [&str; 6] = [
 static TOOL_JSON: ToolJsonCache = ToolJsonCache::new();
 /// Its encoded system messages (see [`EncodedTexts`]).
 static SYSTEM_JSON: EncodedTexts = EncodedTexts::new();
-/// Its encoded history messages (see [`ArcJsonCache`]; the variant bit is
-/// `replay_reasoning_content`).
-static MESSAGE_JSON: ArcJsonCache<Message> = ArcJsonCache::new();
 
 /// The request body of one call.
 pub(crate) fn body<'a>(
@@ -141,6 +138,8 @@ pub struct WireMessages<'a> {
     system: Option<&'a str>,
     messages: &'a [Arc<Message>],
     replay_reasoning: bool,
+    /// The run's encoded messages.
+    cache: Option<&'a ArcJsonCache<Message>>,
     /// Tool-call ids that have a tool result; computed only when some AI message carries invalid
     /// tool calls (those are replayed only when answered, else a strict provider rejects the
     /// unanswered call).
@@ -153,6 +152,7 @@ impl<'a> WireMessages<'a> {
             system: req.system.filter(|s| !s.is_empty()),
             messages: req.messages,
             replay_reasoning,
+            cache: req.encodings.map(|e| &e.chat),
             answered: answered_invalid_calls(req.messages),
         }
     }
@@ -174,21 +174,23 @@ impl Serialize for WireMessages<'_> {
                 None => seq.serialize_element(&message)?,
             }
         }
-        let encoded = MESSAGE_JSON.encoded(self.messages, self.replay_reasoning, |msg| {
-            let wire = WireMessage {
-                msg,
-                replay_reasoning: self.replay_reasoning,
-                answered: None,
-            };
-            wire.is_context_free()
-                .then(|| serde_json::value::to_raw_value(&wire).ok().map(Arc::from))
-                .flatten()
+        let encoded = self.cache.map(|cache| {
+            cache.encoded(self.messages, self.replay_reasoning, |msg| {
+                let wire = WireMessage {
+                    msg,
+                    replay_reasoning: self.replay_reasoning,
+                    answered: None,
+                };
+                wire.is_context_free()
+                    .then(|| serde_json::value::to_raw_value(&wire).ok().map(Arc::from))
+                    .flatten()
+            })
         });
-        for (msg, cached) in self.messages.iter().zip(encoded) {
+        for (i, msg) in self.messages.iter().enumerate() {
             if matches!(**msg, Message::Remove(_)) {
                 continue;
             }
-            match cached {
+            match encoded.as_ref().and_then(|e| e[i].as_ref()) {
                 Some(raw) => seq.serialize_element(&*raw)?,
                 None => seq.serialize_element(&WireMessage {
                     msg,
@@ -446,7 +448,11 @@ mod tests {
         messages.into_iter().map(Arc::new).collect()
     }
 
-    fn encode(messages: &[Arc<Message>], replay: bool) -> String {
+    fn encode_with(
+        messages: &[Arc<Message>],
+        replay: bool,
+        encodings: Option<&crate::EncodingCache>,
+    ) -> String {
         let options = OpenAiCompatOptions {
             replay_reasoning_content: replay,
             ..Default::default()
@@ -458,6 +464,7 @@ mod tests {
             tool_choice: None,
             settings: &Object::new(),
             message_id: "m",
+            encodings,
         };
         serde_json::to_string(&body(&options, "model", req, false)).unwrap()
     }
@@ -465,14 +472,12 @@ mod tests {
     #[test]
     fn cached_history_encodings_are_the_bytes_of_a_fresh_encoding() {
         let messages = history();
+        let cache = crate::EncodingCache::default();
         for replay in [false, true] {
-            // A deep copy has new addresses: nothing of it is cached yet.
-            let fresh = || -> Vec<Arc<Message>> {
-                messages.iter().map(|m| Arc::new((**m).clone())).collect()
-            };
-            let first = encode(&messages, replay);
-            assert_eq!(encode(&messages, replay), first);
-            assert_eq!(encode(&fresh(), replay), first);
+            let uncached = encode_with(&messages, replay, None);
+            let first = encode_with(&messages, replay, Some(&cache));
+            assert_eq!(first, uncached);
+            assert_eq!(encode_with(&messages, replay, Some(&cache)), first);
             let body: Value = serde_json::from_str(&first).unwrap();
             let sent = body["messages"].as_array().unwrap();
             // The system prompt, then every message but the reducer instruction.
@@ -483,7 +488,8 @@ mod tests {
         }
         // Once encoded, every context-free message is served from the cache (the encoder
         // declines all here); the AI message with invalid calls and the reducer are not cached.
-        let hits: Vec<bool> = MESSAGE_JSON
+        let hits: Vec<bool> = cache
+            .chat
             .encoded(&messages, false, |_| None)
             .iter()
             .map(Option::is_some)
@@ -493,30 +499,24 @@ mod tests {
         // allocation as before.
         let mut unanswered = messages.clone();
         unanswered.remove(5);
-        let body: Value = serde_json::from_str(&encode(&unanswered, false)).unwrap();
+        let body: Value =
+            serde_json::from_str(&encode_with(&unanswered, false, Some(&cache))).unwrap();
         assert!(body["messages"][4].get("tool_calls").is_none());
     }
 
     #[test]
     fn a_message_changed_in_place_is_encoded_again() {
+        let cache = crate::EncodingCache::default();
         let mut messages = history();
-        let before = encode(&messages, false);
+        let before = encode_with(&messages, false, Some(&cache));
         // `make_mut` on an `Arc` the cache holds a `Weak` of: the value moves, the encoding
         // follows it.
         if let Message::Tool(t) = Arc::make_mut(&mut messages[2]) {
             t.content = "edited".into();
         }
-        let after = encode(&messages, false);
+        let after = encode_with(&messages, false, Some(&cache));
         assert_ne!(before, after);
         assert!(after.contains(r#""content":"edited""#));
-        assert_eq!(after, encode(&history_with_edit(), false));
-    }
-
-    fn history_with_edit() -> Vec<Arc<Message>> {
-        let mut messages = history();
-        if let Message::Tool(t) = Arc::make_mut(&mut messages[2]) {
-            t.content = "edited".into();
-        }
-        messages
+        assert_eq!(after, encode_with(&messages, false, None));
     }
 }

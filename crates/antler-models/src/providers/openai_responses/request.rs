@@ -36,9 +36,6 @@ const FOREIGN_KEYS: [&str; 2] = ["stream_options", "max_completion_tokens"];
 static TOOL_JSON: ToolJsonCache = ToolJsonCache::new();
 /// Its encoded system prompts (see [`EncodedTexts`]).
 static SYSTEM_JSON: EncodedTexts = EncodedTexts::new();
-/// The input items of each history message (see [`ArcJsonCache`]; an AI message may be several
-/// items; the variant bit is `store`, which decides whether reasoning is replayed).
-static MESSAGE_JSON: ArcJsonCache<Message, Arc<[Box<RawValue>]>> = ArcJsonCache::new();
 
 /// The request body of one call.
 pub(crate) fn body<'a>(
@@ -57,6 +54,7 @@ pub(crate) fn body<'a>(
             system: req.system.filter(|s| !s.is_empty()),
             messages: req.messages,
             stored,
+            cache: req.encodings.map(|e| &e.responses),
             answered: answered_invalid_calls(req.messages),
         },
         tools: req.tools,
@@ -149,6 +147,9 @@ pub struct Input<'a> {
     system: Option<&'a str>,
     messages: &'a [Arc<Message>],
     stored: bool,
+    /// The run's encoded input items of each message (an AI message may be several; the
+    /// variant bit is `stored`, which decides whether reasoning is replayed).
+    cache: Option<&'a ArcJsonCache<Message, Arc<[Box<RawValue>]>>>,
     answered: Option<HashSet<&'a str>>,
 }
 
@@ -192,17 +193,19 @@ impl Serialize for Input<'_> {
                 None => seq.serialize_element(&item)?,
             }
         }
-        let cached = MESSAGE_JSON.encoded(self.messages, self.stored, |msg| {
-            // Which invalid calls are replayed depends on the rest of the history.
-            if matches!(&**msg, Message::Ai(ai) if !ai.invalid_tool_calls.is_empty()) {
-                return None;
-            }
-            let mut items = Items(Vec::new());
-            self.items(msg, &mut items).ok()?;
-            Some(Arc::from(items.0))
+        let cached = self.cache.map(|cache| {
+            cache.encoded(self.messages, self.stored, |msg| {
+                // Which invalid calls are replayed depends on the rest of the history.
+                if matches!(&**msg, Message::Ai(ai) if !ai.invalid_tool_calls.is_empty()) {
+                    return None;
+                }
+                let mut items = Items(Vec::new());
+                self.items(msg, &mut items).ok()?;
+                Some(Arc::from(items.0))
+            })
         });
-        for (msg, items) in self.messages.iter().zip(cached) {
-            match items {
+        for (i, msg) in self.messages.iter().enumerate() {
+            match cached.as_ref().and_then(|c| c[i].as_ref()) {
                 Some(items) => {
                     for item in items.iter() {
                         seq.serialize_element(&**item)?;
@@ -446,7 +449,11 @@ mod tests {
         messages.into_iter().map(Arc::new).collect()
     }
 
-    fn encode(messages: &[Arc<Message>], store: bool) -> String {
+    fn encode(
+        messages: &[Arc<Message>],
+        store: bool,
+        encodings: Option<&crate::EncodingCache>,
+    ) -> String {
         let mut options = ResponsesOptions::default();
         options.extra.insert("store".into(), json!(store));
         let req = ChatRequest {
@@ -456,6 +463,7 @@ mod tests {
             tool_choice: None,
             settings: &Object::new(),
             message_id: "m",
+            encodings,
         };
         serde_json::to_string(&body(&options, "model", req, false)).unwrap()
     }
@@ -463,12 +471,11 @@ mod tests {
     #[test]
     fn cached_input_items_are_the_bytes_of_a_fresh_encoding() {
         let messages = history();
+        let cache = crate::EncodingCache::default();
         for store in [true, false] {
-            let fresh: Vec<Arc<Message>> =
-                messages.iter().map(|m| Arc::new((**m).clone())).collect();
-            let first = encode(&messages, store);
-            assert_eq!(encode(&messages, store), first);
-            assert_eq!(encode(&fresh, store), first);
+            let first = encode(&messages, store, Some(&cache));
+            assert_eq!(first, encode(&messages, store, None));
+            assert_eq!(encode(&messages, store, Some(&cache)), first);
             let body: Value = serde_json::from_str(&first).unwrap();
             let kinds: Vec<&str> = body["input"]
                 .as_array()
@@ -491,7 +498,8 @@ mod tests {
         }
         // Every message but the one with invalid calls (and the reducer, which has no items)
         // is served from the cache once encoded.
-        let hits: Vec<usize> = MESSAGE_JSON
+        let hits: Vec<usize> = cache
+            .responses
             .encoded(&messages, true, |_| None)
             .iter()
             .map(|items| items.as_ref().map_or(usize::MAX, |i| i.len()))
