@@ -191,7 +191,7 @@ impl Serialize for WireMessages<'_> {
                 continue;
             }
             match encoded.as_ref().and_then(|e| e[i].as_ref()) {
-                Some(raw) => seq.serialize_element(&*raw)?,
+                Some(raw) => seq.serialize_element(&**raw)?,
                 None => seq.serialize_element(&WireMessage {
                     msg,
                     replay_reasoning: self.replay_reasoning,
