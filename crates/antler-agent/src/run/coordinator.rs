@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use antler_protocol::ThreadState;
 use antler_runtime::CancellationToken;
 use antler_store::runs::DEFAULT_LEASE;
 use antler_store::{
@@ -53,6 +54,17 @@ struct SignalInner {
     cancel: CancellationToken,
     action: Mutex<Option<CancelAction>>,
     done: watch::Sender<Option<RunStatus>>,
+    /// The final state, for a waiter that asked for it (see [`RunSignal::want_final_state`]).
+    final_state: Mutex<FinalState>,
+}
+
+/// The final state of a run, handed to a waiter that asked for it before the run finished.
+#[derive(Default)]
+enum FinalState {
+    #[default]
+    NotWanted,
+    Wanted,
+    Ready(Arc<ThreadState>),
 }
 
 impl RunSignal {
@@ -68,6 +80,7 @@ impl RunSignal {
             cancel,
             action: Mutex::new(None),
             done: watch::channel(None).0,
+            final_state: Mutex::default(),
         }))
     }
 
@@ -112,6 +125,33 @@ impl RunSignal {
     /// Record the terminal status (the engine does, once the run is persisted).
     pub fn mark_done(&self, status: RunStatus) {
         self.0.done.send_replace(Some(status));
+    }
+
+    /// Ask the engine to hand over the run's final state when it succeeds (so a waiter need
+    /// not read it back from the store). Asked too late, or for a run that does not succeed,
+    /// nothing is handed over.
+    pub fn want_final_state(&self) {
+        let mut slot = lock(&self.0.final_state);
+        if matches!(*slot, FinalState::NotWanted) {
+            *slot = FinalState::Wanted;
+        }
+    }
+
+    /// The engine: the state a successful run ended with, persisted as the thread's latest
+    /// checkpoint; kept only if a waiter asked for it.
+    pub(crate) fn offer_final_state(&self, state: &Arc<ThreadState>) {
+        let mut slot = lock(&self.0.final_state);
+        if matches!(*slot, FinalState::Wanted) {
+            *slot = FinalState::Ready(state.clone());
+        }
+    }
+
+    /// The final state handed over (once), if it was asked for in time and the run succeeded.
+    pub fn take_final_state(&self) -> Option<Arc<ThreadState>> {
+        match std::mem::take(&mut *lock(&self.0.final_state)) {
+            FinalState::Ready(state) => Some(state),
+            _ => None,
+        }
     }
 
     /// Wait until the run has finished.

@@ -26,6 +26,8 @@ pub(crate) struct Ending {
     pub usage: Option<RunUsage>,
     pub title: Option<String>,
     pub state: std::sync::Arc<ThreadState>,
+    /// `state` is the state the agent loop ended with (not a placeholder).
+    pub ran: bool,
 }
 
 impl Ending {
@@ -40,6 +42,7 @@ impl Ending {
             usage: None,
             title: None,
             state: Default::default(),
+            ran: false,
         }
     }
 
@@ -86,6 +89,7 @@ impl Ending {
             usage: Some(usage),
             title: outcome.state.title.clone(),
             state: outcome.state,
+            ran: true,
         }
     }
 }
@@ -159,6 +163,13 @@ pub(crate) async fn finish(
         tracing::warn!(run = %run_id, "the run was taken over; its final status stays as recorded");
     }
     coordinator.forget(&run_id);
+    // A success's state is the thread's latest checkpoint (the loop wrote it before ending); a
+    // waiter may take it instead of reading it back. Not after a takeover (the records are the
+    // new owner's) and not for other endings (a rollback restored an older state; a failure's
+    // state may hold what could not be written).
+    if held && end.ran && end.status == RunStatus::Success {
+        signal.offer_final_state(&end.state);
+    }
     signal.mark_done(status);
     if let (Some(name), Some(message)) = (&end.error_name, &end.error) {
         sink.emit(StreamEvent::Error {

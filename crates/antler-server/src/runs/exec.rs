@@ -231,6 +231,10 @@ pub async fn start_run(
         other if other.is_usage() => ApiError::bad_request(other.to_string()),
         other => ApiError::internal(other),
     })?;
+    if kind == RunKind::Wait {
+        // The waiter answers with the final state; handed over, it need not be read back.
+        started.cancel.want_final_state();
+    }
     let handle = RunHandle::new(user.id.clone(), buffer, started.cancel.clone());
     state.runs.track(&handle);
     // A just-created run is reported `pending` (LangGraph's shape): it starts in the background.

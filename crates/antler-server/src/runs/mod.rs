@@ -76,6 +76,11 @@ impl RunHandle {
         self.signal.finished()
     }
 
+    /// The state a successful run ended with, if it was asked for in time (once).
+    pub fn take_final_state(&self) -> Option<Arc<antler_protocol::ThreadState>> {
+        self.signal.take_final_state()
+    }
+
     /// Wait until the run has finished.
     pub async fn wait_done(&self) -> RunStatus {
         self.signal.wait_done().await

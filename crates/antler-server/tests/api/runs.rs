@@ -54,10 +54,15 @@ async fn background_run_then_join_and_wait() {
         .post_req("/api/threads/t1/runs/wait", json!({"input": say("again")}))
         .await;
     let (_, waited_run) = ids_from_location(r.headers());
+    assert_eq!(r.headers()["content-type"], "application/json");
     let (code, values) = json_of(r).await;
     assert_eq!(code, 200);
     assert_eq!(kinds(&values["messages"]), ["human", "ai", "human", "ai"]);
     assert!(values.get("__error__").is_none());
+    // The waited values (answered from the run's final state) are the thread's state after it.
+    let (code, thread_state) = s.get("/api/threads/t1/state").await;
+    assert_eq!(code, 200);
+    assert_eq!(values, thread_state["values"]);
     // R4: newest first.
     let (code, list) = s.get("/api/threads/t1/runs").await;
     assert_eq!(code, 200);
