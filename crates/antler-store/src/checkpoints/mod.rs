@@ -196,12 +196,33 @@ fn head_seq(cx: &Cx<'_>, thread: &str) -> Result<Option<i64>, StoreError> {
     Ok(head.flatten())
 }
 
-/// Persist one checkpoint; returns payload bytes written.
-fn put_tx(cx: &Cx<'_>, w: &EncodedWrite) -> Result<u64, StoreError> {
+/// The checkpoint a batch wrote last: the next write of the batch, usually its child, need not
+/// read the thread's head or its parent back (the writer's transaction is still open).
+struct Written<'a> {
+    thread: &'a str,
+    checkpoint_id: &'a str,
+    seq: i64,
+    fields_seq: Option<i64>,
+}
+
+/// Persist one checkpoint; returns payload bytes written and what it wrote. `last` is the
+/// batch's previous write, if any.
+fn put_tx<'a>(
+    cx: &Cx<'_>,
+    w: &'a EncodedWrite,
+    last: Option<&Written<'_>>,
+) -> Result<(u64, Written<'a>), StoreError> {
     let thread = w.thread_id.as_str();
-    let head = head_seq(cx, thread)?;
+    let last = last.filter(|l| l.thread == thread);
+    let head = match last {
+        Some(l) => Some(l.seq),
+        None => head_seq(cx, thread)?,
+    };
     let seq = head.map_or(1, |h| h + 1);
     let parent: Option<(i64, Option<i64>)> = match &w.parent_id {
+        Some(pid) if last.is_some_and(|l| l.checkpoint_id == pid) => {
+            last.map(|l| (l.seq, l.fields_seq))
+        }
         Some(pid) => Some(
             cx.query_opt(
                 "SELECT seq, fields_seq FROM checkpoints
@@ -263,7 +284,13 @@ fn put_tx(cx: &Cx<'_>, w: &EncodedWrite) -> Result<u64, StoreError> {
             )?;
         }
     }
-    Ok(bytes)
+    let written = Written {
+        thread,
+        checkpoint_id: &w.checkpoint_id,
+        seq,
+        fields_seq,
+    };
+    Ok((bytes, written))
 }
 
 /// Which checkpoint to load.
@@ -486,8 +513,11 @@ impl SqliteStore {
             .db()
             .write_inline(move |cx| {
                 let mut bytes = 0;
+                let mut last = None;
                 for w in &encoded {
-                    bytes += put_tx(cx, w)?;
+                    let (b, written) = put_tx(cx, w, last.as_ref())?;
+                    bytes += b;
+                    last = Some(written);
                 }
                 Ok(bytes)
             })

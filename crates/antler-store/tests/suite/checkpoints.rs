@@ -98,19 +98,25 @@ fn apply(state: &mut ThreadState, write: &Write) {
     let _ = state.apply(update);
 }
 
-async fn run_sequence(steps: &[(Start, Write)]) {
+/// `batch`: write the checkpoints `batch` at a time through one `put_all` (forks, fresh starts
+/// and chains then meet inside a batch; a fork resumes from the in-memory state it names).
+async fn run_sequence(steps: &[(Start, Write)], batch: usize) {
     let (_dir, store) = temp_store();
     let mut writer = ThreadWriter::new("t");
     let mut state = ThreadState::default();
     let mut written: Vec<(String, ThreadState)> = Vec::new();
+    let mut pending = Vec::new();
     for (start, write) in steps {
         match start {
             Start::Head => {}
             Start::Fork(i) if !written.is_empty() => {
-                let (id, _) = &written[i % written.len()];
-                // Resume the way the runtime does: from the stored checkpoint.
-                let cp = store.get("t", id).await.unwrap().unwrap();
-                state = cp.state;
+                let (id, kept) = &written[i % written.len()];
+                if batch > 1 {
+                    state = kept.clone();
+                } else {
+                    // Resume the way the runtime does: from the stored checkpoint.
+                    state = store.get("t", id).await.unwrap().unwrap().state;
+                }
                 writer.reset_to(Some(id.clone()), &state);
             }
             Start::Fork(_) => {}
@@ -120,9 +126,19 @@ async fn run_sequence(steps: &[(Start, Write)]) {
             }
         }
         apply(&mut state, write);
-        let id = writer.commit(&store, &mut state).await;
-        written.push((id, state.clone()));
+        if batch > 1 {
+            let w = writer.write_for(&mut state);
+            written.push((w.meta.checkpoint_id.clone(), state.clone()));
+            pending.push(w);
+            if pending.len() == batch {
+                store.put_all(std::mem::take(&mut pending)).await.unwrap();
+            }
+        } else {
+            let id = writer.commit(&store, &mut state).await;
+            written.push((id, state.clone()));
+        }
     }
+    store.put_all(pending).await.unwrap();
     let latest = store.latest("t").await.unwrap().unwrap();
     let (last_id, _) = written.last().unwrap();
     assert_eq!(&latest.meta.checkpoint_id, last_id);
@@ -147,7 +163,17 @@ proptest! {
         steps in prop::collection::vec((start_strategy(), write_strategy()), 1..40)
     ) {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        rt.block_on(run_sequence(&steps));
+        rt.block_on(run_sequence(&steps, 1));
+    }
+
+    /// The same, written in batches (one transaction each).
+    #[test]
+    fn batched_checkpoints_replay_the_in_memory_state(
+        steps in prop::collection::vec((start_strategy(), write_strategy()), 1..40),
+        batch in 2..6usize,
+    ) {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(run_sequence(&steps, batch));
     }
 }
 
