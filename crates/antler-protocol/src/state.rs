@@ -310,6 +310,32 @@ impl StateUpdate {
     }
 }
 
+/// The non-message channels, borrowed, in their stored order.
+#[derive(Serialize)]
+struct Fields<'a> {
+    title: &'a Option<String>,
+    artifacts: &'a Vec<String>,
+    todos: &'a Option<Vec<Todo>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    goal: &'a Option<Value>,
+    uploaded_files: &'a Option<Vec<Value>>,
+    viewed_images: &'a Map<String, Value>,
+    thread_data: &'a Option<ThreadData>,
+    sandbox: &'a Option<SandboxState>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    summary_text: &'a Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    promoted: &'a Option<Promoted>,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    delegations: &'a [Delegation],
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    skill_context: &'a [SkillEntry],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    background_tasks: &'a Option<Vec<Value>>,
+    #[serde(flatten)]
+    extensions: &'a Map<String, Value>,
+}
+
 impl ThreadState {
     /// A copy for a `values` event held for replay: the message list is shared and carries no
     /// id index (see [`Messages::snapshot`]); every other channel is cloned. Holding it does
@@ -423,31 +449,17 @@ impl ThreadState {
     /// The non-message channels as JSON (what a checkpoint stores beside the messages).
     /// Costs O(size of those channels), never O(history).
     pub fn fields_value(&self) -> Value {
-        #[derive(Serialize)]
-        struct Fields<'a> {
-            title: &'a Option<String>,
-            artifacts: &'a Vec<String>,
-            todos: &'a Option<Vec<Todo>>,
-            #[serde(skip_serializing_if = "Option::is_none")]
-            goal: &'a Option<Value>,
-            uploaded_files: &'a Option<Vec<Value>>,
-            viewed_images: &'a Map<String, Value>,
-            thread_data: &'a Option<ThreadData>,
-            sandbox: &'a Option<SandboxState>,
-            #[serde(skip_serializing_if = "Option::is_none")]
-            summary_text: &'a Option<String>,
-            #[serde(skip_serializing_if = "Option::is_none")]
-            promoted: &'a Option<Promoted>,
-            #[serde(skip_serializing_if = "<[_]>::is_empty")]
-            delegations: &'a [Delegation],
-            #[serde(skip_serializing_if = "<[_]>::is_empty")]
-            skill_context: &'a [SkillEntry],
-            #[serde(skip_serializing_if = "Option::is_none")]
-            background_tasks: &'a Option<Vec<Value>>,
-            #[serde(flatten)]
-            extensions: &'a Map<String, Value>,
-        }
-        serde_json::to_value(Fields {
+        serde_json::to_value(self.fields()).unwrap_or(Value::Null)
+    }
+
+    /// [`ThreadState::fields_value`] as JSON text, without building the `Value` (cheap to
+    /// compare: the loop checks every superstep whether the channels changed).
+    pub fn fields_json(&self) -> String {
+        serde_json::to_string(&self.fields()).unwrap_or_else(|_| "null".into())
+    }
+
+    fn fields(&self) -> Fields<'_> {
+        Fields {
             title: &self.title,
             artifacts: &self.artifacts,
             todos: &self.todos,
@@ -462,8 +474,7 @@ impl ThreadState {
             skill_context: &self.skill_context,
             background_tasks: &self.background_tasks,
             extensions: &self.extensions,
-        })
-        .unwrap_or(Value::Null)
+        }
     }
 
     /// Rebuild a state from stored channels and a message list.

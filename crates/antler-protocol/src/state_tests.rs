@@ -445,3 +445,26 @@ fn generation_moves_on_replacement_and_removal_only() {
         .unwrap();
     assert_ne!(list.generation(), removed, "remove-all");
 }
+
+#[test]
+fn fields_json_is_the_text_of_fields_value() {
+    let mut state = ThreadState::default();
+    assert_eq!(
+        serde_json::from_str::<Value>(&state.fields_json()).unwrap(),
+        state.fields_value()
+    );
+    state.title = Some("a \"title\"".into());
+    state.artifacts.push("/mnt/user-data/outputs/a.md".into());
+    state
+        .extensions
+        .insert("custom".into(), json!({"k": [1, 2]}));
+    state.summary_text = Some("sum".into());
+    let text = state.fields_json();
+    assert_eq!(
+        serde_json::from_str::<Value>(&text).unwrap(),
+        state.fields_value()
+    );
+    // The text moves with every channel: the loop writes the channels when it changes.
+    state.todos = Some(vec![]);
+    assert_ne!(state.fields_json(), text);
+}

@@ -17,7 +17,7 @@ use antler_protocol::{
     Message, Object, ReducerError, StateUpdate, ThreadState, ToolCall, ToolMessage,
 };
 use futures::future::join_all;
-use serde_json::{json, Value};
+use serde_json::json;
 
 use crate::checkpoint::{CheckpointError, CheckpointWrite, Checkpointer};
 use crate::context::RunContext;
@@ -167,7 +167,8 @@ struct Runner<'a> {
     run: Arc<RunContext>,
     state: Arc<ThreadState>,
     head: Option<String>,
-    last_fields: Option<Value>,
+    /// The non-message channels last checkpointed, as JSON text (compared every superstep).
+    last_fields: Option<String>,
     steps: usize,
     limit: usize,
 }
@@ -255,7 +256,7 @@ impl Runner<'_> {
         };
         if let Some(c) = loaded {
             self.head = Some(c.meta.checkpoint_id);
-            self.last_fields = Some(c.state.fields_value());
+            self.last_fields = Some(c.state.fields_json());
             self.state = Arc::new(c.state);
         } else if let Some(s) = input.initial_state.take() {
             self.state = Arc::new(s);
@@ -299,7 +300,7 @@ impl Runner<'_> {
         let Some(cp) = self.agent.checkpointer.clone() else {
             return;
         };
-        let fields = state.fields_value();
+        let fields = state.fields_json();
         let fields_changed = self.last_fields.as_ref() != Some(&fields);
         let step = if source == "input" {
             -1
@@ -318,7 +319,8 @@ impl Runner<'_> {
                 "thread_id": self.run.thread_id,
             }),
             changes,
-            fields_changed.then(|| fields.clone()),
+            // Changed channels are rare (title, todos, sandbox): their `Value` is built then only.
+            fields_changed.then(|| state.fields_value()),
         );
         self.head = Some(write.meta.checkpoint_id.clone());
         self.run.defer_checkpoint(&cp, write);
