@@ -8,8 +8,8 @@
 //! run's first human message says how many steps it wants (`bench-steps=s`), so the model is
 //! stateless: it counts the tool results after that message.
 //!
-//! - **A1** harness CPU per step, fresh thread: the server process's CPU (utime + stime from
-//!   `/proc/PID/stat`; the bash children are not included) of `runs` runs of `steps` steps minus
+//! - **A1** harness CPU per step, fresh thread: the server process's CPU (its process CPU clock,
+//!   `clock_getcpuclockid`; the bash children are not included) of `runs` runs of `steps` steps minus
 //!   that of `runs` runs of 0 steps, divided by the steps.
 //! - **A2** `antler run` marginal CPU per step, bash children included: `antler run` processes
 //!   (one new thread each, one data home) through the bench's reaper, which waits for the whole
