@@ -184,11 +184,6 @@ impl RunJournal {
         }
     }
 
-    /// `content` as stored: a JSON string as text, anything else as JSON.
-    fn content(&self, value: &Value) -> EventContent {
-        EventContent::from_value(value).unwrap_or_else(|_| EventContent::Json("null".into()))
-    }
-
     /// Journal an event that is not a [`RunEvent`] (recovery, admission, …).
     pub fn record(
         &self,
@@ -197,8 +192,7 @@ impl RunJournal {
         content: Value,
         meta: Map<String, Value>,
     ) {
-        let content = self.content(&content);
-        self.push(self.event(kind.to_owned(), category, content, meta));
+        self.push(self.event(kind.to_owned(), category, content_of(&content), meta));
     }
 
     /// Journal a message the run produced, serialized (from the borrow) as the event's content.
@@ -208,8 +202,7 @@ impl RunJournal {
         message: MessageRef<'_>,
         meta: Map<String, Value>,
     ) {
-        let content = serde_json::to_string(&message).unwrap_or_else(|_| "null".into());
-        self.push(self.event(kind, CATEGORY_MESSAGE, EventContent::Json(content), meta));
+        self.push(self.event(kind, CATEGORY_MESSAGE, message_content(message), meta));
     }
 
     fn push(&self, events: impl IntoIterator<Item = EncodedRunEvent>) {
@@ -325,12 +318,10 @@ impl RunJournal {
                 _ => false,
             };
             if keep {
-                let content =
-                    serde_json::to_string(&MessageRef::from(m)).unwrap_or_else(|_| "null".into());
                 events.extend(self.event(
                     "llm.human.input",
                     CATEGORY_MESSAGE,
-                    EventContent::Json(content),
+                    message_content(m.into()),
                     Map::new(),
                 ));
             }
@@ -382,6 +373,16 @@ async fn flush_loop(
     }
 }
 
+/// `value` as stored: a JSON string as text, anything else as JSON.
+fn content_of(value: &Value) -> EventContent {
+    EventContent::from_value(value).unwrap_or_else(|_| EventContent::Json("null".into()))
+}
+
+/// A message as an event's content, serialized from the borrow.
+fn message_content(message: MessageRef<'_>) -> EventContent {
+    EventContent::Json(serde_json::to_string(&message).unwrap_or_else(|_| "null".into()))
+}
+
 fn caller_bucket(caller: &str) -> u8 {
     if caller.starts_with("subagent:") {
         1
@@ -413,7 +414,7 @@ impl RunObserver for RunJournal {
                             "agent_name": o.agent_name,
                         },
                 });
-                let start = self.event("run.start", "trace", self.content(&start), meta);
+                let start = self.event("run.start", "trace", content_of(&start), meta);
                 let input = {
                     let mut st = lock(&self.state);
                     st.started = true;
@@ -571,7 +572,7 @@ impl RunObserver for RunJournal {
                 payload,
             } => {
                 let meta = fields([("name", json!(name)), ("action", json!(action))]);
-                let content = self.content(payload);
+                let content = content_of(payload);
                 self.push(self.event(format!("middleware:{action}"), "middleware", content, meta));
             }
             RunEvent::RunEnd { status, error } => {
@@ -589,7 +590,7 @@ impl RunObserver for RunJournal {
                     "stop_reason": stop_reason,
                     "usage": usage,
                 });
-                events.extend(self.event("run.end", "outputs", self.content(&end), Map::new()));
+                events.extend(self.event("run.end", "outputs", content_of(&end), Map::new()));
                 self.push(events);
             }
         }
