@@ -208,16 +208,18 @@ pub trait Checkpointer: Send + Sync {
 pub fn replay_changes(base: &mut Vec<Entry>, changes: &[Change]) {
     for c in changes {
         match c {
-            Change::Upsert { ord, message } => match base.binary_search_by_key(ord, |e| e.ord) {
-                Ok(i) => base[i].message = message.clone(),
-                Err(i) => base.insert(
-                    i,
-                    Entry {
-                        ord: *ord,
-                        message: message.clone(),
-                    },
-                ),
-            },
+            Change::Upsert { ord, message, .. } => {
+                match base.binary_search_by_key(ord, |e| e.ord) {
+                    Ok(i) => base[i].message = message.clone(),
+                    Err(i) => base.insert(
+                        i,
+                        Entry {
+                            ord: *ord,
+                            message: message.clone(),
+                        },
+                    ),
+                }
+            }
             Change::Remove { ord } => {
                 if let Ok(i) = base.binary_search_by_key(ord, |e| e.ord) {
                     base.remove(i);

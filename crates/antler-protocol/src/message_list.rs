@@ -23,7 +23,13 @@ pub struct Entry {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Change {
     /// A message was appended, or replaced the entry at `ord`.
-    Upsert { ord: u64, message: Arc<Message> },
+    Upsert {
+        ord: u64,
+        message: Arc<Message>,
+        /// Appended: no entry was at `ord` before (appended positions are past every earlier
+        /// one), so a store has nothing there to replace.
+        appended: bool,
+    },
     /// The entry at `ord` was removed.
     Remove { ord: u64 },
     /// Every entry was removed (remove-all marker); later changes rebuild the list.
@@ -234,6 +240,7 @@ impl Messages {
         self.changes.push(Change::Upsert {
             ord,
             message: message.clone(),
+            appended: true,
         });
         self.index.insert(id, self.msgs.len());
         Arc::make_mut(&mut self.msgs).push(message);
@@ -312,6 +319,7 @@ impl Messages {
                     self.changes.push(Change::Upsert {
                         ord: self.ords[i],
                         message: message.clone(),
+                        appended: false,
                     });
                     Arc::make_mut(&mut self.msgs)[i] = message;
                     self.generation += 1;

@@ -354,7 +354,7 @@ proptest! {
             let _ = s.apply(StateUpdate::messages(to_messages(w)));
             for c in s.messages.take_changes() {
                 match c {
-                    Change::Upsert { ord, message } => { rows.insert(ord, (*message).clone()); }
+                    Change::Upsert { ord, message, .. } => { rows.insert(ord, (*message).clone()); }
                     Change::Remove { ord } => { rows.remove(&ord); }
                     Change::Clear => rows.clear(),
                 }

@@ -50,9 +50,18 @@ struct EncodedWrite {
     /// A `Clear` came first in the net effect.
     cleared: bool,
     /// Net effect per position: `Some(body)` = the message now there, `None` = removed.
-    ops: Vec<(i64, Option<String>)>,
+    ops: Vec<Op>,
     /// Payload bytes (metadata, fields, bodies).
     bytes: u64,
+}
+
+/// The net effect of a write at one position.
+struct Op {
+    ord: i64,
+    /// `Some(body)` = the message now there, `None` = removed.
+    body: Option<String>,
+    /// The position is new in this write: no live row can be there to close.
+    fresh: bool,
 }
 
 fn ord_i64(ord: u64) -> Result<i64, StoreError> {
@@ -66,14 +75,22 @@ fn encode(write: CheckpointWrite) -> Result<EncodedWrite, StoreError> {
         fields,
     } = write;
     let mut cleared = false;
-    let mut net: BTreeMap<u64, Option<Arc<Message>>> = BTreeMap::new();
+    // Per position: the message now there (or `None`: removed) and whether the write created
+    // the position.
+    let mut net: BTreeMap<u64, (Option<Arc<Message>>, bool)> = BTreeMap::new();
     for change in changes {
         match change {
-            Change::Upsert { ord, message } => {
-                net.insert(ord, Some(message));
+            Change::Upsert {
+                ord,
+                message,
+                appended,
+            } => {
+                let fresh = appended || net.get(&ord).is_some_and(|e| e.1);
+                net.insert(ord, (Some(message), fresh));
             }
             Change::Remove { ord } => {
-                net.insert(ord, None);
+                let fresh = net.get(&ord).is_some_and(|e| e.1);
+                net.insert(ord, (None, fresh));
             }
             Change::Clear => {
                 cleared = true;
@@ -89,9 +106,10 @@ fn encode(write: CheckpointWrite) -> Result<EncodedWrite, StoreError> {
         .map_err(|e| StoreError::encode("checkpoint fields", e))?;
     let mut bytes = (metadata.len() + fields.as_ref().map_or(0, String::len)) as u64;
     let mut ops = Vec::with_capacity(net.len());
-    for (ord, message) in net {
-        // After a clear, removing a position that is already gone is a no-op.
-        if cleared && message.is_none() {
+    for (ord, (message, fresh)) in net {
+        // After a clear, removing a position that is already gone is a no-op; so is removing
+        // one this write created.
+        if (cleared || fresh) && message.is_none() {
             continue;
         }
         let body = message
@@ -99,7 +117,11 @@ fn encode(write: CheckpointWrite) -> Result<EncodedWrite, StoreError> {
             .transpose()
             .map_err(|e| StoreError::encode(format!("message at ord {ord}"), e))?;
         bytes += body.as_ref().map_or(0, String::len) as u64;
-        ops.push((ord_i64(ord)?, body));
+        ops.push(Op {
+            ord: ord_i64(ord)?,
+            body,
+            fresh,
+        });
     }
     Ok(EncodedWrite {
         thread_id: meta.thread_id,
@@ -271,15 +293,16 @@ fn put_tx<'a>(
     if w.cleared {
         close_all(cx, thread, seq, born_here)?;
     }
-    for (ord, body) in &w.ops {
-        if !w.cleared {
-            close_one(cx, thread, *ord, seq, born_here)?;
+    for op in &w.ops {
+        // A position the write created has no live row: nothing to close.
+        if !w.cleared && !op.fresh {
+            close_one(cx, thread, op.ord, seq, born_here)?;
         }
-        if let Some(body) = body {
+        if let Some(body) = &op.body {
             cx.exec(
                 "INSERT INTO checkpoint_messages (thread_id, ord, from_seq, body)
                  VALUES (?1, ?2, ?3, ?4)",
-                params![thread, ord, seq, body],
+                params![thread, op.ord, seq, body],
                 "insert a message",
             )?;
         }
