@@ -214,10 +214,6 @@ impl EncodedRunEvent {
             },
         })
     }
-
-    pub fn event_type(&self) -> &str {
-        &self.event_type
-    }
 }
 
 /// `trace` content longer than `max` bytes is cut on a character boundary and flagged; true

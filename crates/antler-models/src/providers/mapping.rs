@@ -366,7 +366,7 @@ pub(crate) struct EncodedTexts(Mutex<Vec<(Box<str>, Arc<RawValue>)>>);
 /// Texts remembered per cache.
 const ENCODED_TEXTS: usize = 8;
 /// Shorter texts are cheaper to escape than to look up.
-pub(crate) const ENCODED_TEXT_MIN: usize = 512;
+const ENCODED_TEXT_MIN: usize = 512;
 
 impl EncodedTexts {
     pub(crate) const fn new() -> Self {
@@ -391,6 +391,23 @@ impl EncodedTexts {
         entries.insert(0, (text.into(), raw.clone()));
         entries.truncate(ENCODED_TEXTS);
         Some(raw)
+    }
+
+    /// Writes `value` (which depends on `text` only) as the next element of `seq`: a long
+    /// text's from the cache, a short one's (cheaper to escape than to look up) directly.
+    pub(crate) fn write_element<S: SerializeSeq, V: Serialize>(
+        &self,
+        seq: &mut S,
+        text: &str,
+        value: &V,
+    ) -> Result<(), S::Error> {
+        match (text.len() >= ENCODED_TEXT_MIN)
+            .then(|| self.get(text, || value))
+            .flatten()
+        {
+            Some(raw) => seq.serialize_element(&*raw),
+            None => seq.serialize_element(value),
+        }
     }
 }
 

@@ -16,7 +16,6 @@ use super::OpenAiCompatOptions;
 use crate::providers::mapping::{
     answered_invalid_calls, call_fields, call_tool_choice, insert_some, openai_tool_choice,
     settle_tool_choice, ArcJsonCache, EncodedTexts, OpenAiBody, ToolJsonCache, ToolSchema,
-    ENCODED_TEXT_MIN,
 };
 use crate::ChatRequest;
 
@@ -166,13 +165,7 @@ impl Serialize for WireMessages<'_> {
                 role: "system",
                 content: system,
             };
-            let cached = (system.len() >= ENCODED_TEXT_MIN)
-                .then(|| SYSTEM_JSON.get(system, || &message))
-                .flatten();
-            match cached {
-                Some(raw) => seq.serialize_element(&*raw)?,
-                None => seq.serialize_element(&message)?,
-            }
+            SYSTEM_JSON.write_element(&mut seq, system, &message)?;
         }
         let encoded = self.cache.map(|cache| {
             cache.encoded(self.messages, self.replay_reasoning, |msg| {

@@ -22,7 +22,6 @@ use super::ResponsesOptions;
 use crate::providers::mapping::{
     answered_invalid_calls, call_fields, call_tool_choice, insert_some, openai_tool_choice,
     settle_tool_choice, ArcJsonCache, EncodedTexts, OpenAiBody, ToolJsonCache, ToolSchema,
-    ENCODED_TEXT_MIN,
 };
 use crate::ChatRequest;
 
@@ -185,13 +184,7 @@ impl Serialize for Input<'_> {
                 role: "system",
                 content: system,
             };
-            let cached = (system.len() >= ENCODED_TEXT_MIN)
-                .then(|| SYSTEM_JSON.get(system, || &item))
-                .flatten();
-            match cached {
-                Some(raw) => seq.serialize_element(&*raw)?,
-                None => seq.serialize_element(&item)?,
-            }
+            SYSTEM_JSON.write_element(&mut seq, system, &item)?;
         }
         let cached = self.cache.map(|cache| {
             cache.encoded(self.messages, self.stored, |msg| {
