@@ -21,7 +21,7 @@
 
 use std::sync::OnceLock;
 
-use regex::bytes::{Regex, RegexBuilder};
+use regex::bytes::{RegexSet, RegexSetBuilder};
 use serde::Serialize;
 
 /// The audit's decision.
@@ -507,32 +507,70 @@ fn find_delete_root(words: &[String]) -> bool {
     root && deletes
 }
 
+/// The rule table's regexes, compiled once into one [`RegexSet`] per verdict: a command is
+/// scanned once per candidate text instead of once per rule (the audit runs on every bash call).
 struct Compiled {
-    rule: &'static Rule,
-    re: Option<Regex>,
+    /// Per rule (in table order): its index in its verdict's set, if it has a usable regex.
+    slot: Vec<Option<usize>>,
+    block: RegexSet,
+    warn: RegexSet,
 }
 
-fn compiled() -> &'static [Compiled] {
-    static C: OnceLock<Vec<Compiled>> = OnceLock::new();
+impl Compiled {
+    fn set(&self, verdict: Verdict) -> &RegexSet {
+        match verdict {
+            Verdict::Block => &self.block,
+            _ => &self.warn,
+        }
+    }
+}
+
+/// ASCII classes: shell syntax is ASCII, and the Unicode `\b`/`\s`/`\w` tables double the cost
+/// of the first call, which compiles the whole table.
+fn ascii_set(patterns: &[&str]) -> Result<RegexSet, regex::Error> {
+    RegexSetBuilder::new(patterns).unicode(false).build()
+}
+
+fn compiled() -> &'static Compiled {
+    static C: OnceLock<Compiled> = OnceLock::new();
     C.get_or_init(|| {
-        RULES
-            .iter()
-            .map(|rule| Compiled {
-                rule,
-                re: match rule.matcher {
-                    // ASCII classes: shell syntax is ASCII, and the Unicode `\b`/`\s`/`\w` tables
-                    // double the cost of the first call, which compiles the whole table.
-                    Matcher::Regex(p) => match RegexBuilder::new(p).unicode(false).build() {
-                        Ok(r) => Some(r),
-                        Err(e) => {
-                            tracing::error!(rule = rule.id, error = %e, "invalid audit rule regex");
-                            None
-                        }
-                    },
+        let mut slot = vec![None; RULES.len()];
+        let mut sets = Vec::new();
+        for verdict in [Verdict::Block, Verdict::Warn] {
+            let rules: Vec<(usize, &str)> = RULES
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| r.verdict == verdict)
+                .filter_map(|(i, r)| match r.matcher {
+                    Matcher::Regex(p) => Some((i, p)),
                     Matcher::Words(_) => None,
-                },
-            })
-            .collect()
+                })
+                .collect();
+            let all: Vec<&str> = rules.iter().map(|&(_, p)| p).collect();
+            // A pattern that does not compile disables its rule only (and is logged); each is
+            // compiled alone only to find which one that is.
+            let usable: Vec<(usize, &str)> = match ascii_set(&all) {
+                Ok(_) => rules,
+                Err(_) => rules
+                    .into_iter()
+                    .filter(|&(i, p)| match ascii_set(&[p]) {
+                        Ok(_) => true,
+                        Err(e) => {
+                            tracing::error!(rule = RULES[i].id, error = %e, "invalid audit rule regex");
+                            false
+                        }
+                    })
+                    .collect(),
+            };
+            for (k, &(i, _)) in usable.iter().enumerate() {
+                slot[i] = Some(k);
+            }
+            let patterns: Vec<&str> = usable.iter().map(|&(_, p)| p).collect();
+            sets.push(ascii_set(&patterns).unwrap_or_else(|_| RegexSet::empty()));
+        }
+        let warn = sets.pop().unwrap_or_else(RegexSet::empty);
+        let block = sets.pop().unwrap_or_else(RegexSet::empty);
+        Compiled { slot, block, warn }
     })
 }
 
@@ -545,23 +583,25 @@ pub struct Classification {
 }
 
 fn find_rule(text: &str, verdict: Verdict, whole: bool) -> Option<&'static str> {
+    let c = compiled();
+    let hits = c.set(verdict).matches(text.as_bytes());
     let words = if whole {
         None
     } else {
         shell_words::split(text).ok()
     };
-    compiled()
+    let matched = |i: usize| c.slot[i].is_some_and(|s| hits.matched(s));
+    RULES
         .iter()
-        .filter(|c| c.rule.verdict == verdict)
-        .find(|c| match (c.rule.scope, &c.re, c.rule.matcher) {
-            (Scope::Anywhere, Some(re), _) => re.is_match(text.as_bytes()),
-            (Scope::CommandStart, Some(re), _) if !whole => re.is_match(text.as_bytes()),
-            (Scope::CommandStart, None, Matcher::Words(f)) if !whole => {
-                words.as_deref().is_some_and(f)
-            }
-            _ => false,
+        .enumerate()
+        .filter(|(_, r)| r.verdict == verdict)
+        .find(|&(i, r)| match (r.scope, r.matcher) {
+            (Scope::Anywhere, Matcher::Regex(_)) => matched(i),
+            (Scope::CommandStart, Matcher::Regex(_)) => !whole && matched(i),
+            (Scope::CommandStart, Matcher::Words(f)) => !whole && words.as_deref().is_some_and(f),
+            (Scope::Anywhere, Matcher::Words(_)) => false,
         })
-        .map(|c| c.rule.id)
+        .map(|(_, r)| r.id)
 }
 
 fn collapse(s: &str) -> String {
@@ -598,6 +638,8 @@ fn classify_text(command: &str) -> Classification {
     for part in split_compound(command, true) {
         let n = collapse(&part);
         let joined = shell_words::split(&part).ok().map(|w| w.join(" "));
+        // The shell words joined again are mostly the collapsed text itself: scanned once then.
+        let joined = joined.filter(|j| *j != n);
         for candidate in std::iter::once(&n).chain(joined.as_ref()) {
             if let Some(id) = find_rule(candidate, Verdict::Block, false) {
                 return Classification {

@@ -364,11 +364,20 @@ fn the_classifier_table() {
 
 #[test]
 fn every_rule_compiles() {
-    for c in compiled() {
-        if let Matcher::Regex(p) = c.rule.matcher {
-            assert!(c.re.is_some(), "rule {} does not compile: {p}", c.rule.id);
+    let c = compiled();
+    for (rule, slot) in RULES.iter().zip(&c.slot) {
+        if let Matcher::Regex(p) = rule.matcher {
+            assert!(slot.is_some(), "rule {} does not compile: {p}", rule.id);
         }
     }
+    let regexes = |v: Verdict| {
+        RULES
+            .iter()
+            .filter(|r| r.verdict == v && matches!(r.matcher, Matcher::Regex(_)))
+            .count()
+    };
+    assert_eq!(c.block.len(), regexes(Verdict::Block));
+    assert_eq!(c.warn.len(), regexes(Verdict::Warn));
     let mut ids: Vec<&str> = RULES.iter().map(|r| r.id).collect();
     ids.sort();
     let n = ids.len();

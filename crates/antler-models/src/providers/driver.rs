@@ -264,8 +264,9 @@ impl<W: WireFormat> HttpModelConfig<W> {
 pub struct HttpChatModel<W: WireFormat> {
     cfg: HttpModelConfig<W>,
     client: reqwest::Client,
-    endpoint: String,
-    stream_endpoint: String,
+    /// Parsed once: reqwest would parse a `&str` URL (IDNA included) on every call.
+    endpoint: reqwest::Url,
+    stream_endpoint: reqwest::Url,
     headers: HeaderMap,
     /// Size of the last request body: histories only grow, so the next body is written into one
     /// allocation of about the right size instead of a doubling series of copies.
@@ -290,14 +291,13 @@ impl<W: WireFormat> HttpChatModel<W> {
                 "base_url must be an http(s) URL, got '{base}'"
             )));
         }
-        let endpoint = W::endpoint(&cfg.base_url, &cfg.info.model, false);
-        let stream_endpoint = W::endpoint(&cfg.base_url, &cfg.info.model, true);
-        let mut loopback = true;
-        for url in [&endpoint, &stream_endpoint] {
-            let url = reqwest::Url::parse(url)
-                .map_err(|e| ModelError::InvalidRequest(format!("bad base_url '{base}': {e}")))?;
-            loopback &= is_loopback(&url);
-        }
+        let parse = |stream: bool| {
+            reqwest::Url::parse(&W::endpoint(&cfg.base_url, &cfg.info.model, stream))
+                .map_err(|e| ModelError::InvalidRequest(format!("bad base_url '{base}': {e}")))
+        };
+        let endpoint = parse(false)?;
+        let stream_endpoint = parse(true)?;
+        let loopback = is_loopback(&endpoint) && is_loopback(&stream_endpoint);
         W::validate(&cfg.wire)?;
         let mut headers = HeaderMap::new();
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -335,10 +335,23 @@ impl<W: WireFormat> HttpChatModel<W> {
     /// Serialize the body of one call straight from the borrowed request.
     fn encode(&self, req: ChatRequest<'_>, stream: bool) -> Result<Vec<u8>, ModelError> {
         let body = W::body(&self.cfg.wire, self.model(), req, stream)?;
-        let mut out = Vec::with_capacity(self.body_hint.load(Ordering::Relaxed));
+        let run = req.encodings.map(|e| &e.last_body);
+        // The run's own last body plus room for what its history gained since (a few
+        // messages): a buffer of exactly the last size was outgrown by nearly every call and
+        // reallocated, copying the whole body once more (~300 KB at 1,000 messages). Without
+        // it (a run's first call, side calls), the last size of any call, as before — slack on
+        // a size from another conversation would be held by every request in flight.
+        let capacity = match run.map(|r| r.load(Ordering::Relaxed)).filter(|&n| n > 0) {
+            Some(last) => last + last / 8 + 4096,
+            None => self.body_hint.load(Ordering::Relaxed),
+        };
+        let mut out = Vec::with_capacity(capacity);
         serde_json::to_writer(&mut out, &body)
             .map_err(|e| ModelError::InvalidRequest(e.to_string()))?;
         self.body_hint.store(out.len(), Ordering::Relaxed);
+        if let Some(run) = run {
+            run.store(out.len(), Ordering::Relaxed);
+        }
         tracing::debug!(
             model = %self.model(),
             endpoint = %if stream { &self.stream_endpoint } else { &self.endpoint },
@@ -362,7 +375,7 @@ impl<W: WireFormat> HttpChatModel<W> {
         };
         let post = self
             .client
-            .post(url)
+            .post(url.clone())
             .headers(self.headers.clone())
             .body(body);
         let resp = if stream {
@@ -472,4 +485,70 @@ fn is_loopback(url: &reqwest::Url) -> bool {
         || host
             .parse::<std::net::IpAddr>()
             .is_ok_and(|ip| ip.is_loopback())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use crate::providers::openai_compat::ChatCompletions;
+    use crate::EncodingCache;
+    use antler_protocol::Message;
+    use serde_json::Value;
+    use std::sync::Arc;
+
+    fn request<'a>(
+        messages: &'a [Arc<Message>],
+        settings: &'a Object,
+        encodings: Option<&'a EncodingCache>,
+    ) -> ChatRequest<'a> {
+        ChatRequest {
+            system: Some("You are a test."),
+            messages,
+            tools: &[],
+            tool_choice: None,
+            settings,
+            message_id: "m",
+            encodings,
+        }
+    }
+
+    /// A run's growing history is encoded into a buffer sized from the run's last body, so
+    /// a step's few new messages fit without reallocating (and copying) the whole body.
+    #[test]
+    fn a_growing_history_fits_the_buffer_sized_from_the_runs_last_body() {
+        let model = HttpChatModel::<ChatCompletions>::new(HttpModelConfig {
+            base_url: "http://127.0.0.1:9/v1".into(),
+            ..HttpModelConfig::default()
+        })
+        .unwrap();
+        let settings = Object::new();
+        let cache = EncodingCache::default();
+        let mut history: Vec<Arc<Message>> = Vec::new();
+        let mut last = 0;
+        for step in 0..200 {
+            history.push(Arc::new(Message::human(format!(
+                "question {step}: {}",
+                "x".repeat(600)
+            ))));
+            history.push(Arc::new(Message::ai(format!("answer {step}"))));
+            let body = model
+                .encode(request(&history, &settings, Some(&cache)), false)
+                .unwrap();
+            if last > 0 {
+                assert_eq!(body.capacity(), last + last / 8 + 4096, "step {step}");
+            }
+            last = body.len();
+            let sent: Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(
+                sent["messages"].as_array().unwrap().len(),
+                history.len() + 1
+            );
+        }
+        // Without the run's cache, the last size of any call is the hint, as before.
+        let body = model
+            .encode(request(&history, &settings, None), false)
+            .unwrap();
+        assert_eq!(body.len(), last);
+    }
 }

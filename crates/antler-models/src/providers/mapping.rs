@@ -261,6 +261,9 @@ pub struct EncodingCache {
     pub(crate) chat: ArcJsonCache<Message>,
     /// Responses input items (the variant bit: whether the API stores items).
     pub(crate) responses: ArcJsonCache<Message, Arc<[Box<RawValue>]>>,
+    /// Bytes of the run's last request body (0: none yet): the next body's buffer is sized
+    /// from it.
+    pub(crate) last_body: std::sync::atomic::AtomicUsize,
 }
 
 impl std::fmt::Debug for EncodingCache {
