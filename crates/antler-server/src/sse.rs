@@ -79,8 +79,9 @@ enum Payload {
 /// A retained `values` snapshot.
 #[derive(Debug)]
 struct Snapshot {
-    /// The non-message channels (`messages` left empty).
-    fields: ThreadState,
+    /// The non-message channels (`messages` left empty); shared with the run's previous
+    /// snapshot while they did not change (most supersteps change messages only).
+    fields: Arc<ThreadState>,
     messages: Arc<Segment>,
     /// Messages this snapshot added to the chain (0 when it reuses the previous segment).
     own: usize,
@@ -88,7 +89,7 @@ struct Snapshot {
 
 impl Snapshot {
     fn state(&self) -> ThreadState {
-        let mut state = self.fields.clone();
+        let mut state = (*self.fields).clone();
         state.messages = Messages::from_shared(self.messages.messages());
         state
     }
@@ -249,6 +250,8 @@ struct BufState {
     closed: bool,
     /// The message chain of the newest `values` snapshot.
     chain: Option<Chain>,
+    /// The non-message channels of the newest `values` snapshot.
+    last_fields: Option<Arc<ThreadState>>,
 }
 
 /// The retained events of one run, shared by every subscriber.
@@ -305,6 +308,7 @@ impl RunBuffer {
                 bytes: 0,
                 closed: false,
                 chain: None,
+                last_fields: None,
             }),
             version: watch::channel(0).0,
             max_bytes,
@@ -328,12 +332,20 @@ impl RunBuffer {
         let generation = taken.generation();
         let list = taken.shared();
         drop(taken);
-        let messages = {
+        let (messages, fields) = {
             let mut st = self.lock();
             if st.closed {
                 return None;
             }
-            extend_chain(&mut st.chain, &list, generation)
+            let fields = match &st.last_fields {
+                Some(last) if **last == fields => last.clone(),
+                _ => {
+                    let fields = Arc::new(fields);
+                    st.last_fields = Some(fields.clone());
+                    fields
+                }
+            };
+            (extend_chain(&mut st.chain, &list, generation), fields)
         };
         drop(list);
         let (messages, own) = messages;
@@ -766,6 +778,18 @@ mod tests {
         );
         let st = buf.lock();
         assert!(st.chain.as_ref().is_some_and(|c| c.last.depth <= MAX_DEPTH));
+        // The non-message channels are held once per change (the title, every 7th message),
+        // not once per snapshot.
+        let mut fields: Vec<*const ThreadState> = st
+            .frames
+            .iter()
+            .filter_map(|f| match &f.payload {
+                Payload::Values(s) => Some(Arc::as_ptr(&s.fields)),
+                Payload::Ready(_) => None,
+            })
+            .collect();
+        fields.dedup();
+        assert_eq!(fields.len(), (MAX_DEPTH + 10).div_ceil(7));
     }
 
     /// The buffer lets go of a snapshot's list before `push_values` returns, so the run's next

@@ -92,7 +92,8 @@ impl Warden {
         let stderr_done = {
             let tail_buf = tail_buf.clone();
             tokio::spawn(async move {
-                let mut lines = BufReader::new(stderr).lines();
+                // Short, rare diagnostics: a small buffer (one per sandbox, thousands at once).
+                let mut lines = BufReader::with_capacity(256, stderr).lines();
                 while let Ok(Some(line)) = lines.next_line().await {
                     tracing::warn!(target: "antler_sandbox::warden", "{line}");
                     if let Ok(mut t) = tail_buf.lock() {
