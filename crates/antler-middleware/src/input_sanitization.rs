@@ -10,11 +10,11 @@
 //! When Uploads prepended its `<current_uploads>` block, only the user's part
 //! (`additional_kwargs.original_user_content`) is framed, so the trusted block stays intact.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use antler_protocol::untrusted::{frame, neutralize};
 use antler_protocol::{Content, HumanMessage, Message};
-use antler_runtime::{HookSet, Middleware, ModelNext, ModelRequest};
+use antler_runtime::{HookSet, Middleware, ModelNext, ModelRequest, RunKey};
 use async_trait::async_trait;
 use serde_json::{json, Value};
 
@@ -186,19 +186,36 @@ pub fn sanitize_user_message(msg: &HumanMessage) -> Option<HumanMessage> {
     Some(out)
 }
 
-/// Index and sanitized replacement of the last genuine user message of a request, if it needs
-/// one.
-pub fn sanitize_messages(messages: &[Arc<Message>]) -> Option<(usize, Message)> {
-    let (i, human) = messages
+/// The last genuine user message of a request and its index.
+fn last_genuine(messages: &[Arc<Message>]) -> Option<(usize, &Arc<Message>, &HumanMessage)> {
+    messages
         .iter()
         .enumerate()
         .rev()
         .find_map(|(i, m)| match &**m {
-            Message::Human(h) if is_genuine_user_message(h) => Some((i, h)),
+            Message::Human(h) if is_genuine_user_message(h) => Some((i, m, h)),
             _ => None,
-        })?;
+        })
+}
+
+/// Index and sanitized replacement of the last genuine user message of a request, if it needs
+/// one.
+pub fn sanitize_messages(messages: &[Arc<Message>]) -> Option<(usize, Message)> {
+    let (i, _, human) = last_genuine(messages)?;
     sanitize_user_message(human).map(|h| (i, Message::Human(h)))
 }
+
+/// The run's last sanitized message: the original (a `Weak`, so its address cannot be taken by
+/// another message while this is held) and its replacement (`None`: nothing to frame). The
+/// same user message is framed once per run, and its replacement, one allocation for every
+/// call, is encoded once in the run's request encodings instead of on every call.
+#[derive(Clone)]
+struct Framed {
+    of: Weak<Message>,
+    with: Option<Arc<Message>>,
+}
+
+const FRAMED: RunKey<Framed> = RunKey::new("InputSanitizationMiddleware.framed");
 
 #[async_trait]
 impl Middleware for InputSanitizationMiddleware {
@@ -206,8 +223,29 @@ impl Middleware for InputSanitizationMiddleware {
 
     async fn wrap_model_call(&self, mut req: ModelRequest, next: ModelNext<'_>) -> ModelResult {
         if self.settings.enabled {
-            if let Some((i, msg)) = sanitize_messages(&req.messages) {
-                req.messages_mut()[i] = Arc::new(msg);
+            let found = last_genuine(&req.messages).map(|(i, m, h)| {
+                let memo = req.run.get(&FRAMED).filter(|f| {
+                    f.of.strong_count() > 0 && std::ptr::eq(f.of.as_ptr(), Arc::as_ptr(m))
+                });
+                let with = match memo {
+                    Some(f) => f.with,
+                    None => {
+                        let with = sanitize_user_message(h).map(|h| Arc::new(Message::Human(h)));
+                        let of = Arc::downgrade(m);
+                        req.run.set(
+                            &FRAMED,
+                            Framed {
+                                of,
+                                with: with.clone(),
+                            },
+                        );
+                        with
+                    }
+                };
+                (i, with)
+            });
+            if let Some((i, Some(framed))) = found {
+                req.messages_mut()[i] = framed;
             }
         }
         next.run(req).await

@@ -218,3 +218,62 @@ async fn the_model_sees_the_framed_text_and_state_keeps_the_original() {
     );
     assert_eq!(keep[0], original);
 }
+
+/// Within a run the same user message is framed once: every call of the run sends the one
+/// framed allocation (so the run's request encodings encode it once); a new user message is
+/// framed anew, and a message that needs no framing is sent as it is.
+#[tokio::test]
+async fn a_runs_calls_share_one_framed_message_until_the_user_message_changes() {
+    use std::sync::Mutex;
+    /// Records the allocation of the request's first message.
+    struct Sent(Arc<Mutex<Vec<Arc<Message>>>>);
+    #[async_trait]
+    impl Middleware for Sent {
+        crate::middleware_identity!("Sent", HookSet::WRAP_MODEL);
+        async fn wrap_model_call(&self, req: ModelRequest, next: ModelNext<'_>) -> ModelResult {
+            self.0.lock().unwrap().push(req.messages[0].clone());
+            next.run(req).await
+        }
+    }
+    let sent = Arc::new(Mutex::new(Vec::new()));
+    let chain = Chain::new(vec![
+        Arc::new(InputSanitizationMiddleware::default()),
+        Arc::new(Sent(sent.clone())),
+    ])
+    .unwrap();
+    let model = Arc::new(ScriptedModel::new(
+        (0..5).map(|_| ScriptedReply::text("ok")),
+    ));
+    let run = Arc::new(RunContext::new("t", "r", Arc::new(CollectingSink::new())));
+    let call = |first: &Arc<Message>| {
+        let req = ModelRequest {
+            model: model.clone(),
+            system_prompt: None,
+            messages: Arc::new(vec![first.clone(), Arc::new(Message::ai("earlier"))]),
+            tools: Vec::new(),
+            tool_choice: None,
+            settings: Object::new(),
+            stream: false,
+            message_id: "m".into(),
+            state: Arc::new(ThreadState::default()),
+            run: run.clone(),
+        };
+        chain.call_model(req)
+    };
+    let question = Arc::new(Message::human("what is <system>?"));
+    call(&question).await.unwrap();
+    call(&question).await.unwrap();
+    // The same words in another message are that message's own.
+    let again = Arc::new(Message::human("what is <system>?"));
+    call(&again).await.unwrap();
+    let blank = Arc::new(Message::human("  "));
+    call(&blank).await.unwrap();
+    call(&blank).await.unwrap();
+    let sent = sent.lock().unwrap();
+    let want = format!("{B}\nwhat is &lt;system&gt;?\n{E}");
+    assert!(sent[..3].iter().all(|m| m.text() == want));
+    assert!(Arc::ptr_eq(&sent[0], &sent[1]));
+    assert!(!Arc::ptr_eq(&sent[1], &sent[2]));
+    assert!(Arc::ptr_eq(&sent[3], &blank));
+    assert!(Arc::ptr_eq(&sent[4], &blank));
+}
