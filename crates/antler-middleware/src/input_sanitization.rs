@@ -199,8 +199,9 @@ fn last_genuine(messages: &[Arc<Message>]) -> Option<(usize, &Arc<Message>, &Hum
 }
 
 /// Index and sanitized replacement of the last genuine user message of a request, if it needs
-/// one.
-pub fn sanitize_messages(messages: &[Arc<Message>]) -> Option<(usize, Message)> {
+/// one (what the middleware sends, without its per-run memo).
+#[cfg(test)]
+fn sanitize_messages(messages: &[Arc<Message>]) -> Option<(usize, Message)> {
     let (i, _, human) = last_genuine(messages)?;
     sanitize_user_message(human).map(|h| (i, Message::Human(h)))
 }

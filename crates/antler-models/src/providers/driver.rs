@@ -268,8 +268,8 @@ pub struct HttpChatModel<W: WireFormat> {
     endpoint: reqwest::Url,
     stream_endpoint: reqwest::Url,
     headers: HeaderMap,
-    /// Size of the last request body: histories only grow, so the next body is written into one
-    /// allocation of about the right size instead of a doubling series of copies.
+    /// Size of the last request body of any call: the buffer size of a call whose run has no
+    /// body size of its own yet (see [`with_room`]).
     body_hint: AtomicUsize,
 }
 
@@ -336,13 +336,11 @@ impl<W: WireFormat> HttpChatModel<W> {
     fn encode(&self, req: ChatRequest<'_>, stream: bool) -> Result<Vec<u8>, ModelError> {
         let body = W::body(&self.cfg.wire, self.model(), req, stream)?;
         let run = req.encodings.map(|e| &e.last_body);
-        // The run's own last body plus room for what its history gained since (a few
-        // messages): a buffer of exactly the last size was outgrown by nearly every call and
-        // reallocated, copying the whole body once more (~300 KB at 1,000 messages). Without
-        // it (a run's first call, side calls), the last size of any call, as before — slack on
-        // a size from another conversation would be held by every request in flight.
+        // Without a size of the run's own (its first call, side calls), the last size of any
+        // call: slack on a size from another conversation would be held by every request in
+        // flight.
         let capacity = match run.map(|r| r.load(Ordering::Relaxed)).filter(|&n| n > 0) {
-            Some(last) => last + last / 8 + 4096,
+            Some(last) => with_room(last),
             None => self.body_hint.load(Ordering::Relaxed),
         };
         let mut out = Vec::with_capacity(capacity);
@@ -476,6 +474,13 @@ fn last_chunk(msg: &AiMessage) -> AiMessageChunk {
     }
 }
 
+/// The buffer for a run's next body: its last body plus room for what the history gained since
+/// (a few messages). A buffer of exactly the last size was outgrown by nearly every call and
+/// reallocated, copying the whole body once more (~300 KB at 1,000 messages).
+const fn with_room(last_body: usize) -> usize {
+    last_body + last_body / 8 + 4096
+}
+
 fn is_loopback(url: &reqwest::Url) -> bool {
     let Some(host) = url.host_str() else {
         return false;
@@ -536,7 +541,8 @@ mod tests {
                 .encode(request(&history, &settings, Some(&cache)), false)
                 .unwrap();
             if last > 0 {
-                assert_eq!(body.capacity(), last + last / 8 + 4096, "step {step}");
+                // What was reserved, never grown.
+                assert_eq!(body.capacity(), with_room(last), "step {step}");
             }
             last = body.len();
             let sent: Value = serde_json::from_slice(&body).unwrap();
