@@ -2,8 +2,10 @@
 //! looks like a secret, plus per-call injected variables.
 
 use std::ffi::OsString;
+use std::sync::Arc;
 
 use crate::error::SandboxError;
+use crate::exec::CommandEnv;
 
 /// Exact names scrubbed besides the `*KEY*`-style patterns.
 const SECRET_NAMES: &[&str] = &[
@@ -46,34 +48,27 @@ pub fn is_valid_env_name(name: &str) -> bool {
 
 /// The host environment without secret-looking names (read now: a sandbox keeps it, since
 /// reading and filtering the environment on every command was a measurable part of a step).
-pub fn scrubbed_host_env() -> Vec<(OsString, OsString)> {
+pub fn scrubbed_host_env() -> Arc<[(OsString, OsString)]> {
     std::env::vars_os()
         .filter(|(k, _)| !is_secret_name(&k.to_string_lossy()))
         .collect()
 }
 
-/// `host` (already scrubbed: [`scrubbed_host_env`]), then `inject` on top (injected wins).
+/// `host` (already scrubbed: [`scrubbed_host_env`]) with `inject` on top (injected wins).
 /// Injected names are validated first; a bad one fails before anything runs.
 pub fn with_injected(
-    host: &[(OsString, OsString)],
+    host: &Arc<[(OsString, OsString)]>,
     inject: &[(String, String)],
-) -> Result<Vec<(OsString, OsString)>, SandboxError> {
+) -> Result<CommandEnv, SandboxError> {
     for (k, _) in inject {
         if !is_valid_env_name(k) {
             return Err(SandboxError::InvalidEnvKey(k.clone()));
         }
     }
-    let mut env = Vec::with_capacity(host.len() + inject.len());
-    env.extend(
-        host.iter()
-            .filter(|(k, _)| !inject.iter().any(|(n, _)| k.as_os_str() == n.as_str()))
-            .cloned(),
-    );
-    env.extend(
-        inject
-            .iter()
-            .map(|(k, v)| (OsString::from(k), OsString::from(v))),
-    );
+    let mut env = CommandEnv::new(host.clone());
+    for (k, v) in inject {
+        env.set(k, v);
+    }
     Ok(env)
 }
 
@@ -124,23 +119,23 @@ mod tests {
         let host = scrubbed_host_env();
         assert!(with_injected(&host, &[("BAD NAME".into(), "x".into())]).is_err());
         let env = with_injected(&host, &[("GH_TOKEN".into(), "tok".into())]).unwrap();
-        assert!(env.iter().any(|(k, v)| k == "GH_TOKEN" && v == "tok"));
+        assert!(env.vars().any(|(k, v)| k == "GH_TOKEN" && v == "tok"));
     }
 
     #[test]
     fn injected_values_replace_the_kept_host_ones() {
-        let host: Vec<(OsString, OsString)> = vec![
+        let host: Arc<[(OsString, OsString)]> = Arc::new([
             ("PATH".into(), "/bin".into()),
             ("LANG".into(), "C".into()),
             ("HOME".into(), "/root".into()),
-        ];
+        ]);
         let env = with_injected(
             &host,
             &[("LANG".into(), "en".into()), ("EXTRA".into(), "1".into())],
         )
         .unwrap();
         let pairs: Vec<(&str, &str)> = env
-            .iter()
+            .vars()
             .map(|(k, v)| (k.to_str().unwrap(), v.to_str().unwrap()))
             .collect();
         assert_eq!(

@@ -2,7 +2,7 @@
 //! environment, bounded capture of stdout/stderr, a timeout that kills the whole group, and
 //! optional Landlock confinement.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -42,12 +42,47 @@ pub enum Confinement {
     InProcess { rules: crate::confine::RuleSpec },
 }
 
+/// A command's environment: its sandbox's base variables (the scrubbed host environment,
+/// shared by every command of the sandbox) with the call's own variables on top — a name in
+/// `extra` replaces the base one. The base is shared rather than copied per command: a warden
+/// receives it once and each command's request carries only `extra`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CommandEnv {
+    pub base: Arc<[(OsString, OsString)]>,
+    pub extra: Vec<(OsString, OsString)>,
+}
+
+impl CommandEnv {
+    pub fn new(base: Arc<[(OsString, OsString)]>) -> Self {
+        CommandEnv {
+            base,
+            extra: Vec::new(),
+        }
+    }
+
+    /// Set `key` for this command (replacing an earlier call-level value).
+    pub fn set(&mut self, key: impl Into<OsString>, value: impl Into<OsString>) {
+        let key = key.into();
+        self.extra.retain(|(k, _)| *k != key);
+        self.extra.push((key, value.into()));
+    }
+
+    /// Every variable the command gets: the base ones `extra` does not replace, then `extra`.
+    pub fn vars(&self) -> impl Iterator<Item = (&OsStr, &OsStr)> {
+        self.base
+            .iter()
+            .filter(|(k, _)| !self.extra.iter().any(|(n, _)| n == k))
+            .chain(&self.extra)
+            .map(|(k, v)| (k.as_os_str(), v.as_os_str()))
+    }
+}
+
 /// One process to run.
 #[derive(Clone, Debug)]
 pub struct ExecSpec {
     pub program: PathBuf,
     pub args: Vec<OsString>,
-    pub env: Vec<(OsString, OsString)>,
+    pub env: CommandEnv,
     pub cwd: Option<PathBuf>,
     pub timeout: Duration,
     /// Bytes kept per stream.
@@ -276,7 +311,7 @@ pub(crate) async fn run_with(
     let mut cmd = tokio::process::Command::new(&spec.program);
     cmd.args(&spec.args)
         .env_clear()
-        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .envs(spec.env.vars())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -113,8 +113,10 @@ pub struct LocalSandbox {
     warden: tokio::sync::Mutex<Option<Arc<Warden>>>,
     /// Landlock rules for the in-process fallback, computed once.
     fallback_rules: std::sync::OnceLock<crate::confine::RuleSpec>,
+    /// The shell commands run with, found at the first command.
+    shell: std::sync::OnceLock<PathBuf>,
     /// The scrubbed host environment, read at the first command.
-    host_env: std::sync::OnceLock<Vec<(std::ffi::OsString, std::ffi::OsString)>>,
+    host_env: std::sync::OnceLock<std::sync::Arc<[(std::ffi::OsString, std::ffi::OsString)]>>,
 }
 
 /// Distinct cgroup leaf names within this process.
@@ -191,6 +193,7 @@ impl LocalSandbox {
             launcher: ctx.launcher.clone(),
             warden: tokio::sync::Mutex::new(None),
             fallback_rules: std::sync::OnceLock::new(),
+            shell: std::sync::OnceLock::new(),
             host_env: std::sync::OnceLock::new(),
         }
     }
@@ -219,8 +222,7 @@ impl LocalSandbox {
             (Some(t), false) => t.clone(),
             (None, false) => return,
         };
-        spec.env.retain(|(k, _)| k != "TMPDIR");
-        spec.env.push(("TMPDIR".into(), dir.into_os_string()));
+        spec.env.set("TMPDIR", dir);
     }
 
     /// The thread folders, when this sandbox belongs to a thread.
@@ -245,9 +247,15 @@ impl LocalSandbox {
     }
 
     fn exec_spec(&self, command: &str, req: &CommandRequest) -> Result<ExecSpec, SandboxError> {
-        let shell = exec::find_shell().ok_or_else(|| {
-            SandboxError::Runtime("No usable shell found (tried bash, sh, zsh)".into())
-        })?;
+        let shell = match self.shell.get() {
+            Some(s) => s.clone(),
+            None => {
+                let s = exec::find_shell().ok_or_else(|| {
+                    SandboxError::Runtime("No usable shell found (tried bash, sh, zsh)".into())
+                })?;
+                self.shell.get_or_init(|| s).clone()
+            }
+        };
         let host = self.host_env.get_or_init(crate::env::scrubbed_host_env);
         let env = crate::env::with_injected(host, &req.env)?;
         let cwd = self

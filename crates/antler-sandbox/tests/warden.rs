@@ -88,6 +88,55 @@ async fn output_lines_stream_through_the_warden() {
     assert_eq!(text, sh(&sb, "echo first; echo second >&2; pwd").await);
 }
 
+/// The warden keeps the sandbox's base environment (sent once) and each request carries only
+/// its own variables: every command still sees the scrubbed host environment, its own
+/// injected values win, and one call's values do not stay behind for the next.
+#[tokio::test]
+async fn every_confined_command_gets_the_scrubbed_environment_and_only_its_own_values() {
+    let Some(f) = confined() else { return };
+    // Only this test sets these names; the sandbox reads the host environment at its first
+    // command.
+    std::env::set_var("ANTLER_WARDEN_TEST_API_KEY", "sk-warden-should-not-leak");
+    std::env::set_var("ANTLER_WARDEN_TEST_PLAIN", "base");
+    let sb = f.sandbox("t1");
+    let env_of = |inject: Vec<(String, String)>| {
+        let sb = sb.clone();
+        async move {
+            sb.execute_command(CommandRequest {
+                command: "env".into(),
+                env: inject,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .text
+        }
+    };
+    let first = env_of(vec![("ANTLER_WARDEN_INJECTED".into(), "one".into())]).await;
+    let second = env_of(vec![]).await;
+    let third = env_of(vec![
+        ("ANTLER_WARDEN_INJECTED".into(), "three".into()),
+        ("ANTLER_WARDEN_TEST_PLAIN".into(), "call".into()),
+    ])
+    .await;
+    for out in [&first, &second, &third] {
+        assert!(!out.contains("sk-warden-should-not-leak"), "{out}");
+        assert!(out.contains("\nPATH="), "{out}");
+        assert_eq!(out.matches("\nTMPDIR=/tmp\n").count(), 1, "{out}");
+    }
+    assert!(first.contains("ANTLER_WARDEN_TEST_PLAIN=base"), "{first}");
+    assert!(first.contains("ANTLER_WARDEN_INJECTED=one"), "{first}");
+    assert!(second.contains("ANTLER_WARDEN_TEST_PLAIN=base"), "{second}");
+    assert!(!second.contains("ANTLER_WARDEN_INJECTED"), "{second}");
+    assert!(third.contains("ANTLER_WARDEN_INJECTED=three"), "{third}");
+    assert_eq!(
+        third.matches("ANTLER_WARDEN_TEST_PLAIN=").count(),
+        1,
+        "{third}"
+    );
+    assert!(third.contains("ANTLER_WARDEN_TEST_PLAIN=call"), "{third}");
+}
+
 /// Host processes whose command line contains `needle`.
 fn host_processes_with(needle: &str) -> Vec<u32> {
     let mut out = Vec::new();

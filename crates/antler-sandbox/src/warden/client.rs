@@ -24,6 +24,7 @@ const ANSWER_SLACK: Duration = Duration::from_secs(30);
 const STDERR_TAIL: usize = 20;
 
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Reply>>>>;
+type BaseEnv = Arc<[(OsString, OsString)]>;
 /// Line sinks of running calls that stream their output.
 type Streams = Arc<Mutex<HashMap<u64, OutputLines>>>;
 
@@ -35,6 +36,9 @@ pub struct Warden {
     next_id: AtomicU64,
     alive: Arc<AtomicBool>,
     stderr: Arc<Mutex<VecDeque<String>>>,
+    /// The base environment last sent ([`Request::BaseEnv`]); held while an exec request is
+    /// queued, so a request always follows the base it was built on.
+    base_env: Mutex<Option<BaseEnv>>,
     ready: Ready,
     // Kills stage 1 (and with it the whole sandbox) when the warden is dropped.
     _kill: KillStage1,
@@ -194,6 +198,7 @@ impl Warden {
             next_id: AtomicU64::new(1),
             alive,
             stderr: tail_buf,
+            base_env: Mutex::new(None),
             ready,
             _kill: kill,
         })
@@ -228,6 +233,16 @@ impl Warden {
                 s.insert(id, sink.clone());
             }
         }
+        let lossy = |vars: &[(OsString, OsString)]| -> Vec<(String, String)> {
+            vars.iter()
+                .map(|(k, v)| {
+                    (
+                        k.to_string_lossy().into_owned(),
+                        v.to_string_lossy().into_owned(),
+                    )
+                })
+                .collect()
+        };
         let req = Request::Exec {
             id,
             program: spec.program.clone(),
@@ -236,23 +251,29 @@ impl Warden {
                 .iter()
                 .map(|a| a.to_string_lossy().into_owned())
                 .collect(),
-            env: spec
-                .env
-                .iter()
-                .map(|(k, v)| {
-                    (
-                        k.to_string_lossy().into_owned(),
-                        v.to_string_lossy().into_owned(),
-                    )
-                })
-                .collect(),
+            env: lossy(&spec.env.extra),
             cwd: spec.cwd.clone(),
             timeout_ms: u64::try_from(spec.timeout.as_millis()).unwrap_or(u64::MAX),
             capture_limit: spec.capture_limit,
             stream: spec.lines.is_some(),
         };
-        if self.tx.send(req).is_err() {
-            return Err(gone());
+        {
+            let mut sent = self.base_env.lock().map_err(|_| gone())?;
+            if !sent
+                .as_ref()
+                .is_some_and(|b| Arc::ptr_eq(b, &spec.env.base))
+            {
+                let base = Request::BaseEnv {
+                    env: lossy(&spec.env.base),
+                };
+                if self.tx.send(base).is_err() {
+                    return Err(gone());
+                }
+                *sent = Some(spec.env.base.clone());
+            }
+            if self.tx.send(req).is_err() {
+                return Err(gone());
+            }
         }
         // A cancelled call (the future dropped) kills its process group in the warden.
         let mut guard = KillOnDrop {

@@ -1,5 +1,5 @@
 //! Frames between antler and the warden: one JSON object per line, requests on the warden's
-//! stdin, replies on its stdout. Every request names an `id`; replies carry it back.
+//! stdin, replies on its stdout. Every call names an `id`; replies carry it back.
 
 use std::path::PathBuf;
 
@@ -11,11 +11,16 @@ use super::Guarantees;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Request {
+    /// The environment every later [`Request::Exec`] starts from (the sandbox's scrubbed host
+    /// environment), sent once rather than with every command; until it comes, commands get
+    /// only their own variables.
+    BaseEnv { env: Vec<(String, String)> },
     /// Run a program to completion (or timeout) and reply with [`Reply::Exit`].
     Exec {
         id: u64,
         program: PathBuf,
         args: Vec<String>,
+        /// The call's own variables, on top of the base environment (a name here wins).
         env: Vec<(String, String)>,
         cwd: Option<PathBuf>,
         timeout_ms: u64,

@@ -11,7 +11,7 @@ use std::time::Duration;
 use super::protocol::{Ready, Reply, Request};
 use super::{limits, Guarantees, Policy};
 use crate::confine::restrict_current_thread_with;
-use crate::exec::{self, Confinement, ExecSpec};
+use crate::exec::{self, CommandEnv, Confinement, ExecSpec};
 use crate::sandbox::OutputLines;
 use crate::settings::{Confine, Network};
 
@@ -448,9 +448,16 @@ async fn serve(ready: Ready, pid1: bool) {
     });
     let _ = tx.send(Reply::Ready(ready));
     let calls: Calls = Arc::default();
+    let mut base_env: Arc<[(OsString, OsString)]> = Arc::new([]);
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
     while let Ok(Some(line)) = lines.next_line().await {
         match serde_json::from_str::<Request>(&line) {
+            Ok(Request::BaseEnv { env }) => {
+                base_env = env
+                    .into_iter()
+                    .map(|(k, v)| (OsString::from(k), OsString::from(v)))
+                    .collect();
+            }
             Ok(Request::Exec {
                 id,
                 program,
@@ -464,10 +471,13 @@ async fn serve(ready: Ready, pid1: bool) {
                 let spec = ExecSpec {
                     program,
                     args: args.into_iter().map(OsString::from).collect(),
-                    env: env
-                        .into_iter()
-                        .map(|(k, v)| (OsString::from(k), OsString::from(v)))
-                        .collect(),
+                    env: CommandEnv {
+                        base: base_env.clone(),
+                        extra: env
+                            .into_iter()
+                            .map(|(k, v)| (OsString::from(k), OsString::from(v)))
+                            .collect(),
+                    },
                     cwd,
                     timeout: Duration::from_millis(timeout_ms),
                     capture_limit,
