@@ -237,9 +237,16 @@ pub fn tool_calls_hash(calls: &[ToolCall]) -> String {
 
 fn digest_entries(entries: &mut [String]) -> String {
     entries.sort();
-    let blob = Value::from(entries.to_vec()).to_string();
+    // The JSON array of the sorted entries (as `Value::from(entries).to_string()` writes it),
+    // serialized from the borrow.
+    let blob = serde_json::to_string(&*entries).unwrap_or_default();
     let digest = Sha256::digest(blob.as_bytes());
-    digest.iter().take(6).map(|b| format!("{b:02x}")).collect()
+    let mut hex = String::with_capacity(12);
+    for b in digest.iter().take(6) {
+        use std::fmt::Write as _;
+        let _ = write!(hex, "{b:02x}");
+    }
+    hex
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -795,6 +802,31 @@ impl Middleware for LoopDetectionMiddleware {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+
+    #[test]
+    fn the_digest_is_the_sorted_entries_json_hashed_and_cut_to_six_bytes() {
+        let mut entries = vec![
+            "read_file:{\"path\":\"/a\"}".to_owned(),
+            "bash:ls \"x\"".to_owned(),
+        ];
+        let mut sorted = entries.clone();
+        sorted.sort();
+        let blob = Value::from(sorted).to_string();
+        let expected: String = Sha256::digest(blob.as_bytes())
+            .iter()
+            .take(6)
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(digest_entries(&mut entries), expected);
+        assert_eq!(expected.len(), 12);
+        assert_eq!(digest_entries(&mut []), {
+            let d = Sha256::digest(b"[]");
+            d.iter()
+                .take(6)
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+        });
+    }
 
     #[test]
     fn canonical_json_sorts_keys_at_every_level() {

@@ -451,7 +451,6 @@ impl Middleware for ToolOutputBudgetMiddleware {
     async fn wrap_tool_call(&self, req: ToolCallRequest, next: ToolNext<'_>) -> ToolResult {
         let s = self.settings.clone();
         let call_name = req.call.name.clone();
-        let outputs = self.outputs_of(&req.run);
         let run = req.run.clone();
         let outcome = next.run(req).await?;
         if !s.enabled {
@@ -469,6 +468,8 @@ impl Middleware for ToolOutputBudgetMiddleware {
         if !needs {
             return Ok(outcome);
         }
+        // Resolved only for a result over budget (most are not: a step need not build paths).
+        let outputs = self.outputs_of(&run);
         // Saving and summarising a large output is blocking work: keep it off the async threads.
         let patched = tokio::task::spawn_blocking(move || {
             let outputs = outputs.as_deref();

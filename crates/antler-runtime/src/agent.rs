@@ -17,7 +17,7 @@ use antler_protocol::{
     Message, Object, ReducerError, StateUpdate, ThreadState, ToolCall, ToolMessage,
 };
 use futures::future::join_all;
-use serde_json::json;
+use serde_json::Value;
 
 use crate::checkpoint::{CheckpointError, CheckpointWrite, Checkpointer};
 use crate::context::RunContext;
@@ -311,13 +311,7 @@ impl Runner<'_> {
             self.run.thread_id.clone(),
             self.head.clone(),
             step,
-            json!({
-                "source": source,
-                "step": step,
-                "node": node,
-                "run_id": self.run.run_id,
-                "thread_id": self.run.thread_id,
-            }),
+            loop_metadata(source, step, node, &self.run.run_id, &self.run.thread_id),
             changes,
             // Changed channels are rare (title, todos, sandbox): their `Value` is built then only.
             fields_changed.then(|| state.fields_value()),
@@ -634,4 +628,16 @@ pub fn tool_message_for(
     let mut m = ToolMessage::new(call.id_str(), content).with_name(call.name.clone());
     m.id = Some(uuid::Uuid::new_v4().to_string());
     m
+}
+
+/// A loop checkpoint's metadata, built at its final size (`json!` grows the map as it inserts,
+/// and three checkpoints are written per step).
+fn loop_metadata(source: &str, step: i64, node: &str, run_id: &str, thread_id: &str) -> Value {
+    let mut m = serde_json::Map::with_capacity(5);
+    m.insert("source".into(), source.into());
+    m.insert("step".into(), step.into());
+    m.insert("node".into(), node.into());
+    m.insert("run_id".into(), run_id.into());
+    m.insert("thread_id".into(), thread_id.into());
+    Value::Object(m)
 }

@@ -585,11 +585,8 @@ pub struct Classification {
 fn find_rule(text: &str, verdict: Verdict, whole: bool) -> Option<&'static str> {
     let c = compiled();
     let hits = c.set(verdict).matches(text.as_bytes());
-    let words = if whole {
-        None
-    } else {
-        shell_words::split(text).ok()
-    };
+    // Split into shell words only when a word rule of this verdict is reached.
+    let mut words: Option<Option<Vec<String>>> = None;
     let matched = |i: usize| c.slot[i].is_some_and(|s| hits.matched(s));
     RULES
         .iter()
@@ -598,7 +595,13 @@ fn find_rule(text: &str, verdict: Verdict, whole: bool) -> Option<&'static str> 
         .find(|&(i, r)| match (r.scope, r.matcher) {
             (Scope::Anywhere, Matcher::Regex(_)) => matched(i),
             (Scope::CommandStart, Matcher::Regex(_)) => !whole && matched(i),
-            (Scope::CommandStart, Matcher::Words(f)) => !whole && words.as_deref().is_some_and(f),
+            (Scope::CommandStart, Matcher::Words(f)) => {
+                !whole
+                    && words
+                        .get_or_insert_with(|| shell_words::split(text).ok())
+                        .as_deref()
+                        .is_some_and(f)
+            }
             (Scope::Anywhere, Matcher::Words(_)) => false,
         })
         .map(|(_, r)| r.id)
