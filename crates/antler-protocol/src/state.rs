@@ -311,7 +311,7 @@ impl StateUpdate {
 }
 
 /// The non-message channels, borrowed, in their stored order.
-#[derive(Serialize)]
+#[derive(Serialize, PartialEq)]
 struct Fields<'a> {
     title: &'a Option<String>,
     artifacts: &'a Vec<String>,
@@ -452,10 +452,50 @@ impl ThreadState {
         serde_json::to_value(self.fields()).unwrap_or(Value::Null)
     }
 
-    /// [`ThreadState::fields_value`] as JSON text, without building the `Value` (cheap to
-    /// compare: the loop checks every superstep whether the channels changed).
-    pub fn fields_json(&self) -> String {
-        serde_json::to_string(&self.fields()).unwrap_or_else(|_| "null".into())
+    /// Whether the non-message channels equal `other`'s — what [`ThreadState::fields_value`]
+    /// would write, compared in place (the loop asks at every checkpoint; they rarely change).
+    pub fn same_fields(&self, other: &ThreadState) -> bool {
+        self.fields() == other.fields()
+    }
+
+    /// The non-message channels alone, with an empty message list (what
+    /// [`ThreadState::same_fields`] compares against later).
+    pub fn fields_only(&self) -> ThreadState {
+        // Destructured so that a new channel cannot be forgotten here.
+        let ThreadState {
+            messages: _,
+            title,
+            artifacts,
+            todos,
+            goal,
+            uploaded_files,
+            viewed_images,
+            thread_data,
+            sandbox,
+            summary_text,
+            promoted,
+            delegations,
+            skill_context,
+            background_tasks,
+            extensions,
+        } = self;
+        ThreadState {
+            messages: Messages::default(),
+            title: title.clone(),
+            artifacts: artifacts.clone(),
+            todos: todos.clone(),
+            goal: goal.clone(),
+            uploaded_files: uploaded_files.clone(),
+            viewed_images: viewed_images.clone(),
+            thread_data: thread_data.clone(),
+            sandbox: sandbox.clone(),
+            summary_text: summary_text.clone(),
+            promoted: promoted.clone(),
+            delegations: delegations.clone(),
+            skill_context: skill_context.clone(),
+            background_tasks: background_tasks.clone(),
+            extensions: extensions.clone(),
+        }
     }
 
     fn fields(&self) -> Fields<'_> {

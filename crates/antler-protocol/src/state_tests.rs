@@ -447,24 +447,34 @@ fn generation_moves_on_replacement_and_removal_only() {
 }
 
 #[test]
-fn fields_json_is_the_text_of_fields_value() {
+fn same_fields_follows_every_non_message_channel_and_ignores_messages() {
     let mut state = ThreadState::default();
-    assert_eq!(
-        serde_json::from_str::<Value>(&state.fields_json()).unwrap(),
-        state.fields_value()
-    );
-    state.title = Some("a \"title\"".into());
-    state.artifacts.push("/mnt/user-data/outputs/a.md".into());
-    state
-        .extensions
-        .insert("custom".into(), json!({"k": [1, 2]}));
-    state.summary_text = Some("sum".into());
-    let text = state.fields_json();
-    assert_eq!(
-        serde_json::from_str::<Value>(&text).unwrap(),
-        state.fields_value()
-    );
-    // The text moves with every channel: the loop writes the channels when it changes.
-    state.todos = Some(vec![]);
-    assert_ne!(state.fields_json(), text);
+    let mut last = state.fields_only();
+    assert!(last.messages.is_empty());
+    assert!(state.same_fields(&last));
+    state.messages.add(vec![human("a", "one")]).unwrap();
+    assert!(state.same_fields(&last), "messages are not a field");
+    let mut changes: Vec<Box<dyn Fn(&mut ThreadState)>> = vec![
+        Box::new(|s| s.title = Some("a \"title\"".into())),
+        Box::new(|s| s.artifacts.push("/mnt/user-data/outputs/a.md".into())),
+        Box::new(|s| s.todos = Some(vec![])),
+        Box::new(|s| s.goal = Some(json!({"text": "g"}))),
+        Box::new(|s| s.uploaded_files = Some(vec![json!("f")])),
+        Box::new(|s| {
+            s.viewed_images.insert("p".into(), json!({}));
+        }),
+        Box::new(|s| s.summary_text = Some("sum".into())),
+        Box::new(|s| s.background_tasks = Some(vec![])),
+        Box::new(|s| {
+            s.extensions.insert("custom".into(), json!({"k": [1, 2]}));
+        }),
+    ];
+    for (i, change) in changes.drain(..).enumerate() {
+        change(&mut state);
+        assert!(!state.same_fields(&last), "change {i} went unnoticed");
+        last = state.fields_only();
+        assert!(state.same_fields(&last), "change {i}");
+        // What the loop stores for a changed state is what the snapshot would store.
+        assert_eq!(last.fields_value(), state.fields_value(), "change {i}");
+    }
 }

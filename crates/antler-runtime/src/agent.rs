@@ -167,8 +167,8 @@ struct Runner<'a> {
     run: Arc<RunContext>,
     state: Arc<ThreadState>,
     head: Option<String>,
-    /// The non-message channels last checkpointed, as JSON text (compared every superstep).
-    last_fields: Option<String>,
+    /// The non-message channels last checkpointed (compared with the state at every checkpoint).
+    last_fields: Option<ThreadState>,
     steps: usize,
     limit: usize,
 }
@@ -256,7 +256,7 @@ impl Runner<'_> {
         };
         if let Some(c) = loaded {
             self.head = Some(c.meta.checkpoint_id);
-            self.last_fields = Some(c.state.fields_json());
+            self.last_fields = Some(c.state.fields_only());
             self.state = Arc::new(c.state);
         } else if let Some(s) = input.initial_state.take() {
             self.state = Arc::new(s);
@@ -300,8 +300,10 @@ impl Runner<'_> {
         let Some(cp) = self.agent.checkpointer.clone() else {
             return;
         };
-        let fields = state.fields_json();
-        let fields_changed = self.last_fields.as_ref() != Some(&fields);
+        let fields_changed = !self
+            .last_fields
+            .as_ref()
+            .is_some_and(|last| state.same_fields(last));
         let step = if source == "input" {
             -1
         } else {
@@ -319,7 +321,7 @@ impl Runner<'_> {
         self.head = Some(write.meta.checkpoint_id.clone());
         self.run.defer_checkpoint(&cp, write);
         if fields_changed {
-            self.last_fields = Some(fields);
+            self.last_fields = Some(state.fields_only());
         }
     }
 
@@ -358,9 +360,13 @@ impl Runner<'_> {
         };
         let (update, jump_to) = self.cancellable(fut).await??;
         drop(state);
-        let node = format!("{}.{}", mw.name(), kind.as_str());
         let mut update = update.unwrap_or_default();
         update.assign_message_ids();
+        // Most hooks change nothing: then only an `updates` subscriber needs the node's name.
+        if update.is_empty() && !self.run.events.modes().updates {
+            return Ok(jump_to);
+        }
+        let node = format!("{}.{}", mw.name(), kind.as_str());
         self.run.events.updates(&node, &update);
         self.commit(&node, update, "loop").await?;
         Ok(jump_to)

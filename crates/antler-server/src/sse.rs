@@ -365,8 +365,7 @@ impl RunBuffer {
             }
             let seq = st.next_seq;
             st.next_seq += 1;
-            let id: Arc<str> =
-                Arc::from(format!("{}-{seq}", chrono::Utc::now().timestamp_millis()));
+            let id = event_id(chrono::Utc::now().timestamp_millis(), seq);
             let payload = payload(&id);
             let cost = match &payload {
                 Payload::Ready(b) => b.len(),
@@ -590,10 +589,31 @@ pub fn end_only() -> impl futures::Stream<Item = Result<Bytes, Infallible>> + Se
     futures::stream::iter([Ok(Bytes::from_static(END_FRAME))])
 }
 
+/// An SSE event id, `{unix millis}-{seq}`, written on the stack: one allocation (the `Arc`) per
+/// frame instead of two.
+fn event_id(millis: i64, seq: u64) -> Arc<str> {
+    use std::io::Write as _;
+    // i64 and u64 in decimal with a sign and a dash: at most 41 bytes.
+    let mut buf = [0u8; 48];
+    let mut cur = std::io::Cursor::new(&mut buf[..]);
+    let _ = write!(cur, "{millis}-{seq}");
+    let n = usize::try_from(cur.position()).unwrap_or(0);
+    Arc::from(std::str::from_utf8(&buf[..n]).unwrap_or_default())
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+
+    #[test]
+    fn event_ids_are_millis_dash_seq_at_any_size() {
+        assert_eq!(&*event_id(1_765_000_000_123, 7), "1765000000123-7");
+        assert_eq!(
+            &*event_id(i64::MIN, u64::MAX),
+            format!("{}-{}", i64::MIN, u64::MAX)
+        );
+    }
     use futures::StreamExt;
 
     fn text(b: &Bytes) -> String {
