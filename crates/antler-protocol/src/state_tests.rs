@@ -454,22 +454,22 @@ fn same_fields_follows_every_non_message_channel_and_ignores_messages() {
     assert!(state.same_fields(&last));
     state.messages.add(vec![human("a", "one")]).unwrap();
     assert!(state.same_fields(&last), "messages are not a field");
-    let mut changes: Vec<Box<dyn Fn(&mut ThreadState)>> = vec![
-        Box::new(|s| s.title = Some("a \"title\"".into())),
-        Box::new(|s| s.artifacts.push("/mnt/user-data/outputs/a.md".into())),
-        Box::new(|s| s.todos = Some(vec![])),
-        Box::new(|s| s.goal = Some(json!({"text": "g"}))),
-        Box::new(|s| s.uploaded_files = Some(vec![json!("f")])),
-        Box::new(|s| {
+    let changes: [fn(&mut ThreadState); 9] = [
+        |s| s.title = Some("a \"title\"".into()),
+        |s| s.artifacts.push("/mnt/user-data/outputs/a.md".into()),
+        |s| s.todos = Some(vec![]),
+        |s| s.goal = Some(json!({"text": "g"})),
+        |s| s.uploaded_files = Some(vec![json!("f")]),
+        |s| {
             s.viewed_images.insert("p".into(), json!({}));
-        }),
-        Box::new(|s| s.summary_text = Some("sum".into())),
-        Box::new(|s| s.background_tasks = Some(vec![])),
-        Box::new(|s| {
+        },
+        |s| s.summary_text = Some("sum".into()),
+        |s| s.background_tasks = Some(vec![]),
+        |s| {
             s.extensions.insert("custom".into(), json!({"k": [1, 2]}));
-        }),
+        },
     ];
-    for (i, change) in changes.drain(..).enumerate() {
+    for (i, change) in changes.iter().enumerate() {
         change(&mut state);
         assert!(!state.same_fields(&last), "change {i} went unnoticed");
         last = state.fields_only();
