@@ -351,6 +351,32 @@ fn insert_rows<'a>(
 }
 
 /// Insert events; returns the stored records in input order.
+/// Insert `encoded` unless its run already has an event of that type; the stored (or existing)
+/// record and whether it was created.
+fn put_if_absent_tx(cx: &Cx<'_>, encoded: Encoded) -> Result<(RunEventRecord, bool), StoreError> {
+    let existing = query(
+        cx,
+        &format!(
+            "{COLUMNS} WHERE run_id = ?1 AND thread_id = ?2 AND event_type = ?3
+             ORDER BY seq LIMIT 1"
+        ),
+        params![
+            &*encoded.row.ids.run_id,
+            &*encoded.row.ids.thread_id,
+            &*encoded.row.event_type
+        ],
+        "read a run event",
+    )?;
+    if let Some(rec) = existing.into_iter().next() {
+        return Ok((rec, false));
+    }
+    let rec = insert_tx(cx, vec![encoded])?
+        .into_iter()
+        .next()
+        .ok_or_else(|| StoreError::encode("run event", "nothing was inserted"))?;
+    Ok((rec, true))
+}
+
 fn insert_tx(cx: &Cx<'_>, events: Vec<Encoded>) -> Result<Vec<RunEventRecord>, StoreError> {
     let seqs = insert_rows(cx, events.iter().map(|e| &e.row))?;
     Ok(events
@@ -529,28 +555,25 @@ impl SqliteStore {
     ) -> Result<(RunEventRecord, bool), StoreError> {
         let encoded = encode(event, self.max_trace_bytes())?;
         self.db()
+            .write(move |cx| put_if_absent_tx(cx, encoded))
+            .await
+    }
+
+    /// [`SqliteStore::append_encoded_run_events`] then [`SqliteStore::put_run_event_if_absent`]
+    /// in one transaction (a run's last batch and its terminal receipt: one commit instead of
+    /// two). All or nothing; returns whether the receipt was created.
+    pub async fn append_encoded_run_events_then_if_absent(
+        &self,
+        events: Arc<Vec<EncodedRunEvent>>,
+        event: NewRunEvent,
+    ) -> Result<bool, StoreError> {
+        let encoded = encode(event, self.max_trace_bytes())?;
+        self.db()
             .write(move |cx| {
-                let existing = query(
-                    cx,
-                    &format!(
-                        "{COLUMNS} WHERE run_id = ?1 AND thread_id = ?2 AND event_type = ?3
-                         ORDER BY seq LIMIT 1"
-                    ),
-                    params![
-                        &*encoded.row.ids.run_id,
-                        &*encoded.row.ids.thread_id,
-                        &*encoded.row.event_type
-                    ],
-                    "read a run event",
-                )?;
-                if let Some(rec) = existing.into_iter().next() {
-                    return Ok((rec, false));
+                if !events.is_empty() {
+                    insert_rows(cx, events.iter())?;
                 }
-                let rec = insert_tx(cx, vec![encoded])?
-                    .into_iter()
-                    .next()
-                    .ok_or_else(|| StoreError::encode("run event", "nothing was inserted"))?;
-                Ok((rec, true))
+                put_if_absent_tx(cx, encoded).map(|(_, created)| created)
             })
             .await
     }

@@ -265,15 +265,7 @@ impl RunJournal {
             ..Default::default()
         };
         let n = rest.len();
-        match self.store.append_encoded_run_events(Arc::new(rest)).await {
-            Ok(_) => lock(&self.shared).written += n,
-            Err(e) => {
-                tracing::error!(run = %self.ids.run_id, error = %e, "could not write the run journal");
-                report.events_lost = n;
-                lock(&self.shared).error = Some(e.to_string());
-            }
-        }
-        // The receipt: at most once per run, retried a little.
+        // The receipt: at most once per run.
         let mut receipt = NewRunEvent::new(
             &*self.ids.thread_id,
             &*self.ids.run_id,
@@ -283,17 +275,41 @@ impl RunJournal {
         )
         .with_user(self.ids.user_id.as_deref().map(str::to_owned));
         receipt.created_at = now();
+        let rest = Arc::new(rest);
+        // The last batch and the receipt in one commit; if that fails, each on its own as
+        // below (the batch once, the receipt retried a little).
+        let together = self
+            .store
+            .append_encoded_run_events_then_if_absent(rest.clone(), receipt.clone())
+            .await;
         let mut stored = false;
-        for _ in 0..3 {
-            match self.store.put_run_event_if_absent(receipt.clone()).await {
-                Ok((_, created)) => {
-                    if created {
-                        lock(&self.shared).written += 1;
+        match together {
+            Ok(created) => {
+                lock(&self.shared).written += n + usize::from(created);
+                stored = true;
+            }
+            Err(e) => {
+                tracing::warn!(run = %self.ids.run_id, error = %e, "the run's last journal batch failed; retrying it apart from the receipt");
+                match self.store.append_encoded_run_events(rest).await {
+                    Ok(_) => lock(&self.shared).written += n,
+                    Err(e) => {
+                        tracing::error!(run = %self.ids.run_id, error = %e, "could not write the run journal");
+                        report.events_lost = n;
+                        lock(&self.shared).error = Some(e.to_string());
                     }
-                    stored = true;
-                    break;
                 }
-                Err(e) => lock(&self.shared).error = Some(e.to_string()),
+                for _ in 0..3 {
+                    match self.store.put_run_event_if_absent(receipt.clone()).await {
+                        Ok((_, created)) => {
+                            if created {
+                                lock(&self.shared).written += 1;
+                            }
+                            stored = true;
+                            break;
+                        }
+                        Err(e) => lock(&self.shared).error = Some(e.to_string()),
+                    }
+                }
             }
         }
         report.delivery_failed = !stored && !report.delivered.is_empty();

@@ -184,6 +184,82 @@ async fn put_if_absent_is_idempotent_per_run_and_type() {
 }
 
 #[tokio::test]
+async fn a_runs_last_batch_and_its_receipt_land_together_and_the_receipt_once() {
+    let (_d, store) = temp_store();
+    let ids = antler_store::RunEventIds {
+        thread_id: "t".into(),
+        run_id: "r".into(),
+        user_id: None,
+    };
+    let encoded = |text: &str| {
+        antler_store::EncodedRunEvent::new(
+            &ids,
+            "llm.ai.response",
+            CATEGORY_MESSAGE,
+            antler_store::EventContent::Json(json!({"type": "ai", "content": text}).to_string()),
+            serde_json::Map::new(),
+            store.max_trace_content(),
+            String::new(),
+        )
+        .unwrap()
+    };
+    let receipt = || {
+        ev(
+            "t",
+            "r",
+            "run.delivery",
+            "outputs",
+            json!({"presented": false}),
+        )
+    };
+    let created = store
+        .append_encoded_run_events_then_if_absent(
+            std::sync::Arc::new(vec![encoded("m1"), encoded("m2")]),
+            receipt(),
+        )
+        .await
+        .unwrap();
+    assert!(created);
+    // A second finish (a retried run end) appends its batch but not another receipt.
+    let created = store
+        .append_encoded_run_events_then_if_absent(
+            std::sync::Arc::new(vec![encoded("m3")]),
+            receipt(),
+        )
+        .await
+        .unwrap();
+    assert!(!created);
+    let all = store
+        .list_run_events("r", EventQuery::default())
+        .await
+        .unwrap();
+    let kinds: Vec<(&str, Option<&str>)> = all
+        .iter()
+        .map(|r| (r.event_type.as_str(), r.content["content"].as_str()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("llm.ai.response", Some("m1")),
+            ("llm.ai.response", Some("m2")),
+            ("run.delivery", None),
+            ("llm.ai.response", Some("m3")),
+        ]
+    );
+    let seqs: Vec<i64> = all.iter().map(|r| r.seq).collect();
+    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "{seqs:?}");
+    // An empty batch still settles the receipt.
+    let created = store
+        .append_encoded_run_events_then_if_absent(
+            std::sync::Arc::new(vec![]),
+            ev("t", "r3", "run.delivery", "outputs", json!({})),
+        )
+        .await
+        .unwrap();
+    assert!(created);
+}
+
+#[tokio::test]
 async fn message_listing_pages_across_runs_with_cursors() {
     let (_d, store) = temp_store();
     let mut batch = Vec::new();
