@@ -341,41 +341,7 @@ impl ThreadState {
     /// id index (see [`Messages::snapshot`]); every other channel is cloned. Holding it does
     /// not make the live state's next write copy the whole state.
     pub fn snapshot(&self) -> ThreadState {
-        // Destructured so that a new channel cannot be forgotten here.
-        let ThreadState {
-            messages,
-            title,
-            artifacts,
-            todos,
-            goal,
-            uploaded_files,
-            viewed_images,
-            thread_data,
-            sandbox,
-            summary_text,
-            promoted,
-            delegations,
-            skill_context,
-            background_tasks,
-            extensions,
-        } = self;
-        ThreadState {
-            messages: messages.snapshot(),
-            title: title.clone(),
-            artifacts: artifacts.clone(),
-            todos: todos.clone(),
-            goal: goal.clone(),
-            uploaded_files: uploaded_files.clone(),
-            viewed_images: viewed_images.clone(),
-            thread_data: thread_data.clone(),
-            sandbox: sandbox.clone(),
-            summary_text: summary_text.clone(),
-            promoted: promoted.clone(),
-            delegations: delegations.clone(),
-            skill_context: skill_context.clone(),
-            background_tasks: background_tasks.clone(),
-            extensions: extensions.clone(),
-        }
+        self.with_messages(self.messages.snapshot())
     }
 
     /// Apply one write through the reducers. On error nothing is applied.
@@ -461,6 +427,11 @@ impl ThreadState {
     /// The non-message channels alone, with an empty message list (what
     /// [`ThreadState::same_fields`] compares against later).
     pub fn fields_only(&self) -> ThreadState {
+        self.with_messages(Messages::default())
+    }
+
+    /// The non-message channels cloned, with `messages` as the list.
+    fn with_messages(&self, messages: Messages) -> ThreadState {
         // Destructured so that a new channel cannot be forgotten here.
         let ThreadState {
             messages: _,
@@ -480,7 +451,7 @@ impl ThreadState {
             extensions,
         } = self;
         ThreadState {
-            messages: Messages::default(),
+            messages,
             title: title.clone(),
             artifacts: artifacts.clone(),
             todos: todos.clone(),

@@ -338,7 +338,7 @@ impl RunBuffer {
                 return None;
             }
             let fields = match &st.last_fields {
-                Some(last) if **last == fields => last.clone(),
+                Some(last) if last.same_fields(&fields) => last.clone(),
                 _ => {
                     let fields = Arc::new(fields);
                     st.last_fields = Some(fields.clone());
@@ -605,6 +605,7 @@ fn event_id(millis: i64, seq: u64) -> Arc<str> {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+    use futures::StreamExt;
 
     #[test]
     fn event_ids_are_millis_dash_seq_at_any_size() {
@@ -614,7 +615,6 @@ mod tests {
             format!("{}-{}", i64::MIN, u64::MAX)
         );
     }
-    use futures::StreamExt;
 
     fn text(b: &Bytes) -> String {
         String::from_utf8(b.to_vec()).unwrap()

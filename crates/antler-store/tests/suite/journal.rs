@@ -12,6 +12,11 @@ fn ev(thread: &str, run: &str, kind: &str, category: &str, content: Value) -> Ne
     NewRunEvent::new(thread, run, kind, category, content)
 }
 
+/// A run's `run.delivery` receipt on thread `t`.
+fn receipt(run: &str, content: Value) -> NewRunEvent {
+    ev("t", run, "run.delivery", "outputs", content)
+}
+
 fn msg(thread: &str, run: &str, text: &str) -> NewRunEvent {
     ev(
         thread,
@@ -149,24 +154,21 @@ async fn structured_and_string_content_round_trip() {
 #[tokio::test]
 async fn put_if_absent_is_idempotent_per_run_and_type() {
     let (_d, store) = temp_store();
-    let receipt = || {
-        ev(
-            "t",
+    let delivery = || {
+        receipt(
             "r",
-            "run.delivery",
-            "outputs",
             json!({"presented": true, "paths": ["/mnt/user-data/outputs/a.md"]}),
         )
     };
-    let (first, created) = store.put_run_event_if_absent(receipt()).await.unwrap();
+    let (first, created) = store.put_run_event_if_absent(delivery()).await.unwrap();
     assert!(created);
     append(&store, vec![msg("t", "r", "after")]).await;
-    let (again, created) = store.put_run_event_if_absent(receipt()).await.unwrap();
+    let (again, created) = store.put_run_event_if_absent(delivery()).await.unwrap();
     assert!(!created);
     assert_eq!(again, first);
     // Another run gets its own receipt.
     let (_, created) = store
-        .put_run_event_if_absent(ev("t", "r2", "run.delivery", "outputs", json!({})))
+        .put_run_event_if_absent(receipt("r2", json!({})))
         .await
         .unwrap();
     assert!(created);
@@ -203,19 +205,11 @@ async fn a_runs_last_batch_and_its_receipt_land_together_and_the_receipt_once() 
         )
         .unwrap()
     };
-    let receipt = || {
-        ev(
-            "t",
-            "r",
-            "run.delivery",
-            "outputs",
-            json!({"presented": false}),
-        )
-    };
+    let delivery = || receipt("r", json!({"presented": false}));
     let created = store
         .append_encoded_run_events_then_if_absent(
             std::sync::Arc::new(vec![encoded("m1"), encoded("m2")]),
-            receipt(),
+            delivery(),
         )
         .await
         .unwrap();
@@ -224,7 +218,7 @@ async fn a_runs_last_batch_and_its_receipt_land_together_and_the_receipt_once() 
     let created = store
         .append_encoded_run_events_then_if_absent(
             std::sync::Arc::new(vec![encoded("m3")]),
-            receipt(),
+            delivery(),
         )
         .await
         .unwrap();
@@ -252,7 +246,7 @@ async fn a_runs_last_batch_and_its_receipt_land_together_and_the_receipt_once() 
     let created = store
         .append_encoded_run_events_then_if_absent(
             std::sync::Arc::new(vec![]),
-            ev("t", "r3", "run.delivery", "outputs", json!({})),
+            receipt("r3", json!({})),
         )
         .await
         .unwrap();
