@@ -7,7 +7,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::messages::{AiMessageChunk, ToolMessage};
-use crate::state::{StateUpdate, ThreadState};
+use crate::state::{StateSnapshot, StateUpdate};
 
 /// Stream metadata attached to `messages` events (spec 70 §4.6).
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -65,7 +65,7 @@ pub enum StreamEvent {
     /// First event: the run was admitted.
     Metadata { run_id: String, thread_id: String },
     /// The full state after a step.
-    Values(Arc<ThreadState>),
+    Values(StateSnapshot),
     /// The partial write of one node (`model`, `tools`, `<Middleware>.<hook>`).
     Updates {
         node: String,
@@ -104,9 +104,7 @@ impl StreamEvent {
             StreamEvent::Metadata { run_id, thread_id } => {
                 json!({"run_id": run_id, "thread_id": thread_id, "attempt": 1})
             }
-            StreamEvent::Values(state) => {
-                serde_json::to_value(state.as_ref()).unwrap_or(Value::Null)
-            }
+            StreamEvent::Values(state) => serde_json::to_value(state).unwrap_or(Value::Null),
             StreamEvent::Updates { node, update } => {
                 let mut o = serde_json::Map::new();
                 let v = if update.is_empty() {

@@ -18,8 +18,8 @@ pub use messages::{
     ToolStatus, UsageMetadata, REMOVE_ALL_MESSAGES,
 };
 pub use state::{
-    Delegation, Promoted, ReducerError, SandboxState, SkillEntry, StateUpdate, ThreadData,
-    ThreadState, Todo, TodoStatus, ViewedImage,
+    Delegation, Promoted, ReducerError, SandboxState, SkillEntry, StateSnapshot, StateUpdate,
+    ThreadData, ThreadState, Todo, TodoStatus, ViewedImage,
 };
 pub mod tool_meta;
 pub mod tools;

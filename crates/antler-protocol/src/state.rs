@@ -4,6 +4,8 @@
 //! `viewed_images`, `promoted`, `delegations`, `skill_context`. Every other key keeps the last
 //! value written. Custom middlewares store their own keys in `extensions` (last write wins).
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 
@@ -234,6 +236,43 @@ impl StateUpdate {
         self == &StateUpdate::default()
     }
 
+    /// Whether the update writes the message list and nothing else (then the other channels
+    /// are the same after it, without comparing them).
+    pub fn only_messages(&self) -> bool {
+        // Destructured so that a new channel cannot be forgotten here.
+        let StateUpdate {
+            messages: _,
+            title,
+            artifacts,
+            todos,
+            goal,
+            uploaded_files,
+            viewed_images,
+            thread_data,
+            sandbox,
+            summary_text,
+            promoted,
+            delegations,
+            skill_context,
+            background_tasks,
+            extensions,
+        } = self;
+        title.is_none()
+            && artifacts.is_none()
+            && todos.is_none()
+            && goal.is_none()
+            && uploaded_files.is_none()
+            && viewed_images.is_none()
+            && thread_data.is_none()
+            && sandbox.is_none()
+            && summary_text.is_none()
+            && promoted.is_none()
+            && delegations.is_none()
+            && skill_context.is_none()
+            && background_tasks.is_none()
+            && extensions.is_empty()
+    }
+
     pub fn messages(msgs: Vec<Message>) -> Self {
         StateUpdate {
             messages: Some(msgs),
@@ -336,12 +375,66 @@ struct Fields<'a> {
     extensions: &'a Map<String, Value>,
 }
 
+/// The state after a superstep as a `values` event carries it: the non-message channels behind
+/// an `Arc` (a run hands out the same one while they do not change, which is most supersteps)
+/// and the message list as it stood. Making one costs two reference counts, not a copy of the
+/// channels or of the list's position keys; it serializes exactly as the [`ThreadState`] would.
+#[derive(Clone, Debug)]
+pub struct StateSnapshot {
+    /// The non-message channels; this state's own `messages` is empty.
+    pub fields: Arc<ThreadState>,
+    /// The message list.
+    pub messages: Arc<Vec<Arc<Message>>>,
+    /// The list's [`Messages::generation`]: equal generations of one run's snapshots mean the
+    /// later list extends the earlier.
+    pub generation: u64,
+}
+
+impl StateSnapshot {
+    /// `fields` (channels only, as [`ThreadState::fields_only`] makes) with `messages` as the list.
+    pub fn new(fields: Arc<ThreadState>, messages: &Messages) -> StateSnapshot {
+        debug_assert!(fields.messages.is_empty(), "fields carry no messages");
+        StateSnapshot {
+            fields,
+            messages: messages.shared(),
+            generation: messages.generation(),
+        }
+    }
+
+    /// A whole state taken apart (a stored checkpoint replayed as one `values` event).
+    pub fn from_state(mut state: ThreadState) -> StateSnapshot {
+        let messages = std::mem::take(&mut state.messages);
+        StateSnapshot::new(Arc::new(state), &messages)
+    }
+
+    /// The state it shows, as a read-only copy (no id index until written).
+    pub fn to_state(&self) -> ThreadState {
+        self.fields
+            .with_messages(Messages::from_shared(self.messages.as_ref().clone()))
+    }
+}
+
+impl Serialize for StateSnapshot {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Whole<'a> {
+            messages: &'a [Arc<Message>],
+            #[serde(flatten)]
+            fields: Fields<'a>,
+        }
+        Whole {
+            messages: &self.messages,
+            fields: self.fields.fields(),
+        }
+        .serialize(s)
+    }
+}
+
 impl ThreadState {
-    /// A copy for a `values` event held for replay: the message list is shared and carries no
-    /// id index (see [`Messages::snapshot`]); every other channel is cloned. Holding it does
-    /// not make the live state's next write copy the whole state.
-    pub fn snapshot(&self) -> ThreadState {
-        self.with_messages(self.messages.snapshot())
+    /// The state as a `values` event carries it, its channels copied once (a run shares them
+    /// between snapshots instead: see [`StateSnapshot`]).
+    pub fn snapshot(&self) -> StateSnapshot {
+        StateSnapshot::new(Arc::new(self.fields_only()), &self.messages)
     }
 
     /// Apply one write through the reducers. On error nothing is applied.

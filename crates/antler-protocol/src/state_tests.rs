@@ -376,44 +376,41 @@ proptest! {
 }
 
 #[test]
-fn a_snapshot_reads_like_the_state_and_stays_as_it_was() {
+fn a_list_snapshot_reads_like_the_list_and_stays_as_it_was() {
     let mut live = state_of(vec![
         human("a", "one"),
         human("b", "two"),
         human("c", "three"),
     ]);
-    live.title = Some("t".into());
     live.messages.take_changes();
-    let snap = live.snapshot();
+    let snap = live.messages.snapshot();
     // Same JSON, same lookups, no change log of its own.
     assert_eq!(
         serde_json::to_value(&snap).unwrap(),
-        serde_json::to_value(&live).unwrap()
+        serde_json::to_value(&live.messages).unwrap()
     );
-    assert_eq!(snap.messages.position("c"), Some(2));
-    assert_eq!(
-        snap.messages.by_id("b").map(Message::text),
-        Some("two".into())
-    );
-    assert_eq!(snap.messages.position("zzz"), None);
-    assert_eq!(snap.messages.ords(), live.messages.ords());
-    assert!(snap.messages.pending_changes().is_empty());
+    assert_eq!(snap.position("c"), Some(2));
+    assert_eq!(snap.by_id("b").map(Message::text), Some("two".into()));
+    assert_eq!(snap.position("zzz"), None);
+    assert_eq!(snap.ords(), live.messages.ords());
+    assert!(snap.pending_changes().is_empty());
     // The live state moves on; the snapshot does not.
     live.apply(StateUpdate::messages(vec![human("d", "four")]))
         .unwrap();
     live.apply(StateUpdate::messages(vec![human("b", "TWO")]))
         .unwrap();
-    assert_eq!(ids(&snap), ["a", "b", "c"]);
-    assert_eq!(
-        snap.messages.by_id("b").map(Message::text),
-        Some("two".into())
-    );
+    let snap_ids: Vec<_> = snap.iter().filter_map(Message::id).collect();
+    assert_eq!(snap_ids, ["a", "b", "c"]);
+    assert_eq!(snap.by_id("b").map(Message::text), Some("two".into()));
     assert_eq!(
         live.messages.by_id("b").map(Message::text),
         Some("TWO".into())
     );
     // A write to a snapshot rebuilds its index first: a known id still replaces in place.
-    let mut copy = snap.clone();
+    let mut copy = ThreadState {
+        messages: snap.clone(),
+        ..ThreadState::default()
+    };
     copy.apply(StateUpdate::messages(vec![human("b", "2")]))
         .unwrap();
     assert_eq!(ids(&copy), ["a", "b", "c"]);
@@ -421,6 +418,40 @@ fn a_snapshot_reads_like_the_state_and_stays_as_it_was() {
         copy.messages.by_id("b").map(Message::text),
         Some("2".into())
     );
+}
+
+/// A `values` snapshot writes the same JSON, byte for byte and key for key, as the state it was
+/// taken of — whichever channels are set — and keeps showing that state after the live one moves.
+#[test]
+fn a_state_snapshot_serializes_as_its_state_and_stays_as_it_was() {
+    let mut live = state_of(vec![human("a", "one"), human("b", "two")]);
+    let check = |live: &ThreadState| {
+        let snap = live.snapshot();
+        assert_eq!(
+            serde_json::to_string(&snap).unwrap(),
+            serde_json::to_string(live).unwrap()
+        );
+        assert_eq!(&snap.to_state(), live);
+        assert_eq!(snap.generation, live.messages.generation());
+        snap
+    };
+    let bare = check(&live);
+    live.title = Some("t".into());
+    live.todos = Some(vec![Todo {
+        content: "x".into(),
+        status: TodoStatus::InProgress,
+    }]);
+    live.goal = Some(json!({"objective": "g"}));
+    live.summary_text = Some("s".into());
+    live.extensions.insert("custom_key".into(), json!([1, 2]));
+    check(&live);
+    let taken = StateSnapshot::from_state(live.clone());
+    assert_eq!(taken.to_state(), live);
+    assert!(taken.fields.messages.is_empty(), "the channels alone");
+    live.apply(StateUpdate::messages(vec![human("c", "three")]))
+        .unwrap();
+    assert_eq!(bare.messages.len(), 2);
+    assert_eq!(bare.to_state().title, None);
 }
 
 /// A list's generation moves exactly when a message already in it is replaced or removed, so a
@@ -476,5 +507,40 @@ fn same_fields_follows_every_non_message_channel_and_ignores_messages() {
         assert!(state.same_fields(&last), "change {i}");
         // What the loop stores for a changed state is what the snapshot would store.
         assert_eq!(last.fields_value(), state.fields_value(), "change {i}");
+    }
+}
+
+/// `only_messages` is what lets the loop skip comparing channels after a write: any update that
+/// sets another channel (even to `None`) must say so.
+#[test]
+fn only_messages_is_false_for_a_write_to_any_other_channel() {
+    assert!(StateUpdate::default().only_messages());
+    assert!(StateUpdate::messages(vec![human("a", "one")]).only_messages());
+    let writes: [fn(&mut StateUpdate); 15] = [
+        |u| u.title = Some(None),
+        |u| u.artifacts = Some(vec![]),
+        |u| u.todos = Some(None),
+        |u| u.goal = Some(None),
+        |u| u.uploaded_files = Some(None),
+        |u| u.viewed_images = Some(Map::new()),
+        |u| u.thread_data = Some(None),
+        |u| u.sandbox = Some(None),
+        |u| u.summary_text = Some(None),
+        |u| u.promoted = Some(Promoted::default()),
+        |u| u.delegations = Some(vec![]),
+        |u| u.skill_context = Some(vec![]),
+        |u| u.background_tasks = Some(None),
+        |u| {
+            u.extensions.insert("custom".into(), json!(null));
+        },
+        |u| {
+            u.messages = Some(vec![]);
+            u.title = Some(Some("t".into()));
+        },
+    ];
+    for (i, write) in writes.iter().enumerate() {
+        let mut u = StateUpdate::default();
+        write(&mut u);
+        assert!(!u.only_messages(), "write {i}");
     }
 }

@@ -167,8 +167,13 @@ struct Runner<'a> {
     run: Arc<RunContext>,
     state: Arc<ThreadState>,
     head: Option<String>,
-    /// The non-message channels last checkpointed (compared with the state at every checkpoint).
-    last_fields: Option<ThreadState>,
+    /// The non-message channels as last seen (`messages` empty): what `values` snapshots share
+    /// while the channels do not change. `None` until first needed.
+    fields: Option<Arc<ThreadState>>,
+    /// Whether `fields` is what the head checkpoint stores (a checkpoint then writes none).
+    fields_stored: bool,
+    /// Whether `fields` may be stale: a write touched a channel other than `messages`.
+    fields_dirty: bool,
     steps: usize,
     limit: usize,
 }
@@ -183,7 +188,9 @@ impl Agent {
             run,
             state: Arc::new(ThreadState::default()),
             head: None,
-            last_fields: None,
+            fields: None,
+            fields_stored: false,
+            fields_dirty: true,
             steps: 0,
         };
         let mut result = r.drive(input).await;
@@ -256,7 +263,9 @@ impl Runner<'_> {
         };
         if let Some(c) = loaded {
             self.head = Some(c.meta.checkpoint_id);
-            self.last_fields = Some(c.state.fields_only());
+            self.fields = Some(Arc::new(c.state.fields_only()));
+            self.fields_stored = true;
+            self.fields_dirty = false;
             self.state = Arc::new(c.state);
         } else if let Some(s) = input.initial_state.take() {
             self.state = Arc::new(s);
@@ -281,10 +290,33 @@ impl Runner<'_> {
                 update: &update,
             });
         }
+        self.fields_dirty |= !update.only_messages();
         Arc::make_mut(&mut self.state).apply(update)?;
         self.checkpoint(node, source);
-        self.run.events.values(&self.state);
+        self.values();
         Ok(())
+    }
+
+    /// Bring `fields` up to date with the state: compared only after a write that touched a
+    /// channel other than `messages`, copied only when one of them really changed.
+    fn sync_fields(&mut self) -> &Arc<ThreadState> {
+        let fields = match self.fields.take() {
+            Some(f) if !self.fields_dirty || self.state.same_fields(&f) => f,
+            _ => {
+                self.fields_stored = false;
+                Arc::new(self.state.fields_only())
+            }
+        };
+        self.fields_dirty = false;
+        self.fields.insert(fields)
+    }
+
+    /// Emit a `values` event of the state as it stands, if a subscriber wants one.
+    fn values(&mut self) {
+        if self.run.events.wants_values() {
+            let fields = self.sync_fields().clone();
+            self.run.events.values(fields, &self.state.messages);
+        }
     }
 
     /// Write the queued checkpoints (before a side effect); not cancellable, it is short and a
@@ -295,15 +327,13 @@ impl Runner<'_> {
 
     /// Queue the checkpoint of the superstep just applied (see [`RunContext::persist`]).
     fn checkpoint(&mut self, node: &str, source: &str) {
-        let state = Arc::make_mut(&mut self.state);
-        let changes = state.messages.take_changes();
+        let changes = Arc::make_mut(&mut self.state).messages.take_changes();
         let Some(cp) = self.agent.checkpointer.clone() else {
             return;
         };
-        let fields_changed = !self
-            .last_fields
-            .as_ref()
-            .is_some_and(|last| state.same_fields(last));
+        self.sync_fields();
+        let fields_changed = !self.fields_stored;
+        let state = &self.state;
         let step = if source == "input" {
             -1
         } else {
@@ -320,9 +350,7 @@ impl Runner<'_> {
         );
         self.head = Some(write.meta.checkpoint_id.clone());
         self.run.defer_checkpoint(&cp, write);
-        if fields_changed {
-            self.last_fields = Some(state.fields_only());
-        }
+        self.fields_stored = true;
     }
 
     /// Run one node hook of `mw`.
@@ -386,7 +414,7 @@ impl Runner<'_> {
                 .extend(std::mem::take(&mut input.messages));
         }
         if first.is_empty() {
-            self.run.events.values(&self.state);
+            self.values();
         } else {
             self.commit("__input__", first, "input").await?;
         }

@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 
 use antler_protocol::checkpoint::{CheckpointError, CheckpointWrite, Checkpointer};
 use antler_protocol::{
-    AiMessageChunk, MessageMeta, StateUpdate, StreamEvent, StreamMessage, StreamModes, ThreadState,
-    ToolMessage,
+    AiMessageChunk, MessageMeta, Messages, StateSnapshot, StateUpdate, StreamEvent, StreamMessage,
+    StreamModes, ThreadState, ToolMessage,
 };
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
@@ -251,14 +251,17 @@ impl Emitter {
         })
     }
 
-    /// A `values` event: a snapshot that shares the messages, not the live state itself — a
-    /// consumer that holds it for replay would otherwise make the run's next write copy the
-    /// whole state (its message index included), every superstep.
-    pub(crate) fn values(&self, state: &Arc<ThreadState>) {
-        if self.modes.values {
-            self.sink
-                .emit(StreamEvent::Values(Arc::new(state.snapshot())));
-        }
+    /// A `values` event: the channels the run shares while they do not change and the message
+    /// list — not the live state itself, which a consumer holding it for replay would make the
+    /// run's next write copy whole (its message index included), every superstep.
+    pub(crate) fn values(&self, fields: Arc<ThreadState>, messages: &Messages) {
+        self.sink
+            .emit(StreamEvent::Values(StateSnapshot::new(fields, messages)));
+    }
+
+    /// Whether a subscriber asked for `values` (the loop builds no snapshot otherwise).
+    pub fn wants_values(&self) -> bool {
+        self.modes.values
     }
 
     pub(crate) fn updates(&self, node: &str, update: &StateUpdate) {

@@ -423,3 +423,42 @@ async fn an_abandoned_write_releases_only_the_events_it_wrote() {
     }
     assert_eq!(values_count(&sink), written);
 }
+
+/// Consecutive `values` snapshots share one copy of the non-message channels until a write
+/// changes one of them; each still shows the state of its own superstep.
+#[tokio::test]
+async fn values_snapshots_share_the_channels_until_one_changes() {
+    let out = run(true, false, None).await;
+    let snaps: Vec<_> = out
+        .sink
+        .events()
+        .into_iter()
+        .filter_map(|e| match e {
+            StreamEvent::Values(v) => Some(v),
+            _ => None,
+        })
+        .collect();
+    let titles: Vec<Option<String>> = snaps.iter().map(|s| s.to_state().title).collect();
+    let two = Some("2 messages".to_owned());
+    let four = Some("4 messages".to_owned());
+    assert_eq!(
+        titles,
+        [None, None, two.clone(), two.clone(), two, four.clone()]
+    );
+    let lens: Vec<usize> = snaps.iter().map(|s| s.messages.len()).collect();
+    assert_eq!(lens, [1, 2, 2, 3, 4, 4]);
+    // Shared while only messages were written (input → model, Stamp → tools → model); a new
+    // copy where the title changed.
+    let shared: Vec<bool> = snaps
+        .windows(2)
+        .map(|w| Arc::ptr_eq(&w[0].fields, &w[1].fields))
+        .collect();
+    assert_eq!(shared, [true, false, true, true, false]);
+    // What a snapshot serializes is the state it was taken at.
+    let last = snaps.last().unwrap();
+    assert_eq!(
+        serde_json::to_value(last).unwrap(),
+        serde_json::to_value(out.run.state.as_ref()).unwrap()
+    );
+    assert_eq!(last.fields.title, four);
+}

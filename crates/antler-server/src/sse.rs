@@ -21,7 +21,7 @@ use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use antler_protocol::{Message, Messages, StreamModes, ThreadState};
+use antler_protocol::{Message, Messages, StateSnapshot, StreamModes, ThreadState};
 use bytes::{Bytes, BytesMut};
 use serde_json::json;
 use tokio::sync::watch;
@@ -326,21 +326,23 @@ impl RunBuffer {
 
     /// Append a `values` event holding `state`; it is serialized only when delivered. The
     /// snapshot is let go of before this returns (see [`Segment`]).
-    pub fn push_values(&self, state: Arc<ThreadState>) -> Option<Arc<str>> {
-        let mut fields = Arc::try_unwrap(state).unwrap_or_else(|shared| (*shared).clone());
-        let taken = std::mem::take(&mut fields.messages);
-        let generation = taken.generation();
-        let list = taken.shared();
-        drop(taken);
+    pub fn push_values(&self, snapshot: StateSnapshot) -> Option<Arc<str>> {
+        let StateSnapshot {
+            fields,
+            messages: list,
+            generation,
+        } = snapshot;
         let (messages, fields) = {
             let mut st = self.lock();
             if st.closed {
                 return None;
             }
+            // The run hands over the same channels while they do not change.
             let fields = match &st.last_fields {
-                Some(last) if last.same_fields(&fields) => last.clone(),
+                Some(last) if Arc::ptr_eq(last, &fields) || last.same_fields(&fields) => {
+                    last.clone()
+                }
                 _ => {
-                    let fields = Arc::new(fields);
                     st.last_fields = Some(fields.clone());
                     fields
                 }
@@ -711,7 +713,7 @@ mod tests {
     async fn values_snapshots_are_framed_on_delivery_as_when_emitted() {
         let buf = RunBuffer::new("r1", usize::MAX);
         let state = long_state(3);
-        let id = buf.push_values(state.clone()).unwrap();
+        let id = buf.push_values(state.snapshot()).unwrap();
         buf.close();
         let out = replay(&buf, Cursor::Earliest, None).await;
         let expected = frame_bytes("values", &crate::wire::state_string(&state), &id);
@@ -739,7 +741,7 @@ mod tests {
         let max = 16 << 20;
         let buf = RunBuffer::new("r1", max);
         for _ in 0..(4 * MIN_RETAINED_EVENTS) {
-            buf.push_values(state.clone());
+            buf.push_values(state.snapshot());
             buf.push(Kind::Custom, "custom", "{}");
         }
         // 1,000 snapshots of a 1,000-message state: pointer arrays held, not 1,000 × its JSON.
@@ -763,7 +765,7 @@ mod tests {
         let mut live = ThreadState::default();
         let mut expected = Vec::new();
         let snap = |live: &ThreadState, expected: &mut Vec<String>| {
-            let id = buf.push_values(Arc::new(live.snapshot())).unwrap();
+            let id = buf.push_values(live.snapshot()).unwrap();
             expected.push(text(&frame_bytes(
                 "values",
                 &crate::wire::state_string(live),
@@ -818,8 +820,8 @@ mod tests {
     fn a_retained_snapshot_does_not_share_the_runs_list() {
         let buf = RunBuffer::new("r1", usize::MAX);
         let mut live = (*long_state(100)).clone();
-        buf.push_values(Arc::new(live.snapshot()));
-        buf.push_values(Arc::new(live.snapshot()));
+        buf.push_values(live.snapshot());
+        buf.push_values(live.snapshot());
         let list = live.messages.shared();
         assert_eq!(
             Arc::strong_count(&list),
@@ -828,7 +830,7 @@ mod tests {
         );
         drop(list);
         live.messages.push(antler_protocol::Message::human("next"));
-        buf.push_values(Arc::new(live.snapshot()));
+        buf.push_values(live.snapshot());
         // The frames hold 100 + 0 + 1 messages of their own, not three copies of the list.
         let st = buf.lock();
         let own: Vec<usize> = st

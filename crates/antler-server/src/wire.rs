@@ -4,7 +4,7 @@
 //!
 //! Serializing a state is O(state); callers only do it when a client asked for values.
 
-use antler_protocol::{Message, ThreadState};
+use antler_protocol::{Message, StateSnapshot, ThreadState};
 use antler_store::{RunRecord, ThreadRecord};
 use serde_json::{json, Map, Value};
 
@@ -92,6 +92,15 @@ pub fn state_string(state: &ThreadState) -> String {
         state_value(state).to_string()
     } else {
         serde_json::to_string(state).unwrap_or_else(|_| "null".to_owned())
+    }
+}
+
+/// A `values` snapshot as one line of JSON, as [`state_string`] writes the state it shows.
+pub fn snapshot_string(snapshot: &StateSnapshot) -> String {
+    if snapshot.messages.iter().any(|m| needs_strip(m)) {
+        state_value(&snapshot.to_state()).to_string()
+    } else {
+        serde_json::to_string(snapshot).unwrap_or_else(|_| "null".to_owned())
     }
 }
 

@@ -22,7 +22,7 @@ pub mod state;
 
 use std::sync::Arc;
 
-use antler_protocol::{Message, StreamEvent, ThreadState};
+use antler_protocol::{Message, StateSnapshot, StreamEvent, ThreadState};
 use antler_runtime::{
     Agent, CancellationToken, EventSink, RunContext, RunInput, RunObserver, RunOptions, RunStatus,
 };
@@ -437,7 +437,8 @@ async fn drive_run(res: RunResources, d: Drive) -> TurnOutcome {
         // A resume with nothing pending (antler raises no LangGraph interrupts) is ignored.
         if d.sink.modes().values {
             if let Ok(Some(cp)) = res.store.latest_checkpoint(&thread_id).await {
-                d.sink.emit(StreamEvent::Values(Arc::new(cp.state)));
+                d.sink
+                    .emit(StreamEvent::Values(StateSnapshot::from_state(cp.state)));
             }
         }
         return fin(Ending::bare(RunStatus::Success), None).await;

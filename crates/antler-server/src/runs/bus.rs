@@ -10,7 +10,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use antler_protocol::{StreamModes, ThreadState};
+use antler_protocol::{StateSnapshot, StreamModes};
 use bytes::Bytes;
 use futures::stream::BoxStream;
 use futures::StreamExt;
@@ -39,8 +39,12 @@ pub trait RunEvents: Send + Sync {
     /// Publish a `values` event. A bus that keeps events in memory holds the snapshot and
     /// serializes it only for subscribers that want `values`; one that ships events elsewhere
     /// frames it now.
-    fn publish_values(&self, state: Arc<ThreadState>) -> Option<Arc<str>> {
-        self.publish(Kind::Values, "values", &crate::wire::state_string(&state))
+    fn publish_values(&self, state: StateSnapshot) -> Option<Arc<str>> {
+        self.publish(
+            Kind::Values,
+            "values",
+            &crate::wire::snapshot_string(&state),
+        )
     }
 
     /// No more events: subscribers drain what is left, then get `end`.
@@ -67,7 +71,7 @@ impl RunEvents for RunBuffer {
         self.push(kind, name, data)
     }
 
-    fn publish_values(&self, state: Arc<ThreadState>) -> Option<Arc<str>> {
+    fn publish_values(&self, state: StateSnapshot) -> Option<Arc<str>> {
         self.push_values(state)
     }
 

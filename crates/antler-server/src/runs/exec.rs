@@ -309,7 +309,7 @@ mod tests {
         let sink = BufferSink::new(buf.clone(), StreamModes::ALL);
         let mut state = ThreadState::default();
         state.messages.push(Message::human("line one\nline two"));
-        sink.emit(StreamEvent::Values(Arc::new(state)));
+        sink.emit(StreamEvent::Values(state.snapshot()));
         sink.emit(StreamEvent::Updates {
             node: "model".into(),
             update: Arc::new(StateUpdate::default()),

@@ -379,7 +379,7 @@ mod tests {
         for run in ["a", "b", "c"] {
             let h = handle(run, run);
             h.buffer.publish(crate::sse::Kind::Updates, "updates", "{}");
-            h.buffer.publish_values(state.clone());
+            h.buffer.publish_values(state.snapshot());
             m.track(&h);
             h.signal.mark_done(RunStatus::Success);
             weak.push(Arc::downgrade(&h));
