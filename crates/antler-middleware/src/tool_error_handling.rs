@@ -69,7 +69,9 @@ impl Middleware for ToolErrorHandlingMiddleware {
     middleware_identity!("ToolErrorHandlingMiddleware", HookSet::WRAP_TOOL);
 
     async fn wrap_tool_call(&self, req: ToolCallRequest, next: ToolNext<'_>) -> ToolResult {
-        let call = req.call.clone();
+        // What an error result needs of the call (not a copy of its arguments).
+        let name = req.call.name.clone();
+        let id = crate::hook::answer_id(&req.call, "missing_tool_call_id");
         match next.run(req).await {
             Ok(ToolOutcome::Message(mut msg)) if self.result_meta => {
                 tool_meta::normalize(&mut msg);
@@ -77,10 +79,8 @@ impl Middleware for ToolErrorHandlingMiddleware {
             }
             Ok(outcome) => Ok(outcome),
             Err(e) => {
-                tracing::warn!(tool = %call.name, error = %e, "tool failed; returning an error result");
-                let id = crate::hook::answer_id(&call, "missing_tool_call_id");
-                let mut msg = ToolMessage::error(id, failure_message(&call.name, &e))
-                    .with_name(call.name.clone());
+                tracing::warn!(tool = %name, error = %e, "tool failed; returning an error result");
+                let mut msg = ToolMessage::error(id, failure_message(&name, &e)).with_name(name);
                 msg.id = Some(uuid::Uuid::new_v4().to_string());
                 msg.status = ToolStatus::Error;
                 ToolMeta::error(&format!("{}: {e}", error_kind(&e)), "exception").stamp(&mut msg);

@@ -162,6 +162,23 @@ enum Flow {
     Exit,
 }
 
+/// The calls a tools step runs: positions in the last AI message, which it keeps alive.
+#[derive(Default)]
+struct Pending {
+    ai: Option<Arc<Message>>,
+    open: Vec<usize>,
+}
+
+impl Pending {
+    fn calls(&self) -> impl Iterator<Item = &ToolCall> {
+        let calls = match self.ai.as_deref() {
+            Some(Message::Ai(ai)) => ai.tool_calls.as_slice(),
+            _ => &[],
+        };
+        self.open.iter().filter_map(|&i| calls.get(i))
+    }
+}
+
 struct Runner<'a> {
     agent: &'a Agent,
     run: Arc<RunContext>,
@@ -514,41 +531,51 @@ impl Runner<'_> {
         if ai.tool_calls.is_empty() {
             return Flow::Exit;
         }
-        if self.pending_calls().is_empty() {
+        if self.pending_calls().open.is_empty() {
             // Every call already answered (e.g. a middleware injected results).
             return Flow::Restart;
         }
         Flow::Next
     }
 
-    /// Calls of the last AI message with no tool message after it.
-    fn pending_calls(&self) -> Vec<ToolCall> {
+    /// Calls of the last AI message with no tool message after it (by position in that message,
+    /// which the batch holds on to: no call is copied to find them).
+    fn pending_calls(&self) -> Pending {
         let msgs = &self.state.messages;
-        let Some(pos) = msgs.iter().rposition(|m| matches!(m, Message::Ai(_))) else {
-            return Vec::new();
+        let Some((pos, ai)) = msgs
+            .arcs()
+            .enumerate()
+            .rev()
+            .find(|(_, m)| matches!(m.as_ref(), Message::Ai(_)))
+        else {
+            return Pending::default();
         };
-        let Some(Message::Ai(ai)) = msgs.get(pos) else {
-            return Vec::new();
+        let Message::Ai(last) = ai.as_ref() else {
+            return Pending::default();
         };
-        let answered: std::collections::HashSet<&str> = msgs
-            .iter()
-            .skip(pos + 1)
-            .filter_map(Message::as_tool)
-            .map(|t| t.tool_call_id.as_str())
+        // The messages after it are this turn's results: a handful, scanned in place.
+        let answered = |id: &str| {
+            msgs.iter()
+                .skip(pos + 1)
+                .filter_map(Message::as_tool)
+                .any(|t| t.tool_call_id == id)
+        };
+        let open = (0..last.tool_calls.len())
+            .filter(|&i| !answered(last.tool_calls[i].id_str()))
             .collect();
-        ai.tool_calls
-            .iter()
-            .filter(|c| !answered.contains(c.id_str()))
-            .cloned()
-            .collect()
+        Pending {
+            ai: Some(ai.clone()),
+            open,
+        }
     }
 
-    async fn tools_step(&mut self, calls: Vec<ToolCall>) -> Result<Flow, Stop> {
+    async fn tools_step(&mut self, pending: Pending) -> Result<Flow, Stop> {
         self.tick()?;
         self.flush().await?;
         let agent = self.agent;
-        let names: Arc<[String]> = agent.tools.names().map(str::to_owned).collect();
-        let futures = calls.iter().map(|call| {
+        let calls: Vec<&ToolCall> = pending.calls().collect();
+        let names = agent.tools.shared_names();
+        let futures = calls.iter().map(|&call| {
             let fut = agent.chain.call_tool(ToolCallRequest {
                 call: call.clone(),
                 tool: agent.tools.get(&call.name).cloned(),
@@ -571,7 +598,10 @@ impl Runner<'_> {
         }
 
         // Results are applied in call order, whatever order they completed in; one failed call
-        // fails the whole batch and nothing of it is applied.
+        // fails the whole batch and nothing of it is applied (nor reported). Each call's
+        // messages are a contiguous run of the merged list; its own update is kept apart only
+        // for an `updates` subscriber.
+        let wants_updates = self.run.events.modes().updates;
         let mut merged = StateUpdate::default();
         let mut end = false;
         let mut per_call = Vec::with_capacity(results.len());
@@ -590,15 +620,21 @@ impl Runner<'_> {
                 }
             };
             update.assign_message_ids();
-            per_call.push((call.id_str().to_owned(), update.clone()));
+            let own = wants_updates.then(|| update.clone());
+            let start = merged.messages.as_ref().map_or(0, Vec::len);
             merged.merge(update)?;
+            let stop = merged.messages.as_ref().map_or(0, Vec::len);
+            per_call.push((start..stop, own));
         }
-        for ((task, update), (call, duration)) in per_call.iter().zip(calls.iter().zip(&durations))
+        let written = merged.messages.as_deref().unwrap_or_default();
+        for ((range, own), (call, duration)) in
+            per_call.into_iter().zip(calls.iter().zip(&durations))
         {
-            for m in update.messages.iter().flatten() {
+            let task = call.id_str();
+            for m in &written[range] {
                 if let Message::Tool(t) = m {
                     self.run.events.tool_message(t, task);
-                    if self.run.observed() && t.tool_call_id == call.id_str() {
+                    if self.run.observed() && t.tool_call_id == task {
                         self.run.observe(&RunEvent::ToolResult {
                             call,
                             message: t,
@@ -607,7 +643,9 @@ impl Runner<'_> {
                     }
                 }
             }
-            self.run.events.updates("tools", update);
+            if let Some(update) = own {
+                self.run.events.updates_owned("tools", update);
+            }
         }
         self.commit("tools", merged, "loop").await?;
 

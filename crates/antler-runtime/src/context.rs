@@ -266,9 +266,16 @@ impl Emitter {
 
     pub(crate) fn updates(&self, node: &str, update: &StateUpdate) {
         if self.modes.updates {
+            self.updates_owned(node, update.clone());
+        }
+    }
+
+    /// [`Emitter::updates`] for an update the caller no longer needs.
+    pub(crate) fn updates_owned(&self, node: &str, update: StateUpdate) {
+        if self.modes.updates {
             self.sink.emit(StreamEvent::Updates {
                 node: node.to_owned(),
-                update: Arc::new(update.clone()),
+                update: Arc::new(update),
             });
         }
     }

@@ -394,6 +394,8 @@ pub struct ToolRegistry {
     tools: Vec<Arc<dyn Tool>>,
     by_name: HashMap<String, usize>,
     specs: Vec<Arc<ToolSpec>>,
+    /// The names in order, shared by every tool call of every run (built at registration).
+    names: Arc<[String]>,
 }
 
 impl ToolRegistry {
@@ -411,6 +413,7 @@ impl ToolRegistry {
         self.by_name.insert(name, self.tools.len());
         self.specs.push(tool.spec().clone());
         self.tools.push(tool);
+        self.names = self.tools.iter().map(|t| t.name().to_owned()).collect();
         true
     }
 
@@ -440,6 +443,11 @@ impl ToolRegistry {
 
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.tools.iter().map(|t| t.name())
+    }
+
+    /// The names in order, as one shared list (no copy per call).
+    pub fn shared_names(&self) -> Arc<[String]> {
+        self.names.clone()
     }
 
     pub fn len(&self) -> usize {
