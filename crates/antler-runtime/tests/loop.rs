@@ -851,3 +851,78 @@ async fn a_typed_tool_parses_once_and_bad_args_read_as_before() {
     let (_, t) = answers(3);
     assert!(t.starts_with("Error invoking tool 'shout' with kwargs {\"text\":7} with error:\n invalid type: integer `7`, expected a string"), "{t}");
 }
+
+/// The registry's shared name list (what an unknown-tool answer lists) follows every change:
+/// a duplicate keeps the first, a removal drops the name, order is registration order.
+#[test]
+fn shared_tool_names_follow_registration_and_removal() {
+    let mut reg = ToolRegistry::new()
+        .with(echo("echo"))
+        .with(echo("other"))
+        .with(echo("echo"));
+    assert_eq!(&*reg.shared_names(), ["echo", "other"]);
+    reg.register(echo("third"));
+    assert_eq!(&*reg.shared_names(), ["echo", "other", "third"]);
+    reg.remove("other");
+    assert_eq!(&*reg.shared_names(), ["echo", "third"]);
+    assert!(reg
+        .names()
+        .eq(reg.shared_names().iter().map(String::as_str)));
+}
+
+/// A batch of calls reports each call's result under that call: its `messages` event (task id),
+/// its own `updates` event, and the observer's tool result — in call order.
+#[tokio::test]
+async fn each_call_of_a_batch_reports_its_own_result() {
+    let sink = Arc::new(CollectingSink::new());
+    let rec = Arc::new(Recorder::default());
+    let run = Arc::new(RunContext::new("t1", "r1", sink.clone()).with_observer(rec.clone()));
+    let model = Arc::new(ScriptedModel::new([
+        ScriptedReply::tool_calls([
+            ("c1".into(), "echo".into(), json!({"text": "first"})),
+            ("c2".into(), "other".into(), json!({"text": "second"})),
+        ]),
+        ScriptedReply::text("ok"),
+    ]));
+    let out = Agent::new(model)
+        .with_tools(ToolRegistry::new().with(echo("echo")).with(echo("other")))
+        .run(RunInput::message(Message::human("q")), run)
+        .await;
+    assert_eq!(out.status, RunStatus::Success);
+    let events = sink.json();
+    let tool_events: Vec<(String, String)> = events
+        .iter()
+        .filter(|(n, d)| n == "messages" && d[0]["type"] == "tool")
+        .map(|(_, d)| {
+            (
+                d[0]["content"].as_str().unwrap().to_owned(),
+                d[1]["langgraph_checkpoint_ns"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        tool_events,
+        [
+            ("echo:first".to_owned(), "tools:c1".to_owned()),
+            ("echo:second".to_owned(), "tools:c2".to_owned())
+        ]
+    );
+    let tool_updates: Vec<Vec<String>> = events
+        .iter()
+        .filter_map(|(n, d)| (n == "updates").then(|| d.get("tools")).flatten())
+        .map(|u| {
+            u["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| m["content"].as_str().unwrap().to_owned())
+                .collect()
+        })
+        .collect();
+    assert_eq!(tool_updates, [["echo:first"], ["echo:second"]]);
+    let log = rec.0.lock().unwrap().join(" ");
+    assert!(
+        log.contains("tool(echo,Success) tool(other,Success) update(tools)"),
+        "{log}"
+    );
+}
