@@ -4,6 +4,11 @@
 //! step (a deep clone costs ≥ 1,000 allocations and ~300 KB at 1,000 messages), serializes the
 //! state per step, or keeps such a copy, the 1,000-message figures leave the bounds.
 //!
+//! A third case streams `values` into a server run's replay buffer that keeps every snapshot,
+//! as `/runs/wait` and joinable runs do: a snapshot must share the run's messages and channels,
+//! so copying them per event (the list's position keys alone are 8 KB at 1,000 messages) trips
+//! the same bounds.
+//!
 //! Figures are marginal — (run with `STEPS` steps − run with none) / `STEPS` — so loading the
 //! thread, building the chain and the run's fixed costs cancel out. One `#[test]` only: the
 //! allocator's counters are process-wide, and tests run on parallel threads.
@@ -13,10 +18,13 @@ use std::alloc::System;
 use std::sync::Arc;
 
 use antler_bench::{chain_agent, history, model, noop_tool};
-use antler_protocol::{Message, StateUpdate, ThreadState};
+use antler_protocol::{Message, StateUpdate, StreamModes, ThreadState};
 use antler_runtime::{
-    Agent, Checkpointer, NullSink, RunContext, RunInput, RunOptions, RunStatus, ToolRegistry,
+    Agent, Checkpointer, EventSink, NullSink, RunContext, RunInput, RunOptions, RunStatus,
+    ToolRegistry,
 };
+use antler_server::runs::exec::BufferSink;
+use antler_server::sse::RunBuffer;
 use stats_alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
 
 #[global_allocator]
@@ -49,9 +57,9 @@ fn input(hist: usize) -> RunInput {
     }
 }
 
-fn run_ctx(thread: &str) -> Arc<RunContext> {
+fn run_ctx(thread: &str, sink: Arc<dyn EventSink>) -> Arc<RunContext> {
     Arc::new(
-        RunContext::new(thread, "run", Arc::new(NullSink)).with_options(RunOptions {
+        RunContext::new(thread, "run", sink).with_options(RunOptions {
             recursion_limit: 10_000,
             ..Default::default()
         }),
@@ -65,13 +73,37 @@ fn measure(
     hist: usize,
     thread: &str,
 ) -> stats_alloc::Stats {
+    measure_into(rt, agent, hist, thread, false)
+}
+
+/// [`measure`], the run's events going to nobody or (`values`) to a replay buffer that keeps
+/// every `values` snapshot and stays alive while the stats are read (what it holds per step is
+/// retained memory).
+fn measure_into(
+    rt: &tokio::runtime::Runtime,
+    agent: Agent,
+    hist: usize,
+    thread: &str,
+    values: bool,
+) -> stats_alloc::Stats {
     let input = input(hist);
-    let run = run_ctx(thread);
+    let buffer = RunBuffer::new("run", usize::MAX);
+    let sink: Arc<dyn EventSink> = if values {
+        let modes = StreamModes {
+            values: true,
+            ..StreamModes::NONE
+        };
+        Arc::new(BufferSink::new(buffer.clone(), modes))
+    } else {
+        Arc::new(NullSink)
+    };
+    let run = run_ctx(thread, sink);
     let region = Region::new(GLOBAL);
     let out = rt.block_on(agent.run(input, run));
     let stats = region.change();
     assert_eq!(out.status, RunStatus::Success, "{:?}", out.error);
     drop(out);
+    drop(buffer);
     stats
 }
 
@@ -94,7 +126,22 @@ fn per_step(with: stats_alloc::Stats, without: stats_alloc::Stats) -> PerStep {
 
 /// No-op chain, SQLite checkpoints (real file), fresh thread per run.
 fn sqlite_step(rt: &tokio::runtime::Runtime, dir: &std::path::Path, hist: usize) -> PerStep {
-    let store = antler_store::SqliteStore::open(&dir.join(format!("guard-{hist}.db"))).unwrap();
+    sqlite_step_into(rt, dir, hist, false)
+}
+
+/// [`sqlite_step`] with `values` kept by a server run's replay buffer.
+fn sqlite_values_step(rt: &tokio::runtime::Runtime, dir: &std::path::Path, hist: usize) -> PerStep {
+    sqlite_step_into(rt, dir, hist, true)
+}
+
+fn sqlite_step_into(
+    rt: &tokio::runtime::Runtime,
+    dir: &std::path::Path,
+    hist: usize,
+    values: bool,
+) -> PerStep {
+    let store =
+        antler_store::SqliteStore::open(&dir.join(format!("guard-{hist}-{values}.db"))).unwrap();
     let cp: Arc<dyn Checkpointer> = Arc::new(store);
     let agent = |steps: usize| {
         Agent::new(model(steps))
@@ -105,7 +152,7 @@ fn sqlite_step(rt: &tokio::runtime::Runtime, dir: &std::path::Path, hist: usize)
     // resumes it — the server's path.
     let resumed = |steps: usize, thread: &str| {
         measure(rt, agent(0), hist, thread);
-        measure(rt, agent(steps), 0, thread)
+        measure_into(rt, agent(steps), 0, thread, values)
     };
     // Warm-up: the store's statement cache, the runtime's first allocations.
     resumed(2, &format!("warm-{hist}"));
@@ -122,12 +169,15 @@ fn chain_step(rt: &tokio::runtime::Runtime, dir: &std::path::Path, hist: usize) 
     per_step(with, without)
 }
 
-/// Absolute caps per step at 1,000 messages, about 1.5× what was last measured (2026-12-06: no-op
-/// chain 135 allocations, 19 KB allocated, 1.4 KB kept; lead chain 265, 75 KB, 13.4 KB — when the
-/// guard was written: 155, 23 KB, 3.3 KB and 395, 68 KB, 13.9 KB). Against the 10-message step, the 1,000-message one may cost at most 1.25× the
-/// allocations + 20 and 16 KiB more bytes: the slack covers the message list's amortized growth
-/// (crossing 1,024 entries during the run doubles its buffer: ~7.6 KB a step over 20 steps),
-/// while copying the history once per step costs ≥ 1,000 allocations and ≥ 300 KB.
+/// Absolute caps per step at 1,000 messages, about 1.5× what was last measured (2026-12-06,
+/// fifth session: no-op chain 114 allocations, 17 KB allocated, 1.4 KB kept; with `values` kept
+/// by a replay buffer 126, 22 KB, 2.2 KB — a snapshot that copied the channels and the list's
+/// position keys per event allocated 40 KB; lead chain 239, 72 KB, 13.4 KB — when the guard was
+/// written: 155, 23 KB, 3.3 KB and 395, 68 KB, 13.9 KB). Against the 10-message step, the
+/// 1,000-message one may cost at most 1.25× the allocations + 20 and 16 KiB more bytes: the
+/// slack covers the message list's amortized growth (crossing 1,024 entries during the run
+/// doubles its buffer: ~7.6 KB a step over 20 steps), while copying the history once per step
+/// costs ≥ 1,000 allocations and ≥ 300 KB.
 struct Bounds {
     allocations: f64,
     bytes_allocated: f64,
@@ -187,10 +237,19 @@ fn per_step_allocations_do_not_grow_with_history() {
     let dir = tempfile::tempdir().unwrap();
 
     type Step = fn(&tokio::runtime::Runtime, &std::path::Path, usize) -> PerStep;
-    let chains: [(&str, Step, Bounds); 2] = [
+    let chains: [(&str, Step, Bounds); 3] = [
         (
             "no-op chain, SQLite",
             sqlite_step,
+            Bounds {
+                allocations: 200.0,
+                bytes_allocated: 32.0 * 1024.0,
+                bytes_retained: 4.0 * 1024.0,
+            },
+        ),
+        (
+            "no-op chain, SQLite, values kept by a replay buffer",
+            sqlite_values_step,
             Bounds {
                 allocations: 200.0,
                 bytes_allocated: 32.0 * 1024.0,
