@@ -88,6 +88,25 @@ async fn output_lines_stream_through_the_warden() {
     assert_eq!(text, sh(&sb, "echo first; echo second >&2; pwd").await);
 }
 
+/// A reply far longer than the client's read buffer (one JSON line carrying 200 KB of output,
+/// with characters that need escaping) arrives whole, and the warden keeps answering after it.
+#[tokio::test]
+async fn a_long_reply_arrives_whole() {
+    let Some(f) = confined() else { return };
+    let sb = f.sandbox("t1");
+    let out = sh(
+        &sb,
+        r#"for i in $(seq 1 20000); do printf '"%04d"\t\n' $((i % 10000)); done"#,
+    )
+    .await;
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 20000, "{}", &out[..out.len().min(200)]);
+    assert_eq!(lines[0], "\"0001\"\t");
+    assert_eq!(lines[19998], "\"9999\"\t");
+    assert_eq!(lines[19999], "\"0000\"\t");
+    assert_eq!(sh(&sb, "echo after").await.trim(), "after");
+}
+
 /// The warden keeps the sandbox's base environment (sent once) and each request carries only
 /// its own variables: every command still sees the scrubbed host environment, its own
 /// injected values win, and one call's values do not stay behind for the next.

@@ -30,7 +30,9 @@ type Streams = Arc<Mutex<HashMap<u64, OutputLines>>>;
 
 /// A running warden (one per sandbox). Dropping it ends the helper and everything it runs.
 pub struct Warden {
-    tx: mpsc::UnboundedSender<Request>,
+    /// Encoded request lines to the warden's stdin (a channel of small `Vec`s: its slot
+    /// blocks stay ~1 KiB per sandbox, thousands at once).
+    tx: mpsc::UnboundedSender<Vec<u8>>,
     pending: Pending,
     streams: Streams,
     next_id: AtomicU64,
@@ -110,7 +112,9 @@ impl Warden {
             })
         };
         let kill = KillStage1(pidfd);
-        let mut lines = BufReader::new(stdout).lines();
+        // Replies are short JSON lines (a command's capture at most); a 2 KiB buffer only costs
+        // a few more reads for a long one, and one per sandbox adds up at thousands.
+        let mut lines = BufReader::with_capacity(2048, stdout).lines();
         let first = tokio::time::timeout(START_TIMEOUT, lines.next_line()).await;
         let ready = match first {
             Ok(Ok(Some(line))) => match serde_json::from_str::<Reply>(&line) {
@@ -171,16 +175,12 @@ impl Warden {
                 }
             });
         }
-        let (tx, mut rx) = mpsc::unbounded_channel::<Request>();
+        let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
         {
             let alive = alive.clone();
             let mut stdin = stdin;
             tokio::spawn(async move {
-                while let Some(req) = rx.recv().await {
-                    let Ok(mut line) = serde_json::to_vec(&req) else {
-                        continue;
-                    };
-                    line.push(b'\n');
+                while let Some(line) = rx.recv().await {
                     if stdin.write_all(&line).await.is_err() || stdin.flush().await.is_err() {
                         alive.store(false, Ordering::SeqCst);
                         break;
@@ -266,12 +266,12 @@ impl Warden {
                 let base = Request::BaseEnv {
                     env: lossy(&spec.env.base),
                 };
-                if self.tx.send(base).is_err() {
+                if !send(&self.tx, &base) {
                     return Err(gone());
                 }
                 *sent = Some(spec.env.base.clone());
             }
-            if self.tx.send(req).is_err() {
+            if !send(&self.tx, &req) {
                 return Err(gone());
             }
         }
@@ -313,9 +313,24 @@ impl Warden {
     }
 }
 
+/// Queue `req` as one line for the warden; false once the warden is gone (a request that does
+/// not encode — none does — is dropped with a warning and counts as sent).
+fn send(tx: &mpsc::UnboundedSender<Vec<u8>>, req: &Request) -> bool {
+    match serde_json::to_vec(req) {
+        Ok(mut line) => {
+            line.push(b'\n');
+            tx.send(line).is_ok()
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "a sandbox request does not encode");
+            true
+        }
+    }
+}
+
 struct KillOnDrop {
     id: u64,
-    tx: mpsc::UnboundedSender<Request>,
+    tx: mpsc::UnboundedSender<Vec<u8>>,
     pending: Pending,
     armed: bool,
 }
@@ -323,7 +338,7 @@ struct KillOnDrop {
 impl Drop for KillOnDrop {
     fn drop(&mut self) {
         if self.armed {
-            let _ = self.tx.send(Request::Kill { id: self.id });
+            let _ = send(&self.tx, &Request::Kill { id: self.id });
             if let Ok(mut p) = self.pending.lock() {
                 p.remove(&self.id);
             }
