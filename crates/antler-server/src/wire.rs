@@ -236,6 +236,18 @@ mod tests {
         assert_eq!(kept.len(), 2);
         assert!(!v["messages"][1].to_string().contains("base64"));
         assert_eq!(v["messages"][1]["id"], "h2");
+        // A `values` snapshot frames exactly as its state, stripped or not.
+        assert_eq!(snapshot_string(&state.snapshot()), state_string(&state));
+        state.title = Some("t".into());
+        let visible_only = ThreadState {
+            messages: state.messages.iter().take(1).cloned().collect(),
+            ..state.clone()
+        };
+        assert_eq!(
+            snapshot_string(&visible_only.snapshot()),
+            state_string(&visible_only)
+        );
+        assert_eq!(snapshot_string(&state.snapshot()), state_string(&state));
     }
 
     #[test]
