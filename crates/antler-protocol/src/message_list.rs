@@ -53,7 +53,8 @@ pub struct Messages {
     ords: Vec<u64>,
     /// id → index of the last message with that id (empty while `unindexed`).
     index: HashMap<Arc<str>, usize>,
-    /// A [`Messages::snapshot`]: no index; lookups scan and the first write rebuilds it.
+    /// A read-only list ([`Messages::from_shared`]): no index; lookups scan and the first write
+    /// rebuilds it.
     unindexed: bool,
     next_ord: u64,
     changes: Vec<Change>,
@@ -116,24 +117,9 @@ impl Messages {
         list
     }
 
-    /// A copy for reading only (a `values` event held for replay): it shares the list and
-    /// copies the position keys, but leaves out the id index and the change log. Holding a
-    /// clone of the whole list would make the live list's next write copy its index — a hash
-    /// insert per message, every superstep; this costs one `u64` per message, once.
-    pub fn snapshot(&self) -> Messages {
-        Messages {
-            msgs: self.msgs.clone(),
-            ords: self.ords.clone(),
-            index: HashMap::new(),
-            unindexed: true,
-            next_ord: self.next_ord,
-            changes: Vec::new(),
-            generation: self.generation,
-        }
-    }
-
-    /// A read-only list of `msgs` (as [`Messages::snapshot`] makes): no id index, position keys
-    /// 0, 1, … . For framing a retained snapshot, not for a thread's state.
+    /// A read-only list of `msgs`: no id index (lookups scan; the first write rebuilds it), no
+    /// change log, position keys 0, 1, … . For showing a retained snapshot, not for a
+    /// thread's state.
     pub fn from_shared(msgs: Vec<Arc<Message>>) -> Messages {
         Messages {
             ords: (0..msgs.len() as u64).collect(),

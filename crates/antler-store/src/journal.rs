@@ -350,7 +350,6 @@ fn insert_rows<'a>(
     Ok(seqs)
 }
 
-/// Insert events; returns the stored records in input order.
 /// Insert `encoded` unless its run already has an event of that type; the stored (or existing)
 /// record and whether it was created.
 fn put_if_absent_tx(cx: &Cx<'_>, encoded: Encoded) -> Result<(RunEventRecord, bool), StoreError> {
@@ -377,6 +376,7 @@ fn put_if_absent_tx(cx: &Cx<'_>, encoded: Encoded) -> Result<(RunEventRecord, bo
     Ok((rec, true))
 }
 
+/// Insert events; returns the stored records in input order.
 fn insert_tx(cx: &Cx<'_>, events: Vec<Encoded>) -> Result<Vec<RunEventRecord>, StoreError> {
     let seqs = insert_rows(cx, events.iter().map(|e| &e.row))?;
     Ok(events

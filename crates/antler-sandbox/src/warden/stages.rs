@@ -408,6 +408,12 @@ fn confine_and_serve(policy: &Policy, mut g: Guarantees, pid1: bool) -> i32 {
 
 type Calls = Arc<Mutex<HashMap<u64, tokio::task::AbortHandle>>>;
 
+/// Variables as the protocol carries them, as a command takes them.
+fn os_pairs(env: Vec<(String, String)>) -> impl Iterator<Item = (OsString, OsString)> {
+    env.into_iter()
+        .map(|(k, v)| (OsString::from(k), OsString::from(v)))
+}
+
 async fn serve(ready: Ready, pid1: bool) {
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
     // As PID 1 every process that loses its parent becomes ours: one reaper waits for all
@@ -452,12 +458,7 @@ async fn serve(ready: Ready, pid1: bool) {
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
     while let Ok(Some(line)) = lines.next_line().await {
         match serde_json::from_str::<Request>(&line) {
-            Ok(Request::BaseEnv { env }) => {
-                base_env = env
-                    .into_iter()
-                    .map(|(k, v)| (OsString::from(k), OsString::from(v)))
-                    .collect();
-            }
+            Ok(Request::BaseEnv { env }) => base_env = os_pairs(env).collect(),
             Ok(Request::Exec {
                 id,
                 program,
@@ -473,10 +474,7 @@ async fn serve(ready: Ready, pid1: bool) {
                     args: args.into_iter().map(OsString::from).collect(),
                     env: CommandEnv {
                         base: base_env.clone(),
-                        extra: env
-                            .into_iter()
-                            .map(|(k, v)| (OsString::from(k), OsString::from(v)))
-                            .collect(),
+                        extra: os_pairs(env).collect(),
                     },
                     cwd,
                     timeout: Duration::from_millis(timeout_ms),
