@@ -556,7 +556,8 @@ async fn a_delegation_runs_a_child_and_returns_its_answer_with_metadata() {
     first.tool_calls = vec![
         ToolCall::new("k1", "probe", Object::new()),
         ToolCall::new("k2", "ls", Object::new()),
-    ];
+    ]
+    .into();
     let child = Arc::new(
         ScriptedModel::new([
             ScriptedReply::Message(first),
@@ -591,7 +592,7 @@ async fn a_delegation_runs_a_child_and_returns_its_answer_with_metadata() {
     assert_eq!(tm.tool_call_id, "call-1");
     assert_eq!(tm.content.text(), "Task Succeeded. Result: child answer");
     assert_eq!(
-        Value::Object(tm.additional_kwargs.clone()),
+        Value::Object((*tm.additional_kwargs).clone()),
         json!({
             "subagent_status": "completed",
             "subagent_result_brief": "child answer",
@@ -1014,7 +1015,7 @@ async fn cancelling_the_parent_cancels_the_child() {
 fn looping_child(text: &'static str) -> Arc<ScriptedModel> {
     Arc::new(ScriptedModel::new([]).with_fallback(move |_| {
         let mut m = ai(text, None);
-        m.tool_calls = vec![ToolCall::new(uuid_like(), "probe", Object::new())];
+        m.tool_calls = vec![ToolCall::new(uuid_like(), "probe", Object::new())].into();
         ScriptedReply::Message(m)
     }))
 }

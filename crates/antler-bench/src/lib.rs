@@ -47,7 +47,7 @@ pub fn history(n: usize) -> Vec<Message> {
                 let mut args = Object::new();
                 args.insert("command".into(), json!(format!("echo {i}")));
                 Message::Ai(AiMessage {
-                    tool_calls: vec![ToolCall::new(format!("h{i}"), "bash", args)],
+                    tool_calls: vec![ToolCall::new(format!("h{i}"), "bash", args)].into(),
                     ..Default::default()
                 })
             }

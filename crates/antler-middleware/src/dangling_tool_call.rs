@@ -420,7 +420,7 @@ fn relabel(ai: &AiMessage, index: usize) -> (Option<AiMessage>, Vec<OpenCall>) {
         &mut assigned,
     );
     if let Some(invalid) = fresh {
-        copy.get_or_insert_with(|| ai.clone()).invalid_tool_calls = invalid;
+        copy.get_or_insert_with(|| ai.clone()).invalid_tool_calls = invalid.into();
     }
 
     let raw_needs_ids = raw_is_serialized(ai)
@@ -525,7 +525,11 @@ fn sanitize_ai(ai: &AiMessage) -> Option<AiMessage> {
             ));
         }
     }
-    if let Some(Value::Array(entries)) = m.additional_kwargs.get_mut("tool_calls") {
+    let entries = match raw {
+        true => m.additional_kwargs.get_mut("tool_calls"),
+        false => None,
+    };
+    if let Some(Value::Array(entries)) = entries {
         for entry in entries.iter_mut() {
             if let Value::Object(entry) = entry {
                 if raw_entry_needs_fix(entry, serialized) {

@@ -628,7 +628,7 @@ impl Middleware for DurableContextMiddleware {
             });
             let data = Message::Human(HumanMessage {
                 content: Content::Text(data),
-                additional_kwargs: kwargs,
+                additional_kwargs: kwargs.into(),
                 ..Default::default()
             });
             let with_authority = self.settings.inject_authority_contract;

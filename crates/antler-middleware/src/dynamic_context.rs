@@ -211,7 +211,7 @@ pub fn date_reminder(id: &str, date: &str) -> Message {
         content: Content::Text(format!(
             "<system-reminder>\n<current_date>{date}</current_date>\n</system-reminder>"
         )),
-        additional_kwargs: hidden_kwargs(Some(date)),
+        additional_kwargs: hidden_kwargs(Some(date)).into(),
         id: Some(id.to_owned()),
         ..Default::default()
     })
@@ -230,7 +230,7 @@ pub fn memory_block(id: &str, text: &str) -> Option<Message> {
     };
     Some(Message::Human(HumanMessage {
         content: Content::Text(format!("<system-reminder>\n{inner}\n</system-reminder>")),
-        additional_kwargs: hidden_kwargs(None),
+        additional_kwargs: hidden_kwargs(None).into(),
         id: Some(id.to_owned()),
         ..Default::default()
     }))

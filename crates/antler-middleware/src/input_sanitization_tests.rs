@@ -15,7 +15,7 @@ const E: &str = antler_protocol::untrusted::USER_INPUT_END;
 fn human(content: Content, kwargs: Value) -> HumanMessage {
     HumanMessage {
         content,
-        additional_kwargs: kwargs.as_object().cloned().unwrap_or_default(),
+        additional_kwargs: kwargs.as_object().cloned().unwrap_or_default().into(),
         id: Some("h1".into()),
         ..Default::default()
     }

@@ -430,7 +430,7 @@ pub fn fallback_message(
     kw.insert("error_detail".into(), Value::from(detail));
     AiMessage {
         content: Content::Text(content),
-        additional_kwargs: kw,
+        additional_kwargs: kw.into(),
         ..Default::default()
     }
 }

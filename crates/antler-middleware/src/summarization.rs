@@ -386,7 +386,7 @@ impl DeerFlowSummarizationMiddleware {
         markers::mark_hidden(&mut kwargs);
         let summary_message = Message::Human(HumanMessage {
             content: Content::Text(format!("{SUMMARY_PREFIX}{summary}")),
-            additional_kwargs: kwargs,
+            additional_kwargs: kwargs.into(),
             name: Some(SUMMARY_NAME.to_owned()),
             id: Some(uuid::Uuid::new_v4().to_string()),
             ..Default::default()

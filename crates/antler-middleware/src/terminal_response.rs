@@ -96,7 +96,7 @@ fn recovery_message() -> Message {
     Message::Human(HumanMessage {
         content: RECOVERY_PROMPT.into(),
         name: Some(markers::TERMINAL_RESPONSE_RECOVERY.to_owned()),
-        additional_kwargs: kwargs,
+        additional_kwargs: kwargs.into(),
         ..Default::default()
     })
 }

@@ -237,7 +237,7 @@ fn hidden_human(name: &str, text: String, id: Option<String>) -> Message {
     markers::mark_hidden(&mut kwargs);
     Message::Human(HumanMessage {
         content: Content::Text(text),
-        additional_kwargs: kwargs,
+        additional_kwargs: kwargs.into(),
         name: Some(name.to_owned()),
         id,
         ..Default::default()
@@ -432,7 +432,7 @@ mod tests {
     #[test]
     fn helpers_detect_write_todos_and_reminders() {
         let ai = Message::Ai(AiMessage {
-            tool_calls: vec![ToolCall::new("c", WRITE_TODOS, Object::new())],
+            tool_calls: vec![ToolCall::new("c", WRITE_TODOS, Object::new())].into(),
             ..Default::default()
         });
         assert!(calls_write_todos(&ai));
@@ -450,7 +450,7 @@ mod tests {
         let clean = AiMessage::default();
         assert!(!has_tool_call_intent(&clean));
         let structured = AiMessage {
-            tool_calls: vec![ToolCall::new("c", "bash", Object::new())],
+            tool_calls: vec![ToolCall::new("c", "bash", Object::new())].into(),
             ..Default::default()
         };
         assert!(has_tool_call_intent(&structured));
@@ -461,7 +461,8 @@ mod tests {
                 name: Some("bash".into()),
                 args: Some("{".into()),
                 error: None,
-            }],
+            }]
+            .into(),
             ..Default::default()
         };
         assert!(has_tool_call_intent(&invalid));

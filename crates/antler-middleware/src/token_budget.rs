@@ -311,7 +311,7 @@ impl Middleware for TokenBudgetMiddleware {
                 let msg = Message::Human(HumanMessage {
                     content: Content::Text(pending.join("\n\n")),
                     name: Some(markers::BUDGET_WARNING.into()),
-                    additional_kwargs: kwargs,
+                    additional_kwargs: kwargs.into(),
                     ..Default::default()
                 });
                 req.messages_mut().push(std::sync::Arc::new(msg));
@@ -355,7 +355,8 @@ mod tests {
                 "c1",
                 "bash",
                 Default::default(),
-            )],
+            )]
+            .into(),
             ..Default::default()
         };
         ai.additional_kwargs

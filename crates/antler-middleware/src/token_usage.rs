@@ -319,6 +319,16 @@ fn todo_actions(previous: &[NTodo], next: &[NTodo]) -> Vec<(&'static str, String
     actions
 }
 
+/// A JSON object of exactly these entries, allocated once at its final size (`json!` grows the
+/// map as it inserts; one is kept per AI message for the whole thread's life).
+fn object<const N: usize>(entries: [(&str, Value); N]) -> Value {
+    let mut map = Map::with_capacity(N);
+    for (k, v) in entries {
+        map.insert(k.to_owned(), v);
+    }
+    Value::Object(map)
+}
+
 fn describe_call(call: &ToolCall, todos: &[NTodo]) -> Vec<Value> {
     let name = trimmed(&call.name).unwrap_or_else(|| "unknown".into());
     let args = &call.args;
@@ -327,35 +337,52 @@ fn describe_call(call: &ToolCall, todos: &[NTodo]) -> Vec<Value> {
         "write_todos" => {
             let actions = todo_actions(todos, &todos_from_args(args.get("todos")));
             if actions.is_empty() {
-                return vec![json!({"kind": "tool", "tool_name": name, "tool_call_id": id})];
+                return vec![object([
+                    ("kind", json!("tool")),
+                    ("tool_name", json!(name)),
+                    ("tool_call_id", json!(id)),
+                ])];
             }
             actions
                 .into_iter()
-                .map(
-                    |(kind, content)| json!({"kind": kind, "content": content, "tool_call_id": id}),
-                )
+                .map(|(kind, content)| {
+                    object([
+                        ("kind", json!(kind)),
+                        ("content", json!(content)),
+                        ("tool_call_id", json!(id)),
+                    ])
+                })
                 .collect()
         }
-        "task" => vec![json!({
-            "kind": "subagent",
-            "description": string_arg(args.get("description")),
-            "subagent_type": string_arg(args.get("subagent_type")),
-            "tool_call_id": id,
-        })],
-        "web_search" | "image_search" => vec![json!({
-            "kind": "search",
-            "tool_name": name,
-            "query": string_arg(args.get("query")),
-            "tool_call_id": id,
-        })],
-        "present_files" => vec![json!({"kind": "present_files", "tool_call_id": id})],
-        "ask_clarification" => vec![json!({"kind": "clarification", "tool_call_id": id})],
-        _ => vec![json!({
-            "kind": "tool",
-            "tool_name": name,
-            "description": string_arg(args.get("description")),
-            "tool_call_id": id,
-        })],
+        "task" => vec![object([
+            ("kind", json!("subagent")),
+            ("description", json!(string_arg(args.get("description")))),
+            (
+                "subagent_type",
+                json!(string_arg(args.get("subagent_type"))),
+            ),
+            ("tool_call_id", json!(id)),
+        ])],
+        "web_search" | "image_search" => vec![object([
+            ("kind", json!("search")),
+            ("tool_name", json!(name)),
+            ("query", json!(string_arg(args.get("query")))),
+            ("tool_call_id", json!(id)),
+        ])],
+        "present_files" => vec![object([
+            ("kind", json!("present_files")),
+            ("tool_call_id", json!(id)),
+        ])],
+        "ask_clarification" => vec![object([
+            ("kind", json!("clarification")),
+            ("tool_call_id", json!(id)),
+        ])],
+        _ => vec![object([
+            ("kind", json!("tool")),
+            ("tool_name", json!(name)),
+            ("description", json!(string_arg(args.get("description")))),
+            ("tool_call_id", json!(id)),
+        ])],
     }
 }
 
@@ -386,13 +413,14 @@ pub fn build_attribution(ai: &AiMessage, todos: &[Todo]) -> Value {
         (0, _) => "thinking",
         _ => "tool_batch",
     };
-    json!({
-        "version": 1,
-        "kind": kind,
-        "shared_attribution": actions.len() > 1,
-        "tool_call_ids": ids,
-        "actions": actions,
-    })
+    let shared = actions.len() > 1;
+    object([
+        ("version", Value::from(1)),
+        ("kind", Value::from(kind)),
+        ("shared_attribution", Value::Bool(shared)),
+        ("tool_call_ids", Value::from(ids)),
+        ("actions", Value::Array(actions)),
+    ])
 }
 
 #[async_trait]

@@ -234,7 +234,7 @@ pub fn image_context_message(blocks: Vec<Value>) -> Message {
     kwargs.insert(CONTEXT_MARKER_KEY.into(), Value::Bool(true));
     Message::Human(HumanMessage {
         content: Content::Blocks(blocks),
-        additional_kwargs: kwargs,
+        additional_kwargs: kwargs.into(),
         id: Some(format!(
             "{CONTEXT_ID_PREFIX}{}",
             uuid::Uuid::new_v4().simple()

@@ -83,8 +83,8 @@ pub trait ChatModel: Send + Sync {
 pub fn chunk_of_message(msg: &AiMessage) -> AiMessageChunk {
     AiMessageChunk {
         content: msg.content.clone(),
-        additional_kwargs: msg.additional_kwargs.clone(),
-        response_metadata: msg.response_metadata.clone(),
+        additional_kwargs: (*msg.additional_kwargs).clone(),
+        response_metadata: (*msg.response_metadata).clone(),
         name: msg.name.clone(),
         id: msg.id.clone(),
         tool_call_chunks: msg

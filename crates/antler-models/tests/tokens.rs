@@ -102,7 +102,7 @@ fn bpe_message_counts_add_framing_name_tool_calls_and_images() {
     let mut args = Object::new();
     args.insert("command".into(), json!("ls"));
     let ai = Message::Ai(AiMessage {
-        tool_calls: vec![ToolCall::new("c1", "bash", args)],
+        tool_calls: vec![ToolCall::new("c1", "bash", args)].into(),
         ..Default::default()
     });
     let expected = 4 + c.count_text("bash") + c.count_text(r#"{"command":"ls"}"#);
@@ -310,7 +310,7 @@ fn ai_with_usage(id: &str, text: &str, total: Option<u64>, provider: Option<&str
     Message::Ai(AiMessage {
         content: text.into(),
         id: Some(id.into()),
-        response_metadata,
+        response_metadata: response_metadata.into(),
         usage_metadata: total.map(|t| UsageMetadata::new(t, 0)),
         ..Default::default()
     })

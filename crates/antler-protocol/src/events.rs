@@ -27,6 +27,8 @@ pub struct MessageMeta {
 
 /// The payload of a `messages` event.
 #[derive(Clone, Debug, PartialEq)]
+// A chunk is built and sent once per token: boxing it would cost an allocation per token.
+#[allow(clippy::large_enum_variant)]
 pub enum StreamMessage {
     /// One provider delta of an AI message.
     AiChunk(AiMessageChunk),

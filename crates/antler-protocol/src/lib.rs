@@ -8,6 +8,7 @@ pub mod markers;
 pub mod message_list;
 pub mod messages;
 pub mod reducers;
+pub mod shared;
 pub mod state;
 
 pub use events::{MessageMeta, StreamEvent, StreamMessage, StreamModes};
@@ -17,6 +18,7 @@ pub use messages::{
     MessageRef, Object, RemoveMessage, SystemMessage, ToolCall, ToolCallChunk, ToolMessage,
     ToolStatus, UsageMetadata, REMOVE_ALL_MESSAGES,
 };
+pub use shared::Shared;
 pub use state::{
     Delegation, Promoted, ReducerError, SandboxState, SkillEntry, StateSnapshot, StateUpdate,
     ThreadData, ThreadState, Todo, TodoStatus, ViewedImage,

@@ -7,6 +7,8 @@
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
+pub use crate::shared::Shared;
+
 /// JSON object used for `additional_kwargs`, `response_metadata`, tool args.
 pub type Object = Map<String, Value>;
 
@@ -220,9 +222,9 @@ macro_rules! message {
             #[serde(default)]
             pub content: Content,
             #[serde(default)]
-            pub additional_kwargs: Object,
+            pub additional_kwargs: Shared<Object>,
             #[serde(default)]
-            pub response_metadata: Object,
+            pub response_metadata: Shared<Object>,
             pub name: Option<String>,
             pub id: Option<String>,
             $($own)*
@@ -244,9 +246,9 @@ message! {
     /// A model response.
     pub struct AiMessage {
         #[serde(default)]
-        pub tool_calls: Vec<ToolCall>,
+        pub tool_calls: Shared<Vec<ToolCall>>,
         #[serde(default)]
-        pub invalid_tool_calls: Vec<InvalidToolCall>,
+        pub invalid_tool_calls: Shared<Vec<InvalidToolCall>>,
         pub usage_metadata: Option<UsageMetadata>,
     }
 }
@@ -519,7 +521,12 @@ impl AiMessage {
             .filter_map(|c| c.id.clone())
             .filter(|id| !id.is_empty())
             .collect();
-        if let Some(Value::Array(raw)) = self.additional_kwargs.get_mut("tool_calls") {
+        // Mutable access copies a shared map: only take it when there is something to change.
+        let raw = match self.additional_kwargs.contains_key("tool_calls") {
+            true => self.additional_kwargs.get_mut("tool_calls"),
+            false => None,
+        };
+        if let Some(Value::Array(raw)) = raw {
             raw.retain(|entry| {
                 entry
                     .get("id")
@@ -531,13 +538,15 @@ impl AiMessage {
             }
         }
         if calls.is_empty() {
-            self.additional_kwargs.remove("function_call");
+            if self.additional_kwargs.contains_key("function_call") {
+                self.additional_kwargs.remove("function_call");
+            }
             if self.finish_reason() == Some("tool_calls") {
                 self.response_metadata
                     .insert("finish_reason".into(), Value::from("stop"));
             }
         }
-        self.tool_calls = calls;
+        self.tool_calls = calls.into();
     }
 
     /// Parse raw OpenAI-style `additional_kwargs.tool_calls` into `tool_calls` /

@@ -101,7 +101,7 @@ pub(crate) async fn execute_tool(req: ToolCallRequest) -> Result<ToolOutcome, To
             additional_kwargs,
         }) => Ok(ToolOutcome::Message(with_id(ToolMessage {
             content,
-            additional_kwargs,
+            additional_kwargs: additional_kwargs.into(),
             name: Some(name),
             tool_call_id: call_id,
             artifact,

@@ -850,7 +850,7 @@ async fn attached_files_are_listed_for_the_model_and_recomputed_each_turn() {
     );
     let msg = Message::Human(HumanMessage {
         content: "summarise".into(),
-        additional_kwargs: kwargs,
+        additional_kwargs: kwargs.into(),
         ..Default::default()
     });
     let (out, model) = h

@@ -119,7 +119,7 @@ pub fn task_result_message(call_id: &str, result: &SubagentResult) -> ToolMessag
     let (content, _) = result.message_text();
     let mut m = ToolMessage::new(call_id, content).with_name("task");
     m.id = Some(uuid::Uuid::new_v4().to_string());
-    m.additional_kwargs = result.additional_kwargs();
+    m.additional_kwargs = result.additional_kwargs().into();
     m
 }
 

@@ -15,14 +15,15 @@ use crate::common::FnTool;
 #[tokio::test]
 async fn an_invalid_call_later_in_the_run_is_still_patched() {
     let mut second = AiMessage {
-        tool_calls: vec![ToolCall::new("c2", "t", Object::new())],
+        tool_calls: vec![ToolCall::new("c2", "t", Object::new())].into(),
         invalid_tool_calls: vec![InvalidToolCall {
             kind: "invalid_tool_call".into(),
             id: Some("bad".into()),
             name: Some("t".into()),
             args: Some("{oops".into()),
             error: Some("bad json".into()),
-        }],
+        }]
+        .into(),
         ..Default::default()
     };
     second

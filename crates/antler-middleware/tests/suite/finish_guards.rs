@@ -35,8 +35,8 @@ fn ai(content: impl Into<Content>, meta: Value) -> AiMessage {
         id: Some("ai-last".into()),
         content: content.into(),
         response_metadata: match meta {
-            Value::Object(o) => o,
-            _ => Object::new(),
+            Value::Object(o) => o.into(),
+            _ => Object::new().into(),
         },
         ..Default::default()
     }

@@ -81,7 +81,7 @@ fn read(path: &str) -> ToolCall {
 fn ai_with(calls: Vec<ToolCall>, content: Content) -> AiMessage {
     AiMessage {
         content,
-        tool_calls: calls,
+        tool_calls: calls.into(),
         ..Default::default()
     }
 }

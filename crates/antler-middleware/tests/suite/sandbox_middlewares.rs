@@ -316,7 +316,7 @@ fn human_with_files(content: Content, files: Value) -> Message {
     kw.insert("frontend_key".into(), json!(1));
     Message::Human(HumanMessage {
         content,
-        additional_kwargs: kw,
+        additional_kwargs: kw.into(),
         id: Some("h1".into()),
         ..Default::default()
     })

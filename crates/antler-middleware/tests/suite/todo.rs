@@ -46,7 +46,8 @@ fn write_call(id: &str, todos: Value) -> AiMessage {
             id,
             WRITE_TODOS,
             json!({"todos": todos}).as_object().unwrap().clone(),
-        )],
+        )]
+        .into(),
         ..Default::default()
     }
 }

@@ -465,7 +465,7 @@ fn last_chunk(msg: &AiMessage) -> AiMessageChunk {
     AiMessageChunk {
         content: Content::Text(String::new()),
         additional_kwargs: Object::new(),
-        response_metadata: msg.response_metadata.clone(),
+        response_metadata: (*msg.response_metadata).clone(),
         name: None,
         id: msg.id.clone(),
         tool_call_chunks: Vec::new(),

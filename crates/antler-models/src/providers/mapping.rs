@@ -676,12 +676,12 @@ pub(crate) fn answer_message(
 ) -> AiMessage {
     AiMessage {
         content,
-        additional_kwargs,
-        response_metadata,
+        additional_kwargs: additional_kwargs.into(),
+        response_metadata: response_metadata.into(),
         name: None,
         id: Some(message_id.to_owned()),
-        tool_calls: calls.valid,
-        invalid_tool_calls: calls.invalid,
+        tool_calls: calls.valid.into(),
+        invalid_tool_calls: calls.invalid.into(),
         usage_metadata,
     }
 }
@@ -707,7 +707,9 @@ pub(crate) fn response_metadata(
     default_model: &str,
     provider_id: Option<String>,
 ) -> Object {
-    let mut meta = Object::new();
+    // Room for these, a `system_fingerprint` and the `model_provider` the runtime stamps: the
+    // map is kept with the message for the thread's life, so it is sized once.
+    let mut meta = Object::with_capacity(5);
     meta.insert(
         "finish_reason".into(),
         finish_reason.map_or(Value::Null, Value::from),

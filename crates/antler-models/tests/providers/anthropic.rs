@@ -40,7 +40,8 @@ async fn text_reply_without_streaming() {
                 "id": "msg_mock_1",
                 "stop_reason": "end_turn",
                 "stop_sequence": null,
-            })),
+            }))
+            .into(),
             id: Some(MESSAGE_ID.into()),
             usage_metadata: Some(usage(12, 4, 0, 0)),
             ..Default::default()
@@ -457,7 +458,8 @@ async fn request_body_shape() {
         tool_calls: vec![
             tool_call("toolu_1", "bash", json!({"command": "ls"})),
             tool_call("toolu_2", "read_file", json!({"path": "/a"})),
-        ],
+        ]
+        .into(),
         ..Default::default()
     };
     let mut named_human = Message::human(Content::Blocks(vec![
@@ -608,7 +610,7 @@ async fn tool_use_blocks_of_cleared_calls_are_not_replayed() {
             json!({"type": "text", "text": "Trying."}),
             json!({"type": "tool_use", "id": "toolu_x", "name": "bash", "input": {"command": "rm"}}),
         ]),
-        tool_calls: vec![tool_call("toolu_x", "bash", json!({"command": "rm"}))],
+        tool_calls: vec![tool_call("toolu_x", "bash", json!({"command": "rm"}))].into(),
         ..Default::default()
     };
     ai.set_tool_calls(Vec::new());

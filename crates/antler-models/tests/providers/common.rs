@@ -28,7 +28,7 @@ pub const MESSAGE_ID: &str = "lc_run--test-1";
 pub fn hello_there(metadata: Value, usage: UsageMetadata) -> AiMessage {
     AiMessage {
         content: "Hello there.".into(),
-        response_metadata: obj(metadata),
+        response_metadata: obj(metadata).into(),
         id: Some(MESSAGE_ID.into()),
         usage_metadata: Some(usage),
         ..Default::default()
@@ -294,7 +294,8 @@ pub fn broken_call(prefix: &str, ai_turn: bool, result_name: Option<&str>) -> Ca
             format!("{prefix}lost"),
             "bash",
             Object::new(),
-        )],
+        )]
+        .into(),
         ..Default::default()
     };
     let mut call = Call::user("run it")

@@ -53,7 +53,7 @@ async fn streamed_text_concatenates_to_the_final_message<V: Vendor>() {
         .all(|c| c.chunk_position.is_none() && c.usage_metadata.is_none()));
     assert_eq!(last.chunk_position.as_deref(), Some("last"));
     assert_eq!(last.usage_metadata, Some(V::usage(9, 5)));
-    assert_eq!(last.response_metadata, msg.response_metadata);
+    assert_eq!(last.response_metadata, *msg.response_metadata);
     assert_eq!(msg.usage_metadata, Some(V::usage(9, 5)));
     assert_eq!(msg.finish_reason(), Some(V::STOP));
     assert!(mock.requests()[0].is_stream());

@@ -158,7 +158,7 @@ async fn function_calls_round_trip_with_signatures_and_named_responses() {
 async fn a_call_replayed_without_its_signature_is_refused_by_the_strict_mock() {
     let mock = MockGemini::start().await.require_thought_signatures();
     let unsigned = AiMessage {
-        tool_calls: vec![ToolCall::new("call_1", "ls", Default::default())],
+        tool_calls: vec![ToolCall::new("call_1", "ls", Default::default())].into(),
         ..Default::default()
     };
     let call = Call::user("x")

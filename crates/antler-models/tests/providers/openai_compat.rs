@@ -43,7 +43,8 @@ async fn text_reply_without_streaming() {
                 "model_name": "gpt-test",
                 "id": "chatcmpl-mock-1",
                 "system_fingerprint": "fp_mock",
-            })),
+            }))
+            .into(),
             id: Some(MESSAGE_ID.into()),
             usage_metadata: Some(usage(12, 4, 0, 0)),
             ..Default::default()
@@ -280,7 +281,8 @@ async fn request_body_shape() {
         tool_calls: vec![
             tool_call("call_1", "bash", json!({"command": "ls"})),
             tool_call("call_2", "read_file", json!({"path": "/a"})),
-        ],
+        ]
+        .into(),
         ..Default::default()
     };
     ai.additional_kwargs
@@ -487,7 +489,7 @@ async fn invalid_tool_calls_are_replayed_only_when_answered() {
         error: Some("bad json".into()),
     };
     let ai = AiMessage {
-        invalid_tool_calls: vec![invalid("call_answered"), invalid("call_ignored")],
+        invalid_tool_calls: vec![invalid("call_answered"), invalid("call_ignored")].into(),
         ..Default::default()
     };
     let call = Call {

@@ -46,7 +46,7 @@ fn task_call(msg_id: &str, calls: &[(&str, &str)]) -> Message {
 fn result_of(call: &str, (name, id): (&str, String), text: &str, kwargs: Object) -> Message {
     let mut t = ToolMessage::new(call, text).with_name(name);
     t.id = Some(id);
-    t.additional_kwargs = kwargs;
+    t.additional_kwargs = kwargs.into();
     Message::Tool(t)
 }
 
@@ -176,7 +176,7 @@ fn skill_read(call: &str, tool: &str, path: &str) -> Message {
     let args = json!({"description": "load skill", "path": path});
     Message::Ai(AiMessage {
         id: Some(format!("a-{call}")),
-        tool_calls: vec![ToolCall::new(call, tool, args.as_object().unwrap().clone())],
+        tool_calls: vec![ToolCall::new(call, tool, args.as_object().unwrap().clone())].into(),
         ..Default::default()
     })
 }

@@ -31,15 +31,15 @@ fn tc(name: &str, id: Option<&str>) -> ToolCall {
 
 fn ai(calls: Vec<ToolCall>) -> Message {
     Message::Ai(AiMessage {
-        tool_calls: calls,
+        tool_calls: calls.into(),
         ..Default::default()
     })
 }
 
 fn ai_full(calls: Vec<ToolCall>, invalid: Vec<InvalidToolCall>, raw: Option<Value>) -> Message {
     let mut m = AiMessage {
-        tool_calls: calls,
-        invalid_tool_calls: invalid,
+        tool_calls: calls.into(),
+        invalid_tool_calls: invalid.into(),
         ..Default::default()
     };
     if let Some(raw) = raw {
@@ -472,14 +472,16 @@ fn mixed_valid_and_invalid_calls_serialize_with_valid_names_and_arguments() {
         tool_calls: vec![
             tc("read_file", Some("valid_call")),
             tc("", Some("empty_name_call")),
-        ],
+        ]
+        .into(),
         invalid_tool_calls: vec![InvalidToolCall {
             kind: "invalid_tool_call".into(),
             id: Some("invalid_args_call".into()),
             name: Some("read_file".into()),
             args: Some(invalid_args.into()),
             error: None,
-        }],
+        }]
+        .into(),
         ..Default::default()
     };
     let msgs = [

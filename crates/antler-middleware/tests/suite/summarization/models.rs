@@ -145,7 +145,8 @@ async fn a_blank_answer_is_a_failure() {
             "c",
             "bash",
             Default::default(),
-        )],
+        )]
+        .into(),
         ..Default::default()
     });
     let out = summarize(model("run", vec![calls]), None).await;

@@ -60,7 +60,7 @@ pub fn date_reminder(id: &str) -> Message {
         content:
             "<system-reminder>\n<current_date>2026-05-08, Friday</current_date>\n</system-reminder>"
                 .into(),
-        additional_kwargs: kw,
+        additional_kwargs: kw.into(),
         id: Some(id.into()),
         ..Default::default()
     })
@@ -73,7 +73,7 @@ pub fn memory_reminder(id: &str) -> Message {
     kw.insert("dynamic_context_reminder".into(), json!(true));
     Message::Human(HumanMessage {
         content: "<memory>\nlikes tea\n</memory>".into(),
-        additional_kwargs: kw,
+        additional_kwargs: kw.into(),
         id: Some(id.into()),
         ..Default::default()
     })
