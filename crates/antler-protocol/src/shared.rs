@@ -32,25 +32,22 @@ impl SharedValue for Object {
     }
 }
 
-impl SharedValue for Vec<ToolCall> {
-    fn empty() -> &'static Self {
-        static EMPTY: Vec<ToolCall> = Vec::new();
-        &EMPTY
-    }
-    fn is_empty_value(&self) -> bool {
-        self.is_empty()
-    }
+/// Lists: a `static` empty vector per element type (statics cannot be generic).
+macro_rules! shared_vec {
+    ($($t:ty),*) => {$(
+        impl SharedValue for Vec<$t> {
+            fn empty() -> &'static Self {
+                static EMPTY: Vec<$t> = Vec::new();
+                &EMPTY
+            }
+            fn is_empty_value(&self) -> bool {
+                self.is_empty()
+            }
+        }
+    )*};
 }
 
-impl SharedValue for Vec<InvalidToolCall> {
-    fn empty() -> &'static Self {
-        static EMPTY: Vec<InvalidToolCall> = Vec::new();
-        &EMPTY
-    }
-    fn is_empty_value(&self) -> bool {
-        self.is_empty()
-    }
-}
+shared_vec!(ToolCall, InvalidToolCall);
 
 /// Copy-on-write: `clone` copies a pointer; `deref_mut` copies the value first when another
 /// version still shares it (`Arc::make_mut`). Reads, comparisons and serialization see the
