@@ -238,6 +238,17 @@ mod tests {
         assert_ne!(stamped, decoded);
     }
 
+    /// Every message in memory is as large as the largest variant: an inline map or vector
+    /// added to a message type grows all of them (440 bytes before these fields were shared).
+    #[test]
+    #[cfg(target_pointer_width = "64")]
+    fn a_message_stays_small() {
+        use crate::messages::{AiMessage, Message, ToolMessage};
+        assert!(std::mem::size_of::<Message>() <= 280);
+        assert!(std::mem::size_of::<AiMessage>() <= 280);
+        assert!(std::mem::size_of::<ToolMessage>() <= 200);
+    }
+
     #[test]
     fn serializes_and_deserializes_as_the_value_itself() {
         let m: Shared<Object> = serde_json::from_str(r#"{"b":1,"a":[2]}"#).unwrap();
