@@ -281,7 +281,10 @@ fn pieces(m: &Message) -> Pieces<'_> {
         Message::Ai(ai) => {
             for c in &ai.tool_calls {
                 texts.push(Cow::Borrowed(c.name.as_str()));
-                texts.push(Cow::Owned(Value::Object(c.args.clone()).to_string()));
+                // Serialized from the borrow (the same compact JSON as the map's `Value` form).
+                texts.push(Cow::Owned(
+                    serde_json::to_string(&c.args).unwrap_or_default(),
+                ));
             }
             for c in &ai.invalid_tool_calls {
                 if let Some(a) = &c.args {
