@@ -4,6 +4,7 @@
 pub mod api;
 pub mod checkpoint;
 pub mod events;
+pub mod heap;
 pub mod markers;
 pub mod message_list;
 pub mod messages;

@@ -68,6 +68,12 @@ impl<T: SharedValue> Shared<T> {
         std::mem::take(self).into_inner()
     }
 
+    /// The shared allocation's address (`None` while empty): identity for counting memory
+    /// held by several versions once.
+    pub fn addr(&self) -> Option<usize> {
+        self.0.as_ref().map(|arc| Arc::as_ptr(arc) as usize)
+    }
+
     /// Whether both hold the same allocation (or both nothing): equal without comparing.
     pub fn ptr_eq(&self, other: &Self) -> bool {
         match (&self.0, &other.0) {

@@ -16,7 +16,7 @@
 //! the messages appended since the run's previous snapshot ([`Segment`]), never as the run's own
 //! list: holding that list would make the run's next append copy all of it.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -413,25 +413,35 @@ impl RunBuffer {
     }
 
     /// What keeping this buffer costs once its run is over: the framed events, and the messages
-    /// its `values` snapshots keep alive, which by then nothing else need hold (estimated from
-    /// the newest snapshot: messages are only appended or removed between snapshots).
+    /// its `values` snapshots keep alive, which by then nothing else need hold — every version
+    /// of every message any snapshot holds (a replaced message stays in older snapshots), each
+    /// at its estimated heap size with the parts versions share counted once. Walks each
+    /// segment of the snapshots' chains once: O(messages retained), once per finished run.
     pub fn held_bytes(&self) -> usize {
-        /// A message's struct, id, kwargs and list entry beside its text (a parsed history of
-        /// ~200-byte texts measured ~990 bytes per message with a counting allocator).
-        const PER_MESSAGE: usize = 768;
         let st = self.lock();
-        let newest = st.frames.iter().rev().find_map(|f| match &f.payload {
-            Payload::Values(snapshot) => Some(snapshot.messages.clone()),
-            Payload::Ready(_) => None,
-        });
-        let messages = newest.map_or(0, |seg| {
-            seg.tails()
-                .into_iter()
-                .flatten()
-                .map(|m| PER_MESSAGE + m.content().approx_len())
-                .sum()
-        });
-        st.bytes + messages
+        let mut segments: HashSet<usize> = HashSet::new();
+        let mut messages: HashSet<usize> = HashSet::new();
+        let mut parts: HashSet<usize> = HashSet::new();
+        let mut held = st.bytes;
+        for frame in &st.frames {
+            let Payload::Values(snapshot) = &frame.payload else {
+                continue;
+            };
+            let mut at = Some(&snapshot.messages);
+            while let Some(seg) = at {
+                if !segments.insert(Arc::as_ptr(seg) as usize) {
+                    break;
+                }
+                held += seg.tail.capacity() * std::mem::size_of::<Arc<Message>>();
+                for m in &seg.tail {
+                    if messages.insert(Arc::as_ptr(m) as usize) {
+                        held += m.heap_estimate(&mut parts);
+                    }
+                }
+                at = seg.prev.as_ref();
+            }
+        }
+        held
     }
 
     fn read(&self, cursor: &Cursor) -> Read {
@@ -842,6 +852,55 @@ mod tests {
             })
             .collect();
         assert_eq!(own, [100, 0, 1]);
+    }
+
+    /// A finished run's retained snapshots are the last owners of its messages, every version
+    /// of them: a message replaced after a snapshot (token usage's stamp) is held twice, and its
+    /// parts the versions share once.
+    #[test]
+    fn held_bytes_count_every_version_the_snapshots_keep() {
+        use antler_protocol::{AiMessage, Message, StateUpdate, ToolCall};
+        let call = |id: &str| {
+            let args = serde_json::json!({"command": "echo hi"});
+            let args = args.as_object().cloned().unwrap_or_default();
+            ToolCall::new(id, "bash", args)
+        };
+        let decoded = AiMessage {
+            id: Some("m1".into()),
+            tool_calls: vec![call("c1"), call("c2")].into(),
+            ..Default::default()
+        };
+        let buf = RunBuffer::new("r1", usize::MAX);
+        let mut live = ThreadState::default();
+        live.apply(StateUpdate::messages(vec![Message::Ai(decoded.clone())]))
+            .unwrap();
+        buf.push_values(live.snapshot());
+        let one = buf.held_bytes();
+        let frames_one = buf.retained_bytes();
+        let mut parts = HashSet::new();
+        let alone = Message::Ai(decoded.clone()).heap_estimate(&mut parts);
+        assert!(one >= frames_one + alone, "{one} < {frames_one} + {alone}");
+
+        let mut stamped = decoded;
+        stamped.additional_kwargs.insert(
+            "token_usage_attribution".into(),
+            serde_json::json!({"kind": "tool"}),
+        );
+        live.apply(StateUpdate::messages(vec![Message::Ai(stamped.clone())]))
+            .unwrap();
+        buf.push_values(live.snapshot());
+        let two = buf.held_bytes();
+        let frame = buf.retained_bytes() - frames_one;
+        // Beside the second frame: the stamped version's own block and map (the first version
+        // stays held by the first snapshot), not its tool calls again.
+        let own = Message::Ai(stamped.clone()).heap_estimate(&mut parts);
+        let alone = Message::Ai(stamped).heap_estimate(&mut HashSet::new());
+        assert!(own < alone);
+        assert!(two >= one + frame + own, "{two} < {one} + {frame} + {own}");
+        assert!(
+            two < one + frame + alone,
+            "{two} vs {one} + {frame} + {alone}"
+        );
     }
 
     #[tokio::test(start_paused = true)]
