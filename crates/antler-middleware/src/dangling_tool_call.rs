@@ -525,11 +525,7 @@ fn sanitize_ai(ai: &AiMessage) -> Option<AiMessage> {
             ));
         }
     }
-    let entries = match raw {
-        true => m.additional_kwargs.get_mut("tool_calls"),
-        false => None,
-    };
-    if let Some(Value::Array(entries)) = entries {
+    if let Some(Value::Array(entries)) = m.additional_kwargs.get_mut("tool_calls") {
         for entry in entries.iter_mut() {
             if let Value::Object(entry) = entry {
                 if raw_entry_needs_fix(entry, serialized) {

@@ -13,6 +13,8 @@ use crate::shared::{Shared, SharedValue};
 
 /// What the allocator adds to a block (header and rounding), on average.
 const BLOCK: usize = 16;
+/// An `Arc`'s block beside its value: the block and the two counts.
+const ARC: usize = BLOCK + 2 * size_of::<usize>();
 /// Per entry of a `serde_json::Map` (an `IndexMap`): the entry (hash, key, value) and its slot
 /// in the hash index, beside the key's own allocation.
 const MAP_ENTRY: usize = 8 + size_of::<String>() + size_of::<Value>() + 9;
@@ -30,17 +32,21 @@ fn opt_string(s: &Option<String>) -> usize {
 }
 
 /// A JSON value's heap bytes (not counting the `Value` itself, which lives in its parent).
-pub fn json(v: &Value) -> usize {
+fn json(v: &Value) -> usize {
     match v {
         Value::Null | Value::Bool(_) | Value::Number(_) => 0,
         Value::String(s) => string(s),
-        Value::Array(a) => a.len() * size_of::<Value>() + BLOCK + a.iter().map(json).sum::<usize>(),
+        Value::Array(a) => array(a),
         Value::Object(m) => object(m),
     }
 }
 
+fn array(a: &[Value]) -> usize {
+    std::mem::size_of_val(a) + BLOCK + a.iter().map(json).sum::<usize>()
+}
+
 /// A JSON object's heap bytes: its two tables, its keys and its values.
-pub fn object(m: &Object) -> usize {
+fn object(m: &Object) -> usize {
     if m.is_empty() {
         return 0;
     }
@@ -53,9 +59,7 @@ pub fn object(m: &Object) -> usize {
 fn content(c: &Content) -> usize {
     match c {
         Content::Text(s) => string(s),
-        Content::Blocks(b) => {
-            b.len() * size_of::<Value>() + BLOCK + b.iter().map(json).sum::<usize>()
-        }
+        Content::Blocks(b) => array(b),
     }
 }
 
@@ -66,7 +70,7 @@ fn shared<T: SharedValue>(
     inner: impl FnOnce(&T) -> usize,
 ) -> usize {
     match f.addr() {
-        Some(addr) if seen.insert(addr) => BLOCK + 2 * size_of::<usize>() + inner(f),
+        Some(addr) if seen.insert(addr) => ARC + inner(f),
         _ => 0,
     }
 }
@@ -94,7 +98,7 @@ impl Message {
     /// allocations already counted, so walking every version of a history sums what they hold
     /// together.
     pub fn heap_estimate(&self, seen: &mut HashSet<usize>) -> usize {
-        let base = BLOCK + 2 * size_of::<usize>() + size_of::<Message>();
+        let base = ARC + size_of::<Message>();
         macro_rules! common {
             ($m:expr) => {
                 content(&$m.content)

@@ -521,12 +521,7 @@ impl AiMessage {
             .filter_map(|c| c.id.clone())
             .filter(|id| !id.is_empty())
             .collect();
-        // Mutable access copies a shared map: only take it when there is something to change.
-        let raw = match self.additional_kwargs.contains_key("tool_calls") {
-            true => self.additional_kwargs.get_mut("tool_calls"),
-            false => None,
-        };
-        if let Some(Value::Array(raw)) = raw {
+        if let Some(Value::Array(raw)) = self.additional_kwargs.get_mut("tool_calls") {
             raw.retain(|entry| {
                 entry
                     .get("id")
@@ -538,9 +533,7 @@ impl AiMessage {
             }
         }
         if calls.is_empty() {
-            if self.additional_kwargs.contains_key("function_call") {
-                self.additional_kwargs.remove("function_call");
-            }
+            self.additional_kwargs.remove("function_call");
             if self.finish_reason() == Some("tool_calls") {
                 self.response_metadata
                     .insert("finish_reason".into(), Value::from("stop"));

@@ -12,6 +12,7 @@ use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, OnceLock};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::Value;
 
 use crate::messages::{InvalidToolCall, Object, ToolCall};
 
@@ -81,6 +82,25 @@ impl<T: SharedValue> Shared<T> {
             (None, None) => true,
             _ => false,
         }
+    }
+}
+
+/// A map's `get_mut` and `remove` that copy a shared map only when the key is there. These
+/// shadow the map's own (reached through `DerefMut`, which copies first): a repair or cleanup
+/// that finds nothing to change leaves the versions sharing.
+impl Shared<Object> {
+    pub fn get_mut(&mut self, key: &str) -> Option<&mut Value> {
+        if !self.contains_key(key) {
+            return None;
+        }
+        DerefMut::deref_mut(self).get_mut(key)
+    }
+
+    pub fn remove(&mut self, key: &str) -> Option<Value> {
+        if !self.contains_key(key) {
+            return None;
+        }
+        DerefMut::deref_mut(self).remove(key)
     }
 }
 
@@ -210,6 +230,24 @@ mod tests {
         let before = b.as_ptr();
         b[0].name = "read_file".into();
         assert_eq!(b.as_ptr(), before);
+    }
+
+    #[test]
+    fn finding_nothing_to_change_keeps_the_map_shared() {
+        let mut a: Shared<Object> = json!({"k": 1}).as_object().unwrap().clone().into();
+        let mut b = a.clone();
+        assert_eq!(b.remove("absent"), None);
+        assert!(b.get_mut("absent").is_none());
+        assert!(a.ptr_eq(&b));
+        assert_eq!(b.remove("k"), Some(json!(1)));
+        assert!(!a.ptr_eq(&b));
+        assert_eq!(a.len(), 1);
+        // An empty field stays without an allocation.
+        let mut e: Shared<Object> = Shared::default();
+        assert_eq!(e.remove("k"), None);
+        assert!(e.addr().is_none());
+        *a.get_mut("k").unwrap() = json!(2);
+        assert_eq!(a["k"], json!(2));
     }
 
     #[test]
