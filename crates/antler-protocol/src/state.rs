@@ -388,6 +388,9 @@ pub struct StateSnapshot {
     /// The list's [`Messages::generation`]: equal generations of one run's snapshots mean the
     /// later list extends the earlier.
     pub generation: u64,
+    /// The stored checkpoint holding exactly this state, when there is one: a consumer that
+    /// keeps the snapshot after its run can let go of it and read the checkpoint back instead.
+    pub checkpoint_id: Option<String>,
 }
 
 impl StateSnapshot {
@@ -398,7 +401,14 @@ impl StateSnapshot {
             fields,
             messages: messages.shared(),
             generation: messages.generation(),
+            checkpoint_id: None,
         }
+    }
+
+    /// The same snapshot, known to be stored as checkpoint `id`.
+    pub fn stored_as(mut self, id: Option<String>) -> StateSnapshot {
+        self.checkpoint_id = id;
+        self
     }
 
     /// A whole state taken apart (a stored checkpoint replayed as one `values` event).

@@ -332,7 +332,10 @@ impl Runner<'_> {
     fn values(&mut self) {
         if self.run.events.wants_values() {
             let fields = self.sync_fields().clone();
-            self.run.events.values(fields, &self.state.messages);
+            // The head is the checkpoint of this very state (queued; durable before the run's
+            // `end`), unless nothing is stored.
+            let stored = self.agent.checkpointer.as_ref().and(self.head.clone());
+            self.run.events.values(fields, &self.state.messages, stored);
         }
     }
 

@@ -254,9 +254,16 @@ impl Emitter {
     /// A `values` event: the channels the run shares while they do not change and the message
     /// list — not the live state itself, which a consumer holding it for replay would make the
     /// run's next write copy whole (its message index included), every superstep.
-    pub(crate) fn values(&self, fields: Arc<ThreadState>, messages: &Messages) {
-        self.sink
-            .emit(StreamEvent::Values(StateSnapshot::new(fields, messages)));
+    /// `checkpoint`: the stored checkpoint that holds exactly this state, if any.
+    pub(crate) fn values(
+        &self,
+        fields: Arc<ThreadState>,
+        messages: &Messages,
+        checkpoint: Option<String>,
+    ) {
+        self.sink.emit(StreamEvent::Values(
+            StateSnapshot::new(fields, messages).stored_as(checkpoint),
+        ));
     }
 
     /// Whether a subscriber asked for `values` (the loop builds no snapshot otherwise).

@@ -124,7 +124,11 @@ impl Server {
         let skills = Arc::new(LocalSkills::from_config(&app.config));
         Server {
             shared: Shared {
-                runs: runs::RunManager::new(config.retention, config.max_retained_bytes),
+                runs: runs::RunManager::new(
+                    config.retention,
+                    config.max_retained_bytes,
+                    Some(Arc::new(app.store.clone())),
+                ),
                 bus: Arc::new(runs::bus::InProcessBus::new(config.max_buffered_bytes)),
                 app,
                 config,

@@ -15,6 +15,12 @@
 //! either way, since the snapshot is immutable. A snapshot's messages are kept as a chain of
 //! the messages appended since the run's previous snapshot ([`Segment`]), never as the run's own
 //! list: holding that list would make the run's next append copy all of it.
+//!
+//! Once a run has finished, its checkpoints are durable and nothing else holds its messages:
+//! [`RunBuffer::settle`] then swaps every snapshot that has a stored checkpoint for that
+//! checkpoint's id, and a late joiner's replay reads the state back from the store
+//! ([`SnapshotSource`]) — the same bytes, without a finished run keeping its whole history in
+//! memory for the retention period.
 
 use std::collections::{HashSet, VecDeque};
 use std::convert::Infallible;
@@ -22,6 +28,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use antler_protocol::{Message, Messages, StateSnapshot, StreamModes, ThreadState};
+use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
 use serde_json::json;
 use tokio::sync::watch;
@@ -69,11 +76,24 @@ pub struct Frame {
     cost: usize,
 }
 
-/// A frame's body: ready bytes, or a state snapshot framed on delivery.
+/// A frame's body: ready bytes, or a state framed on delivery — a snapshot in memory, or, once
+/// the run settled, the checkpoint that stores it.
 #[derive(Clone, Debug)]
 enum Payload {
     Ready(Bytes),
     Values(Arc<Snapshot>),
+    Stored(Arc<str>),
+}
+
+/// What a stored `values` frame costs to keep: its checkpoint id and the frame around it.
+const STORED_COST: usize = 96;
+
+/// Where a settled run's `values` states are read back from: its thread's checkpoints.
+#[async_trait]
+pub trait SnapshotSource: Send + Sync {
+    /// The state stored as `checkpoint_id`, `None` when it is gone (thread deleted) or cannot be
+    /// read.
+    async fn state_at(&self, checkpoint_id: &str) -> Option<ThreadState>;
 }
 
 /// A retained `values` snapshot.
@@ -85,6 +105,8 @@ struct Snapshot {
     messages: Arc<Segment>,
     /// Messages this snapshot added to the chain (0 when it reuses the previous segment).
     own: usize,
+    /// The checkpoint holding this state, if it was stored.
+    checkpoint: Option<Arc<str>>,
 }
 
 impl Snapshot {
@@ -208,16 +230,29 @@ fn extend_chain(
 }
 
 impl Frame {
-    /// The frame's SSE bytes (a `values` snapshot is serialized here).
-    pub fn bytes(&self) -> Bytes {
-        match &self.payload {
-            Payload::Ready(b) => b.clone(),
-            Payload::Values(snapshot) => frame_bytes(
-                "values",
-                &crate::wire::state_string(&snapshot.state()),
-                &self.id,
-            ),
-        }
+    /// The frame's SSE bytes (a `values` state is serialized here); `None` for a stored state
+    /// that can no longer be read.
+    async fn bytes(&self, source: Option<&Arc<dyn SnapshotSource>>) -> Option<Bytes> {
+        let state = match &self.payload {
+            Payload::Ready(b) => return Some(b.clone()),
+            Payload::Values(snapshot) => snapshot.state(),
+            Payload::Stored(checkpoint) => {
+                let state = match source {
+                    Some(source) => source.state_at(checkpoint).await,
+                    None => None,
+                };
+                let Some(state) = state else {
+                    tracing::debug!(%checkpoint, event = %self.id, "values event's checkpoint is gone; skipped");
+                    return None;
+                };
+                state
+            }
+        };
+        Some(frame_bytes(
+            "values",
+            &crate::wire::state_string(&state),
+            &self.id,
+        ))
     }
 }
 
@@ -252,6 +287,8 @@ struct BufState {
     chain: Option<Chain>,
     /// The non-message channels of the newest `values` snapshot.
     last_fields: Option<Arc<ThreadState>>,
+    /// Set once settled: where stored `values` frames are read back from.
+    source: Option<Arc<dyn SnapshotSource>>,
 }
 
 /// The retained events of one run, shared by every subscriber.
@@ -309,6 +346,7 @@ impl RunBuffer {
                 closed: false,
                 chain: None,
                 last_fields: None,
+                source: None,
             }),
             version: watch::channel(0).0,
             max_bytes,
@@ -331,6 +369,7 @@ impl RunBuffer {
             fields,
             messages: list,
             generation,
+            checkpoint_id,
         } = snapshot;
         let (messages, fields) = {
             let mut st = self.lock();
@@ -355,6 +394,7 @@ impl RunBuffer {
             fields,
             messages,
             own,
+            checkpoint: checkpoint_id.map(Arc::from),
         });
         self.append(Kind::Values, |_| Payload::Values(snapshot))
     }
@@ -372,6 +412,7 @@ impl RunBuffer {
             let cost = match &payload {
                 Payload::Ready(b) => b.len(),
                 Payload::Values(snapshot) => snapshot.cost(),
+                Payload::Stored(_) => STORED_COST,
             };
             st.bytes += cost;
             st.frames.push_back(Frame {
@@ -400,6 +441,39 @@ impl RunBuffer {
 
     pub fn is_closed(&self) -> bool {
         self.lock().closed
+    }
+
+    /// The run is over and its checkpoints are durable: every `values` snapshot that was stored
+    /// is kept as its checkpoint's id from now on, read back from `source` when a subscriber
+    /// wants it (the same bytes). What the buffer holds of the run's messages is let go of,
+    /// except for snapshots that have no checkpoint. A subscriber still reading when this
+    /// happens reads the rest back the same way.
+    pub fn settle(&self, source: Arc<dyn SnapshotSource>) {
+        // The snapshots are dropped outside the lock (freeing a long history takes a while).
+        let mut released: Vec<Arc<Snapshot>> = Vec::new();
+        {
+            let mut st = self.lock();
+            let mut bytes = 0;
+            for frame in st.frames.iter_mut() {
+                if let Payload::Values(snapshot) = &frame.payload {
+                    if let Some(id) = snapshot.checkpoint.clone() {
+                        let Payload::Values(snapshot) =
+                            std::mem::replace(&mut frame.payload, Payload::Stored(id))
+                        else {
+                            unreachable!("matched above");
+                        };
+                        released.push(snapshot);
+                        frame.cost = STORED_COST;
+                    }
+                }
+                bytes += frame.cost;
+            }
+            st.bytes = bytes;
+            st.chain = None;
+            st.last_fields = None;
+            st.source = Some(source);
+        }
+        drop(released);
     }
 
     /// Events emitted so far (retained or not).
@@ -442,6 +516,10 @@ impl RunBuffer {
             }
         }
         held
+    }
+
+    fn source(&self) -> Option<Arc<dyn SnapshotSource>> {
+        self.lock().source.clone()
     }
 
     fn read(&self, cursor: &Cursor) -> Read {
@@ -558,11 +636,21 @@ impl Subscriber {
                             .iter()
                             .filter(|f| self.filter.is_none_or(|m| f.kind.wanted(m)))
                             .collect();
-                        match wanted.len() {
+                        let source = match wanted
+                            .iter()
+                            .any(|f| matches!(f.payload, Payload::Stored(_)))
+                        {
+                            true => self.buffer.source(),
+                            false => None,
+                        };
+                        let mut parts: Vec<Bytes> = Vec::with_capacity(wanted.len());
+                        for f in wanted {
+                            parts.extend(f.bytes(source.as_ref()).await);
+                        }
+                        match parts.len() {
                             0 => continue,
-                            1 => return Some(wanted[0].bytes()),
+                            1 => return parts.pop(),
                             _ => {
-                                let parts: Vec<Bytes> = wanted.iter().map(|f| f.bytes()).collect();
                                 let len = parts.iter().map(Bytes::len).sum();
                                 let mut out = BytesMut::with_capacity(len);
                                 for p in parts {
@@ -757,7 +845,7 @@ mod tests {
         // 1,000 snapshots of a 1,000-message state: pointer arrays held, not 1,000 × its JSON.
         let first = buf.lock().frames.iter().find_map(|f| match &f.payload {
             Payload::Values(s) => Some(s.cost()),
-            Payload::Ready(_) => None,
+            Payload::Ready(_) | Payload::Stored(_) => None,
         });
         assert!(first.is_some_and(|c| c * 4 < json_len), "{json_len}");
         assert!(buf.retained_bytes() <= max, "{}", buf.retained_bytes());
@@ -817,7 +905,7 @@ mod tests {
             .iter()
             .filter_map(|f| match &f.payload {
                 Payload::Values(s) => Some(Arc::as_ptr(&s.fields)),
-                Payload::Ready(_) => None,
+                Payload::Ready(_) | Payload::Stored(_) => None,
             })
             .collect();
         fields.dedup();
@@ -848,7 +936,7 @@ mod tests {
             .iter()
             .filter_map(|f| match &f.payload {
                 Payload::Values(s) => Some(s.own),
-                Payload::Ready(_) => None,
+                Payload::Ready(_) | Payload::Stored(_) => None,
             })
             .collect();
         assert_eq!(own, [100, 0, 1]);
@@ -944,5 +1032,98 @@ mod tests {
         );
         assert!(collect(s).await.ends_with("event: end\ndata: null\n\n"));
         assert!(rx.try_recv().is_err());
+    }
+
+    /// A stand-in for a thread's checkpoints: states by id, and which ids were read.
+    #[derive(Default)]
+    struct Stored {
+        states: Mutex<std::collections::HashMap<String, ThreadState>>,
+        reads: Mutex<Vec<String>>,
+    }
+
+    #[async_trait]
+    impl SnapshotSource for Stored {
+        async fn state_at(&self, checkpoint_id: &str) -> Option<ThreadState> {
+            self.reads.lock().unwrap().push(checkpoint_id.to_owned());
+            self.states.lock().unwrap().get(checkpoint_id).cloned()
+        }
+    }
+
+    /// Settling a finished run's buffer lets go of its messages; a late joiner replays the
+    /// same bytes, read back from the checkpoints. A snapshot without a checkpoint stays in
+    /// memory; one whose checkpoint is gone is left out of the replay.
+    #[tokio::test]
+    async fn a_settled_run_replays_the_same_bytes_from_its_checkpoints() {
+        use antler_protocol::Message;
+        let buf = RunBuffer::new("r1", usize::MAX);
+        let source = Arc::new(Stored::default());
+        let mut live = ThreadState::default();
+        buf.push(Kind::Control, "metadata", "{\"run_id\":\"r1\"}");
+        // Snapshot 0 has no checkpoint; 1..=5 do.
+        live.messages.push(Message::human("first"));
+        buf.push_values(live.snapshot());
+        let mut probe = None;
+        for i in 1..=5 {
+            let mut m = Message::ai(format!("answer {i} {}", "x".repeat(2_000)));
+            m.set_id(format!("m{i}"));
+            live.messages.push(m);
+            if i == 3 {
+                live.title = Some("a title".into());
+            }
+            let id = format!("cp{i}");
+            // As a store holds it: its own copy, not the run's messages.
+            let stored: ThreadState =
+                serde_json::from_value(serde_json::to_value(&live).unwrap()).unwrap();
+            source.states.lock().unwrap().insert(id.clone(), stored);
+            buf.push_values(live.snapshot().stored_as(Some(id)));
+            buf.push(Kind::Updates, "updates", &format!("{{\"n\":{i}}}"));
+            probe.get_or_insert_with(|| live.messages.shared()[1].clone());
+        }
+        buf.close();
+        let before = replay(&buf, Cursor::Earliest, None).await;
+        let held_before = buf.held_bytes();
+        let probe = Arc::downgrade(&probe.unwrap());
+        drop(live);
+
+        buf.settle(source.clone());
+        assert!(
+            probe.upgrade().is_none(),
+            "the buffer let go of the messages"
+        );
+        let held_after = buf.held_bytes();
+        assert!(
+            held_after * 5 < held_before && held_after < 2_000,
+            "{held_before} -> {held_after} bytes"
+        );
+        assert_eq!(replay(&buf, Cursor::Earliest, None).await, before);
+        assert_eq!(
+            *source.reads.lock().unwrap(),
+            ["cp1", "cp2", "cp3", "cp4", "cp5"]
+        );
+        // Resuming after an event reads only what follows it.
+        source.reads.lock().unwrap().clear();
+        let third = buf.lock().frames[6].id.clone();
+        let tail = replay(&buf, Cursor::from_last_event_id(Some(&third)), None).await;
+        assert!(before.ends_with(&tail));
+        assert_eq!(*source.reads.lock().unwrap(), ["cp4", "cp5"]);
+        // Not wanted, not read.
+        source.reads.lock().unwrap().clear();
+        let updates = replay(
+            &buf,
+            Cursor::Earliest,
+            Some(StreamModes {
+                updates: true,
+                ..StreamModes::NONE
+            }),
+        )
+        .await;
+        assert_eq!(updates.matches("event: updates").count(), 5);
+        assert!(source.reads.lock().unwrap().is_empty());
+        // A checkpoint that is gone (thread deleted): its event is left out, the rest arrive.
+        source.states.lock().unwrap().remove("cp2");
+        let without = replay(&buf, Cursor::Earliest, None).await;
+        assert_eq!(without.matches("event: values").count(), 5);
+        assert_eq!(without.matches("event: updates").count(), 5);
+        assert!(without.ends_with("event: end\ndata: null\n\n"));
     }
 }

@@ -437,8 +437,9 @@ async fn drive_run(res: RunResources, d: Drive) -> TurnOutcome {
         // A resume with nothing pending (antler raises no LangGraph interrupts) is ignored.
         if d.sink.modes().values {
             if let Ok(Some(cp)) = res.store.latest_checkpoint(&thread_id).await {
-                d.sink
-                    .emit(StreamEvent::Values(StateSnapshot::from_state(cp.state)));
+                d.sink.emit(StreamEvent::Values(
+                    StateSnapshot::from_state(cp.state).stored_as(Some(cp.meta.checkpoint_id)),
+                ));
             }
         }
         return fin(Ending::bare(RunStatus::Success), None).await;

@@ -15,7 +15,7 @@ use bytes::Bytes;
 use futures::stream::BoxStream;
 use futures::StreamExt;
 
-use crate::sse::{Cursor, Kind, RunBuffer};
+use crate::sse::{Cursor, Kind, RunBuffer, SnapshotSource};
 
 /// A subscriber's stream of ready-to-send SSE bytes.
 pub type Subscription = BoxStream<'static, Result<Bytes, Infallible>>;
@@ -50,6 +50,10 @@ pub trait RunEvents: Send + Sync {
     /// No more events: subscribers drain what is left, then get `end`.
     fn close(&self);
 
+    /// The run finished and its checkpoints are durable: `values` states may be read back from
+    /// `source` from now on instead of held (a bus that keeps nothing in memory ignores it).
+    fn settle(&self, _source: Arc<dyn SnapshotSource>) {}
+
     /// Memory this process spends keeping the stream replayable after its run finished (0 for
     /// a bus that keeps events elsewhere).
     fn held_bytes(&self) -> usize {
@@ -77,6 +81,10 @@ impl RunEvents for RunBuffer {
 
     fn close(&self) {
         RunBuffer::close(self);
+    }
+
+    fn settle(&self, source: Arc<dyn SnapshotSource>) {
+        RunBuffer::settle(self, source);
     }
 
     fn held_bytes(&self) -> usize {

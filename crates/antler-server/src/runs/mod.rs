@@ -20,11 +20,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use antler_agent::run::RunSignal;
+use antler_protocol::checkpoint::Checkpointer;
+use antler_protocol::ThreadState;
 use antler_store::RunStatus;
 use tokio_util::sync::CancellationToken;
 
 #[cfg(test)]
 use crate::sse::RunBuffer;
+use crate::sse::SnapshotSource;
 use bus::RunEvents;
 
 pub use antler_agent::run::CancelAction;
@@ -138,6 +141,28 @@ pub struct RunManager {
     retention: Duration,
     /// Bound on what finished runs hold together.
     max_held: usize,
+    /// Where finished runs' `values` states are read back from (see [`RunBuffer::settle`]);
+    /// `None` keeps them in memory.
+    checkpoints: Option<Arc<dyn Checkpointer>>,
+}
+
+/// One thread's checkpoints as the source of a settled run's `values` events.
+struct ThreadCheckpoints {
+    store: Arc<dyn Checkpointer>,
+    thread_id: String,
+}
+
+#[async_trait::async_trait]
+impl SnapshotSource for ThreadCheckpoints {
+    async fn state_at(&self, checkpoint_id: &str) -> Option<ThreadState> {
+        match self.store.get(&self.thread_id, checkpoint_id).await {
+            Ok(found) => found.map(|c| c.state),
+            Err(e) => {
+                tracing::warn!(thread = %self.thread_id, checkpoint = checkpoint_id, error = %e, "could not read a finished run's values event back");
+                None
+            }
+        }
+    }
 }
 
 /// Holds a thread busy for a non-run operation (delete, state update) until dropped.
@@ -160,11 +185,18 @@ impl Drop for OpGuard {
 
 impl RunManager {
     /// `max_held`: bytes finished runs' buffers may hold together (the newest is always kept).
-    pub fn new(retention: Duration, max_held: usize) -> Arc<RunManager> {
+    /// `checkpoints`: the store runs checkpoint to; a finished run's `values` events are read
+    /// back from it instead of kept in memory.
+    pub fn new(
+        retention: Duration,
+        max_held: usize,
+        checkpoints: Option<Arc<dyn Checkpointer>>,
+    ) -> Arc<RunManager> {
         Arc::new(RunManager {
             inner: Mutex::new(Inner::default()),
             retention,
             max_held,
+            checkpoints,
         })
     }
 
@@ -211,6 +243,12 @@ impl RunManager {
 
     /// The run left its thread; its events stay replayable for the retention period.
     fn finish(self: &Arc<Self>, handle: &Arc<RunHandle>) {
+        if let Some(store) = &self.checkpoints {
+            handle.buffer.settle(Arc::new(ThreadCheckpoints {
+                store: store.clone(),
+                thread_id: handle.thread_id.clone(),
+            }));
+        }
         let cost = handle.buffer.held_bytes();
         {
             let mut inner = self.lock();
@@ -328,7 +366,7 @@ mod tests {
 
     #[tokio::test]
     async fn operations_and_runs_exclude_each_other() {
-        let m = RunManager::new(Duration::from_secs(60), usize::MAX);
+        let m = RunManager::new(Duration::from_secs(60), usize::MAX, None);
         let guard = m.begin_op("t").unwrap();
         assert_eq!(m.begin_op("t").err(), Some(Busy::Operation));
         assert!(m.op_in_progress("t"));
@@ -347,7 +385,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn finished_runs_are_released_after_retention() {
-        let m = RunManager::new(Duration::from_secs(60), usize::MAX);
+        let m = RunManager::new(Duration::from_secs(60), usize::MAX, None);
         let a = handle("a", "t");
         m.track(&a);
         let waiter = {
@@ -374,7 +412,7 @@ mod tests {
             .unwrap();
         let state = Arc::new(state);
         // Each run holds its framed event and the message its snapshot keeps alive (~5 KB).
-        let m = RunManager::new(Duration::from_secs(60), 12_000);
+        let m = RunManager::new(Duration::from_secs(60), 12_000, None);
         let mut weak = Vec::new();
         for run in ["a", "b", "c"] {
             let h = handle(run, run);

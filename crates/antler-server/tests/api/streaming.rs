@@ -378,6 +378,44 @@ async fn a_finished_and_released_run_joins_as_just_end() {
     assert_eq!(ev[0].data, Value::Null);
 }
 
+/// A finished run keeps its `values` events as checkpoint ids, not as its messages: a late
+/// joiner gets the very frames the creator streamed, read back from the store.
+#[tokio::test]
+async fn a_finished_run_replays_its_values_from_the_checkpoints() {
+    let s = TestServer::start(ls_then("call_k9", "List uploads", "Three entries.")).await;
+    s.thread("t1").await;
+    let (h, live) = s
+        .stream_run(
+            "t1",
+            json!({"input": say("List the uploads folder"), "stream_mode": ALL_MODES}),
+        )
+        .await;
+    let (_, run) = ids_from_location(&h);
+    // The run's buffer is retained, and settled, once the run left its thread.
+    while s.state.runs.is_busy("t1") || s.state.runs.held_bytes() == 0 {
+        tokio::task::yield_now().await;
+    }
+    let held = s.state.runs.held_bytes();
+    let live_values: Vec<&Sse> = live.iter().filter(|e| e.event == "values").collect();
+    assert!(live_values.len() >= 4, "{}", live_values.len());
+    // Held: the framed non-values events and ~100 B per values event, no message bodies.
+    let framed: usize = live
+        .iter()
+        .filter(|e| !matches!(e.event.as_str(), "values" | "end"))
+        .map(|e| e.data.to_string().len() + 64)
+        .sum();
+    assert!(
+        held < framed + 200 * live_values.len(),
+        "{held} bytes held; {framed} bytes of frames"
+    );
+    let replayed = join(&s, "t1", &run, Some("-1"), "").await.rest().await;
+    assert_eq!(replayed, live);
+    // The last values event is the thread's final state.
+    let (status, state) = s.get("/api/threads/t1/state").await;
+    assert_eq!(status, 200);
+    assert_eq!(live_values.last().unwrap().data, state["values"]);
+}
+
 /// The bounded load check of the suite: 200 concurrent streamed runs, every stream complete
 /// (`metadata` first, ids 0…n-1 without holes, `end` last, streamed text = final message).
 /// `antler-bench`'s `examples/load.rs` measures the same against the release binary with model latency.
