@@ -198,7 +198,21 @@ struct Runner<'a> {
 impl Agent {
     /// Run one turn on a thread. Never panics on bad model output or tool failures; the outcome
     /// says how the run ended.
-    pub async fn run(&self, input: RunInput, run: Arc<RunContext>) -> RunOutcome {
+    ///
+    /// The input is boxed before the run's future starts: a future keeps its arguments for its
+    /// whole life, and this one lives as long as the run (a thousand concurrent runs would each
+    /// carry a kilobyte of input they no longer need).
+    pub fn run(
+        &self,
+        input: RunInput,
+        run: Arc<RunContext>,
+    ) -> impl std::future::Future<Output = RunOutcome> + '_ {
+        let input = Box::new(input);
+        self.run_boxed(input, run)
+    }
+
+    /// [`Agent::run`] with the input already boxed.
+    pub async fn run_boxed(&self, input: Box<RunInput>, run: Arc<RunContext>) -> RunOutcome {
         let mut r = Runner {
             agent: self,
             limit: run.options.recursion_limit.max(1),
@@ -291,12 +305,7 @@ impl Runner<'_> {
     }
 
     /// Fold a write into state, checkpoint it and report it.
-    async fn commit(
-        &mut self,
-        node: &str,
-        mut update: StateUpdate,
-        source: &str,
-    ) -> Result<(), Stop> {
+    fn commit(&mut self, node: &str, mut update: StateUpdate, source: &str) -> Result<(), Stop> {
         update.assign_message_ids();
         if update.is_empty() {
             return Ok(());
@@ -416,11 +425,19 @@ impl Runner<'_> {
         }
         let node = format!("{}.{}", mw.name(), kind.as_str());
         self.run.events.updates(&node, &update);
-        self.commit(&node, update, "loop").await?;
+        self.commit(&node, update, "loop")?;
         Ok(jump_to)
     }
 
-    async fn drive(&mut self, mut input: RunInput) -> Result<(), Stop> {
+    async fn drive(&mut self, input: Box<RunInput>) -> Result<(), Stop> {
+        // Boxed: a future's size is its largest state's, and the start is short; a thousand
+        // runs waiting on a model or a tool would each carry it inline otherwise.
+        Box::pin(self.start(input)).await?;
+        self.turns().await
+    }
+
+    /// Load the thread and apply the input.
+    async fn start(&mut self, mut input: Box<RunInput>) -> Result<(), Stop> {
         self.load(&mut input).await?;
 
         let mut first = StateUpdate::default();
@@ -436,12 +453,16 @@ impl Runner<'_> {
         if first.is_empty() {
             self.values();
         } else {
-            self.commit("__input__", first, "input").await?;
+            self.commit("__input__", first, "input")?;
         }
         if self.run.observed() {
             self.run.observe(&RunEvent::RunStart);
         }
+        Ok(())
+    }
 
+    /// The model→tools loop, between the before_agent and after_agent hooks.
+    async fn turns(&mut self) -> Result<(), Stop> {
         let chain = self.agent.chain.clone();
         let mut flow = Flow::Next;
         for mw in &chain.before_agent {
@@ -462,7 +483,8 @@ impl Runner<'_> {
                     }
                 }
 
-                self.model_step().await?;
+                // Boxed (see `load`): each holds what the other never needs.
+                Box::pin(self.model_step()).await?;
 
                 for mw in &chain.after_model {
                     match self.hook(mw, HookKind::AfterModel).await? {
@@ -477,7 +499,7 @@ impl Runner<'_> {
                     Flow::Restart => continue 'turn,
                     Flow::Next => self.pending_calls(),
                 };
-                if let Flow::Exit = self.tools_step(pending).await? {
+                if let Flow::Exit = Box::pin(self.tools_step(pending)).await? {
                     break 'turn;
                 }
             }
@@ -523,7 +545,7 @@ impl Runner<'_> {
             update.merge(extra)?;
         }
         self.run.events.updates("model", &update);
-        self.commit("model", update, "loop").await
+        self.commit("model", update, "loop")
     }
 
     /// The model→tools router (spec 20 §4), after the last after_model hook.
@@ -650,7 +672,7 @@ impl Runner<'_> {
                 self.run.events.updates_owned("tools", update);
             }
         }
-        self.commit("tools", merged, "loop").await?;
+        self.commit("tools", merged, "loop")?;
 
         // tools→model router (spec 20 §5): end when asked to, or when every registered call of
         // the turn is to a return_direct tool.

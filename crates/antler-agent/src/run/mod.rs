@@ -348,7 +348,8 @@ impl App {
             track_usage: self.config.run_events.track_token_usage,
             token_caches: self.token_caches.clone(),
         };
-        let outcome = tokio::spawn(drive_run(resources, drive));
+        // Boxed: the task keeps its arguments for the run's whole life (see `drive_run`).
+        let outcome = tokio::spawn(drive_run(resources, Box::new(drive)));
         Ok(RunHandle {
             record: admitted.record,
             cancel: signal,
@@ -393,12 +394,16 @@ impl RunResources {
     }
 }
 
-async fn drive_run(res: RunResources, d: Drive) -> TurnOutcome {
+/// `d` comes boxed: an async fn's arguments stay in its future for its whole life (twice, once
+/// moved), and this one lives as long as the run.
+async fn drive_run(res: RunResources, d: Box<Drive>) -> TurnOutcome {
     let fin = |end: Ending, base: Option<String>| {
         let res = &res;
         let signal = d.signal.clone();
         let sink = d.sink.clone();
-        async move {
+        // Boxed, like the other short steps here: the task waits on the agent loop for the
+        // run's whole life and should not carry their state inline meanwhile.
+        Box::pin(async move {
             finish::finish(
                 &res.store,
                 res.runs.as_ref(),
@@ -408,14 +413,14 @@ async fn drive_run(res: RunResources, d: Drive) -> TurnOutcome {
                 base,
             )
             .await
-        }
+        })
     };
     // Displaced runs of this process finish writing first; queued runs wait their turn.
     for prev in &d.wait_for {
         prev.wait_done().await;
     }
     if d.queued {
-        match admission::wait_turn(&res.runs, &d.signal).await {
+        match Box::pin(admission::wait_turn(&res.runs, &d.signal)).await {
             Ok(true) => {}
             Ok(false) => return fin(Ending::bare(RunStatus::Interrupted), None).await,
             Err(e) => return fin(Ending::failed("StoreError", e.to_string()), None).await,
@@ -427,7 +432,7 @@ async fn drive_run(res: RunResources, d: Drive) -> TurnOutcome {
     }
     let thread_id = d.signal.thread_id().to_owned();
     let run_id = d.signal.run_id().to_owned();
-    mark_busy(&res.store, &thread_id, d.user_id.as_deref()).await;
+    Box::pin(mark_busy(&res.store, &thread_id, d.user_id.as_deref())).await;
 
     let agent = match d.agent {
         Ok(a) => a,
@@ -436,7 +441,7 @@ async fn drive_run(res: RunResources, d: Drive) -> TurnOutcome {
     let Some(agent) = agent else {
         // A resume with nothing pending (antler raises no LangGraph interrupts) is ignored.
         if d.sink.modes().values {
-            if let Ok(Some(cp)) = res.store.latest_checkpoint(&thread_id).await {
+            if let Ok(Some(cp)) = Box::pin(res.store.latest_checkpoint(&thread_id)).await {
                 d.sink.emit(StreamEvent::Values(
                     StateSnapshot::from_state(cp.state).stored_as(Some(cp.meta.checkpoint_id)),
                 ));
@@ -466,10 +471,10 @@ async fn drive_run(res: RunResources, d: Drive) -> TurnOutcome {
     }
     let ctx = Arc::new(ctx.with_observer(journal.clone()));
     let heartbeat = spawn_heartbeat(res.runs.clone(), d.signal.clone());
-    let input = d.input;
-    let joined = tokio::spawn(async move { agent.run(input, ctx).await }).await;
+    let input = Box::new(d.input);
+    let joined = tokio::spawn(async move { agent.run_boxed(input, ctx).await }).await;
     heartbeat.abort();
-    let report = journal.finish().await;
+    let report = Box::pin(journal.finish()).await;
     if let Some(e) = &report.error {
         tracing::warn!(run = %run_id, error = %e, lost = report.events_lost, "the run journal is incomplete");
     }

@@ -126,8 +126,12 @@ async fn wait_started(state: &AppState, started: Started) -> ApiResult<Response>
         )
             .into_response(),
         None => {
-            let values =
-                final_values(state, &started.handle.thread_id, &started.handle.run_id).await?;
+            let values = Box::pin(final_values(
+                state,
+                &started.handle.thread_id,
+                &started.handle.run_id,
+            ))
+            .await?;
             Json(values).into_response()
         }
     };
@@ -136,13 +140,15 @@ async fn wait_started(state: &AppState, started: Started) -> ApiResult<Response>
 
 /// R3 `POST /threads/{id}/runs/wait`.
 pub async fn wait(s: ThreadScope, body: JsonBody) -> ApiResult<Response> {
-    let started = s.start(Some(&s.ids), body, RunKind::Wait).await?;
+    // Boxed: starting is brief, the wait long; inline, every waiting request would carry the
+    // start's state too.
+    let started = Box::pin(s.start(Some(&s.ids), body, RunKind::Wait)).await?;
     wait_started(&s.state, started).await
 }
 
 /// R10 `POST /runs/wait`.
 pub async fn stateless_wait(s: Scope<()>, body: JsonBody) -> ApiResult<Response> {
-    let started = s.start(None, body, RunKind::Wait).await?;
+    let started = Box::pin(s.start(None, body, RunKind::Wait)).await?;
     wait_started(&s.state, started).await
 }
 
