@@ -926,3 +926,19 @@ async fn each_call_of_a_batch_reports_its_own_result() {
         "{log}"
     );
 }
+
+/// A run's future lives as long as the run, so with a thousand runs in flight its size is paid
+/// a thousand times: it must not carry the input (boxed before the future starts) nor the
+/// state of the short steps (loading, the model call, the tool step: boxed while they run).
+#[test]
+fn a_run_future_carries_neither_its_input_nor_its_steps() {
+    let agent = Agent::new(Arc::new(ScriptedModel::new(vec![ScriptedReply::text("x")])));
+    let fut = agent.run(RunInput::message(Message::human("hi")), ctx(10));
+    let size = std::mem::size_of_val(&fut);
+    drop(fut);
+    assert!(
+        size < std::mem::size_of::<RunInput>(),
+        "the run's future is {size} bytes; its input alone is {}",
+        std::mem::size_of::<RunInput>()
+    );
+}
