@@ -384,9 +384,10 @@ pub enum ChainError {
 impl Chain {
     /// Build from an ordered list (list order = semantics).
     pub fn new(middlewares: Vec<Arc<dyn Middleware>>) -> Result<Chain, ChainError> {
-        let mut seen = std::collections::HashSet::new();
+        // Borrowed names, sized up front: a chain is built for every run.
+        let mut seen = std::collections::HashSet::with_capacity(middlewares.len());
         for mw in &middlewares {
-            if !seen.insert(mw.name().to_owned()) {
+            if !seen.insert(mw.name()) {
                 return Err(ChainError::DuplicateName(mw.name().to_owned()));
             }
         }

@@ -115,9 +115,13 @@ pub struct LocalSandbox {
     fallback_rules: std::sync::OnceLock<crate::confine::RuleSpec>,
     /// The shell commands run with, found at the first command.
     shell: std::sync::OnceLock<PathBuf>,
-    /// The scrubbed host environment, read at the first command.
-    host_env: std::sync::OnceLock<std::sync::Arc<[(std::ffi::OsString, std::ffi::OsString)]>>,
+    /// The scrubbed host environment, read at the first command of any of the provider's
+    /// sandboxes (a new thread's sandbox need not scan and filter the environment again).
+    host_env: Arc<HostEnv>,
 }
+
+/// The provider's scrubbed host environment, read once.
+type HostEnv = std::sync::OnceLock<Arc<[(std::ffi::OsString, std::ffi::OsString)]>>;
 
 /// Distinct cgroup leaf names within this process.
 static SANDBOX_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -194,7 +198,7 @@ impl LocalSandbox {
             warden: tokio::sync::Mutex::new(None),
             fallback_rules: std::sync::OnceLock::new(),
             shell: std::sync::OnceLock::new(),
-            host_env: std::sync::OnceLock::new(),
+            host_env: ctx.host_env.clone(),
         }
     }
 
@@ -703,6 +707,7 @@ struct ProviderShared {
     status: ConfinementStatus,
     /// Starts the wardens of every sandbox of the provider (one process, started on first use).
     launcher: Option<Arc<Launcher>>,
+    host_env: Arc<HostEnv>,
 }
 
 impl LocalSandboxProvider {
@@ -747,6 +752,7 @@ impl LocalSandboxProvider {
                 settings: Arc::new(settings),
                 status,
                 launcher: Launcher::new(helpers).map(Arc::new),
+                host_env: Arc::default(),
             },
             mounts,
             cache: Mutex::new(Cache::default()),
@@ -849,6 +855,7 @@ mod cache_tests {
                 reason: String::new(),
             },
             launcher: None,
+            host_env: Arc::default(),
         }
     }
 
