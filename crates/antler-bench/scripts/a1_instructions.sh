@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Instructions the server executes per A1 step (callgrind), a figure that does not move with the
 # machine's load or speed: A1 with 3 runs of 10 and of 20 steps under valgrind, the difference
-# of the two totals divided by the 30 extra steps. Under valgrind the sandbox cannot set up its
+# of the two totals divided by the 30 extra steps. Also what a run costs beyond its steps (a
+# fresh thread's records, sandbox and folders, the chain, the HTTP request, the run's own
+# bookkeeping): 6 runs of 10 steps against 3, less 10 steps each. A1's CPU per step counts both
+# (its runs are 10 steps long). Under valgrind the sandbox cannot set up its
 # namespaces, so bash runs from the server itself (the in-process path): compare builds with
 # this script, not with production figures.
 #   crates/antler-bench/scripts/a1_instructions.sh [ANTLER_BINARY]
@@ -20,12 +23,15 @@ export ANTLER_SANDBOX_HELPER="$work/antler"
 exec valgrind --tool=callgrind --callgrind-out-file="$work/cg.\$STEPS.%p" "$work/antler" "\$@"
 WRAP
 chmod +x "$work/traced"
-for s in 10 20; do
-    STEPS=$s "$T/antler-bench" --serve --antler "$work/traced" --workloads a1 --samples 1 \
-        --runs 3 --steps "$s" >/dev/null
+for rs in 3x10 3x20 6x10; do
+    STEPS=$rs "$T/antler-bench" --serve --antler "$work/traced" --workloads a1 --samples 1 \
+        --runs "${rs%x*}" --steps "${rs#*x}" >/dev/null
 done
 total() { callgrind_annotate "$work"/cg."$1".* 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}'; }
 if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP" && cp "$work"/cg.* "$KEEP"/; fi
-a=$(total 10)
-b=$(total 20)
-echo "server instructions per A1 step: $(((b - a) / 30))"
+a=$(total 3x10)
+b=$(total 3x20)
+c=$(total 6x10)
+step=$(((b - a) / 30))
+echo "server instructions per A1 step: $step"
+echo "server instructions per A1 run beyond its steps: $(((c - a) / 3 - 10 * step))"
