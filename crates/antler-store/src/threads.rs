@@ -168,6 +168,34 @@ impl SqliteStore {
             .await
     }
 
+    /// The thread shows `busy` while a run lasts: created (idle fields, `owner`) when new, else
+    /// only its status and `updated_at` change and an owner is set only if it had none. One
+    /// statement — every run does it, and reading the record back to write it whole cost a
+    /// read, a write and two metadata round trips through JSON.
+    pub async fn mark_thread_busy(
+        &self,
+        thread_id: &str,
+        owner: Option<&str>,
+    ) -> Result<(), StoreError> {
+        let id = thread_id.to_owned();
+        let owner = owner.map(str::to_owned);
+        self.db()
+            .write(move |cx| {
+                cx.exec(
+                    "INSERT INTO threads
+                       (thread_id, created_at, updated_at, metadata, status, title, owner)
+                     VALUES (?1, ?2, ?2, '{}', ?3, NULL, ?4)
+                     ON CONFLICT (thread_id) DO UPDATE SET
+                       updated_at = excluded.updated_at, status = excluded.status,
+                       owner = COALESCE(threads.owner, excluded.owner)",
+                    params![id, now(), ThreadRecord::BUSY, owner],
+                    "mark a thread busy",
+                )?;
+                Ok(())
+            })
+            .await
+    }
+
     pub async fn get_thread(&self, thread_id: &str) -> Result<Option<ThreadRecord>, StoreError> {
         let id = thread_id.to_owned();
         self.db().read(move |cx| get_tx(cx, &id)).await

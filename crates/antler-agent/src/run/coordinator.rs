@@ -186,12 +186,17 @@ pub trait RunCoordinator: Send + Sync {
     /// Renew a run's lease; `Lost` when another process displaced or reclaimed it.
     async fn heartbeat(&self, run_id: &str) -> Result<Heartbeat, StoreError>;
 
-    /// The terminal write, only while the lease is held (`None`: it was not; nothing written).
-    async fn release(
+    /// The terminal write, only while the lease is held (`None`: it was not; nothing written),
+    /// and, when it wrote, the thread's record after it, in one transaction: `busy` while
+    /// another live run holds the thread, else `thread_status`; the title set when `title` is
+    /// `Some`.
+    async fn release_with_thread(
         &self,
         run_id: &str,
         status: RunStatus,
         finish: RunFinish,
+        thread_status: &str,
+        title: Option<String>,
     ) -> Result<Option<RunRecord>, StoreError>;
 
     /// Mark the runs whose owners died or stopped renewing `error` (journaled).
@@ -259,14 +264,16 @@ impl RunCoordinator for SqliteCoordinator {
             .await
     }
 
-    async fn release(
+    async fn release_with_thread(
         &self,
         run_id: &str,
         status: RunStatus,
         finish: RunFinish,
+        thread_status: &str,
+        title: Option<String>,
     ) -> Result<Option<RunRecord>, StoreError> {
         self.store
-            .finish_run(run_id, &self.owner, status, finish)
+            .finish_run_and_thread(run_id, &self.owner, status, finish, thread_status, title)
             .await
     }
 

@@ -7,7 +7,7 @@
 use antler_protocol::checkpoint::{CheckpointError, CheckpointWrite, Checkpointer};
 use antler_protocol::{StreamEvent, ThreadState};
 use antler_runtime::{EventSink, RunOutcome, RunStatus};
-use antler_store::{RunFinish, RunUsage, SqliteStore, ThreadRecord, ThreadUpdate};
+use antler_store::{RunFinish, RunUsage, SqliteStore, ThreadRecord};
 use serde_json::{json, Value};
 
 use super::coordinator::{CancelAction, RunCoordinator, RunSignal};
@@ -127,39 +127,24 @@ pub(crate) async fn finish(
     };
     // Bookkeeping failures must not hide the run's own outcome; they are logged. A run that
     // lost its lease (interrupted or reclaimed elsewhere) leaves the records to the new owner.
+    // The run's end and the thread's status after it are one transaction.
     let status = antler_store::RunStatus::from(end.status);
-    let held = match coordinator.release(&run_id, status, finish).await {
+    let thread_status = match end.status {
+        RunStatus::Success => ThreadRecord::IDLE,
+        RunStatus::Error => ThreadRecord::ERROR,
+        RunStatus::Interrupted => ThreadRecord::INTERRUPTED,
+    };
+    let held = match coordinator
+        .release_with_thread(&run_id, status, finish, thread_status, end.title.clone())
+        .await
+    {
         Ok(r) => r.is_some(),
         Err(e) => {
-            tracing::error!(run = %run_id, error = %e, "could not record the run status");
+            tracing::error!(run = %run_id, thread = %thread_id, error = %e, "could not record the run's end and the thread's status");
             true
         }
     };
-    if held {
-        // A run queued or admitted meanwhile keeps the thread busy.
-        let others = coordinator
-            .active(&thread_id)
-            .await
-            .map(|a| a.iter().any(|r| r.run_id != run_id))
-            .unwrap_or(false);
-        let thread_status = if others {
-            ThreadRecord::BUSY
-        } else {
-            match end.status {
-                RunStatus::Success => ThreadRecord::IDLE,
-                RunStatus::Error => ThreadRecord::ERROR,
-                RunStatus::Interrupted => ThreadRecord::INTERRUPTED,
-            }
-        };
-        let update = ThreadUpdate {
-            title: end.title.clone().map(Some),
-            status: Some(thread_status.into()),
-            metadata: None,
-        };
-        if let Err(e) = store.update_thread(&thread_id, update).await {
-            tracing::error!(thread = %thread_id, error = %e, "could not update the thread record");
-        }
-    } else {
+    if !held {
         tracing::warn!(run = %run_id, "the run was taken over; its final status stays as recorded");
     }
     coordinator.forget(&run_id);

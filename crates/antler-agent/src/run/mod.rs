@@ -27,7 +27,7 @@ use antler_runtime::{
     Agent, CancellationToken, EventSink, RunContext, RunInput, RunObserver, RunOptions, RunStatus,
 };
 use antler_store::checkpoints::recover::RecoveringCheckpointer;
-use antler_store::{Heartbeat, MultitaskStrategy, RunRecord, ThreadRecord};
+use antler_store::{Heartbeat, MultitaskStrategy, RunRecord};
 use serde_json::{json, Map, Value};
 
 pub use coordinator::{CancelAction, RunCoordinator, RunSignal, SqliteCoordinator};
@@ -492,20 +492,7 @@ async fn drive_run(res: RunResources, d: Box<Drive>) -> TurnOutcome {
 
 /// The thread record shows `busy` while the run lasts (created when new).
 async fn mark_busy(store: &antler_store::SqliteStore, thread_id: &str, user: Option<&str>) {
-    let thread = match store.get_thread(thread_id).await {
-        Ok(Some(t)) => t,
-        Ok(None) => ThreadRecord::new(thread_id.to_owned()),
-        Err(e) => {
-            tracing::warn!(thread = %thread_id, error = %e, "could not read the thread record");
-            return;
-        }
-    };
-    let mut thread = thread;
-    thread.status = ThreadRecord::BUSY.into();
-    if thread.owner.is_none() {
-        thread.owner = user.map(str::to_owned);
-    }
-    if let Err(e) = store.upsert_thread(thread).await {
+    if let Err(e) = store.mark_thread_busy(thread_id, user).await {
         tracing::warn!(thread = %thread_id, error = %e, "could not mark the thread busy");
     }
 }

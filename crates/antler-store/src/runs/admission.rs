@@ -127,6 +127,41 @@ fn is_orphan(run: &RunRecord, now_ms: i64, grace: Duration, unleased: bool) -> b
     }
 }
 
+/// The terminal write of a run this owner holds the lease of (`None`: it did not; nothing
+/// written).
+fn finish_run_tx(
+    cx: &Cx<'_>,
+    id: &str,
+    owner: &str,
+    status: RunStatus,
+    finish: RunFinish,
+) -> Result<Option<RunRecord>, StoreError> {
+    let ts = now();
+    let n = cx.exec(
+        "UPDATE runs SET status = ?3, error = ?4,
+           stop_reason = COALESCE(?5, stop_reason), updated_at = ?6,
+           ended_at = ?6, lease_expires_at = NULL
+         WHERE run_id = ?1 AND lease_owner = ?2
+           AND status IN ('pending', 'running')",
+        params![
+            id,
+            owner,
+            status.as_str(),
+            finish.error,
+            finish.stop_reason,
+            ts
+        ],
+        "finish a run",
+    )?;
+    if n == 0 {
+        return Ok(None);
+    }
+    if let Some(u) = finish.usage {
+        set_usage_tx(cx, id, u, None, "finish a run")?;
+    }
+    get_tx(cx, id)
+}
+
 fn active_runs_tx(cx: &Cx<'_>, thread: &str) -> Result<Vec<RunRecord>, StoreError> {
     query_runs(
         cx,
@@ -375,31 +410,46 @@ impl SqliteStore {
         let id = run_id.to_owned();
         let owner = owner.id().to_owned();
         self.db()
+            .write(move |cx| finish_run_tx(cx, &id, &owner, status, finish))
+            .await
+    }
+
+    /// [`SqliteStore::finish_run`] and, when it wrote (the lease was held), the thread's record
+    /// after it, in the same transaction: `busy` while another live run holds the thread, else
+    /// `thread_status`; the title set when `title` is `Some`. A missing thread record is left
+    /// missing.
+    pub async fn finish_run_and_thread(
+        &self,
+        run_id: &str,
+        owner: &LeaseOwner,
+        status: RunStatus,
+        finish: RunFinish,
+        thread_status: &str,
+        title: Option<String>,
+    ) -> Result<Option<RunRecord>, StoreError> {
+        let id = run_id.to_owned();
+        let owner = owner.id().to_owned();
+        let thread_status = thread_status.to_owned();
+        self.db()
             .write(move |cx| {
-                let ts = now();
-                let n = cx.exec(
-                    "UPDATE runs SET status = ?3, error = ?4,
-                       stop_reason = COALESCE(?5, stop_reason), updated_at = ?6,
-                       ended_at = ?6, lease_expires_at = NULL
-                     WHERE run_id = ?1 AND lease_owner = ?2
-                       AND status IN ('pending', 'running')",
-                    params![
-                        id,
-                        owner,
-                        status.as_str(),
-                        finish.error,
-                        finish.stop_reason,
-                        ts
-                    ],
-                    "finish a run",
-                )?;
-                if n == 0 {
+                let Some(run) = finish_run_tx(cx, &id, &owner, status, finish)? else {
                     return Ok(None);
-                }
-                if let Some(u) = finish.usage {
-                    set_usage_tx(cx, &id, u, None, "finish a run")?;
-                }
-                get_tx(cx, &id)
+                };
+                let ts = now();
+                // A run queued or admitted meanwhile keeps the thread busy.
+                let others = !active_runs_tx(cx, &run.thread_id)?.is_empty();
+                let thread_status = if others {
+                    crate::ThreadRecord::BUSY
+                } else {
+                    thread_status.as_str()
+                };
+                cx.exec(
+                    "UPDATE threads SET status = ?2, title = COALESCE(?3, title), updated_at = ?4
+                     WHERE thread_id = ?1",
+                    params![run.thread_id, thread_status, title, ts],
+                    "update a thread",
+                )?;
+                Ok(Some(run))
             })
             .await
     }

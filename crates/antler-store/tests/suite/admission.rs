@@ -386,3 +386,72 @@ fn strategy_strings() {
     }
     assert_eq!(MultitaskStrategy::default(), MultitaskStrategy::Reject);
 }
+
+/// A run's end and its thread's status after it are one write; a run still queued on the
+/// thread keeps it busy, and a stranger's end writes neither.
+#[tokio::test]
+async fn a_runs_end_sets_its_threads_status_unless_another_run_holds_the_thread() {
+    let (_dir, store) = temp_store();
+    let owner = LeaseOwner::current();
+    store.mark_thread_busy("t", None).await.unwrap();
+    admit(&store, "r1", "t", MultitaskStrategy::Reject).await;
+    admit(&store, "r2", "t", MultitaskStrategy::Enqueue).await;
+    let status = |store: SqliteStore| async move {
+        let t = store.get_thread("t").await.unwrap().unwrap();
+        (t.status, t.title)
+    };
+
+    let r1 = store
+        .finish_run_and_thread(
+            "r1",
+            owner,
+            RunStatus::Success,
+            RunFinish::default(),
+            "idle",
+            Some("Trip".into()),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(r1.status, RunStatus::Success);
+    assert_eq!(
+        status(store.clone()).await,
+        ("busy".to_owned(), Some("Trip".to_owned()))
+    );
+
+    let stranger = dead_owner();
+    let none = store
+        .finish_run_and_thread(
+            "r2",
+            &stranger,
+            RunStatus::Error,
+            RunFinish::default(),
+            "error",
+            Some("Other".into()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(none, None);
+    assert_eq!(
+        status(store.clone()).await,
+        ("busy".to_owned(), Some("Trip".to_owned()))
+    );
+
+    let r2 = store
+        .finish_run_and_thread(
+            "r2",
+            owner,
+            RunStatus::Interrupted,
+            RunFinish::default(),
+            "interrupted",
+            None,
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(r2.status, RunStatus::Interrupted);
+    assert_eq!(
+        status(store.clone()).await,
+        ("interrupted".to_owned(), Some("Trip".to_owned()))
+    );
+}

@@ -289,3 +289,39 @@ fn run_status_strings() {
     );
     assert!(RunStatus::Timeout.is_terminal() && !RunStatus::Running.is_terminal());
 }
+
+#[tokio::test]
+async fn marking_a_thread_busy_creates_it_or_touches_only_its_status_and_missing_owner() {
+    let (_dir, store) = temp_store();
+    // New: created busy, owned by the caller, with a new record's fields.
+    store.mark_thread_busy("n", Some("alice")).await.unwrap();
+    let n = store.get_thread("n").await.unwrap().unwrap();
+    assert_eq!(
+        (n.status.as_str(), n.owner.as_deref(), &n.metadata, &n.title),
+        (ThreadRecord::BUSY, Some("alice"), &json!({}), &None)
+    );
+    assert!(chrono::DateTime::parse_from_rfc3339(&n.created_at).is_ok());
+
+    // Existing: title, metadata, owner and created_at stay; status and updated_at change.
+    let mut t = ThreadRecord::new("t");
+    t.owner = Some("bob".into());
+    t.title = Some("Plan".into());
+    t.metadata = json!({"graph_id": "lead_agent"});
+    t.created_at = "2020-01-01T00:00:00.000000Z".into();
+    t.updated_at = t.created_at.clone();
+    let t = store.upsert_thread(t).await.unwrap();
+    store.mark_thread_busy("t", Some("alice")).await.unwrap();
+    let busy = store.get_thread("t").await.unwrap().unwrap();
+    assert_eq!(busy.status, ThreadRecord::BUSY);
+    assert_eq!(
+        (&busy.owner, &busy.title, &busy.metadata, &busy.created_at),
+        (&t.owner, &t.title, &t.metadata, &t.created_at)
+    );
+    assert!(busy.updated_at >= t.updated_at);
+
+    // An ownerless thread takes the caller as owner.
+    store.upsert_thread(ThreadRecord::new("o")).await.unwrap();
+    store.mark_thread_busy("o", Some("carol")).await.unwrap();
+    let o = store.get_thread("o").await.unwrap().unwrap();
+    assert_eq!(o.owner.as_deref(), Some("carol"));
+}
