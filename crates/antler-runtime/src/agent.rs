@@ -461,7 +461,7 @@ impl Runner<'_> {
         Ok(())
     }
 
-    /// The model→tools loop, between the before_agent and after_agent hooks.
+    /// The before_agent hooks, the model→tools loop, the after_agent hooks.
     async fn turns(&mut self) -> Result<(), Stop> {
         let chain = self.agent.chain.clone();
         let mut flow = Flow::Next;
@@ -483,7 +483,7 @@ impl Runner<'_> {
                     }
                 }
 
-                // Boxed (see `load`): each holds what the other never needs.
+                // Boxed (see `drive`): each holds what the other never needs.
                 Box::pin(self.model_step()).await?;
 
                 for mw in &chain.after_model {
