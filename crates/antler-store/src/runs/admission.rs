@@ -9,8 +9,8 @@
 //!
 //! While it runs, the owner renews its lease ([`SqliteStore::heartbeat_run`]); a heartbeat that
 //! finds the row no longer held (another process interrupted it) tells the owner to stop. The
-//! terminal status goes through [`SqliteStore::finish_run`], which only the lease holder can do:
-//! a process that lost its run never overwrites what the new owner recorded.
+//! terminal status goes through [`SqliteStore::finish_run_and_thread`], which only the lease
+//! holder can do: a process that lost its run never overwrites what the new owner recorded.
 
 use std::time::Duration;
 
@@ -91,7 +91,7 @@ pub enum Heartbeat {
     Lost(Option<Box<RunRecord>>),
 }
 
-/// The terminal write of [`SqliteStore::finish_run`].
+/// The terminal write of [`SqliteStore::finish_run_and_thread`].
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct RunFinish {
     pub error: Option<String>,
@@ -397,27 +397,11 @@ impl SqliteStore {
             .await
     }
 
-    /// Record a run's terminal status, only while `owner` still holds it. Returns the updated
-    /// row, or `None` when the run was no longer held (interrupted or reclaimed by another
-    /// process) — then nothing was written.
-    pub async fn finish_run(
-        &self,
-        run_id: &str,
-        owner: &LeaseOwner,
-        status: RunStatus,
-        finish: RunFinish,
-    ) -> Result<Option<RunRecord>, StoreError> {
-        let id = run_id.to_owned();
-        let owner = owner.id().to_owned();
-        self.db()
-            .write(move |cx| finish_run_tx(cx, &id, &owner, status, finish))
-            .await
-    }
-
-    /// [`SqliteStore::finish_run`] and, when it wrote (the lease was held), the thread's record
-    /// after it, in the same transaction: `busy` while another live run holds the thread, else
-    /// `thread_status`; the title set when `title` is `Some`. A missing thread record is left
-    /// missing.
+    /// Record a run's terminal status, only while `owner` still holds it, and then the thread's
+    /// record, in the same transaction: `busy` while another live run holds the thread, else
+    /// `thread_status`; the title set when `title` is `Some` (a missing thread record is left
+    /// missing). Returns the updated run, or `None` when it was no longer held (interrupted or
+    /// reclaimed by another process) — then nothing was written.
     pub async fn finish_run_and_thread(
         &self,
         run_id: &str,

@@ -5,7 +5,7 @@ use std::time::Duration;
 use antler_store::runs::{ORPHANED, ROLLED_BACK};
 use antler_store::{
     Admission, AdmitOptions, AdmitOutcome, EventQuery, Heartbeat, LeaseOwner, MultitaskStrategy,
-    RunFinish, RunRecord, RunStatus, SqliteStore, StoreError,
+    RunFinish, RunRecord, RunStatus, SqliteStore, StoreError, ThreadRecord,
 };
 use pretty_assertions::assert_eq;
 use serde_json::json;
@@ -108,11 +108,13 @@ async fn interrupt_stops_the_old_run_and_starts_the_new_one_atomically() {
         .unwrap();
     assert!(matches!(hb, Heartbeat::Lost(Some(ref r)) if r.status == RunStatus::Interrupted));
     let fin = store
-        .finish_run(
+        .finish_run_and_thread(
             "r1",
             LeaseOwner::current(),
             RunStatus::Success,
             RunFinish::default(),
+            ThreadRecord::IDLE,
+            None,
         )
         .await
         .unwrap();
@@ -167,7 +169,14 @@ async fn enqueue_waits_its_turn_in_order() {
     }
     assert_eq!(store.try_start_run("r2", owner, lease).await.unwrap(), None);
     store
-        .finish_run("r1", owner, RunStatus::Success, RunFinish::default())
+        .finish_run_and_thread(
+            "r1",
+            owner,
+            RunStatus::Success,
+            RunFinish::default(),
+            ThreadRecord::IDLE,
+            None,
+        )
         .await
         .unwrap()
         .unwrap();
@@ -323,13 +332,20 @@ async fn heartbeat_and_finish_belong_to_the_lease_holder() {
     ));
     assert_eq!(
         store
-            .finish_run("r1", &stranger, RunStatus::Error, RunFinish::default())
+            .finish_run_and_thread(
+                "r1",
+                &stranger,
+                RunStatus::Error,
+                RunFinish::default(),
+                ThreadRecord::ERROR,
+                None,
+            )
             .await
             .unwrap(),
         None
     );
     let done = store
-        .finish_run(
+        .finish_run_and_thread(
             "r1",
             me,
             RunStatus::Interrupted,
@@ -343,6 +359,8 @@ async fn heartbeat_and_finish_belong_to_the_lease_holder() {
                     llm_call_count: 1,
                 }),
             },
+            ThreadRecord::INTERRUPTED,
+            None,
         )
         .await
         .unwrap()
@@ -396,62 +414,38 @@ async fn a_runs_end_sets_its_threads_status_unless_another_run_holds_the_thread(
     store.mark_thread_busy("t", None).await.unwrap();
     admit(&store, "r1", "t", MultitaskStrategy::Reject).await;
     admit(&store, "r2", "t", MultitaskStrategy::Enqueue).await;
-    let status = |store: SqliteStore| async move {
+    let end = |run: &'static str,
+               by: &LeaseOwner,
+               status,
+               thread_status: &'static str,
+               title: Option<&str>| {
+        let (store, by, title) = (store.clone(), by.clone(), title.map(str::to_owned));
+        async move {
+            store
+                .finish_run_and_thread(run, &by, status, RunFinish::default(), thread_status, title)
+                .await
+                .unwrap()
+        }
+    };
+    let thread = || async {
         let t = store.get_thread("t").await.unwrap().unwrap();
         (t.status, t.title)
     };
+    let busy_trip = ("busy".to_owned(), Some("Trip".to_owned()));
 
-    let r1 = store
-        .finish_run_and_thread(
-            "r1",
-            owner,
-            RunStatus::Success,
-            RunFinish::default(),
-            "idle",
-            Some("Trip".into()),
-        )
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(r1.status, RunStatus::Success);
-    assert_eq!(
-        status(store.clone()).await,
-        ("busy".to_owned(), Some("Trip".to_owned()))
-    );
+    let r1 = end("r1", owner, RunStatus::Success, "idle", Some("Trip")).await;
+    assert_eq!(r1.map(|r| r.status), Some(RunStatus::Success));
+    assert_eq!(thread().await, busy_trip);
 
     let stranger = dead_owner();
-    let none = store
-        .finish_run_and_thread(
-            "r2",
-            &stranger,
-            RunStatus::Error,
-            RunFinish::default(),
-            "error",
-            Some("Other".into()),
-        )
-        .await
-        .unwrap();
+    let none = end("r2", &stranger, RunStatus::Error, "error", Some("Other")).await;
     assert_eq!(none, None);
-    assert_eq!(
-        status(store.clone()).await,
-        ("busy".to_owned(), Some("Trip".to_owned()))
-    );
+    assert_eq!(thread().await, busy_trip);
 
-    let r2 = store
-        .finish_run_and_thread(
-            "r2",
-            owner,
-            RunStatus::Interrupted,
-            RunFinish::default(),
-            "interrupted",
-            None,
-        )
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(r2.status, RunStatus::Interrupted);
+    let r2 = end("r2", owner, RunStatus::Interrupted, "interrupted", None).await;
+    assert_eq!(r2.map(|r| r.status), Some(RunStatus::Interrupted));
     assert_eq!(
-        status(store.clone()).await,
+        thread().await,
         ("interrupted".to_owned(), Some("Trip".to_owned()))
     );
 }
