@@ -390,7 +390,7 @@ pub struct StateSnapshot {
     pub generation: u64,
     /// The stored checkpoint holding exactly this state, when there is one: a consumer that
     /// keeps the snapshot after its run can let go of it and read the checkpoint back instead.
-    pub checkpoint_id: Option<String>,
+    pub checkpoint_id: Option<Arc<str>>,
 }
 
 impl StateSnapshot {
@@ -406,7 +406,7 @@ impl StateSnapshot {
     }
 
     /// The same snapshot, known to be stored as checkpoint `id`.
-    pub fn stored_as(mut self, id: Option<String>) -> StateSnapshot {
+    pub fn stored_as(mut self, id: Option<Arc<str>>) -> StateSnapshot {
         self.checkpoint_id = id;
         self
     }

@@ -183,7 +183,8 @@ struct Runner<'a> {
     agent: &'a Agent,
     run: Arc<RunContext>,
     state: Arc<ThreadState>,
-    head: Option<String>,
+    /// Shared with the `values` snapshots that name it (see [`StateSnapshot::checkpoint_id`]).
+    head: Option<Arc<str>>,
     /// The non-message channels as last seen (`messages` empty): what `values` snapshots share
     /// while the channels do not change. `None` until first needed.
     fields: Option<Arc<ThreadState>>,
@@ -251,7 +252,7 @@ impl Agent {
             status,
             state: r.state,
             error,
-            checkpoint_id: r.head,
+            checkpoint_id: r.head.as_deref().map(str::to_owned),
             steps: r.steps,
             stop_reason,
         }
@@ -293,7 +294,7 @@ impl Runner<'_> {
             None => self.cancellable(cp.latest(&self.run.thread_id)).await??,
         };
         if let Some(c) = loaded {
-            self.head = Some(c.meta.checkpoint_id);
+            self.head = Some(c.meta.checkpoint_id.into());
             self.fields = Some(Arc::new(c.state.fields_only()));
             self.fields_stored = true;
             self.fields_dirty = false;
@@ -370,14 +371,14 @@ impl Runner<'_> {
         };
         let write = CheckpointWrite::new(
             self.run.thread_id.clone(),
-            self.head.clone(),
+            self.head.as_deref().map(str::to_owned),
             step,
             loop_metadata(source, step, node, &self.run.run_id, &self.run.thread_id),
             changes,
             // Changed channels are rare (title, todos, sandbox): their `Value` is built then only.
             fields_changed.then(|| state.fields_value()),
         );
-        self.head = Some(write.meta.checkpoint_id.clone());
+        self.head = Some(write.meta.checkpoint_id.as_str().into());
         self.run.defer_checkpoint(&cp, write);
         self.fields_stored = true;
     }

@@ -259,7 +259,7 @@ impl Emitter {
         &self,
         fields: Arc<ThreadState>,
         messages: &Messages,
-        checkpoint: Option<String>,
+        checkpoint: Option<Arc<str>>,
     ) {
         self.sink.emit(StreamEvent::Values(
             StateSnapshot::new(fields, messages).stored_as(checkpoint),

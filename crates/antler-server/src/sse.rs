@@ -394,7 +394,7 @@ impl RunBuffer {
             fields,
             messages,
             own,
-            checkpoint: checkpoint_id.map(Arc::from),
+            checkpoint: checkpoint_id,
         });
         self.append(Kind::Values, |_| Payload::Values(snapshot))
     }
@@ -455,16 +455,17 @@ impl RunBuffer {
             let mut st = self.lock();
             let mut bytes = 0;
             for frame in st.frames.iter_mut() {
-                if let Payload::Values(snapshot) = &frame.payload {
-                    if let Some(id) = snapshot.checkpoint.clone() {
-                        let Payload::Values(snapshot) =
-                            std::mem::replace(&mut frame.payload, Payload::Stored(id))
-                        else {
-                            unreachable!("matched above");
-                        };
+                let stored = match &frame.payload {
+                    Payload::Values(snapshot) => snapshot.checkpoint.clone(),
+                    Payload::Ready(_) | Payload::Stored(_) => None,
+                };
+                if let Some(id) = stored {
+                    if let Payload::Values(snapshot) =
+                        std::mem::replace(&mut frame.payload, Payload::Stored(id))
+                    {
                         released.push(snapshot);
-                        frame.cost = STORED_COST;
                     }
+                    frame.cost = STORED_COST;
                 }
                 bytes += frame.cost;
             }
@@ -1075,7 +1076,7 @@ mod tests {
             let stored: ThreadState =
                 serde_json::from_value(serde_json::to_value(&live).unwrap()).unwrap();
             source.states.lock().unwrap().insert(id.clone(), stored);
-            buf.push_values(live.snapshot().stored_as(Some(id)));
+            buf.push_values(live.snapshot().stored_as(Some(id.into())));
             buf.push(Kind::Updates, "updates", &format!("{{\"n\":{i}}}"));
             probe.get_or_insert_with(|| live.messages.shared()[1].clone());
         }

@@ -443,7 +443,8 @@ async fn drive_run(res: RunResources, d: Box<Drive>) -> TurnOutcome {
         if d.sink.modes().values {
             if let Ok(Some(cp)) = Box::pin(res.store.latest_checkpoint(&thread_id)).await {
                 d.sink.emit(StreamEvent::Values(
-                    StateSnapshot::from_state(cp.state).stored_as(Some(cp.meta.checkpoint_id)),
+                    StateSnapshot::from_state(cp.state)
+                        .stored_as(Some(cp.meta.checkpoint_id.into())),
                 ));
             }
         }
