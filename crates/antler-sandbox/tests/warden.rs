@@ -107,6 +107,47 @@ async fn a_long_reply_arrives_whole() {
     assert_eq!(sh(&sb, "echo after").await.trim(), "after");
 }
 
+/// Callers write their own request lines to the warden: a request longer than the pipe's
+/// buffer (a 120 KB command) arrives whole, commands sent at once on one sandbox each get their
+/// own answer, and a call dropped while its long request is still being written leaves no half
+/// line behind for the next one.
+#[tokio::test]
+async fn long_concurrent_and_dropped_requests_keep_the_lines_whole() {
+    let Some(f) = confined() else { return };
+    let sb = f.sandbox("t1");
+    let filler = "x".repeat(120_000);
+    let long = format!(": '{filler}'; echo long-done");
+    assert_eq!(sh(&sb, &long).await.trim(), "long-done");
+
+    let mut calls = tokio::task::JoinSet::new();
+    for i in 0..16 {
+        let sb = sb.clone();
+        let cmd = if i % 4 == 0 {
+            format!(": '{filler}'; echo call-{i}")
+        } else {
+            format!("echo call-{i}")
+        };
+        calls.spawn(async move { (i, sh(&sb, &cmd).await) });
+    }
+    let mut answered = 0;
+    while let Some(done) = calls.join_next().await {
+        let (i, out) = done.unwrap();
+        assert_eq!(out.trim(), format!("call-{i}"));
+        answered += 1;
+    }
+    assert_eq!(answered, 16);
+
+    // Polled once (the request is partly written: the pipe holds 64 KiB), then dropped.
+    let dropped = tokio::time::timeout(
+        Duration::ZERO,
+        exec(&sb, &format!(": '{filler}'; sleep 30; echo never")),
+    )
+    .await;
+    assert!(dropped.is_err(), "{dropped:?}");
+    assert_eq!(sh(&sb, "echo after").await.trim(), "after");
+    assert_eq!(sh(&sb, &long).await.trim(), "long-done");
+}
+
 /// The warden keeps the sandbox's base environment (sent once) and each request carries only
 /// its own variables: every command still sees the scrubbed host environment, its own
 /// injected values win, and one call's values do not stay behind for the next.

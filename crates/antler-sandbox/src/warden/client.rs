@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::unix::pipe;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{oneshot, OwnedMutexGuard};
 
 use super::protocol::{Ready, Reply, Request};
 use super::{Launcher, Policy};
@@ -30,16 +30,15 @@ type Streams = Arc<Mutex<HashMap<u64, OutputLines>>>;
 
 /// A running warden (one per sandbox). Dropping it ends the helper and everything it runs.
 pub struct Warden {
-    /// Encoded request lines to the warden's stdin (a channel of small `Vec`s: its slot
-    /// blocks stay ~1 KiB per sandbox, thousands at once).
-    tx: mpsc::UnboundedSender<Vec<u8>>,
+    /// The warden's stdin: callers write their request lines themselves.
+    stdin: Stdin,
     pending: Pending,
     streams: Streams,
     next_id: AtomicU64,
     alive: Arc<AtomicBool>,
     stderr: Arc<Mutex<VecDeque<String>>>,
-    /// The base environment last sent ([`Request::BaseEnv`]); held while an exec request is
-    /// queued, so a request always follows the base it was built on.
+    /// The base environment last sent ([`Request::BaseEnv`]); only changed while the stdin
+    /// lock is held, so a request always follows the base it was built on.
     base_env: Mutex<Option<BaseEnv>>,
     ready: Ready,
     // Kills stage 1 (and with it the whole sandbox) when the warden is dropped.
@@ -175,24 +174,15 @@ impl Warden {
                 }
             });
         }
-        let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
-        {
-            let alive = alive.clone();
-            let mut stdin = stdin;
-            tokio::spawn(async move {
-                while let Some(line) = rx.recv().await {
-                    if stdin.write_all(&line).await.is_err() || stdin.flush().await.is_err() {
-                        alive.store(false, Ordering::SeqCst);
-                        break;
-                    }
-                }
-            });
-        }
+        let stdin = Stdin {
+            pipe: Arc::new(tokio::sync::Mutex::new(stdin)),
+            alive: alive.clone(),
+        };
         for m in &ready.guarantees.missing {
             tracing::warn!(target: "antler_sandbox::warden", "bash confinement is weaker than it could be: {m}");
         }
         Ok(Warden {
-            tx,
+            stdin,
             pending,
             streams,
             next_id: AtomicU64::new(1),
@@ -211,7 +201,7 @@ impl Warden {
 
     /// Whether the helper is still there to take requests.
     pub fn is_alive(&self) -> bool {
-        self.alive.load(Ordering::SeqCst) && !self.tx.is_closed()
+        self.alive.load(Ordering::SeqCst)
     }
 
     /// Run `spec` in the sandbox (its `confinement` is ignored: the warden is the confinement).
@@ -258,6 +248,9 @@ impl Warden {
             stream: spec.lines.is_some(),
         };
         {
+            // The stdin lock orders the base environment before the request built on it.
+            let pipe = self.stdin.lock().await;
+            let mut lines = Vec::new();
             let mut sent = self.base_env.lock().map_err(|_| gone())?;
             if !sent
                 .as_ref()
@@ -266,19 +259,19 @@ impl Warden {
                 let base = Request::BaseEnv {
                     env: lossy(&spec.env.base),
                 };
-                if !send(&self.tx, &base) {
-                    return Err(gone());
-                }
+                encode(&mut lines, &base);
                 *sent = Some(spec.env.base.clone());
             }
-            if !send(&self.tx, &req) {
+            drop(sent);
+            encode(&mut lines, &req);
+            if !self.stdin.write(pipe, lines) {
                 return Err(gone());
             }
         }
         // A cancelled call (the future dropped) kills its process group in the warden.
         let mut guard = KillOnDrop {
             id,
-            tx: self.tx.clone(),
+            stdin: self.stdin.clone(),
             pending: self.pending.clone(),
             armed: true,
         };
@@ -313,24 +306,84 @@ impl Warden {
     }
 }
 
-/// Queue `req` as one line for the warden; false once the warden is gone (a request that does
-/// not encode — none does — is dropped with a warning and counts as sent).
-fn send(tx: &mpsc::UnboundedSender<Vec<u8>>, req: &Request) -> bool {
-    match serde_json::to_vec(req) {
-        Ok(mut line) => {
-            line.push(b'\n');
-            tx.send(line).is_ok()
-        }
+/// Append `req` to `out` as one line (a request that does not encode — none does — is left out
+/// with a warning).
+fn encode(out: &mut Vec<u8>, req: &Request) {
+    let at = out.len();
+    match serde_json::to_writer(&mut *out, req) {
+        Ok(()) => out.push(b'\n'),
         Err(e) => {
+            out.truncate(at);
             tracing::warn!(error = %e, "a sandbox request does not encode");
-            true
+        }
+    }
+}
+
+/// The warden's stdin, shared by its callers. A caller writes its lines on its own task
+/// (no hand-off to a writer task: one wake-up fewer per command); what a full pipe does not
+/// take at once is finished by a detached task that keeps the lock, so a caller dropped
+/// mid-request can never leave half a line for the next one to continue.
+#[derive(Clone)]
+struct Stdin {
+    pipe: Arc<tokio::sync::Mutex<pipe::Sender>>,
+    alive: Arc<AtomicBool>,
+}
+
+impl Stdin {
+    async fn lock(&self) -> OwnedMutexGuard<pipe::Sender> {
+        self.pipe.clone().lock_owned().await
+    }
+
+    /// Write `lines` (whole lines) under `pipe`'s lock; false once the warden is gone.
+    fn write(&self, pipe: OwnedMutexGuard<pipe::Sender>, lines: Vec<u8>) -> bool {
+        let mut at = 0;
+        while at < lines.len() {
+            match pipe.try_write(&lines[at..]) {
+                Ok(n) => at += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(_) => {
+                    self.alive.store(false, Ordering::SeqCst);
+                    return false;
+                }
+            }
+        }
+        if at == lines.len() {
+            return true;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.alive.store(false, Ordering::SeqCst);
+            return false;
+        };
+        let alive = self.alive.clone();
+        runtime.spawn(async move {
+            let mut pipe = pipe;
+            if pipe.write_all(&lines[at..]).await.is_err() {
+                alive.store(false, Ordering::SeqCst);
+            }
+        });
+        true
+    }
+
+    /// Send `req` from where nothing can wait (a `Drop`): at once when the pipe is free, else
+    /// from a task that waits for it.
+    fn send_detached(&self, req: &Request) {
+        let mut line = Vec::new();
+        encode(&mut line, req);
+        if let Ok(pipe) = self.pipe.clone().try_lock_owned() {
+            self.write(pipe, line);
+        } else if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let this = self.clone();
+            runtime.spawn(async move {
+                let pipe = this.lock().await;
+                this.write(pipe, line);
+            });
         }
     }
 }
 
 struct KillOnDrop {
     id: u64,
-    tx: mpsc::UnboundedSender<Vec<u8>>,
+    stdin: Stdin,
     pending: Pending,
     armed: bool,
 }
@@ -338,7 +391,7 @@ struct KillOnDrop {
 impl Drop for KillOnDrop {
     fn drop(&mut self) {
         if self.armed {
-            let _ = send(&self.tx, &Request::Kill { id: self.id });
+            self.stdin.send_detached(&Request::Kill { id: self.id });
             if let Ok(mut p) = self.pending.lock() {
                 p.remove(&self.id);
             }
