@@ -548,25 +548,29 @@ fn compiled() -> &'static Compiled {
                 .collect();
             let all: Vec<&str> = rules.iter().map(|&(_, p)| p).collect();
             // A pattern that does not compile disables its rule only (and is logged); each is
-            // compiled alone only to find which one that is.
-            let usable: Vec<(usize, &str)> = match ascii_set(&all) {
-                Ok(_) => rules,
-                Err(_) => rules
-                    .into_iter()
-                    .filter(|&(i, p)| match ascii_set(&[p]) {
-                        Ok(_) => true,
-                        Err(e) => {
-                            tracing::error!(rule = RULES[i].id, error = %e, "invalid audit rule regex");
-                            false
-                        }
-                    })
-                    .collect(),
+            // compiled alone only to find which one that is. The usual case compiles once.
+            let (usable, set) = match ascii_set(&all) {
+                Ok(set) => (rules, set),
+                Err(_) => {
+                    let usable: Vec<(usize, &str)> = rules
+                        .into_iter()
+                        .filter(|&(i, p)| match ascii_set(&[p]) {
+                            Ok(_) => true,
+                            Err(e) => {
+                                tracing::error!(rule = RULES[i].id, error = %e, "invalid audit rule regex");
+                                false
+                            }
+                        })
+                        .collect();
+                    let patterns: Vec<&str> = usable.iter().map(|&(_, p)| p).collect();
+                    let set = ascii_set(&patterns).unwrap_or_else(|_| RegexSet::empty());
+                    (usable, set)
+                }
             };
             for (k, &(i, _)) in usable.iter().enumerate() {
                 slot[i] = Some(k);
             }
-            let patterns: Vec<&str> = usable.iter().map(|&(_, p)| p).collect();
-            sets.push(ascii_set(&patterns).unwrap_or_else(|_| RegexSet::empty()));
+            sets.push(set);
         }
         let warn = sets.pop().unwrap_or_else(RegexSet::empty);
         let block = sets.pop().unwrap_or_else(RegexSet::empty);
