@@ -542,8 +542,10 @@ impl SqliteStore {
         if events.is_empty() {
             return Ok(());
         }
+        // A batch is small and frequent: written on the caller's thread when the writer is
+        // idle, like a checkpoint (no hand-off to the writer thread and back).
         self.db()
-            .write(move |cx| insert_rows(cx, events.iter()).map(drop))
+            .write_inline(move |cx| insert_rows(cx, events.iter()).map(drop))
             .await
     }
 
@@ -569,7 +571,7 @@ impl SqliteStore {
     ) -> Result<bool, StoreError> {
         let encoded = encode(event, self.max_trace_bytes())?;
         self.db()
-            .write(move |cx| {
+            .write_inline(move |cx| {
                 if !events.is_empty() {
                     insert_rows(cx, events.iter())?;
                 }
