@@ -247,9 +247,25 @@ impl Warden {
             capture_limit: spec.capture_limit,
             stream: spec.lines.is_some(),
         };
+        // A call dropped before its request is written only forgets its id; after, it also
+        // kills its process group in the warden.
+        let mut guard = KillOnDrop {
+            id,
+            stdin: self.stdin.clone(),
+            pending: self.pending.clone(),
+            streams: self.streams.clone(),
+            sent: false,
+            armed: true,
+        };
+        // Waiting for the stdin (another caller's long request still being written to a
+        // warden that does not read) counts against the call's own deadline.
+        let deadline = tokio::time::Instant::now() + spec.timeout + ANSWER_SLACK;
+        let late = || SandboxError::Runtime("the sandbox helper did not answer in time".into());
         {
             // The stdin lock orders the base environment before the request built on it.
-            let pipe = self.stdin.lock().await;
+            let pipe = tokio::time::timeout_at(deadline, self.stdin.lock())
+                .await
+                .map_err(|_| late())?;
             let mut lines = Vec::new();
             let mut sent = self.base_env.lock().map_err(|_| gone())?;
             if !sent
@@ -267,15 +283,9 @@ impl Warden {
             if !self.stdin.write(pipe, lines) {
                 return Err(gone());
             }
+            guard.sent = true;
         }
-        // A cancelled call (the future dropped) kills its process group in the warden.
-        let mut guard = KillOnDrop {
-            id,
-            stdin: self.stdin.clone(),
-            pending: self.pending.clone(),
-            armed: true,
-        };
-        let reply = tokio::time::timeout(spec.timeout + ANSWER_SLACK, orx).await;
+        let reply = tokio::time::timeout_at(deadline, orx).await;
         guard.armed = reply.is_err();
         drop(guard);
         if let Ok(mut s) = self.streams.lock() {
@@ -299,9 +309,7 @@ impl Warden {
                 "Failed to start the command: {message}"
             ))),
             Ok(Ok(_)) | Ok(Err(_)) => Err(gone()),
-            Err(_) => Err(SandboxError::Runtime(
-                "the sandbox helper did not answer in time".into(),
-            )),
+            Err(_) => Err(late()),
         }
     }
 }
@@ -381,19 +389,28 @@ impl Stdin {
     }
 }
 
+/// A call's cleanup if it ends early (dropped, timed out, or failed before its request went
+/// out): forget its reply slot and output sink, and once the request was sent, kill it.
 struct KillOnDrop {
     id: u64,
     stdin: Stdin,
     pending: Pending,
+    streams: Streams,
+    sent: bool,
     armed: bool,
 }
 
 impl Drop for KillOnDrop {
     fn drop(&mut self) {
         if self.armed {
-            self.stdin.send_detached(&Request::Kill { id: self.id });
+            if self.sent {
+                self.stdin.send_detached(&Request::Kill { id: self.id });
+            }
             if let Ok(mut p) = self.pending.lock() {
                 p.remove(&self.id);
+            }
+            if let Ok(mut s) = self.streams.lock() {
+                s.remove(&self.id);
             }
         }
     }
