@@ -11,10 +11,11 @@
 //! An in-memory database has no second connection to read from, so there reads go through the
 //! writer too.
 //!
-//! Small writes on a run's hot path (checkpoints) may instead run on the caller's thread when
-//! the writer is idle ([`Db::write_inline`]): the connection is behind a mutex the writer holds
-//! only while it runs a batch, so an idle writer costs the caller no thread hand-off (two
-//! wake-ups per write). Under contention the job queues as usual and joins a group commit.
+//! Small writes on a run's hot path (checkpoints, journal batches) may instead run on the
+//! caller's thread when the writer is idle ([`Db::write_inline`]): the connection is behind a
+//! mutex the writer holds only while it runs a batch, so an idle writer costs the caller no
+//! thread hand-off (two wake-ups per write). Under contention the job queues as usual and joins
+//! a group commit.
 
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
