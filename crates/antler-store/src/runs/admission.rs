@@ -420,8 +420,17 @@ impl SqliteStore {
                     return Ok(None);
                 };
                 let ts = now();
-                // A run queued or admitted meanwhile keeps the thread busy.
-                let others = !active_runs_tx(cx, &run.thread_id)?.is_empty();
+                // A run queued or admitted meanwhile keeps the thread busy (this one is no
+                // longer live: only existence matters, not the records).
+                let others = cx
+                    .query_opt(
+                        "SELECT 1 FROM runs
+                         WHERE thread_id = ?1 AND status IN ('pending', 'running') LIMIT 1",
+                        [&run.thread_id],
+                        "read active runs",
+                        |_| Ok(()),
+                    )?
+                    .is_some();
                 let thread_status = if others {
                     crate::ThreadRecord::BUSY
                 } else {
