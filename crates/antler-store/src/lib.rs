@@ -36,8 +36,8 @@ pub use journal::{
 pub use lease::LeaseOwner;
 pub use memory::{MemoryChange, MemorySave, MemorySnapshot};
 pub use runs::{
-    Admission, AdmitOptions, AdmitOutcome, Heartbeat, MultitaskStrategy, RunFinish, RunRecord,
-    RunStatus, RunUsage,
+    Admission, AdmitOptions, AdmitOutcome, BusyMark, Heartbeat, MultitaskStrategy, RunFinish,
+    RunRecord, RunStatus, RunUsage,
 };
 pub use schema::SCHEMA_VERSION;
 pub use threads::{ThreadQuery, ThreadRecord, ThreadUpdate};

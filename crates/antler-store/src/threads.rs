@@ -180,19 +180,7 @@ impl SqliteStore {
         let id = thread_id.to_owned();
         let owner = owner.map(str::to_owned);
         self.db()
-            .write(move |cx| {
-                cx.exec(
-                    "INSERT INTO threads
-                       (thread_id, created_at, updated_at, metadata, status, title, owner)
-                     VALUES (?1, ?2, ?2, '{}', ?3, NULL, ?4)
-                     ON CONFLICT (thread_id) DO UPDATE SET
-                       updated_at = excluded.updated_at, status = excluded.status,
-                       owner = COALESCE(threads.owner, excluded.owner)",
-                    params![id, now(), ThreadRecord::BUSY, owner],
-                    "mark a thread busy",
-                )?;
-                Ok(())
-            })
+            .write(move |cx| mark_busy_tx(cx, &id, owner.as_deref()))
             .await
     }
 
@@ -283,4 +271,24 @@ impl SqliteStore {
             })
             .await
     }
+}
+
+/// [`SqliteStore::mark_thread_busy`] inside the caller's transaction (admission marks the thread
+/// of a run it starts in the same commit).
+pub(crate) fn mark_busy_tx(
+    cx: &Cx<'_>,
+    thread_id: &str,
+    owner: Option<&str>,
+) -> Result<(), StoreError> {
+    cx.exec(
+        "INSERT INTO threads
+           (thread_id, created_at, updated_at, metadata, status, title, owner)
+         VALUES (?1, ?2, ?2, '{}', ?3, NULL, ?4)
+         ON CONFLICT (thread_id) DO UPDATE SET
+           updated_at = excluded.updated_at, status = excluded.status,
+           owner = COALESCE(threads.owner, excluded.owner)",
+        params![thread_id, now(), ThreadRecord::BUSY, owner],
+        "mark a thread busy",
+    )?;
+    Ok(())
 }

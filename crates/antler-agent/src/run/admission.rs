@@ -14,7 +14,7 @@
 use std::sync::Arc;
 
 use antler_store::{
-    Admission, AdmitOutcome, MultitaskStrategy, RunRecord, ThreadRecord, ThreadUpdate,
+    Admission, AdmitOutcome, BusyMark, MultitaskStrategy, RunRecord, ThreadRecord, ThreadUpdate,
 };
 use serde_json::Value;
 
@@ -48,13 +48,17 @@ pub(crate) async fn admit(
     coordinator: &Arc<dyn RunCoordinator>,
     record: RunRecord,
     strategy: MultitaskStrategy,
+    user_id: Option<&str>,
 ) -> Result<Admitted, AgentError> {
     let thread_id = record.thread_id.clone();
+    let busy = BusyMark {
+        owner: user_id.map(str::to_owned),
+    };
     let AdmitOutcome {
         admission,
         displaced,
         reclaimed,
-    } = coordinator.admit(record, strategy).await?;
+    } = coordinator.admit(record, strategy, busy).await?;
     for r in &reclaimed {
         tracing::warn!(run = %r.run_id, thread = %thread_id, "an earlier run of this thread was orphaned (its process exited); marked error");
     }

@@ -16,8 +16,8 @@ use antler_protocol::ThreadState;
 use antler_runtime::CancellationToken;
 use antler_store::runs::DEFAULT_LEASE;
 use antler_store::{
-    AdmitOptions, AdmitOutcome, Heartbeat, LeaseOwner, MultitaskStrategy, RunFinish, RunRecord,
-    RunStatus, SqliteStore, StoreError,
+    AdmitOptions, AdmitOutcome, BusyMark, Heartbeat, LeaseOwner, MultitaskStrategy, RunFinish,
+    RunRecord, RunStatus, SqliteStore, StoreError,
 };
 use async_trait::async_trait;
 use tokio::sync::watch;
@@ -173,11 +173,13 @@ impl RunSignal {
 pub trait RunCoordinator: Send + Sync {
     /// Admit a run on its thread under `strategy`, atomically: `Started`, `Queued` behind live
     /// runs, or `Rejected`; the runs it displaced (`interrupt`/`rollback`) and orphans it
-    /// reclaimed. The new run is leased to this process.
+    /// reclaimed. The new run is leased to this process; a run that starts at once marks its
+    /// thread `busy` (`busy`: the owner of a thread the mark creates) in the same step.
     async fn admit(
         &self,
         record: RunRecord,
         strategy: MultitaskStrategy,
+        busy: BusyMark,
     ) -> Result<AdmitOutcome, StoreError>;
 
     /// Start a queued run once no earlier live run holds its thread (`None`: keep waiting).
@@ -243,11 +245,13 @@ impl RunCoordinator for SqliteCoordinator {
         &self,
         record: RunRecord,
         strategy: MultitaskStrategy,
+        busy: BusyMark,
     ) -> Result<AdmitOutcome, StoreError> {
         let opts = AdmitOptions {
             strategy,
             owner: self.owner.clone(),
             lease: self.lease,
+            mark_busy: Some(busy),
         };
         self.store.admit_run(record, opts).await
     }

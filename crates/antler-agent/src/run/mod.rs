@@ -314,7 +314,14 @@ impl App {
         );
         // Registered before admission: a run admitted right after may displace this one.
         self.runs.register(signal.clone());
-        let admitted = match admission::admit(&self.runs, record, req.strategy).await {
+        let admitted = match admission::admit(
+            &self.runs,
+            record,
+            req.strategy,
+            req.user_id.as_deref(),
+        )
+        .await
+        {
             Ok(a) => a,
             Err(e) => {
                 self.runs.forget(&run_id);
@@ -432,7 +439,10 @@ async fn drive_run(res: RunResources, d: Box<Drive>) -> TurnOutcome {
     }
     let thread_id = d.signal.thread_id().to_owned();
     let run_id = d.signal.run_id().to_owned();
-    Box::pin(mark_busy(&res.store, &thread_id, d.user_id.as_deref())).await;
+    if d.queued {
+        // A run admitted straight away was marked busy by its admission.
+        Box::pin(mark_busy(&res.store, &thread_id, d.user_id.as_deref())).await;
+    }
 
     let agent = match d.agent {
         Ok(a) => a,

@@ -25,6 +25,7 @@ use crate::db::Cx;
 use crate::error::StoreError;
 use crate::journal::{append_tx, has_event_tx, NewRunEvent};
 use crate::lease::LeaseOwner;
+use crate::threads::mark_busy_tx;
 use crate::{now, SqliteStore};
 
 pub use antler_protocol::checkpoint::MultitaskStrategy;
@@ -43,15 +44,27 @@ pub struct AdmitOptions {
     pub owner: LeaseOwner,
     /// How long the lease holds without a heartbeat.
     pub lease: Duration,
+    /// Mark the thread `busy` in the same commit when the run starts at once (as
+    /// [`SqliteStore::mark_thread_busy`] would, with this owner for a thread it creates). A run
+    /// that is queued instead is marked when it starts.
+    pub mark_busy: Option<BusyMark>,
+}
+
+/// See [`AdmitOptions::mark_busy`].
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct BusyMark {
+    /// The owner recorded on a thread created by the mark (an existing thread keeps its own).
+    pub owner: Option<String>,
 }
 
 impl AdmitOptions {
-    /// This process, a 30 s lease.
+    /// This process, a 30 s lease, the thread's status left alone.
     pub fn new(strategy: MultitaskStrategy) -> Self {
         AdmitOptions {
             strategy,
             owner: LeaseOwner::current().clone(),
             lease: DEFAULT_LEASE,
+            mark_busy: None,
         }
     }
 }
@@ -277,10 +290,16 @@ impl SqliteStore {
                 encoded.record.lease_expires_at = Some(until);
                 encoded.record.updated_at = ts.clone();
                 let mut displaced = Vec::new();
+                let mark = |cx: &Cx<'_>| match &opts.mark_busy {
+                    Some(m) => mark_busy_tx(cx, &thread, m.owner.as_deref()),
+                    None => Ok(()),
+                };
                 let admission = if live.is_empty() {
                     encoded.record.status = RunStatus::Running;
                     encoded.record.started_at = Some(ts);
-                    Admission::Started(insert_tx(cx, encoded)?)
+                    let started = insert_tx(cx, encoded)?;
+                    mark(cx)?;
+                    Admission::Started(started)
                 } else {
                     match opts.strategy {
                         MultitaskStrategy::Reject => Admission::Rejected {
@@ -309,6 +328,7 @@ impl SqliteStore {
                                 end_tx(cx, &run.run_id, status, error)?;
                                 displaced.push(run);
                             }
+                            mark(cx)?;
                             Admission::Started(started)
                         }
                     }

@@ -17,8 +17,8 @@ use crate::{json_text, json_value, now, SqliteStore};
 
 pub mod admission;
 pub use admission::{
-    Admission, AdmitOptions, AdmitOutcome, Heartbeat, MultitaskStrategy, RunFinish, DEFAULT_LEASE,
-    ORPHANED, ROLLED_BACK,
+    Admission, AdmitOptions, AdmitOutcome, BusyMark, Heartbeat, MultitaskStrategy, RunFinish,
+    DEFAULT_LEASE, ORPHANED, ROLLED_BACK,
 };
 
 /// Lifecycle status of a run.

@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use antler_store::runs::{ORPHANED, ROLLED_BACK};
 use antler_store::{
-    Admission, AdmitOptions, AdmitOutcome, EventQuery, Heartbeat, LeaseOwner, MultitaskStrategy,
-    RunFinish, RunRecord, RunStatus, SqliteStore, StoreError, ThreadRecord,
+    Admission, AdmitOptions, AdmitOutcome, BusyMark, EventQuery, Heartbeat, LeaseOwner,
+    MultitaskStrategy, RunFinish, RunRecord, RunStatus, SqliteStore, StoreError, ThreadRecord,
 };
 use pretty_assertions::assert_eq;
 use serde_json::json;
@@ -448,4 +448,82 @@ async fn a_runs_end_sets_its_threads_status_unless_another_run_holds_the_thread(
         thread().await,
         ("interrupted".to_owned(), Some("Trip".to_owned()))
     );
+}
+
+/// Admission asked to mark the thread does it in its own commit for a run it starts (creating
+/// the thread with the given owner, or keeping an existing thread's owner), and leaves the thread
+/// alone for a run it queues or rejects.
+#[tokio::test]
+async fn a_started_run_marks_its_thread_busy_in_the_admission() {
+    let (_d, store) = temp_store();
+    let marking = |strategy| AdmitOptions {
+        mark_busy: Some(BusyMark {
+            owner: Some("alice".into()),
+        }),
+        ..opts(strategy)
+    };
+    // A new thread: created busy, owned by the run's user.
+    let out = store
+        .admit_run(
+            RunRecord::new("r1", "t", "a"),
+            marking(MultitaskStrategy::Reject),
+        )
+        .await
+        .unwrap();
+    started(out.admission);
+    let t = store.get_thread("t").await.unwrap().unwrap();
+    assert_eq!(
+        (t.status.as_str(), t.owner.as_deref()),
+        ("busy", Some("alice"))
+    );
+
+    // Queued behind r1 or rejected: the thread record is not touched.
+    let mut idle = t.clone();
+    idle.status = ThreadRecord::IDLE.to_owned();
+    idle.owner = Some("bob".into());
+    store.upsert_thread(idle).await.unwrap();
+    let before = store.get_thread("t").await.unwrap().unwrap();
+    let out = store
+        .admit_run(
+            RunRecord::new("r2", "t", "a"),
+            marking(MultitaskStrategy::Enqueue),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(out.admission, Admission::Queued(_)));
+    let out = store
+        .admit_run(
+            RunRecord::new("r3", "t", "a"),
+            marking(MultitaskStrategy::Reject),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(out.admission, Admission::Rejected { .. }));
+    assert_eq!(store.get_thread("t").await.unwrap().unwrap(), before);
+
+    // Interrupting the live runs starts the new one: busy again, the existing owner kept.
+    let out = store
+        .admit_run(
+            RunRecord::new("r4", "t", "a"),
+            marking(MultitaskStrategy::Interrupt),
+        )
+        .await
+        .unwrap();
+    started(out.admission);
+    let t = store.get_thread("t").await.unwrap().unwrap();
+    assert_eq!(
+        (t.status.as_str(), t.owner.as_deref()),
+        ("busy", Some("bob"))
+    );
+
+    // Without the option (the default), admission leaves a thread it starts a run on alone.
+    let out = store
+        .admit_run(
+            RunRecord::new("r5", "u", "a"),
+            opts(MultitaskStrategy::Reject),
+        )
+        .await
+        .unwrap();
+    started(out.admission);
+    assert_eq!(store.get_thread("u").await.unwrap(), None);
 }
