@@ -588,10 +588,15 @@ pub struct Classification {
 
 fn find_rule(text: &str, verdict: Verdict, whole: bool) -> Option<&'static str> {
     let c = compiled();
-    let hits = c.set(verdict).matches(text.as_bytes());
+    let set = c.set(verdict);
+    // Most commands match no rule: the early-exit scan settles that without the overlapping
+    // search (and its per-call match set) that `matches` runs.
+    let hits = set
+        .is_match(text.as_bytes())
+        .then(|| set.matches(text.as_bytes()));
     // Split into shell words only when a word rule of this verdict is reached.
     let mut words: Option<Option<Vec<String>>> = None;
-    let matched = |i: usize| c.slot[i].is_some_and(|s| hits.matched(s));
+    let matched = |i: usize| c.slot[i].is_some_and(|s| hits.as_ref().is_some_and(|h| h.matched(s)));
     RULES
         .iter()
         .enumerate()
