@@ -191,6 +191,51 @@ impl EncodedRunEvent {
         )
     }
 
+    /// [`EncodedRunEvent::new`] with the metadata serialized straight from `metadata` (a
+    /// struct of borrowed fields, not a map built for the purpose). Its JSON must be an object.
+    /// A `trace` event whose content is cut takes the flags in its metadata as `new` would.
+    pub fn with_metadata<M: Serialize>(
+        ids: &RunEventIds,
+        event_type: impl Into<Cow<'static, str>>,
+        category: impl Into<Cow<'static, str>>,
+        content: EventContent,
+        metadata: &M,
+        max_trace: usize,
+        created_at: String,
+    ) -> Result<Self, StoreError> {
+        let event_type = event_type.into();
+        let category = category.into();
+        if category == CATEGORY_TRACE && content.text().len() > max_trace {
+            let map = match serde_json::to_value(metadata) {
+                Ok(Value::Object(map)) => map,
+                Ok(_) => {
+                    return Err(StoreError::encode(
+                        format!("metadata of {event_type}"),
+                        "not an object",
+                    ))
+                }
+                Err(e) => return Err(StoreError::encode(format!("metadata of {event_type}"), e)),
+            };
+            return Self::new(
+                ids, event_type, category, content, map, max_trace, created_at,
+            );
+        }
+        let metadata = serde_json::to_string(metadata)
+            .map_err(|e| StoreError::encode(format!("metadata of {event_type}"), e))?;
+        Ok(EncodedRunEvent {
+            ids: ids.clone(),
+            event_type,
+            category,
+            content,
+            metadata,
+            created_at: if created_at.is_empty() {
+                now()
+            } else {
+                created_at
+            },
+        })
+    }
+
     fn encoded(
         ids: &RunEventIds,
         event_type: Cow<'static, str>,

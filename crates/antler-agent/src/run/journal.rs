@@ -184,6 +184,28 @@ impl RunJournal {
         }
     }
 
+    /// [`RunJournal::event`] with typed metadata, serialized from the borrow (the per-step
+    /// events: no map of owned keys and cloned values built only to be encoded).
+    fn event_with<M: serde::Serialize>(
+        &self,
+        kind: impl Into<std::borrow::Cow<'static, str>>,
+        category: &'static str,
+        content: EventContent,
+        meta: &M,
+    ) -> Option<EncodedRunEvent> {
+        let max = self.store.max_trace_content();
+        match EncodedRunEvent::with_metadata(&self.ids, kind, category, content, meta, max, now()) {
+            Ok(e) => Some(e),
+            Err(e) => {
+                tracing::warn!(run = %self.ids.run_id, error = %e, "a journal event does not encode");
+                let mut shared = lock(&self.shared);
+                shared.unencodable += 1;
+                shared.error = Some(e.to_string());
+                None
+            }
+        }
+    }
+
     /// Journal an event that is not a [`RunEvent`] (recovery, admission, …).
     pub fn record(
         &self,
@@ -193,16 +215,6 @@ impl RunJournal {
         meta: Map<String, Value>,
     ) {
         self.push(self.event(kind.to_owned(), category, content_of(&content), meta));
-    }
-
-    /// Journal a message the run produced, serialized (from the borrow) as the event's content.
-    fn record_message(
-        &self,
-        kind: &'static str,
-        message: MessageRef<'_>,
-        meta: Map<String, Value>,
-    ) {
-        self.push(self.event(kind, CATEGORY_MESSAGE, message_content(message), meta));
     }
 
     fn push(&self, events: impl IntoIterator<Item = EncodedRunEvent>) {
@@ -409,6 +421,35 @@ fn caller_bucket(caller: &str) -> u8 {
     }
 }
 
+/// `llm.ai.response` metadata, in the order the journal has always written its keys.
+#[derive(serde::Serialize)]
+struct ResponseMeta<'a> {
+    caller: &'a str,
+    model: &'a str,
+    request_messages: usize,
+    usage: &'a Option<antler_protocol::UsageMetadata>,
+    latency_ms: u64,
+    llm_call_index: u64,
+}
+
+/// `llm.tool.result` metadata.
+#[derive(serde::Serialize)]
+struct ToolResultMeta<'a> {
+    tool: &'a str,
+    tool_call_id: &'a str,
+    args: &'a Map<String, Value>,
+    status: antler_protocol::ToolStatus,
+    duration_ms: u64,
+    result_bytes: usize,
+}
+
+/// `middleware:*` metadata.
+#[derive(serde::Serialize)]
+struct MiddlewareMeta<'a> {
+    name: &'a str,
+    action: &'a str,
+}
+
 /// Event metadata from `(key, value)` pairs.
 fn fields<const N: usize>(pairs: [(&str, Value); N]) -> Map<String, Value> {
     pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
@@ -511,18 +552,16 @@ impl RunObserver for RunJournal {
                     }
                     i
                 };
-                let meta = fields([
-                    ("caller", json!(caller)),
-                    ("model", json!(model)),
-                    ("request_messages", json!(request_messages)),
-                    (
-                        "usage",
-                        serde_json::to_value(&response.usage_metadata).unwrap_or(Value::Null),
-                    ),
-                    ("latency_ms", json!(millis(*latency))),
-                    ("llm_call_index", json!(index)),
-                ]);
-                self.record_message("llm.ai.response", MessageRef::Ai(response), meta);
+                let meta = ResponseMeta {
+                    caller,
+                    model,
+                    request_messages: *request_messages,
+                    usage: &response.usage_metadata,
+                    latency_ms: millis(*latency),
+                    llm_call_index: index,
+                };
+                let content = message_content(MessageRef::Ai(response));
+                self.push(self.event_with("llm.ai.response", CATEGORY_MESSAGE, content, &meta));
             }
             RunEvent::ModelError {
                 caller,
@@ -572,24 +611,30 @@ impl RunObserver for RunJournal {
                         }
                     }
                 }
-                let meta = fields([
-                    ("tool", json!(call.name)),
-                    ("tool_call_id", json!(call.id_str())),
-                    ("args", Value::Object(call.args.clone())),
-                    ("status", json!(message.status)),
-                    ("duration_ms", json!(millis(*duration))),
-                    ("result_bytes", json!(message.content.approx_len())),
-                ]);
-                self.record_message("llm.tool.result", MessageRef::Tool(message), meta);
+                let meta = ToolResultMeta {
+                    tool: &call.name,
+                    tool_call_id: call.id_str(),
+                    args: &call.args,
+                    status: message.status,
+                    duration_ms: millis(*duration),
+                    result_bytes: message.content.approx_len(),
+                };
+                let content = message_content(MessageRef::Tool(message));
+                self.push(self.event_with("llm.tool.result", CATEGORY_MESSAGE, content, &meta));
             }
             RunEvent::Middleware {
                 name,
                 action,
                 payload,
             } => {
-                let meta = fields([("name", json!(name)), ("action", json!(action))]);
+                let meta = MiddlewareMeta { name, action };
                 let content = content_of(payload);
-                self.push(self.event(format!("middleware:{action}"), "middleware", content, meta));
+                self.push(self.event_with(
+                    format!("middleware:{action}"),
+                    "middleware",
+                    content,
+                    &meta,
+                ));
             }
             RunEvent::RunEnd { status, error } => {
                 let usage = lock(&self.state).usage.clone();
@@ -610,5 +655,87 @@ impl RunObserver for RunJournal {
                 self.push(events);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use antler_protocol::{ToolStatus, UsageMetadata};
+
+    /// The typed per-step metadata writes the very JSON the key/value maps wrote (same keys,
+    /// same order, same values): readers of `run_events.metadata` see no change.
+    #[test]
+    fn typed_metadata_encodes_as_the_maps_did() {
+        let usage = Some(UsageMetadata {
+            input_tokens: 10,
+            output_tokens: 2,
+            total_tokens: 12,
+            ..Default::default()
+        });
+        let typed = ResponseMeta {
+            caller: "lead_agent",
+            model: "m",
+            request_messages: 3,
+            usage: &usage,
+            latency_ms: 7,
+            llm_call_index: 1,
+        };
+        let mapped = fields([
+            ("caller", json!("lead_agent")),
+            ("model", json!("m")),
+            ("request_messages", json!(3_usize)),
+            ("usage", serde_json::to_value(&usage).unwrap()),
+            ("latency_ms", json!(7_u64)),
+            ("llm_call_index", json!(1_u64)),
+        ]);
+        assert_eq!(
+            serde_json::to_string(&typed).unwrap(),
+            serde_json::to_string(&mapped).unwrap()
+        );
+        let none: Option<UsageMetadata> = None;
+        let typed = ResponseMeta {
+            usage: &none,
+            ..typed
+        };
+        assert!(serde_json::to_string(&typed)
+            .unwrap()
+            .contains(r#""usage":null,"#));
+
+        let args = json!({"command": "echo \"hi\"", "n": 1});
+        let args = args.as_object().unwrap();
+        let typed = ToolResultMeta {
+            tool: "bash",
+            tool_call_id: "call_1",
+            args,
+            status: ToolStatus::Error,
+            duration_ms: 5,
+            result_bytes: 42,
+        };
+        let mapped = fields([
+            ("tool", json!("bash")),
+            ("tool_call_id", json!("call_1")),
+            ("args", Value::Object(args.clone())),
+            ("status", json!(ToolStatus::Error)),
+            ("duration_ms", json!(5_u64)),
+            ("result_bytes", json!(42_usize)),
+        ]);
+        assert_eq!(
+            serde_json::to_string(&typed).unwrap(),
+            serde_json::to_string(&mapped).unwrap()
+        );
+
+        let typed = MiddlewareMeta {
+            name: "TokenUsageMiddleware",
+            action: "token_usage",
+        };
+        let mapped = fields([
+            ("name", json!("TokenUsageMiddleware")),
+            ("action", json!("token_usage")),
+        ]);
+        assert_eq!(
+            serde_json::to_string(&typed).unwrap(),
+            serde_json::to_string(&mapped).unwrap()
+        );
     }
 }

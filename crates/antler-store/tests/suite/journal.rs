@@ -451,6 +451,40 @@ async fn encoded_events_are_stored_as_the_same_events_would_be() {
             .unwrap()
         })
         .collect();
+    // The same with the metadata serialized from a typed value (here a struct-like map):
+    // trace content over the limit is still cut and flagged.
+    #[derive(serde::Serialize)]
+    struct Meta<'a> {
+        caller: &'a str,
+    }
+    let ids_c = RunEventIds {
+        thread_id: "c".into(),
+        run_id: "rc".into(),
+        user_id: Some("u".into()),
+    };
+    let typed: Vec<EncodedRunEvent> = events
+        .iter()
+        .map(|(kind, category, content)| {
+            let content = EventContent::from_value(content).unwrap();
+            let meta = Meta {
+                caller: "lead_agent",
+            };
+            EncodedRunEvent::with_metadata(
+                &ids_c,
+                *kind,
+                *category,
+                content,
+                &meta,
+                max,
+                created.clone(),
+            )
+            .unwrap()
+        })
+        .collect();
+    store
+        .append_encoded_run_events(Arc::new(typed))
+        .await
+        .unwrap();
     let batch = Arc::new(encoded);
     store
         .append_encoded_run_events(batch.clone())
@@ -468,8 +502,17 @@ async fn encoded_events_are_stored_as_the_same_events_would_be() {
                 .unwrap()
         }
     };
-    let (a, b) = (list("ra").await, list("rb").await);
+    let (a, b, c) = (list("ra").await, list("rb").await, list("rc").await);
     assert_eq!(b.len(), 2 * a.len());
+    assert_eq!(c.len(), a.len());
+    for (x, y) in a.iter().zip(&c) {
+        assert_eq!(
+            (&x.event_type, &x.category, &x.content, &x.metadata),
+            (&y.event_type, &y.category, &y.content, &y.metadata)
+        );
+    }
+    assert_eq!(c[1].metadata["content_truncated"], json!(true));
+    assert_eq!(c[1].metadata["caller"], json!("lead_agent"));
     assert_eq!(seqs(&b), (1..=8).collect::<Vec<_>>());
     for (x, y) in a.iter().zip(&b) {
         assert_eq!(
