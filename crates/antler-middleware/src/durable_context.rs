@@ -450,7 +450,7 @@ impl DurableContextMiddleware {
             .collect();
         let mut changed: Vec<Delegation> = Vec::new();
         let mut skill_entries: Vec<SkillEntry> = Vec::new();
-        let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+        let now = antler_protocol::checkpoint::rfc3339_micros(chrono::Utc::now(), true);
         for i in start..msgs.len() {
             let Some(m) = msgs.get(i) else { break };
             match m {

@@ -138,7 +138,7 @@ impl SandboxAuditMiddleware {
         truncate: bool,
     ) {
         let record = AuditRecord {
-            timestamp: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, false),
+            timestamp: antler_protocol::checkpoint::rfc3339_micros(chrono::Utc::now(), false),
             thread_id: if thread_id.is_empty() {
                 "unknown".to_owned()
             } else {

@@ -44,7 +44,7 @@ impl ThreadDataMiddleware {
 
 /// UTC ISO-8601 with microseconds and `+00:00`, as Python's `datetime.now(UTC).isoformat()`.
 fn timestamp() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, false)
+    antler_protocol::checkpoint::rfc3339_micros(chrono::Utc::now(), false)
 }
 
 #[async_trait]

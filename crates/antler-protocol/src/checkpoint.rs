@@ -75,9 +75,52 @@ impl CheckpointWrite {
     }
 }
 
-/// RFC 3339 UTC timestamp with microseconds.
+/// RFC 3339 UTC timestamp with microseconds, `Z` suffix.
 pub fn now_rfc3339() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+    rfc3339_micros(chrono::Utc::now(), true)
+}
+
+/// `t` as chrono's `to_rfc3339_opts(SecondsFormat::Micros, use_z)` writes it
+/// (`2026-12-06T23:10:06.123456Z`, or `+00:00` for the offset), without its formatting
+/// machinery: a handful of these are written per agent step.
+pub fn rfc3339_micros(t: chrono::DateTime<chrono::Utc>, use_z: bool) -> String {
+    use chrono::{Datelike, Timelike};
+    let year = t.year();
+    let nanos = t.nanosecond();
+    // Years chrono writes with a sign or more digits, and leap seconds, go the long way.
+    if !(0..=9999).contains(&year) || nanos >= 1_000_000_000 {
+        return t.to_rfc3339_opts(chrono::SecondsFormat::Micros, use_z);
+    }
+    let mut b = [0_u8; 32];
+    let mut put = |at: usize, v: u32, width: usize| {
+        let mut v = v;
+        for i in (0..width).rev() {
+            b[at + i] = b'0' + (v % 10) as u8;
+            v /= 10;
+        }
+    };
+    put(0, year.unsigned_abs(), 4);
+    put(5, t.month(), 2);
+    put(8, t.day(), 2);
+    put(11, t.hour(), 2);
+    put(14, t.minute(), 2);
+    put(17, t.second(), 2);
+    put(20, nanos / 1000, 6);
+    b[4] = b'-';
+    b[7] = b'-';
+    b[10] = b'T';
+    b[13] = b':';
+    b[16] = b':';
+    b[19] = b'.';
+    let end = if use_z {
+        b[26] = b'Z';
+        27
+    } else {
+        b[26..32].copy_from_slice(b"+00:00");
+        32
+    };
+    // Every byte written is ASCII.
+    String::from_utf8_lossy(&b[..end]).into_owned()
 }
 
 /// How a run ended, as the loop reports it (the store's run records add `pending`, `running`
@@ -349,5 +392,46 @@ impl Checkpointer for MemoryCheckpointer {
     async fn delete_thread(&self, thread_id: &str) -> Result<(), CheckpointError> {
         self.lock()?.remove(thread_id);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rfc3339_micros;
+    use chrono::{DateTime, SecondsFormat, TimeZone, Utc};
+
+    fn chrono_form(t: DateTime<Utc>, z: bool) -> String {
+        t.to_rfc3339_opts(SecondsFormat::Micros, z)
+    }
+
+    /// The short formatter writes exactly what chrono writes, for both offset forms, across
+    /// field boundaries, sub-microsecond truncation, and the years it hands back to chrono.
+    #[test]
+    fn writes_what_chrono_writes() {
+        let mut times = vec![
+            Utc.timestamp_opt(0, 0).unwrap(),
+            Utc.timestamp_opt(1_796_000_000, 999_999_999).unwrap(),
+            Utc.timestamp_opt(951_782_400, 1_000).unwrap(), // 2000-02-29
+            Utc.with_ymd_and_hms(9999, 12, 31, 23, 59, 59).unwrap(),
+            Utc.with_ymd_and_hms(10_000, 1, 1, 0, 0, 0).unwrap(),
+            Utc.with_ymd_and_hms(-1, 6, 1, 12, 0, 0).unwrap(),
+            Utc.with_ymd_and_hms(33, 1, 2, 3, 4, 5).unwrap(),
+            Utc::now(),
+        ];
+        // A spread of instants, nanoseconds included.
+        let mut x: i64 = 0x2545_F491_4F6C_DD1D;
+        for _ in 0..2_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let secs = x.rem_euclid(4_102_444_800); // 1970..2100
+            let nanos = (x >> 20).rem_euclid(1_000_000_000) as u32;
+            times.push(Utc.timestamp_opt(secs, nanos).unwrap());
+        }
+        for t in times {
+            for z in [true, false] {
+                assert_eq!(rfc3339_micros(t, z), chrono_form(t, z), "{t:?} z={z}");
+            }
+        }
     }
 }

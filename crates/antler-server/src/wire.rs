@@ -18,7 +18,7 @@ pub fn iso(ts: &str) -> String {
 
 /// Now, ISO-8601 with offset.
 pub fn now_iso() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, false)
+    antler_protocol::checkpoint::rfc3339_micros(chrono::Utc::now(), false)
 }
 
 /// Whether a content block is an inline (base64 `data:`) image.

@@ -187,7 +187,7 @@ impl SqliteStore {
 
 /// Now as RFC 3339 UTC with microseconds (sorts lexicographically).
 pub(crate) fn now() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+    antler_protocol::checkpoint::rfc3339_micros(chrono::Utc::now(), true)
 }
 
 /// Encode a JSON value for a TEXT column.
