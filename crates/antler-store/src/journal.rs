@@ -220,28 +220,15 @@ impl EncodedRunEvent {
                 ids, event_type, category, content, map, max_trace, created_at,
             );
         }
-        let metadata = serde_json::to_string(metadata)
-            .map_err(|e| StoreError::encode(format!("metadata of {event_type}"), e))?;
-        Ok(EncodedRunEvent {
-            ids: ids.clone(),
-            event_type,
-            category,
-            content,
-            metadata,
-            created_at: if created_at.is_empty() {
-                now()
-            } else {
-                created_at
-            },
-        })
+        Self::encoded(ids, event_type, category, content, metadata, created_at)
     }
 
-    fn encoded(
+    fn encoded<M: Serialize + ?Sized>(
         ids: &RunEventIds,
         event_type: Cow<'static, str>,
         category: Cow<'static, str>,
         content: EventContent,
-        metadata: &Map<String, Value>,
+        metadata: &M,
         created_at: String,
     ) -> Result<Self, StoreError> {
         let metadata = serde_json::to_string(metadata)

@@ -30,7 +30,7 @@ use antler_protocol::{Message, MessageRef};
 use antler_runtime::{RunContext, RunEvent, RunObserver};
 use antler_store::journal::CATEGORY_MESSAGE;
 use antler_store::{
-    EncodedRunEvent, EventContent, NewRunEvent, RunEventIds, RunUsage, SqliteStore,
+    EncodedRunEvent, EventContent, NewRunEvent, RunEventIds, RunUsage, SqliteStore, StoreError,
 };
 use serde_json::{json, Map, Value};
 
@@ -172,7 +172,20 @@ impl RunJournal {
         meta: Map<String, Value>,
     ) -> Option<EncodedRunEvent> {
         let max = self.store.max_trace_content();
-        match EncodedRunEvent::new(&self.ids, kind, category, content, meta, max, now()) {
+        self.encoded(EncodedRunEvent::new(
+            &self.ids,
+            kind,
+            category,
+            content,
+            meta,
+            max,
+            now(),
+        ))
+    }
+
+    /// An encoded event, or `None` counted as lost when it did not encode.
+    fn encoded(&self, event: Result<EncodedRunEvent, StoreError>) -> Option<EncodedRunEvent> {
+        match event {
             Ok(e) => Some(e),
             Err(e) => {
                 tracing::warn!(run = %self.ids.run_id, error = %e, "a journal event does not encode");
@@ -194,16 +207,15 @@ impl RunJournal {
         meta: &M,
     ) -> Option<EncodedRunEvent> {
         let max = self.store.max_trace_content();
-        match EncodedRunEvent::with_metadata(&self.ids, kind, category, content, meta, max, now()) {
-            Ok(e) => Some(e),
-            Err(e) => {
-                tracing::warn!(run = %self.ids.run_id, error = %e, "a journal event does not encode");
-                let mut shared = lock(&self.shared);
-                shared.unencodable += 1;
-                shared.error = Some(e.to_string());
-                None
-            }
-        }
+        self.encoded(EncodedRunEvent::with_metadata(
+            &self.ids,
+            kind,
+            category,
+            content,
+            meta,
+            max,
+            now(),
+        ))
     }
 
     /// Journal an event that is not a [`RunEvent`] (recovery, admission, …).

@@ -456,74 +456,55 @@ async fn a_runs_end_sets_its_threads_status_unless_another_run_holds_the_thread(
 #[tokio::test]
 async fn a_started_run_marks_its_thread_busy_in_the_admission() {
     let (_d, store) = temp_store();
-    let marking = |strategy| AdmitOptions {
-        mark_busy: Some(BusyMark {
-            owner: Some("alice".into()),
-        }),
-        ..opts(strategy)
+    let admit = |id: &'static str, thread: &'static str, strategy, mark: bool| {
+        let store = store.clone();
+        let mut o = opts(strategy);
+        if mark {
+            o.mark_busy = Some(BusyMark {
+                owner: Some("alice".into()),
+            });
+        }
+        async move {
+            store
+                .admit_run(RunRecord::new(id, thread, "a"), o)
+                .await
+                .unwrap()
+                .admission
+        }
     };
+    let status = |thread: &'static str| {
+        let store = store.clone();
+        async move {
+            store
+                .get_thread(thread)
+                .await
+                .unwrap()
+                .map(|t| (t.status, t.owner))
+        }
+    };
+    let busy = |owner: &str| Some((ThreadRecord::BUSY.to_owned(), Some(owner.to_owned())));
+
     // A new thread: created busy, owned by the run's user.
-    let out = store
-        .admit_run(
-            RunRecord::new("r1", "t", "a"),
-            marking(MultitaskStrategy::Reject),
-        )
-        .await
-        .unwrap();
-    started(out.admission);
-    let t = store.get_thread("t").await.unwrap().unwrap();
-    assert_eq!(
-        (t.status.as_str(), t.owner.as_deref()),
-        ("busy", Some("alice"))
-    );
+    started(admit("r1", "t", MultitaskStrategy::Reject, true).await);
+    assert_eq!(status("t").await, busy("alice"));
 
     // Queued behind r1 or rejected: the thread record is not touched.
-    let mut idle = t.clone();
+    let mut idle = store.get_thread("t").await.unwrap().unwrap();
     idle.status = ThreadRecord::IDLE.to_owned();
     idle.owner = Some("bob".into());
     store.upsert_thread(idle).await.unwrap();
-    let before = store.get_thread("t").await.unwrap().unwrap();
-    let out = store
-        .admit_run(
-            RunRecord::new("r2", "t", "a"),
-            marking(MultitaskStrategy::Enqueue),
-        )
-        .await
-        .unwrap();
-    assert!(matches!(out.admission, Admission::Queued(_)));
-    let out = store
-        .admit_run(
-            RunRecord::new("r3", "t", "a"),
-            marking(MultitaskStrategy::Reject),
-        )
-        .await
-        .unwrap();
-    assert!(matches!(out.admission, Admission::Rejected { .. }));
-    assert_eq!(store.get_thread("t").await.unwrap().unwrap(), before);
+    let before = store.get_thread("t").await.unwrap();
+    let queued = admit("r2", "t", MultitaskStrategy::Enqueue, true).await;
+    assert!(matches!(queued, Admission::Queued(_)));
+    let rejected = admit("r3", "t", MultitaskStrategy::Reject, true).await;
+    assert!(matches!(rejected, Admission::Rejected { .. }));
+    assert_eq!(store.get_thread("t").await.unwrap(), before);
 
     // Interrupting the live runs starts the new one: busy again, the existing owner kept.
-    let out = store
-        .admit_run(
-            RunRecord::new("r4", "t", "a"),
-            marking(MultitaskStrategy::Interrupt),
-        )
-        .await
-        .unwrap();
-    started(out.admission);
-    let t = store.get_thread("t").await.unwrap().unwrap();
-    assert_eq!(
-        (t.status.as_str(), t.owner.as_deref()),
-        ("busy", Some("bob"))
-    );
+    started(admit("r4", "t", MultitaskStrategy::Interrupt, true).await);
+    assert_eq!(status("t").await, busy("bob"));
 
     // Without the option (the default), admission leaves a thread it starts a run on alone.
-    let out = store
-        .admit_run(
-            RunRecord::new("r5", "u", "a"),
-            opts(MultitaskStrategy::Reject),
-        )
-        .await
-        .unwrap();
-    started(out.admission);
-    assert_eq!(store.get_thread("u").await.unwrap(), None);
+    started(admit("r5", "u", MultitaskStrategy::Reject, false).await);
+    assert_eq!(status("u").await, None);
 }
