@@ -30,7 +30,7 @@ use antler_protocol::{Message, MessageRef};
 use antler_runtime::{RunContext, RunEvent, RunObserver};
 use antler_store::journal::CATEGORY_MESSAGE;
 use antler_store::{
-    EncodedRunEvent, EventContent, NewRunEvent, RunEventIds, RunUsage, SqliteStore, StoreError,
+    EncodedRunEvent, EventContent, NewRunEvent, RunEventIds, RunUsage, SqliteStore,
 };
 use serde_json::{json, Map, Value};
 
@@ -171,21 +171,22 @@ impl RunJournal {
         content: EventContent,
         meta: Map<String, Value>,
     ) -> Option<EncodedRunEvent> {
-        let max = self.store.max_trace_content();
-        self.encoded(EncodedRunEvent::new(
-            &self.ids,
-            kind,
-            category,
-            content,
-            meta,
-            max,
-            now(),
-        ))
+        self.event_with(kind, category, content, &meta)
     }
 
-    /// An encoded event, or `None` counted as lost when it did not encode.
-    fn encoded(&self, event: Result<EncodedRunEvent, StoreError>) -> Option<EncodedRunEvent> {
-        match event {
+    /// [`RunJournal::event`] with any metadata that serializes to an object: the per-step
+    /// events pass typed borrows, so no map of owned keys and cloned values is built for them.
+    fn event_with<M: serde::Serialize>(
+        &self,
+        kind: impl Into<std::borrow::Cow<'static, str>>,
+        category: &'static str,
+        content: EventContent,
+        meta: &M,
+    ) -> Option<EncodedRunEvent> {
+        let max = self.store.max_trace_content();
+        let encoded =
+            EncodedRunEvent::with_metadata(&self.ids, kind, category, content, meta, max, now());
+        match encoded {
             Ok(e) => Some(e),
             Err(e) => {
                 tracing::warn!(run = %self.ids.run_id, error = %e, "a journal event does not encode");
@@ -195,27 +196,6 @@ impl RunJournal {
                 None
             }
         }
-    }
-
-    /// [`RunJournal::event`] with typed metadata, serialized from the borrow (the per-step
-    /// events: no map of owned keys and cloned values built only to be encoded).
-    fn event_with<M: serde::Serialize>(
-        &self,
-        kind: impl Into<std::borrow::Cow<'static, str>>,
-        category: &'static str,
-        content: EventContent,
-        meta: &M,
-    ) -> Option<EncodedRunEvent> {
-        let max = self.store.max_trace_content();
-        self.encoded(EncodedRunEvent::with_metadata(
-            &self.ids,
-            kind,
-            category,
-            content,
-            meta,
-            max,
-            now(),
-        ))
     }
 
     /// Journal an event that is not a [`RunEvent`] (recovery, admission, …).
