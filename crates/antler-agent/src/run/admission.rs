@@ -95,17 +95,26 @@ pub(crate) async fn admit(
     })
 }
 
-/// Wait until a queued run may start. `false` when it was cancelled while waiting.
+/// Wait until a queued run may start (its thread marked busy as it does, `user_id` the owner of
+/// a thread the mark creates). `false` when it was cancelled while waiting.
 pub(crate) async fn wait_turn(
     coordinator: &Arc<dyn RunCoordinator>,
     signal: &RunSignal,
+    user_id: Option<&str>,
 ) -> Result<bool, AgentError> {
     let cancel = signal.token();
     loop {
         if cancel.is_cancelled() {
             return Ok(false);
         }
-        if coordinator.try_start(signal.run_id()).await?.is_some() {
+        let busy = BusyMark {
+            owner: user_id.map(str::to_owned),
+        };
+        if coordinator
+            .try_start(signal.run_id(), busy)
+            .await?
+            .is_some()
+        {
             return Ok(true);
         }
         if let Err(e) = coordinator.heartbeat(signal.run_id()).await {

@@ -182,8 +182,13 @@ pub trait RunCoordinator: Send + Sync {
         busy: BusyMark,
     ) -> Result<AdmitOutcome, StoreError>;
 
-    /// Start a queued run once no earlier live run holds its thread (`None`: keep waiting).
-    async fn try_start(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError>;
+    /// Start a queued run once no earlier live run holds its thread (`None`: keep waiting),
+    /// marking its thread `busy` in the same step.
+    async fn try_start(
+        &self,
+        run_id: &str,
+        busy: BusyMark,
+    ) -> Result<Option<RunRecord>, StoreError>;
 
     /// Renew a run's lease; `Lost` when another process displaced or reclaimed it.
     async fn heartbeat(&self, run_id: &str) -> Result<Heartbeat, StoreError>;
@@ -256,9 +261,13 @@ impl RunCoordinator for SqliteCoordinator {
         self.store.admit_run(record, opts).await
     }
 
-    async fn try_start(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
+    async fn try_start(
+        &self,
+        run_id: &str,
+        busy: BusyMark,
+    ) -> Result<Option<RunRecord>, StoreError> {
         self.store
-            .try_start_run(run_id, &self.owner, self.lease)
+            .try_start_run(run_id, &self.owner, self.lease, Some(busy))
             .await
     }
 

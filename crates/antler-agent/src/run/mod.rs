@@ -427,7 +427,13 @@ async fn drive_run(res: RunResources, d: Box<Drive>) -> TurnOutcome {
         prev.wait_done().await;
     }
     if d.queued {
-        match Box::pin(admission::wait_turn(&res.runs, &d.signal)).await {
+        match Box::pin(admission::wait_turn(
+            &res.runs,
+            &d.signal,
+            d.user_id.as_deref(),
+        ))
+        .await
+        {
             Ok(true) => {}
             Ok(false) => return fin(Ending::bare(RunStatus::Interrupted), None).await,
             Err(e) => return fin(Ending::failed("StoreError", e.to_string()), None).await,
@@ -439,10 +445,6 @@ async fn drive_run(res: RunResources, d: Box<Drive>) -> TurnOutcome {
     }
     let thread_id = d.signal.thread_id().to_owned();
     let run_id = d.signal.run_id().to_owned();
-    if d.queued {
-        // A run admitted straight away was marked busy by its admission.
-        Box::pin(mark_busy(&res.store, &thread_id, d.user_id.as_deref())).await;
-    }
 
     let agent = match d.agent {
         Ok(a) => a,
@@ -499,13 +501,6 @@ async fn drive_run(res: RunResources, d: Box<Drive>) -> TurnOutcome {
     let outcome = fin(end, d.base).await;
     res.release_tallies(&thread_id);
     outcome
-}
-
-/// The thread record shows `busy` while the run lasts (created when new).
-async fn mark_busy(store: &antler_store::SqliteStore, thread_id: &str, user: Option<&str>) {
-    if let Err(e) = store.mark_thread_busy(thread_id, user).await {
-        tracing::warn!(thread = %thread_id, error = %e, "could not mark the thread busy");
-    }
 }
 
 /// Renew the lease while the run lasts; losing it (another process interrupted or reclaimed the

@@ -46,7 +46,7 @@ pub struct AdmitOptions {
     pub lease: Duration,
     /// Mark the thread `busy` in the same commit when the run starts at once (as
     /// [`SqliteStore::mark_thread_busy`] would, with this owner for a thread it creates). A run
-    /// that is queued instead is marked when it starts.
+    /// that is queued instead is marked by the [`SqliteStore::try_start_run`] that starts it.
     pub mark_busy: Option<BusyMark>,
 }
 
@@ -345,11 +345,13 @@ impl SqliteStore {
     /// Start a queued (`pending`) run of `owner` once no earlier live run holds its thread.
     /// Returns the running record, or `None` while it must keep waiting. Fails with `NotFound`
     /// when the run is no longer pending under this owner (it was interrupted or reclaimed).
+    /// `mark_busy`: mark the thread busy in the same commit when the run starts.
     pub async fn try_start_run(
         &self,
         run_id: &str,
         owner: &LeaseOwner,
         lease: Duration,
+        mark_busy: Option<BusyMark>,
     ) -> Result<Option<RunRecord>, StoreError> {
         let id = run_id.to_owned();
         let owner = owner.id().to_owned();
@@ -376,15 +378,18 @@ impl SqliteStore {
                 }
                 let until = now_ms().saturating_add(lease_ms(lease));
                 let ts = now();
-                update_one(
+                let started = update_one(
                     cx,
                     &id,
                     "UPDATE runs SET status = 'running', started_at = ?2, updated_at = ?2,
                        lease_expires_at = ?3
                      WHERE run_id = ?1",
                     params![id, ts, until],
-                )
-                .map(Some)
+                )?;
+                if let Some(m) = &mark_busy {
+                    mark_busy_tx(cx, &started.thread_id, m.owner.as_deref())?;
+                }
+                Ok(Some(started))
             })
             .await
     }

@@ -167,7 +167,10 @@ async fn enqueue_waits_its_turn_in_order() {
             matches!(out.admission, Admission::Queued(ref r) if r.status == RunStatus::Pending)
         );
     }
-    assert_eq!(store.try_start_run("r2", owner, lease).await.unwrap(), None);
+    assert_eq!(
+        store.try_start_run("r2", owner, lease, None).await.unwrap(),
+        None
+    );
     store
         .finish_run_and_thread(
             "r1",
@@ -181,16 +184,25 @@ async fn enqueue_waits_its_turn_in_order() {
         .unwrap()
         .unwrap();
     // r3 queued after r2: still waits.
-    assert_eq!(store.try_start_run("r3", owner, lease).await.unwrap(), None);
+    assert_eq!(
+        store.try_start_run("r3", owner, lease, None).await.unwrap(),
+        None
+    );
     let r2 = store
-        .try_start_run("r2", owner, lease)
+        .try_start_run("r2", owner, lease, None)
         .await
         .unwrap()
         .unwrap();
     assert_eq!(r2.status, RunStatus::Running);
-    assert_eq!(store.try_start_run("r3", owner, lease).await.unwrap(), None);
+    assert_eq!(
+        store.try_start_run("r3", owner, lease, None).await.unwrap(),
+        None
+    );
     // A run that is not pending any more cannot be started.
-    let err = store.try_start_run("r1", owner, lease).await.unwrap_err();
+    let err = store
+        .try_start_run("r1", owner, lease, None)
+        .await
+        .unwrap_err();
     assert!(matches!(err, StoreError::NotFound { .. }), "{err}");
 }
 
@@ -507,4 +519,44 @@ async fn a_started_run_marks_its_thread_busy_in_the_admission() {
     // Without the option (the default), admission leaves a thread it starts a run on alone.
     started(admit("r5", "u", MultitaskStrategy::Reject, false).await);
     assert_eq!(status("u").await, None);
+
+    // A queued run is marked by the start that takes it out of the queue: r6 waits behind r5
+    // (nothing marked), r5 ends, r6 starts and its thread is created busy.
+    let queued = admit("r6", "u", MultitaskStrategy::Enqueue, true).await;
+    assert!(matches!(queued, Admission::Queued(_)));
+    let owner = LeaseOwner::current();
+    let lease = Duration::from_secs(30);
+    let mark = || {
+        Some(BusyMark {
+            owner: Some("alice".into()),
+        })
+    };
+    assert_eq!(
+        store
+            .try_start_run("r6", owner, lease, mark())
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(status("u").await, None);
+    store
+        .finish_run_and_thread(
+            "r5",
+            owner,
+            RunStatus::Success,
+            RunFinish::default(),
+            ThreadRecord::IDLE,
+            None,
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    // The run's end writes a thread record only where one exists.
+    assert_eq!(status("u").await, None);
+    let r6 = store
+        .try_start_run("r6", owner, lease, mark())
+        .await
+        .unwrap();
+    assert_eq!(r6.map(|r| r.status), Some(RunStatus::Running));
+    assert_eq!(status("u").await, busy("alice"));
 }
