@@ -33,6 +33,10 @@ use bytes::{Bytes, BytesMut};
 use serde_json::json;
 use tokio::sync::watch;
 
+use values::ValuesEncoder;
+
+mod values;
+
 /// The last frame of every stream.
 pub const END_FRAME: &[u8] = b"event: end\ndata: null\n\n";
 /// Sent after a quiet interval; both SDKs ignore comment lines.
@@ -230,29 +234,42 @@ fn extend_chain(
 }
 
 impl Frame {
-    /// The frame's SSE bytes (a `values` state is serialized here); `None` for a stored state
-    /// that can no longer be read.
-    async fn bytes(&self, source: Option<&Arc<dyn SnapshotSource>>) -> Option<Bytes> {
+    /// Appends the frame's SSE bytes to `out`: a `values` snapshot is framed here, from what
+    /// `values` (the subscriber's) kept of the states it framed before. A stored state that can
+    /// no longer be read is skipped.
+    async fn write(
+        &self,
+        out: &mut BytesMut,
+        source: Option<&Arc<dyn SnapshotSource>>,
+        values: &mut ValuesEncoder,
+    ) {
         let state = match &self.payload {
-            Payload::Ready(b) => return Some(b.clone()),
-            Payload::Values(snapshot) => snapshot.state(),
+            Payload::Ready(b) => return out.extend_from_slice(b),
+            Payload::Values(snapshot) => {
+                if values.write(&snapshot.fields, snapshot.messages.tails(), &self.id, out) {
+                    return;
+                }
+                snapshot.state()
+            }
             Payload::Stored(checkpoint) => {
+                // The run settled: its messages are read back, not shared with what was kept.
+                values.clear();
                 let state = match source {
                     Some(source) => source.state_at(checkpoint).await,
                     None => None,
                 };
                 let Some(state) = state else {
                     tracing::debug!(%checkpoint, event = %self.id, "values event's checkpoint is gone; skipped");
-                    return None;
+                    return;
                 };
                 state
             }
         };
-        Some(frame_bytes(
+        out.extend_from_slice(&frame_bytes(
             "values",
             &crate::wire::state_string(&state),
             &self.id,
-        ))
+        ));
     }
 }
 
@@ -567,6 +584,7 @@ impl RunBuffer {
             heartbeat,
             done: false,
             guard: DisconnectGuard(on_disconnect),
+            values: ValuesEncoder::default(),
         };
         futures::stream::unfold(sub, |mut sub| async move {
             sub.next_chunk().await.map(|b| (Ok(b), sub))
@@ -599,6 +617,8 @@ struct Subscriber {
     heartbeat: Duration,
     done: bool,
     guard: DisconnectGuard,
+    /// The JSON of the messages of the last `values` frame it wrote.
+    values: ValuesEncoder,
 }
 
 impl Subscriber {
@@ -644,22 +664,32 @@ impl Subscriber {
                             true => self.buffer.source(),
                             false => None,
                         };
-                        let mut parts: Vec<Bytes> = Vec::with_capacity(wanted.len());
-                        for f in wanted {
-                            parts.extend(f.bytes(source.as_ref()).await);
+                        // One ready frame goes out as it is; anything else is written into
+                        // one buffer.
+                        if let [Frame {
+                            payload: Payload::Ready(b),
+                            ..
+                        }] = wanted.as_slice()
+                        {
+                            return Some(b.clone());
                         }
-                        match parts.len() {
-                            0 => continue,
-                            1 => return parts.pop(),
-                            _ => {
-                                let len = parts.iter().map(Bytes::len).sum();
-                                let mut out = BytesMut::with_capacity(len);
-                                for p in parts {
-                                    out.extend_from_slice(&p);
+                        let len = wanted
+                            .iter()
+                            .map(|f| match &f.payload {
+                                Payload::Ready(b) => b.len(),
+                                Payload::Values(_) | Payload::Stored(_) => {
+                                    self.values.size_hint()
                                 }
-                                return Some(out.freeze());
-                            }
+                            })
+                            .sum();
+                        let mut out = BytesMut::with_capacity(len);
+                        for f in wanted {
+                            f.write(&mut out, source.as_ref(), &mut self.values).await;
                         }
+                        if out.is_empty() {
+                            continue;
+                        }
+                        return Some(out.freeze());
                     }
                     if closed {
                         self.done = true;
