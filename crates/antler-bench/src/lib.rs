@@ -34,7 +34,24 @@ pub fn noop_tool() -> Arc<dyn Tool> {
     })))
 }
 
-/// A realistic history: rounds of human → ai(tool call) → tool → ai, ~300 bytes each.
+/// Where message `at` of an `n`-message history sits in its round of human → ai(tool call) →
+/// tool → ai (0–3). A last round too short for all four is a question and an answer: 0, then
+/// 3 (a text answer), so no tool call is left open.
+pub fn round_position(at: usize, n: usize) -> usize {
+    let k = at % 4;
+    if at - k + 4 <= n {
+        k
+    } else if k % 2 == 0 {
+        0
+    } else {
+        3
+    }
+}
+
+/// A realistic history: rounds of human → ai(tool call) → tool → ai, ~300 bytes each. At a
+/// length that is not a multiple of 4 the last round is cut short as it falls (10 messages end
+/// on an open tool call, which every model call repairs): the allocation guard's bounds were
+/// set on these histories. The server workloads use [`round_position`] instead.
 pub fn history(n: usize) -> Vec<Message> {
     let filler = "lorem ipsum dolor sit amet ".repeat(10);
     let mut out = Vec::with_capacity(n);
@@ -99,4 +116,33 @@ pub fn chain_agent(steps: usize, dir: &std::path::Path) -> anyhow::Result<Agent>
     agent.checkpointer = None;
     agent.tools = Arc::new(ToolRegistry::new().with(noop_tool()));
     Ok(agent)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every tool call (position 1) is followed by its result (2) within the history.
+    #[test]
+    fn round_positions_leave_no_tool_call_open() {
+        for n in 0..13 {
+            let positions: Vec<usize> = (0..n).map(|at| round_position(at, n)).collect();
+            for (at, &k) in positions.iter().enumerate() {
+                if k == 1 {
+                    assert_eq!(positions.get(at + 1), Some(&2), "n={n}: {positions:?}");
+                }
+            }
+            let calls = positions.iter().filter(|&&k| k == 1).count();
+            assert_eq!(calls, n / 4, "n={n}: {positions:?}");
+            // A short last round alternates a question and an answer.
+            if n % 4 != 0 {
+                let tail = &positions[n - n % 4..];
+                assert!(tail.iter().step_by(2).all(|&k| k == 0), "{positions:?}");
+                assert!(
+                    tail.iter().skip(1).step_by(2).all(|&k| k == 3),
+                    "{positions:?}"
+                );
+            }
+        }
+    }
 }

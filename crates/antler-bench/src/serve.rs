@@ -175,13 +175,15 @@ async fn create_thread(client: &reqwest::Client, base: &str, id: &str) -> anyhow
 }
 
 /// LangGraph message dicts for a realistic history: rounds of human → ai(tool call) → tool →
-/// ai, ~300 bytes each (the shape `antler-bench`'s in-process figures use).
+/// ai, ~300 bytes each (the shape `antler-bench`'s in-process figures use); a last round that
+/// does not fit is a plain question and answer, so no tool call is left without its result
+/// (which every model call would repair, and log).
 fn history(n: usize) -> Vec<Value> {
     let filler = "lorem ipsum dolor sit amet ".repeat(10);
     let mut out = Vec::with_capacity(n);
     let mut i = 0;
     while out.len() < n {
-        out.push(match out.len() % 4 {
+        out.push(match antler_bench::round_position(out.len(), n) {
             0 => json!({"type": "human", "content": format!("question {i}: {filler}")}),
             1 => json!({"type": "ai", "content": "", "tool_calls": [
                 {"id": format!("h{i}"), "name": "bash", "args": {"command": format!("echo {i}")}}]}),

@@ -677,9 +677,7 @@ impl Subscriber {
                             .iter()
                             .map(|f| match &f.payload {
                                 Payload::Ready(b) => b.len(),
-                                Payload::Values(_) | Payload::Stored(_) => {
-                                    self.values.size_hint()
-                                }
+                                Payload::Values(_) | Payload::Stored(_) => self.values.size_hint(),
                             })
                             .sum();
                         let mut out = BytesMut::with_capacity(len);
