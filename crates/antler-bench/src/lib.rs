@@ -41,7 +41,7 @@ pub fn round_position(at: usize, n: usize) -> usize {
     let k = at % 4;
     if at - k + 4 <= n {
         k
-    } else if k % 2 == 0 {
+    } else if k.is_multiple_of(2) {
         0
     } else {
         3
