@@ -129,14 +129,18 @@ impl Snapshot {
     }
 }
 
-/// A snapshot's message list: `tail` after the list of `prev`. A run's snapshots share the
-/// segments of what they have in common, so each holds only what was appended since the one
-/// before; the run's live list is never shared, and its appends stay in place.
+/// A snapshot's message list: `tail` after the first `prev_take` messages of the list of
+/// `prev`. A run's snapshots share the segments of what they have in common, so each holds only
+/// what changed since the one before (what was appended, and what follows a message replaced
+/// in place, such as token usage's stamp on the newest AI message); the run's live list is
+/// never shared, and its appends stay in place.
 #[derive(Debug)]
 struct Segment {
     prev: Option<Arc<Segment>>,
+    /// Messages of `prev`'s list that come before `tail` (at most its length).
+    prev_take: usize,
     tail: Vec<Arc<Message>>,
-    /// Messages through the end of this segment.
+    /// Messages through the end of this segment: `prev_take + tail.len()`.
     len: usize,
     /// Segments in the chain ending here.
     depth: usize,
@@ -147,23 +151,35 @@ struct Segment {
 const MAX_DEPTH: usize = 64;
 
 impl Segment {
-    /// The list's last message (an empty tail defers to the segments before).
+    /// The list's last message.
     fn last(&self) -> Option<&Arc<Message>> {
-        let mut at = Some(self);
-        while let Some(seg) = at {
-            if let Some(m) = seg.tail.last() {
-                return Some(m);
+        // Message `len - 1` is at the same position in every list the chain is built on, until
+        // the segment whose tail holds it.
+        let at = self.len.checked_sub(1)?;
+        let mut seg = Some(self);
+        while let Some(s) = seg {
+            if at >= s.prev_take {
+                return s.tail.get(at - s.prev_take);
             }
-            at = seg.prev.as_deref();
+            seg = s.prev.as_deref();
         }
         None
     }
 
+    /// The list as the slices it is made of, in order.
     fn tails(&self) -> Vec<&[Arc<Message>]> {
         let mut parts = Vec::with_capacity(self.depth);
+        let mut limit = self.len;
         let mut at = Some(self);
         while let Some(seg) = at {
-            parts.push(seg.tail.as_slice());
+            if limit == 0 {
+                break;
+            }
+            // This segment's list is `prev[..prev_take] ++ tail`; its first `limit` are wanted.
+            if limit > seg.prev_take {
+                parts.push(&seg.tail[..limit - seg.prev_take]);
+                limit = seg.prev_take;
+            }
             at = seg.prev.as_deref();
         }
         parts.reverse();
@@ -185,11 +201,28 @@ struct Chain {
     generation: u64,
 }
 
+/// How many leading messages `segment`'s list and `msgs` share (by address: the chain holds
+/// its messages alive, so an equal address is the same message).
+fn common_prefix(segment: &Segment, msgs: &[Arc<Message>]) -> usize {
+    let mut n = 0;
+    for part in segment.tails() {
+        for m in part {
+            match msgs.get(n) {
+                Some(x) if Arc::ptr_eq(x, m) => n += 1,
+                _ => return n,
+            }
+        }
+    }
+    n
+}
+
 /// The segment for a snapshot holding `msgs` (of generation `generation`): the newest one
-/// extended by what was appended since, when the list only grew since then (the same
-/// generation, and the chain's last message still at its place — the chain holds it alive, so
-/// an equal address is the same message); else, after a removal or replacement, a new chain.
-/// O(new messages). Also returns how many messages the snapshot adds to what the chain holds.
+/// extended by what follows the messages they share — when the list only grew since then
+/// (the same generation, and the chain's last message still at its place), what was
+/// appended, in O(new messages); after a replacement or removal, what follows the first
+/// message that differs, found by comparing addresses. A chain at `MAX_DEPTH`, or one that
+/// shares nothing with the list, starts afresh. Also returns how many messages the snapshot
+/// adds to what the chain holds.
 fn extend_chain(
     chain: &mut Option<Chain>,
     msgs: &[Arc<Message>],
@@ -197,31 +230,37 @@ fn extend_chain(
 ) -> (Arc<Segment>, usize) {
     if let Some(c) = chain.as_mut() {
         let known = c.last.len;
-        let last = c.last.last();
-        let continues = c.generation == generation
+        let appended = c.generation == generation
             && known <= msgs.len()
-            && match (known.checked_sub(1).map(|i| &msgs[i]), last) {
+            && match (known.checked_sub(1).map(|i| &msgs[i]), c.last.last()) {
                 (Some(m), Some(l)) => Arc::ptr_eq(m, l),
                 (None, None) => true,
                 _ => false,
             };
-        if continues && known == msgs.len() {
+        if appended && known == msgs.len() {
             return (c.last.clone(), 0);
         }
-        if continues && c.last.depth < MAX_DEPTH {
-            let tail = msgs[known..].to_vec();
+        let shared = if appended {
+            known
+        } else {
+            common_prefix(&c.last, msgs)
+        };
+        if (shared > 0 || known == 0) && c.last.depth < MAX_DEPTH {
             let seg = Arc::new(Segment {
                 prev: Some(c.last.clone()),
-                tail,
+                prev_take: shared,
+                tail: msgs[shared..].to_vec(),
                 len: msgs.len(),
                 depth: c.last.depth + 1,
             });
             c.last = seg.clone();
-            return (seg, msgs.len() - known);
+            c.generation = generation;
+            return (seg, msgs.len() - shared);
         }
     }
     let seg = Arc::new(Segment {
         prev: None,
+        prev_take: 0,
         tail: msgs.to_vec(),
         len: msgs.len(),
         depth: 1,
@@ -969,6 +1008,72 @@ mod tests {
             })
             .collect();
         assert_eq!(own, [100, 0, 1]);
+    }
+
+    /// A message replaced in place (token usage stamps the newest AI message after every model
+    /// call) costs the next snapshot what follows the first changed message, not a copy of the
+    /// whole list; an early replacement or a removal costs what follows it. Every snapshot still
+    /// frames as the state it was taken of.
+    #[tokio::test]
+    async fn a_replacement_extends_the_chain_from_the_first_changed_message() {
+        use antler_protocol::Message;
+        let buf = RunBuffer::new("r1", usize::MAX);
+        let mut live = (*long_state(100)).clone();
+        let mut expected = Vec::new();
+        let mut snap = |live: &ThreadState| {
+            let id = buf.push_values(live.snapshot()).unwrap();
+            expected.push(text(&frame_bytes(
+                "values",
+                &crate::wire::state_string(live),
+                &id,
+            )));
+        };
+        snap(&live);
+        for step in 0..3 {
+            let mut ai = Message::ai(format!("answer {step}"));
+            ai.set_id(format!("ai-{step}"));
+            live.messages.push(ai);
+            snap(&live);
+            let mut stamped = Message::ai(format!("answer {step}, stamped"));
+            stamped.set_id(format!("ai-{step}"));
+            live.messages.push(stamped);
+            snap(&live);
+        }
+        // An early replacement (position 10), then a removal (position 20).
+        let early = live
+            .messages
+            .get(10)
+            .and_then(Message::id)
+            .unwrap()
+            .to_owned();
+        let mut replaced = Message::human("early, replaced");
+        replaced.set_id(early);
+        live.messages.push(replaced);
+        snap(&live);
+        let gone = live
+            .messages
+            .get(20)
+            .and_then(Message::id)
+            .unwrap()
+            .to_owned();
+        live.messages.add(vec![Message::remove(gone)]).unwrap();
+        snap(&live);
+        let own: Vec<usize> = buf
+            .lock()
+            .frames
+            .iter()
+            .filter_map(|f| match &f.payload {
+                Payload::Values(s) => Some(s.own),
+                Payload::Ready(_) | Payload::Stored(_) => None,
+            })
+            .collect();
+        assert_eq!(own, [100, 1, 1, 1, 1, 1, 1, 93, 82]);
+        buf.close();
+        let out = replay(&buf, Cursor::Earliest, None).await;
+        assert_eq!(
+            out,
+            format!("{}event: end\ndata: null\n\n", expected.concat())
+        );
     }
 
     /// A finished run's retained snapshots are the last owners of its messages, every version
