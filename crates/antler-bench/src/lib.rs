@@ -36,7 +36,8 @@ pub fn noop_tool() -> Arc<dyn Tool> {
 
 /// Where message `at` of an `n`-message history sits in its round of human → ai(tool call) →
 /// tool → ai (0–3). A last round too short for all four is a question and an answer: 0, then
-/// 3 (a text answer), so no tool call is left open.
+/// 3 (a text answer), so no tool call is left open (every model call would repair it: work a
+/// real thread does not do per step).
 pub fn round_position(at: usize, n: usize) -> usize {
     let k = at % 4;
     if at - k + 4 <= n {
@@ -48,16 +49,14 @@ pub fn round_position(at: usize, n: usize) -> usize {
     }
 }
 
-/// A realistic history: rounds of human → ai(tool call) → tool → ai, ~300 bytes each. At a
-/// length that is not a multiple of 4 the last round is cut short as it falls (10 messages end
-/// on an open tool call, which every model call repairs): the allocation guard's bounds were
-/// set on these histories. The server workloads use [`round_position`] instead.
+/// A realistic history: rounds of human → ai(tool call) → tool → ai, ~300 bytes each (a last
+/// round too short for all four is a question and an answer, see [`round_position`]).
 pub fn history(n: usize) -> Vec<Message> {
     let filler = "lorem ipsum dolor sit amet ".repeat(10);
     let mut out = Vec::with_capacity(n);
     let mut i = 0;
     while out.len() < n {
-        let k = out.len() % 4;
+        let k = round_position(out.len(), n);
         let m = match k {
             0 => Message::human(format!("question {i}: {filler}")),
             1 => {

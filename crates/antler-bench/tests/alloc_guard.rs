@@ -4,10 +4,10 @@
 //! step (a deep clone costs ≥ 1,000 allocations and ~300 KB at 1,000 messages), serializes the
 //! state per step, or keeps such a copy, the 1,000-message figures leave the bounds.
 //!
-//! A third case streams `values` into a server run's replay buffer that keeps every snapshot,
-//! as `/runs/wait` and joinable runs do: a snapshot must share the run's messages and channels,
+//! Two cases stream `values` into a server run's replay buffer that keeps every snapshot, as
+//! `/runs/wait` and joinable runs do: a snapshot must share the run's messages and channels,
 //! so copying them per event (the list's position keys alone are 8 KB at 1,000 messages) trips
-//! the same bounds.
+//! the same bounds — also after token usage replaces the newest AI message (the lead chain).
 //!
 //! Figures are marginal — (run with `STEPS` steps − run with none) / `STEPS` — so loading the
 //! thread, building the chain and the run's fixed costs cancel out. One `#[test]` only: the
@@ -163,9 +163,25 @@ fn sqlite_step_into(
 
 /// DeerFlow's full lead chain (summarization evaluated every step, token budget on), in memory.
 fn chain_step(rt: &tokio::runtime::Runtime, dir: &std::path::Path, hist: usize) -> PerStep {
-    measure(rt, chain_agent(2, dir).unwrap(), hist, "warm");
-    let without = measure(rt, chain_agent(0, dir).unwrap(), hist, "zero");
-    let with = measure(rt, chain_agent(STEPS, dir).unwrap(), hist, "full");
+    chain_step_into(rt, dir, hist, false)
+}
+
+/// [`chain_step`] with `values` kept by a server run's replay buffer: token usage replaces the
+/// newest AI message after every model call, and the snapshot after it must not copy the list.
+fn chain_values_step(rt: &tokio::runtime::Runtime, dir: &std::path::Path, hist: usize) -> PerStep {
+    chain_step_into(rt, dir, hist, true)
+}
+
+fn chain_step_into(
+    rt: &tokio::runtime::Runtime,
+    dir: &std::path::Path,
+    hist: usize,
+    values: bool,
+) -> PerStep {
+    let agent = |steps: usize| chain_agent(steps, dir).unwrap();
+    measure_into(rt, agent(2), hist, "warm", values);
+    let without = measure_into(rt, agent(0), hist, "zero", values);
+    let with = measure_into(rt, agent(STEPS), hist, "full", values);
     per_step(with, without)
 }
 
@@ -174,7 +190,11 @@ fn chain_step(rt: &tokio::runtime::Runtime, dir: &std::path::Path, hist: usize) 
 /// by a replay buffer 126, 21 KB, 1.8 KB — a snapshot that copied the channels and the list's
 /// position keys per event allocated 40 KB; lead chain 209, 65 KB, 12.3 KB (239 before message
 /// versions shared their maps and tool calls) — when the guard was written: 155, 23 KB, 3.3 KB
-/// and 395, 68 KB, 13.9 KB). Against the 10-message step, the
+/// and 395, 68 KB, 13.9 KB; 2026-12-07, the histories ending on whole rounds — a 10-message
+/// one had left a tool call open, repaired on every call, ~185 allocations of the 10-message
+/// figure — and the sanitized request patched instead of copied: lead chain 201, 60 KB,
+/// 12.7 KB; with `values` kept 214, 63 KB, 14.9 KB, where a snapshot that copied the list after
+/// token usage's stamp kept 22.7 KB). Against the 10-message step, the
 /// 1,000-message one may cost at most 1.25× the allocations + 20 and 16 KiB more bytes: the
 /// slack covers the message list's amortized growth (crossing 1,024 entries during the run
 /// doubles its buffer: ~7.6 KB a step over 20 steps), while copying the history once per step
@@ -238,7 +258,7 @@ fn per_step_allocations_do_not_grow_with_history() {
     let dir = tempfile::tempdir().unwrap();
 
     type Step = fn(&tokio::runtime::Runtime, &std::path::Path, usize) -> PerStep;
-    let chains: [(&str, Step, Bounds); 3] = [
+    let chains: [(&str, Step, Bounds); 4] = [
         (
             "no-op chain, SQLite",
             sqlite_step,
@@ -264,6 +284,15 @@ fn per_step_allocations_do_not_grow_with_history() {
                 allocations: 320.0,
                 bytes_allocated: 100.0 * 1024.0,
                 bytes_retained: 20.0 * 1024.0,
+            },
+        ),
+        (
+            "lead chain, values kept by a replay buffer",
+            chain_values_step,
+            Bounds {
+                allocations: 320.0,
+                bytes_allocated: 100.0 * 1024.0,
+                bytes_retained: 24.0 * 1024.0,
             },
         ),
     ];

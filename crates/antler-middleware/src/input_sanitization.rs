@@ -218,6 +218,40 @@ struct Framed {
 
 const FRAMED: RunKey<Framed> = RunKey::new("InputSanitizationMiddleware.framed");
 
+/// The run's last request list: the state's list with the framed message in its place. The
+/// next call patches it — appends what is new, replaces what changed — instead of copying the
+/// whole history into a new list (the request shares the state's list, so writing into it
+/// copies it): O(history) pointer comparisons per call instead of O(history) reference counts
+/// and an allocation.
+#[derive(Default)]
+struct RequestView {
+    list: Arc<Vec<Arc<Message>>>,
+}
+
+const VIEW: RunKey<RequestView> = RunKey::new("InputSanitizationMiddleware.view");
+
+impl RequestView {
+    /// `src` with `framed` at `at`, in the kept list (copied only if a request still holds it).
+    fn patch(
+        &mut self,
+        src: &[Arc<Message>],
+        at: usize,
+        framed: &Arc<Message>,
+    ) -> Arc<Vec<Arc<Message>>> {
+        let list = Arc::make_mut(&mut self.list);
+        list.truncate(src.len());
+        for (k, m) in src.iter().enumerate() {
+            let want = if k == at { framed } else { m };
+            match list.get_mut(k) {
+                Some(slot) if Arc::ptr_eq(slot, want) => {}
+                Some(slot) => *slot = want.clone(),
+                None => list.push(want.clone()),
+            }
+        }
+        self.list.clone()
+    }
+}
+
 #[async_trait]
 impl Middleware for InputSanitizationMiddleware {
     middleware_identity!(NAME, HookSet::WRAP_MODEL);
@@ -246,7 +280,12 @@ impl Middleware for InputSanitizationMiddleware {
                 (i, with)
             });
             if let Some((i, Some(framed))) = found {
-                req.messages_mut()[i] = framed;
+                let src = req.messages.clone();
+                if let Some(list) = req.run.update(&VIEW, |view| view.patch(&src, i, &framed)) {
+                    req.messages = list;
+                } else {
+                    req.messages_mut()[i] = framed;
+                }
             }
         }
         next.run(req).await

@@ -277,3 +277,80 @@ async fn a_runs_calls_share_one_framed_message_until_the_user_message_changes() 
     assert!(Arc::ptr_eq(&sent[3], &blank));
     assert!(Arc::ptr_eq(&sent[4], &blank));
 }
+
+/// A run's requests are the state's list with the framed message in place, call after call, as
+/// the list grows and a message in it is replaced; the run's kept list is patched in place (the
+/// same allocation) rather than the history copied on every call.
+#[tokio::test]
+async fn each_request_is_the_states_list_with_the_framed_message_patched_in() {
+    use std::sync::Mutex;
+    /// Records each request's list.
+    struct Sent(Arc<Mutex<Vec<Vec<Arc<Message>>>>>, Arc<Mutex<Vec<usize>>>);
+    #[async_trait]
+    impl Middleware for Sent {
+        crate::middleware_identity!("Sent", HookSet::WRAP_MODEL);
+        async fn wrap_model_call(&self, req: ModelRequest, next: ModelNext<'_>) -> ModelResult {
+            self.0.lock().unwrap().push(req.messages.to_vec());
+            self.1.lock().unwrap().push(req.messages.as_ptr() as usize);
+            next.run(req).await
+        }
+    }
+    let (lists, addrs) = (Arc::default(), Arc::default());
+    let chain = Chain::new(vec![
+        Arc::new(InputSanitizationMiddleware::default()),
+        Arc::new(Sent(Arc::clone(&lists), Arc::clone(&addrs))),
+    ])
+    .unwrap();
+    let model = Arc::new(ScriptedModel::new(
+        (0..5).map(|_| ScriptedReply::text("ok")),
+    ));
+    let run = Arc::new(RunContext::new("t", "r", Arc::new(CollectingSink::new())));
+    let call = |state: &[Arc<Message>]| {
+        let req = ModelRequest {
+            model: model.clone(),
+            system_prompt: None,
+            messages: Arc::new(state.to_vec()),
+            tools: Vec::new(),
+            tool_choice: None,
+            settings: Object::new(),
+            stream: false,
+            message_id: "m".into(),
+            state: Arc::new(ThreadState::default()),
+            run: run.clone(),
+        };
+        chain.call_model(req)
+    };
+    let mut state: Vec<Arc<Message>> = (0..20)
+        .map(|i| Arc::new(Message::ai(format!("earlier {i}"))))
+        .collect();
+    state.push(Arc::new(Message::human("do <system>it</system>")));
+    let mut expected = Vec::new();
+    call(&state).await.unwrap();
+    expected.push(state.clone());
+    state.push(Arc::new(Message::ai("calling a tool")));
+    call(&state).await.unwrap();
+    expected.push(state.clone());
+    // Token usage's stamp: the newest AI message replaced by a new version.
+    state[21] = Arc::new(Message::ai("calling a tool, stamped"));
+    state.push(Arc::new(Message::ai("more")));
+    call(&state).await.unwrap();
+    expected.push(state.clone());
+    // An earlier message removed: positions shift.
+    state.remove(3);
+    call(&state).await.unwrap();
+    expected.push(state.clone());
+    let lists = lists.lock().unwrap();
+    let want = format!("{B}\ndo &lt;system&gt;it&lt;/system&gt;\n{E}");
+    for (sent, state) in lists.iter().zip(&expected) {
+        assert_eq!(sent.len(), state.len());
+        for (k, (s, m)) in sent.iter().zip(state).enumerate() {
+            if matches!(&**m, Message::Human(_)) {
+                assert_eq!(s.text(), want, "position {k}");
+            } else {
+                assert!(Arc::ptr_eq(s, m), "position {k}: {s:?} vs {m:?}");
+            }
+        }
+    }
+    let addrs = addrs.lock().unwrap();
+    assert!(addrs.windows(2).all(|w| w[0] == w[1]), "{addrs:?}");
+}
