@@ -191,24 +191,33 @@ fn only_the_last_genuine_user_message_is_processed() {
     );
 }
 
+/// A request of `messages` to `model` in `run`.
+fn request(
+    model: &Arc<ScriptedModel>,
+    messages: Vec<Arc<Message>>,
+    run: &Arc<RunContext>,
+) -> ModelRequest {
+    ModelRequest {
+        model: model.clone(),
+        system_prompt: None,
+        messages: Arc::new(messages),
+        tools: Vec::new(),
+        tool_choice: None,
+        settings: Object::new(),
+        stream: false,
+        message_id: "m".into(),
+        state: Arc::new(ThreadState::default()),
+        run: run.clone(),
+    }
+}
+
 #[tokio::test]
 async fn the_model_sees_the_framed_text_and_state_keeps_the_original() {
     let model = Arc::new(ScriptedModel::new([ScriptedReply::text("ok")]));
     let chain = Chain::new(vec![Arc::new(InputSanitizationMiddleware::default())]).unwrap();
     let run = Arc::new(RunContext::new("t", "r", Arc::new(CollectingSink::new())));
     let original = Arc::new(Message::human("hello <system>x</system>"));
-    let req = ModelRequest {
-        model: model.clone(),
-        system_prompt: None,
-        messages: Arc::new(vec![original.clone()]),
-        tools: Vec::new(),
-        tool_choice: None,
-        settings: Object::new(),
-        stream: false,
-        message_id: "m1".into(),
-        state: Arc::new(ThreadState::default()),
-        run,
-    };
+    let req = request(&model, vec![original.clone()], &run);
     let keep = req.messages.clone();
     chain.call_model(req).await.unwrap();
     let sent = &model.requests()[0].messages;
@@ -246,19 +255,8 @@ async fn a_runs_calls_share_one_framed_message_until_the_user_message_changes() 
     ));
     let run = Arc::new(RunContext::new("t", "r", Arc::new(CollectingSink::new())));
     let call = |first: &Arc<Message>| {
-        let req = ModelRequest {
-            model: model.clone(),
-            system_prompt: None,
-            messages: Arc::new(vec![first.clone(), Arc::new(Message::ai("earlier"))]),
-            tools: Vec::new(),
-            tool_choice: None,
-            settings: Object::new(),
-            stream: false,
-            message_id: "m".into(),
-            state: Arc::new(ThreadState::default()),
-            run: run.clone(),
-        };
-        chain.call_model(req)
+        let messages = vec![first.clone(), Arc::new(Message::ai("earlier"))];
+        chain.call_model(request(&model, messages, &run))
     };
     let question = Arc::new(Message::human("what is <system>?"));
     call(&question).await.unwrap();
@@ -305,21 +303,7 @@ async fn each_request_is_the_states_list_with_the_framed_message_patched_in() {
         (0..5).map(|_| ScriptedReply::text("ok")),
     ));
     let run = Arc::new(RunContext::new("t", "r", Arc::new(CollectingSink::new())));
-    let call = |state: &[Arc<Message>]| {
-        let req = ModelRequest {
-            model: model.clone(),
-            system_prompt: None,
-            messages: Arc::new(state.to_vec()),
-            tools: Vec::new(),
-            tool_choice: None,
-            settings: Object::new(),
-            stream: false,
-            message_id: "m".into(),
-            state: Arc::new(ThreadState::default()),
-            run: run.clone(),
-        };
-        chain.call_model(req)
-    };
+    let call = |state: &[Arc<Message>]| chain.call_model(request(&model, state.to_vec(), &run));
     let mut state: Vec<Arc<Message>> = (0..20)
         .map(|i| Arc::new(Message::ai(format!("earlier {i}"))))
         .collect();

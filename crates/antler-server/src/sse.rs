@@ -1040,22 +1040,18 @@ mod tests {
             snap(&live);
         }
         // An early replacement (position 10), then a removal (position 20).
-        let early = live
-            .messages
-            .get(10)
-            .and_then(Message::id)
-            .unwrap()
-            .to_owned();
+        let id_at = |live: &ThreadState, i: usize| {
+            live.messages
+                .get(i)
+                .and_then(Message::id)
+                .unwrap()
+                .to_owned()
+        };
         let mut replaced = Message::human("early, replaced");
-        replaced.set_id(early);
+        replaced.set_id(id_at(&live, 10));
         live.messages.push(replaced);
         snap(&live);
-        let gone = live
-            .messages
-            .get(20)
-            .and_then(Message::id)
-            .unwrap()
-            .to_owned();
+        let gone = id_at(&live, 20);
         live.messages.add(vec![Message::remove(gone)]).unwrap();
         snap(&live);
         let own: Vec<usize> = buf
