@@ -998,16 +998,19 @@ mod tests {
         live.messages.push(antler_protocol::Message::human("next"));
         buf.push_values(live.snapshot());
         // The frames hold 100 + 0 + 1 messages of their own, not three copies of the list.
-        let st = buf.lock();
-        let own: Vec<usize> = st
+        assert_eq!(own_messages(&buf), [100, 0, 1]);
+    }
+
+    /// What each retained `values` snapshot adds to the chain.
+    fn own_messages(buf: &RunBuffer) -> Vec<usize> {
+        buf.lock()
             .frames
             .iter()
             .filter_map(|f| match &f.payload {
                 Payload::Values(s) => Some(s.own),
                 Payload::Ready(_) | Payload::Stored(_) => None,
             })
-            .collect();
-        assert_eq!(own, [100, 0, 1]);
+            .collect()
     }
 
     /// A message replaced in place (token usage stamps the newest AI message after every model
@@ -1054,16 +1057,7 @@ mod tests {
         let gone = id_at(&live, 20);
         live.messages.add(vec![Message::remove(gone)]).unwrap();
         snap(&live);
-        let own: Vec<usize> = buf
-            .lock()
-            .frames
-            .iter()
-            .filter_map(|f| match &f.payload {
-                Payload::Values(s) => Some(s.own),
-                Payload::Ready(_) | Payload::Stored(_) => None,
-            })
-            .collect();
-        assert_eq!(own, [100, 1, 1, 1, 1, 1, 1, 93, 82]);
+        assert_eq!(own_messages(&buf), [100, 1, 1, 1, 1, 1, 1, 93, 82]);
         buf.close();
         let out = replay(&buf, Cursor::Earliest, None).await;
         assert_eq!(
