@@ -87,26 +87,10 @@ impl ValuesEncoder {
         id: &str,
         out: &mut BytesMut,
     ) -> bool {
-        let start = out.len();
-        let ok = self.write_inner(fields, parts, id, out);
-        if ok {
-            self.last_len = out.len() - start;
-        } else {
-            out.truncate(start);
-        }
-        ok
-    }
-
-    fn write_inner<'a>(
-        &mut self,
-        fields: &Arc<ThreadState>,
-        parts: impl IntoIterator<Item = &'a [Arc<Message>]>,
-        id: &str,
-        out: &mut BytesMut,
-    ) -> bool {
         if !self.cache_fields(fields) {
             return false;
         }
+        let start = out.len();
         out.reserve(self.size_hint());
         out.put_slice(b"event: values\ndata: {\"messages\":[");
         self.frames += 1;
@@ -128,6 +112,7 @@ impl ValuesEncoder {
                     });
                 if entry.frame == 0 {
                     let Some(json) = encode(message) else {
+                        out.truncate(start);
                         return false;
                     };
                     entry.json = json;
@@ -147,6 +132,7 @@ impl ValuesEncoder {
         if self.messages.len() > count {
             self.messages.retain(|_, e| e.frame == frame);
         }
+        self.last_len = out.len() - start;
         true
     }
 

@@ -53,6 +53,21 @@ fn dead_owner() -> LeaseOwner {
     LeaseOwner::from_id(format!("{host}/{pid}/1"))
 }
 
+/// Ends `run` as a success that leaves its thread idle (no title), as `owner`.
+async fn finish_idle(store: &SqliteStore, run: &str, owner: &LeaseOwner) -> Option<RunRecord> {
+    store
+        .finish_run_and_thread(
+            run,
+            owner,
+            RunStatus::Success,
+            RunFinish::default(),
+            ThreadRecord::IDLE,
+            None,
+        )
+        .await
+        .unwrap()
+}
+
 fn far_future() -> i64 {
     i64::MAX / 2
 }
@@ -107,17 +122,7 @@ async fn interrupt_stops_the_old_run_and_starts_the_new_one_atomically() {
         .await
         .unwrap();
     assert!(matches!(hb, Heartbeat::Lost(Some(ref r)) if r.status == RunStatus::Interrupted));
-    let fin = store
-        .finish_run_and_thread(
-            "r1",
-            LeaseOwner::current(),
-            RunStatus::Success,
-            RunFinish::default(),
-            ThreadRecord::IDLE,
-            None,
-        )
-        .await
-        .unwrap();
+    let fin = finish_idle(&store, "r1", LeaseOwner::current()).await;
     assert_eq!(fin, None);
     assert_eq!(
         store.get_run("r1").await.unwrap().unwrap().status,
@@ -171,18 +176,7 @@ async fn enqueue_waits_its_turn_in_order() {
         store.try_start_run("r2", owner, lease, None).await.unwrap(),
         None
     );
-    store
-        .finish_run_and_thread(
-            "r1",
-            owner,
-            RunStatus::Success,
-            RunFinish::default(),
-            ThreadRecord::IDLE,
-            None,
-        )
-        .await
-        .unwrap()
-        .unwrap();
+    finish_idle(&store, "r1", owner).await.unwrap();
     // r3 queued after r2: still waits.
     assert_eq!(
         store.try_start_run("r3", owner, lease, None).await.unwrap(),
@@ -539,18 +533,7 @@ async fn a_started_run_marks_its_thread_busy_in_the_admission() {
         None
     );
     assert_eq!(status("u").await, None);
-    store
-        .finish_run_and_thread(
-            "r5",
-            owner,
-            RunStatus::Success,
-            RunFinish::default(),
-            ThreadRecord::IDLE,
-            None,
-        )
-        .await
-        .unwrap()
-        .unwrap();
+    finish_idle(&store, "r5", owner).await.unwrap();
     // The run's end writes a thread record only where one exists.
     assert_eq!(status("u").await, None);
     let r6 = store
