@@ -140,14 +140,25 @@ fn sqlite_step_into(
     hist: usize,
     values: bool,
 ) -> PerStep {
+    let no_op =
+        |steps: usize| Agent::new(model(steps)).with_tools(ToolRegistry::new().with(noop_tool()));
+    resumed_step(rt, dir, hist, values, "no-op", &no_op)
+}
+
+/// A run of `agent` (checkpointed to a real SQLite file) resuming a thread of `hist` messages.
+fn resumed_step(
+    rt: &tokio::runtime::Runtime,
+    dir: &std::path::Path,
+    hist: usize,
+    values: bool,
+    name: &str,
+    agent: &dyn Fn(usize) -> Agent,
+) -> PerStep {
     let store =
-        antler_store::SqliteStore::open(&dir.join(format!("guard-{hist}-{values}.db"))).unwrap();
+        antler_store::SqliteStore::open(&dir.join(format!("guard-{name}-{hist}-{values}.db")))
+            .unwrap();
     let cp: Arc<dyn Checkpointer> = Arc::new(store);
-    let agent = |steps: usize| {
-        Agent::new(model(steps))
-            .with_tools(ToolRegistry::new().with(noop_tool()))
-            .with_checkpointer(cp.clone())
-    };
+    let agent = |steps: usize| agent(steps).with_checkpointer(cp.clone());
     // Seed a thread with `hist` checkpointed messages (unmeasured), then measure a run that
     // resumes it — the server's path.
     let resumed = |steps: usize, thread: &str| {
@@ -170,6 +181,19 @@ fn chain_step(rt: &tokio::runtime::Runtime, dir: &std::path::Path, hist: usize) 
 /// newest AI message after every model call, and the snapshot after it must not copy the list.
 fn chain_values_step(rt: &tokio::runtime::Runtime, dir: &std::path::Path, hist: usize) -> PerStep {
     chain_step_into(rt, dir, hist, true)
+}
+
+/// [`chain_values_step`] with SQLite checkpoints, the server's setup: a superstep's events are
+/// held until its checkpoint is written, so the model node's `values` snapshot is still held
+/// when token usage commits its stamp — a held snapshot sharing the live list makes that commit
+/// copy the whole list.
+fn chain_sqlite_values_step(
+    rt: &tokio::runtime::Runtime,
+    dir: &std::path::Path,
+    hist: usize,
+) -> PerStep {
+    let lead = |steps: usize| chain_agent(steps, dir).unwrap();
+    resumed_step(rt, dir, hist, true, "lead", &lead)
 }
 
 fn chain_step_into(
@@ -258,7 +282,7 @@ fn per_step_allocations_do_not_grow_with_history() {
     let dir = tempfile::tempdir().unwrap();
 
     type Step = fn(&tokio::runtime::Runtime, &std::path::Path, usize) -> PerStep;
-    let chains: [(&str, Step, Bounds); 4] = [
+    let chains: [(&str, Step, Bounds); 5] = [
         (
             "no-op chain, SQLite",
             sqlite_step,
@@ -289,6 +313,15 @@ fn per_step_allocations_do_not_grow_with_history() {
         (
             "lead chain, values kept by a replay buffer",
             chain_values_step,
+            Bounds {
+                allocations: 320.0,
+                bytes_allocated: 100.0 * 1024.0,
+                bytes_retained: 24.0 * 1024.0,
+            },
+        ),
+        (
+            "lead chain, SQLite, values kept by a replay buffer",
+            chain_sqlite_values_step,
             Bounds {
                 allocations: 320.0,
                 bytes_allocated: 100.0 * 1024.0,

@@ -20,6 +20,33 @@ pub trait EventSink: Send + Sync {
     /// The modes this consumer wants; events of other modes are never built.
     fn modes(&self) -> StreamModes;
     fn emit(&self, event: StreamEvent);
+
+    /// `event` is held back until the run's checkpoint is written, then delivered (or dropped
+    /// if the write fails). A held `values` snapshot shares the run's live message list, so
+    /// the run's next in-place write (token usage stamping the reply) would copy the whole
+    /// list: a sink that keeps snapshots takes them apart here and delivers them later itself.
+    fn hold(&self, event: StreamEvent) -> Held {
+        Held::Event(event)
+    }
+}
+
+/// An event held back by a run (see [`EventSink::hold`]).
+// Held events were kept unboxed before there was a prepared form; boxing would allocate per event.
+#[allow(clippy::large_enum_variant)]
+pub enum Held {
+    /// Delivered by [`EventSink::emit`].
+    Event(StreamEvent),
+    /// Prepared by the sink: calling it delivers the event.
+    Prepared(Box<dyn FnOnce() + Send>),
+}
+
+impl Held {
+    fn deliver(self, sink: &dyn EventSink) {
+        match self {
+            Held::Event(event) => sink.emit(event),
+            Held::Prepared(deliver) => deliver(),
+        }
+    }
 }
 
 /// A sink that drops everything (subagents, benchmarks).
@@ -152,11 +179,11 @@ impl Default for RunOptions {
 struct Outlet {
     sink: Arc<dyn EventSink>,
     /// `Some` while holding: the events emitted since the first unwritten checkpoint.
-    held: Mutex<Option<Vec<StreamEvent>>>,
+    held: Mutex<Option<Vec<Held>>>,
 }
 
 impl Outlet {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Vec<StreamEvent>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Vec<Held>>> {
         self.held.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -165,7 +192,7 @@ impl Outlet {
     fn emit(&self, event: StreamEvent) {
         let mut held = self.lock();
         match held.as_mut() {
-            Some(q) => q.push(event),
+            Some(q) => q.push(self.sink.hold(event)),
             None => self.sink.emit(event),
         }
     }
@@ -186,13 +213,13 @@ impl Outlet {
         let mut held = self.lock();
         let Some(q) = held.as_mut() else { return };
         let n = upto.map_or(q.len(), |n| n.min(q.len()));
-        let out: Vec<StreamEvent> = q.drain(..n).collect();
+        let out: Vec<Held> = q.drain(..n).collect();
         if upto.is_none() {
             *held = None;
         }
         if deliver {
             for event in out {
-                self.sink.emit(event);
+                event.deliver(self.sink.as_ref());
             }
         }
     }

@@ -17,7 +17,7 @@ pub use checkpoint::{
     Checkpoint, CheckpointError, CheckpointMeta, CheckpointWrite, Checkpointer, MemoryCheckpointer,
 };
 pub use context::{
-    keys, CollectingSink, CustomSender, Emitter, EventSink, NullSink, RunContext, RunKey,
+    keys, CollectingSink, CustomSender, Emitter, EventSink, Held, NullSink, RunContext, RunKey,
     RunOptions,
 };
 pub use middleware::{

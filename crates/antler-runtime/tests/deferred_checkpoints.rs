@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use antler_models::{ScriptedModel, ScriptedReply};
 use antler_protocol::{
-    Message, Object, StateUpdate, StreamEvent, StreamMessage, ThreadState, ToolSpec,
+    Message, Object, StateUpdate, StreamEvent, StreamMessage, StreamModes, ThreadState, ToolSpec,
 };
 use antler_runtime::*;
 use async_trait::async_trait;
@@ -191,6 +191,17 @@ struct Outcome {
 /// One tool step, then a text answer; `Stamp` writes after each model call.
 async fn run(deferrable: bool, persist: bool, fail_at: Option<usize>) -> Outcome {
     let sink = Arc::new(CollectingSink::new());
+    run_into(sink.clone(), sink, deferrable, persist, fail_at).await
+}
+
+/// [`run`], the run's events going to `to`, which delivers them to `sink`.
+async fn run_into(
+    to: Arc<dyn EventSink>,
+    sink: Arc<CollectingSink>,
+    deferrable: bool,
+    persist: bool,
+    fail_at: Option<usize>,
+) -> Outcome {
     let cp = Recorder::new(&sink, fail_at);
     let stamp = Arc::new(Stamp {
         deferrable,
@@ -206,7 +217,7 @@ async fn run(deferrable: bool, persist: bool, fail_at: Option<usize>) -> Outcome
         .with_tools(ToolRegistry::new().with(echo()))
         .with_chain(Chain::new(vec![stamp.clone() as Arc<dyn Middleware>]).unwrap())
         .with_checkpointer(cp.clone());
-    let ctx = Arc::new(RunContext::new("t1", "r1", sink.clone()));
+    let ctx = Arc::new(RunContext::new("t1", "r1", to));
     let run = agent
         .run(RunInput::message(Message::human("go")), ctx)
         .await;
@@ -301,18 +312,8 @@ async fn values_events_wait_for_their_checkpoint() {
     }
     assert_eq!(values_count(&out.sink), written);
     // The order of events is the order they were emitted: each node's update, then its state.
-    let order: Vec<String> = out
-        .sink
-        .events()
-        .iter()
-        .filter_map(|e| match e {
-            StreamEvent::Updates { node, .. } => Some(format!("u:{node}")),
-            StreamEvent::Values(v) => Some(format!("v:{}", v.messages.len())),
-            _ => None,
-        })
-        .collect();
     assert_eq!(
-        order,
+        order(&out.sink),
         [
             "v:1",
             "u:model",
@@ -327,6 +328,78 @@ async fn values_events_wait_for_their_checkpoint() {
             "v:4",
         ]
     );
+}
+
+/// The `updates` and `values` events a consumer received: node names and list lengths.
+fn order(sink: &CollectingSink) -> Vec<String> {
+    sink.events()
+        .iter()
+        .filter_map(|e| match e {
+            StreamEvent::Updates { node, .. } => Some(format!("u:{node}")),
+            StreamEvent::Values(v) => Some(format!("v:{}", v.messages.len())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A sink that takes a held `values` snapshot apart at once, as the server's replay buffer
+/// does (here: a list of its own), and delivers it when the run releases it.
+struct Preparing {
+    inner: Arc<CollectingSink>,
+    /// The values events prepared while held.
+    prepared: Mutex<usize>,
+}
+
+impl EventSink for Preparing {
+    fn modes(&self) -> StreamModes {
+        self.inner.modes()
+    }
+    fn emit(&self, event: StreamEvent) {
+        self.inner.emit(event);
+    }
+    fn hold(&self, event: StreamEvent) -> Held {
+        let StreamEvent::Values(mut snapshot) = event else {
+            return Held::Event(event);
+        };
+        *self.prepared.lock().unwrap() += 1;
+        snapshot.messages = Arc::new(snapshot.messages.as_ref().clone());
+        let inner = self.inner.clone();
+        Held::Prepared(Box::new(move || inner.emit(StreamEvent::Values(snapshot))))
+    }
+}
+
+/// A sink's prepared events are delivered in their place among the others, once their
+/// checkpoint is written, and never when the write fails.
+#[tokio::test]
+async fn events_a_sink_prepares_while_held_keep_their_place() {
+    let prepared = |sink: &Arc<CollectingSink>| {
+        Arc::new(Preparing {
+            inner: sink.clone(),
+            prepared: Mutex::new(0),
+        })
+    };
+    let plain = run(true, false, None).await;
+    let sink = Arc::new(CollectingSink::new());
+    let to = prepared(&sink);
+    let out = run_into(to.clone(), sink, true, false, None).await;
+    assert_eq!(out.run.status, RunStatus::Success);
+    assert_eq!(order(&out.sink), order(&plain.sink));
+    // Every `values` event was emitted while its checkpoint was pending.
+    assert_eq!(*to.prepared.lock().unwrap(), values_count(&out.sink));
+    let batches = out.cp.batches.lock().unwrap().clone();
+    let mut written = 0;
+    for (nodes, values_seen) in &batches {
+        assert_eq!(*values_seen, written, "before writing {nodes:?}");
+        written += nodes.len();
+    }
+
+    // The second write fails: the states it held are dropped, prepared or not.
+    let sink = Arc::new(CollectingSink::new());
+    let to = prepared(&sink);
+    let out = run_into(to.clone(), sink, true, false, Some(1)).await;
+    assert_eq!(out.run.status, RunStatus::Error);
+    assert_eq!(values_count(&out.sink), 1);
+    assert!(*to.prepared.lock().unwrap() > 1);
 }
 
 #[tokio::test]

@@ -380,6 +380,9 @@ impl Cursor {
     }
 }
 
+/// A `values` snapshot as a [`RunBuffer`] keeps it, not yet appended.
+pub struct StagedValues(Arc<Snapshot>);
+
 enum Read {
     Frames {
         frames: Vec<Frame>,
@@ -421,6 +424,15 @@ impl RunBuffer {
     /// Append a `values` event holding `state`; it is serialized only when delivered. The
     /// snapshot is let go of before this returns (see [`Segment`]).
     pub fn push_values(&self, snapshot: StateSnapshot) -> Option<Arc<str>> {
+        let staged = self.stage_values(snapshot)?;
+        self.push_staged(staged)
+    }
+
+    /// Take `snapshot` apart into what the buffer keeps of it (O(new messages)), letting go of
+    /// the run's list, for [`RunBuffer::push_staged`] later: a run holds its `values` events
+    /// until their checkpoint is written, and meanwhile writes its list in place. Snapshots are
+    /// staged in the order they are appended.
+    pub fn stage_values(&self, snapshot: StateSnapshot) -> Option<StagedValues> {
         let StateSnapshot {
             fields,
             messages: list,
@@ -446,13 +458,17 @@ impl RunBuffer {
         };
         drop(list);
         let (messages, own) = messages;
-        let snapshot = Arc::new(Snapshot {
+        Some(StagedValues(Arc::new(Snapshot {
             fields,
             messages,
             own,
             checkpoint: checkpoint_id,
-        });
-        self.append(Kind::Values, |_| Payload::Values(snapshot))
+        })))
+    }
+
+    /// Append a `values` event staged by [`RunBuffer::stage_values`].
+    pub fn push_staged(&self, staged: StagedValues) -> Option<Arc<str>> {
+        self.append(Kind::Values, |_| Payload::Values(staged.0))
     }
 
     fn append(&self, kind: Kind, payload: impl FnOnce(&str) -> Payload) -> Option<Arc<str>> {
@@ -920,6 +936,42 @@ mod tests {
         let st = buf.lock();
         assert!(st.frames.len() >= MIN_RETAINED_EVENTS);
         assert_eq!(st.bytes, st.frames.iter().map(|f| f.cost).sum::<usize>());
+    }
+
+    /// A staged snapshot lets go of the run's list at once: the run's next in-place write
+    /// does not copy it, and the snapshot, appended later, still frames as the state it was
+    /// staged at.
+    #[tokio::test]
+    async fn a_staged_snapshot_frames_its_state_without_holding_the_list() {
+        use antler_protocol::Message;
+        let buf = RunBuffer::new("r1", usize::MAX);
+        let mut live = ThreadState::default();
+        for i in 0..5 {
+            let mut m = Message::ai(format!("m{i}"));
+            m.set_id(format!("id{i}"));
+            live.messages.push(m);
+        }
+        let list = |live: &ThreadState| Arc::as_ptr(&live.messages.shared());
+        let mut states = Vec::new();
+        let mut staged = Vec::new();
+        for round in 0..3 {
+            states.push(crate::wire::state_string(&live));
+            staged.push(buf.stage_values(live.snapshot()).unwrap());
+            // Token usage's stamp: the newest message replaced in place, the same list.
+            let before = list(&live);
+            let mut stamped = Message::ai(format!("m4 stamped {round}"));
+            stamped.set_id("id4");
+            live.messages.push(stamped);
+            assert_eq!(list(&live), before, "round {round}: the list was copied");
+        }
+        let mut expected = String::new();
+        for (state, staged) in states.iter().zip(staged) {
+            let id = buf.push_staged(staged).unwrap();
+            expected.push_str(&text(&frame_bytes("values", state, &id)));
+        }
+        buf.close();
+        let out = replay(&buf, Cursor::Earliest, None).await;
+        assert_eq!(out, format!("{expected}event: end\ndata: null\n\n"));
     }
 
     /// Every retained snapshot frames as the state it was taken of, whatever the run did to its

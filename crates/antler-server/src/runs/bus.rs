@@ -32,7 +32,7 @@ pub struct Subscribe {
 }
 
 /// One run's event stream on the bus.
-pub trait RunEvents: Send + Sync {
+pub trait RunEvents: Send + Sync + 'static {
     /// Frame and publish one event (`data`: one line of JSON); its id, `None` once closed.
     fn publish(&self, kind: Kind, name: &str, data: &str) -> Option<Arc<str>>;
 
@@ -45,6 +45,18 @@ pub trait RunEvents: Send + Sync {
             "values",
             &crate::wire::snapshot_string(&state),
         )
+    }
+
+    /// A `values` event the run holds back until its checkpoint is written: prepare it now
+    /// (it must not keep the run's live message list, which the run goes on writing in
+    /// place) and return what publishes it. A bus that keeps events in memory takes the
+    /// snapshot apart; one that ships events elsewhere frames it now.
+    fn stage_values(self: Arc<Self>, state: StateSnapshot) -> Box<dyn FnOnce() + Send> {
+        let data = crate::wire::snapshot_string(&state);
+        drop(state);
+        Box::new(move || {
+            self.publish(Kind::Values, "values", &data);
+        })
     }
 
     /// No more events: subscribers drain what is left, then get `end`.
@@ -77,6 +89,15 @@ impl RunEvents for RunBuffer {
 
     fn publish_values(&self, state: StateSnapshot) -> Option<Arc<str>> {
         self.push_values(state)
+    }
+
+    fn stage_values(self: Arc<Self>, state: StateSnapshot) -> Box<dyn FnOnce() + Send> {
+        let staged = RunBuffer::stage_values(&self, state);
+        Box::new(move || {
+            if let Some(staged) = staged {
+                self.push_staged(staged);
+            }
+        })
     }
 
     fn close(&self) {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use antler_agent::{AgentError, RunRequest as EngineRequest};
 use antler_protocol::{Message, StateUpdate, StreamEvent, StreamMessage, StreamModes};
-use antler_runtime::{EventSink, RunInput, RunOptions};
+use antler_runtime::{EventSink, Held, RunInput, RunOptions};
 use antler_store::{RunRecord, RunStatus};
 use serde::ser::SerializeMap;
 use serde::Serialize;
@@ -111,6 +111,13 @@ impl EventSink for BufferSink {
             }
             // The engine emits `end` once everything is persisted: the streams end.
             StreamEvent::End => self.buffer.close(),
+        }
+    }
+
+    fn hold(&self, event: StreamEvent) -> Held {
+        match event {
+            StreamEvent::Values(state) => Held::Prepared(self.buffer.clone().stage_values(state)),
+            other => Held::Event(other),
         }
     }
 }
