@@ -110,6 +110,11 @@ pub trait WireFormat: Sized + Send + Sync + 'static {
         stream: bool,
     ) -> Result<Self::Body<'a>, ModelError>;
 
+    /// Writes `body` as JSON into `out` (a format whose body keeps parts encoded copies them).
+    fn write_body(body: &Self::Body<'_>, out: &mut Vec<u8>) -> serde_json::Result<()> {
+        serde_json::to_writer(out, body)
+    }
+
     /// A 2xx non-streaming answer → the message (`model` when the answer names none).
     fn decode(body: &[u8], message_id: &str, model: &str) -> Result<AiMessage, ModelError>;
 }
@@ -344,8 +349,7 @@ impl<W: WireFormat> HttpChatModel<W> {
             None => self.body_hint.load(Ordering::Relaxed),
         };
         let mut out = Vec::with_capacity(capacity);
-        serde_json::to_writer(&mut out, &body)
-            .map_err(|e| ModelError::InvalidRequest(e.to_string()))?;
+        W::write_body(&body, &mut out).map_err(|e| ModelError::InvalidRequest(e.to_string()))?;
         self.body_hint.store(out.len(), Ordering::Relaxed);
         if let Some(run) = run {
             run.store(out.len(), Ordering::Relaxed);

@@ -257,13 +257,86 @@ impl Hasher for AddrHasher {
 /// [`ChatRequest::encodings`](crate::ChatRequest::encodings).
 #[derive(Default)]
 pub struct EncodingCache {
-    /// Chat Completions messages (the variant bit: `replay_reasoning_content`).
+    /// Chat Completions messages (the variant bit: `replay_reasoning_content`) that
+    /// `chat_history` does not cover.
     pub(crate) chat: ArcJsonCache<Message>,
+    /// The leading Chat Completions messages the run sent, as sent.
+    pub(crate) chat_history: Mutex<HistoryMemo>,
     /// Responses input items (the variant bit: whether the API stores items).
     pub(crate) responses: ArcJsonCache<Message, Arc<[Box<RawValue>]>>,
     /// Bytes of the run's last request body (0: none yet): the next body's buffer is sized
     /// from it.
     pub(crate) last_body: std::sync::atomic::AtomicUsize,
+}
+
+/// The JSON of a run's leading history messages as its last call sent them, comma-separated:
+/// a call copies it whole and encodes only the messages after it, instead of looking up and
+/// copying each message's encoding (with a long history, ~200 instructions a message on every
+/// call). It holds a `Weak` of every message it covers, so an address it knows can neither be
+/// reused nor its value changed in place (see [`ArcJsonCache`]): a list whose leading messages
+/// are the same allocations, in the same order, starts with exactly these bytes.
+#[derive(Default)]
+pub(crate) struct HistoryMemo {
+    /// The wire option the encodings depend on (`replay_reasoning_content`).
+    variant: bool,
+    /// The messages covered, in list order, each with the length of `json` up to and
+    /// including it (a reducer instruction adds nothing).
+    covered: Vec<(Weak<Message>, usize)>,
+    json: Vec<u8>,
+}
+
+impl HistoryMemo {
+    /// How many leading `messages` the memo covers, once it has let go of what `messages` no
+    /// longer starts with (all of it, for another `variant`).
+    pub(crate) fn sync(&mut self, messages: &[Arc<Message>], variant: bool) -> usize {
+        if self.variant != variant {
+            self.variant = variant;
+            self.covered.clear();
+            self.json.clear();
+        }
+        let same = self
+            .covered
+            .iter()
+            .zip(messages)
+            .take_while(|((of, _), msg)| std::ptr::eq(of.as_ptr(), Arc::as_ptr(msg)))
+            .count();
+        if same < self.covered.len() {
+            self.covered.truncate(same);
+            self.json.truncate(self.covered.last().map_or(0, |c| c.1));
+        }
+        same
+    }
+
+    /// Cover `msg`, the message after the ones covered, whose JSON `write` appends (`None`:
+    /// it sends nothing). On error the memo is as it was.
+    pub(crate) fn push(
+        &mut self,
+        msg: &Arc<Message>,
+        write: Option<impl FnOnce(&mut Vec<u8>) -> serde_json::Result<()>>,
+    ) -> serde_json::Result<()> {
+        let before = self.json.len();
+        if let Some(write) = write {
+            if before > 0 {
+                self.json.push(b',');
+            }
+            if let Err(e) = write(&mut self.json) {
+                self.json.truncate(before);
+                return Err(e);
+            }
+        }
+        self.covered.push((Arc::downgrade(msg), self.json.len()));
+        Ok(())
+    }
+
+    /// The covered messages' JSON, comma-separated.
+    pub(crate) fn json(&self) -> &[u8] {
+        &self.json
+    }
+
+    #[cfg(test)]
+    pub(crate) fn covered(&self) -> usize {
+        self.covered.len()
+    }
 }
 
 impl std::fmt::Debug for EncodingCache {
@@ -404,12 +477,32 @@ impl EncodedTexts {
         text: &str,
         value: &V,
     ) -> Result<(), S::Error> {
+        seq.serialize_element(&self.element(text, value))
+    }
+
+    /// `value` (which depends on `text` only) as it serializes: see [`EncodedTexts::write_element`].
+    pub(crate) fn element<'v, V: Serialize>(&self, text: &str, value: &'v V) -> TextJson<'v, V> {
         match (text.len() >= ENCODED_TEXT_MIN)
             .then(|| self.get(text, || value))
             .flatten()
         {
-            Some(raw) => seq.serialize_element(&*raw),
-            None => seq.serialize_element(value),
+            Some(raw) => TextJson::Encoded(raw),
+            None => TextJson::Value(value),
+        }
+    }
+}
+
+/// A value that depends on one text, encoded before or not (see [`EncodedTexts::element`]).
+pub(crate) enum TextJson<'v, V> {
+    Encoded(Arc<RawValue>),
+    Value(&'v V),
+}
+
+impl<V: Serialize> Serialize for TextJson<'_, V> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            TextJson::Encoded(raw) => raw.serialize(s),
+            TextJson::Value(v) => v.serialize(s),
         }
     }
 }
@@ -840,8 +933,50 @@ impl<H: Serialize, T: Serialize> Serialize for OpenAiBody<'_, H, T> {
         let mut m = s.serialize_map(None)?;
         m.serialize_entry("model", self.model)?;
         m.serialize_entry(self.history_key, &self.history)?;
-        serialize_cached_tools(&mut m, self.tool_cache, self.tools, |t| (self.tool)(t))?;
+        self.serialize_rest(&mut m)?;
         end_body(m, self.tool_choice.as_ref(), self.stream, &self.params)
+    }
+}
+
+impl<H, T: Serialize> OpenAiBody<'_, H, T> {
+    fn serialize_rest<M: SerializeMap>(&self, m: &mut M) -> Result<(), M::Error> {
+        serialize_cached_tools(m, self.tool_cache, self.tools, |t| (self.tool)(t))
+    }
+
+    /// Writes the body into `out`, the history by `history` (which must write one JSON
+    /// value): the same bytes as its `Serialize`, but the history written straight into the
+    /// buffer, so it can copy what it kept encoded.
+    pub(crate) fn write_json(
+        &self,
+        out: &mut Vec<u8>,
+        history: impl FnOnce(&H, &mut Vec<u8>) -> serde_json::Result<()>,
+    ) -> serde_json::Result<()> {
+        /// The fields after the history, as a map of their own.
+        struct Rest<'b, 'a, H, T>(&'b OpenAiBody<'a, H, T>);
+        impl<H, T: Serialize> Serialize for Rest<'_, '_, H, T> {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                let body = self.0;
+                let mut m = s.serialize_map(None)?;
+                body.serialize_rest(&mut m)?;
+                end_body(m, body.tool_choice.as_ref(), body.stream, &body.params)
+            }
+        }
+        out.extend_from_slice(b"{\"model\":");
+        serde_json::to_writer(&mut *out, self.model)?;
+        out.push(b',');
+        serde_json::to_writer(&mut *out, self.history_key)?;
+        out.push(b':');
+        history(&self.history, out)?;
+        // `{…}` continues the body from its first field on; `{}` closes it.
+        let at = out.len();
+        serde_json::to_writer(&mut *out, &Rest(self))?;
+        if out.len() == at + 2 {
+            out.truncate(at);
+            out.push(b'}');
+        } else {
+            out[at] = b',';
+        }
+        Ok(())
     }
 }
 

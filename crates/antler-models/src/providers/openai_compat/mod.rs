@@ -103,6 +103,10 @@ impl WireFormat for ChatCompletions {
         Ok(request::body(options, model, req, stream))
     }
 
+    fn write_body(body: &request::WireBody<'_>, out: &mut Vec<u8>) -> serde_json::Result<()> {
+        request::write_body(body, out)
+    }
+
     fn decode(body: &[u8], message_id: &str, model: &str) -> Result<AiMessage, ModelError> {
         response::parse_completion(body, message_id, model)
     }

@@ -5,17 +5,19 @@
 //! `tool_calls` with JSON-string `arguments`, `tool_call_id`) directly into the output buffer.
 
 use std::collections::HashSet;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use antler_protocol::{AiMessage, Content, Message, Object, ToolSpec};
 use serde::ser::{SerializeMap, SerializeSeq};
 use serde::{Serialize, Serializer};
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::OpenAiCompatOptions;
 use crate::providers::mapping::{
     answered_invalid_calls, call_fields, call_tool_choice, insert_some, openai_tool_choice,
-    settle_tool_choice, ArcJsonCache, EncodedTexts, OpenAiBody, ToolJsonCache, ToolSchema,
+    settle_tool_choice, ArcJsonCache, EncodedTexts, HistoryMemo, OpenAiBody, ToolJsonCache,
+    ToolSchema,
 };
 use crate::ChatRequest;
 
@@ -37,6 +39,12 @@ const DROPPED_BLOCK_TYPES: [&str; 6] = [
 static TOOL_JSON: ToolJsonCache = ToolJsonCache::new();
 /// Its encoded system messages (see [`EncodedTexts`]).
 static SYSTEM_JSON: EncodedTexts = EncodedTexts::new();
+
+/// Writes `body` into `out`: its bytes as serialized, the run's history memo copied and
+/// extended (see [`HistoryMemo`]).
+pub(crate) fn write_body(body: &WireBody<'_>, out: &mut Vec<u8>) -> serde_json::Result<()> {
+    body.write_json(out, WireMessages::write_json)
+}
 
 /// The request body of one call.
 pub(crate) fn body<'a>(
@@ -139,6 +147,8 @@ pub struct WireMessages<'a> {
     replay_reasoning: bool,
     /// The run's encoded messages.
     cache: Option<&'a ArcJsonCache<Message>>,
+    /// The run's leading messages as last sent.
+    memo: Option<&'a Mutex<HistoryMemo>>,
     /// Tool-call ids that have a tool result; computed only when some AI message carries invalid
     /// tool calls (those are replayed only when answered, else a strict provider rejects the
     /// unanswered call).
@@ -152,23 +162,82 @@ impl<'a> WireMessages<'a> {
             messages: req.messages,
             replay_reasoning,
             cache: req.encodings.map(|e| &e.chat),
+            memo: req.encodings.map(|e| &e.chat_history),
             answered: answered_invalid_calls(req.messages),
         }
     }
-}
 
-impl Serialize for WireMessages<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut seq = s.serialize_seq(None)?;
-        if let Some(system) = self.system {
-            let message = RoleText {
-                role: "system",
-                content: system,
-            };
-            SYSTEM_JSON.write_element(&mut seq, system, &message)?;
+    fn system(&self) -> Option<RoleText<'a>> {
+        self.system.map(|content| RoleText {
+            role: "system",
+            content,
+        })
+    }
+
+    /// Writes the messages into `out` as their `Serialize` would: the run's memo of the
+    /// leading ones first, extended by the context-free messages after it; what follows the
+    /// first message that is not context-free is written one by one.
+    fn write_json(&self, out: &mut Vec<u8>) -> serde_json::Result<()> {
+        let Some(memo) = self.memo else {
+            return serde_json::to_writer(out, self);
+        };
+        out.push(b'[');
+        let mut empty = true;
+        if let (Some(system), Some(message)) = (self.system, self.system()) {
+            serde_json::to_writer(&mut *out, &SYSTEM_JSON.element(system, &message))?;
+            empty = false;
         }
-        let encoded = self.cache.map(|cache| {
-            cache.encoded(self.messages, self.replay_reasoning, |msg| {
+        let mut memo = memo.lock().unwrap_or_else(|e| e.into_inner());
+        let mut covered = memo.sync(self.messages, self.replay_reasoning);
+        for msg in &self.messages[covered..] {
+            let wire = WireMessage {
+                msg,
+                replay_reasoning: self.replay_reasoning,
+                answered: None,
+            };
+            if matches!(**msg, Message::Remove(_)) {
+                memo.push(msg, None::<fn(&mut Vec<u8>) -> serde_json::Result<()>>)?;
+            } else if wire.is_context_free() {
+                memo.push(
+                    msg,
+                    Some(|buf: &mut Vec<u8>| serde_json::to_writer(buf, &wire)),
+                )?;
+            } else {
+                break;
+            }
+            covered += 1;
+        }
+        if !memo.json().is_empty() {
+            if !empty {
+                out.push(b',');
+            }
+            out.extend_from_slice(memo.json());
+            empty = false;
+        }
+        drop(memo);
+        let rest = &self.messages[covered..];
+        let encoded = self.encoded(rest);
+        for (i, msg) in rest.iter().enumerate() {
+            if matches!(**msg, Message::Remove(_)) {
+                continue;
+            }
+            if !empty {
+                out.push(b',');
+            }
+            empty = false;
+            match encoded.as_ref().and_then(|e| e[i].as_ref()) {
+                Some(raw) => serde_json::to_writer(&mut *out, &**raw)?,
+                None => serde_json::to_writer(&mut *out, &self.wire(msg))?,
+            }
+        }
+        out.push(b']');
+        Ok(())
+    }
+
+    /// `messages`' encodings from the run's cache (`None` where not cacheable).
+    fn encoded(&self, messages: &'a [Arc<Message>]) -> Option<Vec<Option<Arc<RawValue>>>> {
+        self.cache.map(|cache| {
+            cache.encoded(messages, self.replay_reasoning, |msg| {
                 let wire = WireMessage {
                     msg,
                     replay_reasoning: self.replay_reasoning,
@@ -178,18 +247,33 @@ impl Serialize for WireMessages<'_> {
                     .then(|| serde_json::value::to_raw_value(&wire).ok().map(Arc::from))
                     .flatten()
             })
-        });
+        })
+    }
+
+    /// `msg` encoded in its context.
+    fn wire<'m>(&'m self, msg: &'m Message) -> WireMessage<'m> {
+        WireMessage {
+            msg,
+            replay_reasoning: self.replay_reasoning,
+            answered: self.answered.as_ref(),
+        }
+    }
+}
+
+impl Serialize for WireMessages<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut seq = s.serialize_seq(None)?;
+        if let (Some(system), Some(message)) = (self.system, self.system()) {
+            SYSTEM_JSON.write_element(&mut seq, system, &message)?;
+        }
+        let encoded = self.encoded(self.messages);
         for (i, msg) in self.messages.iter().enumerate() {
             if matches!(**msg, Message::Remove(_)) {
                 continue;
             }
             match encoded.as_ref().and_then(|e| e[i].as_ref()) {
                 Some(raw) => seq.serialize_element(&**raw)?,
-                None => seq.serialize_element(&WireMessage {
-                    msg,
-                    replay_reasoning: self.replay_reasoning,
-                    answered: self.answered.as_ref(),
-                })?,
+                None => seq.serialize_element(&self.wire(msg))?,
             }
         }
         seq.end()
@@ -495,6 +579,105 @@ mod tests {
         let body: Value =
             serde_json::from_str(&encode_with(&unanswered, false, Some(&cache))).unwrap();
         assert!(body["messages"][4].get("tool_calls").is_none());
+    }
+
+    /// One call's body as the driver writes it (the run's memo copied), and the same body
+    /// serialized without any cache.
+    fn written_and_fresh(
+        messages: &[Arc<Message>],
+        replay: bool,
+        system: Option<&str>,
+        tools: &[Arc<ToolSpec>],
+        cache: &crate::EncodingCache,
+    ) -> (String, String) {
+        let options = OpenAiCompatOptions {
+            replay_reasoning_content: replay,
+            ..Default::default()
+        };
+        let settings = Object::new();
+        let req = |encodings| ChatRequest {
+            system,
+            messages,
+            tools,
+            tool_choice: None,
+            settings: &settings,
+            message_id: "m",
+            encodings,
+        };
+        // Streamed with tools: fields after the history; unstreamed without: none.
+        let stream = !tools.is_empty();
+        let mut out = Vec::new();
+        write_body(&body(&options, "model", req(Some(cache)), stream), &mut out).unwrap();
+        let fresh = serde_json::to_string(&body(&options, "model", req(None), stream)).unwrap();
+        (String::from_utf8(out).unwrap(), fresh)
+    }
+
+    fn covered(cache: &crate::EncodingCache) -> usize {
+        cache.chat_history.lock().unwrap().covered()
+    }
+
+    /// Whatever the run does to its list between calls — appends, an edit in place, a cut, a
+    /// message whose encoding depends on the rest, another wire option — a call's body is the
+    /// bytes of a fresh encoding, and the memo covers the leading messages it can.
+    #[test]
+    fn the_history_memo_writes_the_bytes_of_a_fresh_encoding() {
+        let cache = crate::EncodingCache::default();
+        let tools = [Arc::new(ToolSpec {
+            name: "bash".into(),
+            description: "run".into(),
+            parameters: json!({"type": "object"}),
+        })];
+        let all = history();
+        let invalid = all[3].clone();
+        // The history without its AI message whose invalid call is answered.
+        let mut list: Vec<Arc<Message>> = all
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != 3)
+            .map(|(_, m)| m.clone())
+            .collect();
+        let long = "p".repeat(600);
+        let check =
+            |list: &[Arc<Message>], replay: bool, system: Option<&str>, with_tools: bool| {
+                let tools: &[Arc<ToolSpec>] = if with_tools { &tools } else { &[] };
+                let (written, fresh) = written_and_fresh(list, replay, system, tools, &cache);
+                assert_eq!(written, fresh);
+                serde_json::from_str::<Value>(&written).unwrap();
+            };
+        check(&list, false, Some("sys"), true);
+        assert_eq!(covered(&cache), 6);
+        check(&list, false, Some(&long), false);
+        // Appended: only the new messages are encoded, the memo grows.
+        list.push(Arc::new(Message::ai("next")));
+        list.push(Arc::new(Message::human("more")));
+        check(&list, false, None, true);
+        assert_eq!(covered(&cache), 8);
+        // Edited in place: the memo keeps what precedes the edit.
+        if let Message::Tool(t) = Arc::make_mut(&mut list[2]) {
+            t.content = "edited".into();
+        }
+        check(&list, false, Some("sys"), false);
+        assert_eq!(covered(&cache), 8);
+        // Cut short, then another wire option.
+        list.truncate(3);
+        check(&list, false, Some("sys"), true);
+        assert_eq!(covered(&cache), 3);
+        check(&list, true, Some("sys"), true);
+        assert_eq!(covered(&cache), 3);
+        // An AI message with an invalid call: its encoding depends on whether a later message
+        // answers it, so the memo stops before it — answered and not.
+        list.push(invalid);
+        list.push(Arc::new(Message::ai("after")));
+        check(&list, true, Some("sys"), false);
+        assert_eq!(covered(&cache), 3);
+        list.push(all[5].clone());
+        check(&list, true, Some("sys"), true);
+        let body: Value =
+            serde_json::from_str(&written_and_fresh(&list, true, None, &[], &cache).0).unwrap();
+        assert_eq!(body["messages"][3]["tool_calls"][0]["id"], "bad");
+        // Nothing at all.
+        check(&[], false, None, false);
+        assert_eq!(covered(&cache), 0);
     }
 
     #[test]
