@@ -26,7 +26,10 @@ pub(crate) async fn invoke_observed(
         tool_choice: None,
         settings: &settings,
         message_id,
-        encodings: Some(run.encodings()),
+        // Not the run's encodings: the prompt is a new message every call (nothing to reuse),
+        // and its list would displace the conversation's history memo and last body size,
+        // making the next call of the loop encode the whole history again.
+        encodings: None,
     };
     // The hooks that call side models are deferrable: the supersteps before this call are
     // written first, like before any model call of the loop. A failed write is the loop's to

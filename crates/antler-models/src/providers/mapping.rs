@@ -307,25 +307,29 @@ impl HistoryMemo {
         same
     }
 
-    /// Cover `msg`, the message after the ones covered, whose JSON `write` appends (`None`:
-    /// it sends nothing). On error the memo is as it was.
+    /// Cover `msg`, the message after the ones covered, whose JSON `write` appends. On error
+    /// the memo is as it was.
     pub(crate) fn push(
         &mut self,
         msg: &Arc<Message>,
-        write: Option<impl FnOnce(&mut Vec<u8>) -> serde_json::Result<()>>,
+        write: impl FnOnce(&mut Vec<u8>) -> serde_json::Result<()>,
     ) -> serde_json::Result<()> {
         let before = self.json.len();
-        if let Some(write) = write {
-            if before > 0 {
-                self.json.push(b',');
-            }
-            if let Err(e) = write(&mut self.json) {
-                self.json.truncate(before);
-                return Err(e);
-            }
+        if before > 0 {
+            self.json.push(b',');
         }
-        self.covered.push((Arc::downgrade(msg), self.json.len()));
+        if let Err(e) = write(&mut self.json) {
+            self.json.truncate(before);
+            return Err(e);
+        }
+        self.skip(msg);
         Ok(())
+    }
+
+    /// Cover `msg`, the message after the ones covered, which sends nothing (a reducer
+    /// instruction).
+    pub(crate) fn skip(&mut self, msg: &Arc<Message>) {
+        self.covered.push((Arc::downgrade(msg), self.json.len()));
     }
 
     /// The covered messages' JSON, comma-separated.

@@ -167,10 +167,14 @@ impl<'a> WireMessages<'a> {
         }
     }
 
-    fn system(&self) -> Option<RoleText<'a>> {
-        self.system.map(|content| RoleText {
-            role: "system",
-            content,
+    /// The system prompt and its message.
+    fn system(&self) -> Option<(&'a str, RoleText<'a>)> {
+        self.system.map(|content| {
+            let message = RoleText {
+                role: "system",
+                content,
+            };
+            (content, message)
         })
     }
 
@@ -183,7 +187,7 @@ impl<'a> WireMessages<'a> {
         };
         out.push(b'[');
         let mut empty = true;
-        if let (Some(system), Some(message)) = (self.system, self.system()) {
+        if let Some((system, message)) = self.system() {
             serde_json::to_writer(&mut *out, &SYSTEM_JSON.element(system, &message))?;
             empty = false;
         }
@@ -196,12 +200,9 @@ impl<'a> WireMessages<'a> {
                 answered: None,
             };
             if matches!(**msg, Message::Remove(_)) {
-                memo.push(msg, None::<fn(&mut Vec<u8>) -> serde_json::Result<()>>)?;
+                memo.skip(msg);
             } else if wire.is_context_free() {
-                memo.push(
-                    msg,
-                    Some(|buf: &mut Vec<u8>| serde_json::to_writer(buf, &wire)),
-                )?;
+                memo.push(msg, |buf| serde_json::to_writer(buf, &wire))?;
             } else {
                 break;
             }
@@ -263,7 +264,7 @@ impl<'a> WireMessages<'a> {
 impl Serialize for WireMessages<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut seq = s.serialize_seq(None)?;
-        if let (Some(system), Some(message)) = (self.system, self.system()) {
+        if let Some((system, message)) = self.system() {
             SYSTEM_JSON.write_element(&mut seq, system, &message)?;
         }
         let encoded = self.encoded(self.messages);
