@@ -4,6 +4,7 @@
 //! `&[Arc<Message>]` that write OpenAI's shapes (`user`/`assistant`/`system`/`tool` roles,
 //! `tool_calls` with JSON-string `arguments`, `tool_call_id`) directly into the output buffer.
 
+use std::cell::OnceCell;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
@@ -152,7 +153,10 @@ pub struct WireMessages<'a> {
     /// Tool-call ids that have a tool result; computed only when some AI message carries invalid
     /// tool calls (those are replayed only when answered, else a strict provider rejects the
     /// unanswered call).
-    answered: Option<HashSet<&'a str>>,
+    /// Made when a message is first written in its context (once the memo covers the leading
+    /// messages, none of which has invalid calls, usually never): not a scan of the whole
+    /// history on every call.
+    answered: OnceCell<Option<HashSet<&'a str>>>,
 }
 
 impl<'a> WireMessages<'a> {
@@ -163,8 +167,14 @@ impl<'a> WireMessages<'a> {
             replay_reasoning,
             cache: req.encodings.map(|e| &e.chat),
             memo: req.encodings.map(|e| &e.chat_history),
-            answered: answered_invalid_calls(req.messages),
+            answered: OnceCell::new(),
         }
+    }
+
+    fn answered(&self) -> Option<&HashSet<&'a str>> {
+        self.answered
+            .get_or_init(|| answered_invalid_calls(self.messages))
+            .as_ref()
     }
 
     /// The system prompt and its message.
@@ -256,7 +266,7 @@ impl<'a> WireMessages<'a> {
         WireMessage {
             msg,
             replay_reasoning: self.replay_reasoning,
-            answered: self.answered.as_ref(),
+            answered: self.answered(),
         }
     }
 }
