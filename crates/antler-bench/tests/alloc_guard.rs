@@ -124,43 +124,47 @@ fn per_step(with: stats_alloc::Stats, without: stats_alloc::Stats) -> PerStep {
     }
 }
 
-/// No-op chain, SQLite checkpoints (real file), fresh thread per run.
-fn sqlite_step(rt: &tokio::runtime::Runtime, dir: &std::path::Path, hist: usize) -> PerStep {
-    sqlite_step_into(rt, dir, hist, false)
+/// The agent a case runs.
+#[derive(Clone, Copy)]
+enum Chain {
+    /// No middleware, a no-op tool.
+    NoOp,
+    /// DeerFlow's full lead chain (summarization evaluated every step, token budget on).
+    Lead,
 }
 
-/// [`sqlite_step`] with `values` kept by a server run's replay buffer.
-fn sqlite_values_step(rt: &tokio::runtime::Runtime, dir: &std::path::Path, hist: usize) -> PerStep {
-    sqlite_step_into(rt, dir, hist, true)
-}
-
-fn sqlite_step_into(
-    rt: &tokio::runtime::Runtime,
-    dir: &std::path::Path,
-    hist: usize,
+/// One guarded setup: the agent, whether it checkpoints to a real SQLite file (resuming a
+/// checkpointed thread, the server's path) or runs in memory on a fresh state, and whether its
+/// `values` go to a server run's replay buffer that keeps every snapshot.
+struct Case {
+    name: &'static str,
+    chain: Chain,
+    sqlite: bool,
     values: bool,
-) -> PerStep {
-    let no_op =
-        |steps: usize| Agent::new(model(steps)).with_tools(ToolRegistry::new().with(noop_tool()));
-    resumed_step(rt, dir, hist, values, "no-op", &no_op)
+    caps: Bounds,
 }
 
-/// A run of `agent` (checkpointed to a real SQLite file) resuming a thread of `hist` messages.
-fn resumed_step(
-    rt: &tokio::runtime::Runtime,
-    dir: &std::path::Path,
-    hist: usize,
-    values: bool,
-    name: &str,
-    agent: &dyn Fn(usize) -> Agent,
-) -> PerStep {
-    let store =
-        antler_store::SqliteStore::open(&dir.join(format!("guard-{name}-{hist}-{values}.db")))
-            .unwrap();
-    let cp: Arc<dyn Checkpointer> = Arc::new(store);
+/// What one step of `case` costs with `hist` messages of history.
+fn step(rt: &tokio::runtime::Runtime, dir: &std::path::Path, case: &Case, hist: usize) -> PerStep {
+    let agent = |steps: usize| match case.chain {
+        Chain::NoOp => Agent::new(model(steps)).with_tools(ToolRegistry::new().with(noop_tool())),
+        Chain::Lead => chain_agent(steps, dir).unwrap(),
+    };
+    let values = case.values;
+    if !case.sqlite {
+        measure_into(rt, agent(2), hist, "warm", values);
+        let without = measure_into(rt, agent(0), hist, "zero", values);
+        let with = measure_into(rt, agent(STEPS), hist, "full", values);
+        return per_step(with, without);
+    }
+    let db = dir.join(format!(
+        "guard-{}-{hist}.db",
+        case.name.replace([' ', ','], "")
+    ));
+    let cp: Arc<dyn Checkpointer> = Arc::new(antler_store::SqliteStore::open(&db).unwrap());
     let agent = |steps: usize| agent(steps).with_checkpointer(cp.clone());
     // Seed a thread with `hist` checkpointed messages (unmeasured), then measure a run that
-    // resumes it — the server's path.
+    // resumes it.
     let resumed = |steps: usize, thread: &str| {
         measure(rt, agent(0), hist, thread);
         measure_into(rt, agent(steps), 0, thread, values)
@@ -169,43 +173,6 @@ fn resumed_step(
     resumed(2, &format!("warm-{hist}"));
     let without = resumed(0, &format!("zero-{hist}"));
     let with = resumed(STEPS, &format!("full-{hist}"));
-    per_step(with, without)
-}
-
-/// DeerFlow's full lead chain (summarization evaluated every step, token budget on), in memory.
-fn chain_step(rt: &tokio::runtime::Runtime, dir: &std::path::Path, hist: usize) -> PerStep {
-    chain_step_into(rt, dir, hist, false)
-}
-
-/// [`chain_step`] with `values` kept by a server run's replay buffer: token usage replaces the
-/// newest AI message after every model call, and the snapshot after it must not copy the list.
-fn chain_values_step(rt: &tokio::runtime::Runtime, dir: &std::path::Path, hist: usize) -> PerStep {
-    chain_step_into(rt, dir, hist, true)
-}
-
-/// [`chain_values_step`] with SQLite checkpoints, the server's setup: a superstep's events are
-/// held until its checkpoint is written, so the model node's `values` snapshot is still held
-/// when token usage commits its stamp — a held snapshot sharing the live list makes that commit
-/// copy the whole list.
-fn chain_sqlite_values_step(
-    rt: &tokio::runtime::Runtime,
-    dir: &std::path::Path,
-    hist: usize,
-) -> PerStep {
-    let lead = |steps: usize| chain_agent(steps, dir).unwrap();
-    resumed_step(rt, dir, hist, true, "lead", &lead)
-}
-
-fn chain_step_into(
-    rt: &tokio::runtime::Runtime,
-    dir: &std::path::Path,
-    hist: usize,
-    values: bool,
-) -> PerStep {
-    let agent = |steps: usize| chain_agent(steps, dir).unwrap();
-    measure_into(rt, agent(2), hist, "warm", values);
-    let without = measure_into(rt, agent(0), hist, "zero", values);
-    let with = measure_into(rt, agent(STEPS), hist, "full", values);
     per_step(with, without)
 }
 
@@ -223,6 +190,7 @@ fn chain_step_into(
 /// slack covers the message list's amortized growth (crossing 1,024 entries during the run
 /// doubles its buffer: ~7.6 KB a step over 20 steps), while copying the history once per step
 /// costs ≥ 1,000 allocations and ≥ 300 KB.
+#[derive(Clone, Copy)]
 struct Bounds {
     allocations: f64,
     bytes_allocated: f64,
@@ -281,57 +249,61 @@ fn per_step_allocations_do_not_grow_with_history() {
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
 
-    type Step = fn(&tokio::runtime::Runtime, &std::path::Path, usize) -> PerStep;
-    let chains: [(&str, Step, Bounds); 5] = [
-        (
-            "no-op chain, SQLite",
-            sqlite_step,
-            Bounds {
-                allocations: 200.0,
-                bytes_allocated: 32.0 * 1024.0,
-                bytes_retained: 4.0 * 1024.0,
-            },
-        ),
-        (
-            "no-op chain, SQLite, values kept by a replay buffer",
-            sqlite_values_step,
-            Bounds {
-                allocations: 200.0,
-                bytes_allocated: 32.0 * 1024.0,
-                bytes_retained: 4.0 * 1024.0,
-            },
-        ),
-        (
-            "lead chain",
-            chain_step,
-            Bounds {
-                allocations: 320.0,
-                bytes_allocated: 100.0 * 1024.0,
-                bytes_retained: 20.0 * 1024.0,
-            },
-        ),
-        (
-            "lead chain, values kept by a replay buffer",
-            chain_values_step,
-            Bounds {
-                allocations: 320.0,
-                bytes_allocated: 100.0 * 1024.0,
-                bytes_retained: 24.0 * 1024.0,
-            },
-        ),
-        (
-            "lead chain, SQLite, values kept by a replay buffer",
-            chain_sqlite_values_step,
-            Bounds {
-                allocations: 320.0,
-                bytes_allocated: 100.0 * 1024.0,
-                bytes_retained: 24.0 * 1024.0,
-            },
-        ),
+    let no_op = Bounds {
+        allocations: 200.0,
+        bytes_allocated: 32.0 * 1024.0,
+        bytes_retained: 4.0 * 1024.0,
+    };
+    let lead = |kept: f64| Bounds {
+        allocations: 320.0,
+        bytes_allocated: 100.0 * 1024.0,
+        bytes_retained: kept * 1024.0,
+    };
+    let cases = [
+        Case {
+            name: "no-op chain, SQLite",
+            chain: Chain::NoOp,
+            sqlite: true,
+            values: false,
+            caps: no_op,
+        },
+        Case {
+            name: "no-op chain, SQLite, values kept by a replay buffer",
+            chain: Chain::NoOp,
+            sqlite: true,
+            values: true,
+            caps: no_op,
+        },
+        Case {
+            name: "lead chain",
+            chain: Chain::Lead,
+            sqlite: false,
+            values: false,
+            caps: lead(20.0),
+        },
+        // Token usage replaces the newest AI message after every model call: the snapshot
+        // after it must not copy the list.
+        Case {
+            name: "lead chain, values kept by a replay buffer",
+            chain: Chain::Lead,
+            sqlite: false,
+            values: true,
+            caps: lead(24.0),
+        },
+        // With checkpoints a superstep's events are held until written, so the model node's
+        // snapshot is still held when token usage commits its stamp: a held snapshot sharing
+        // the live list makes that commit copy the whole list.
+        Case {
+            name: "lead chain, SQLite, values kept by a replay buffer",
+            chain: Chain::Lead,
+            sqlite: true,
+            values: true,
+            caps: lead(24.0),
+        },
     ];
-    for (name, step, caps) in chains {
-        let short = step(&rt, dir.path(), 10);
-        let long = step(&rt, dir.path(), 1000);
-        check(name, short, long, &caps);
+    for case in &cases {
+        let short = step(&rt, dir.path(), case, 10);
+        let long = step(&rt, dir.path(), case, 1000);
+        check(case.name, short, long, &case.caps);
     }
 }
