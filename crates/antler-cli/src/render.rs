@@ -4,10 +4,10 @@
 
 use std::collections::HashSet;
 use std::io::Write;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use antler_protocol::{Message, StreamEvent, StreamMessage, StreamModes, ToolStatus};
-use antler_runtime::EventSink;
+use antler_runtime::{EventSink, Held};
 use serde_json::{json, Value};
 
 /// `--output` formats.
@@ -283,33 +283,60 @@ impl<O: Write + Send, E: Write + Send> EventSink for TextRenderer<O, E> {
 
 /// One JSON object per line: `{"event": <name>, "data": <data>}`.
 pub struct JsonlRenderer<O: Write + Send> {
-    out: Mutex<O>,
+    out: Arc<Mutex<O>>,
 }
 
 impl<O: Write + Send> JsonlRenderer<O> {
     pub fn new(out: O) -> Self {
         JsonlRenderer {
-            out: Mutex::new(out),
+            out: Arc::new(Mutex::new(out)),
         }
     }
 
     #[cfg(test)]
     pub fn into_inner(self) -> Option<O> {
-        self.out.into_inner().ok()
+        Arc::try_unwrap(self.out).ok()?.into_inner().ok()
     }
 }
 
-impl<O: Write + Send> EventSink for JsonlRenderer<O> {
+fn jsonl_line(event: &StreamEvent) -> String {
+    // A `values` event's state is written straight out: building its `Value` first would
+    // allocate a node per field of every message of the history.
+    if let StreamEvent::Values(state) = event {
+        let mut line = String::from(r#"{"event":"values","data":"#);
+        if let Ok(data) = serde_json::to_string(state) {
+            line.push_str(&data);
+            line.push('}');
+            return line;
+        }
+    }
+    json!({"event": event.name(), "data": event.data()}).to_string()
+}
+
+fn write_line<O: Write>(out: &Mutex<O>, line: &str) {
+    if let Ok(mut out) = out.lock() {
+        let _ = writeln!(out, "{line}");
+        let _ = out.flush();
+    }
+}
+
+impl<O: Write + Send + 'static> EventSink for JsonlRenderer<O> {
     fn modes(&self) -> StreamModes {
         StreamModes::ALL
     }
 
     fn emit(&self, event: StreamEvent) {
-        let line = json!({"event": event.name(), "data": event.data()});
-        if let Ok(mut out) = self.out.lock() {
-            let _ = writeln!(out, "{line}");
-            let _ = out.flush();
-        }
+        write_line(&self.out, &jsonl_line(&event));
+    }
+
+    /// The line is rendered now and written on release: a held `values` snapshot would
+    /// otherwise share the run's message list until then, and the run's next in-place write
+    /// would copy the whole list.
+    fn hold(&self, event: StreamEvent) -> Held {
+        let line = jsonl_line(&event);
+        drop(event);
+        let out = self.out.clone();
+        Held::Prepared(Box::new(move || write_line(&out, &line)))
     }
 }
 

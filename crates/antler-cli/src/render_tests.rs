@@ -130,3 +130,78 @@ fn text_prints_tool_progress_lines_under_the_call() {
         "    ┆ step 1 ok\n  · task_started: dig\n    ┆ subagent: → web_search(rust)\n    ┆ subagent: found it\n"
     );
 }
+
+/// A state of three messages (one with a tool call) and a title, as a `values` event.
+fn values_event() -> (StreamEvent, Arc<Vec<Arc<Message>>>) {
+    let mut state = antler_protocol::ThreadState {
+        title: Some("a \"quoted\" title".into()),
+        ..Default::default()
+    };
+    state
+        .messages
+        .push(Message::Human(antler_protocol::HumanMessage {
+            content: "list the files".into(),
+            id: Some("h1".into()),
+            ..Default::default()
+        }));
+    state.messages.push(Message::Ai(AiMessage {
+        tool_calls: vec![ToolCall {
+            name: "ls".into(),
+            args: json!({"path": "/mnt/user-data/workspace"})
+                .as_object()
+                .cloned()
+                .unwrap(),
+            id: Some("c1".into()),
+            kind: "tool_call".into(),
+        }]
+        .into(),
+        ..ai("a1", "")
+    }));
+    state.messages.push(Message::Tool(ToolMessage {
+        name: Some("ls".into()),
+        ..ToolMessage::new("c1", "notes.md\n")
+    }));
+    let snapshot = state.snapshot();
+    let list = snapshot.messages.clone();
+    (StreamEvent::Values(snapshot), list)
+}
+
+#[test]
+fn jsonl_values_lines_are_the_event_and_its_data() {
+    let (event, _) = values_event();
+    let expected = json!({"event": "values", "data": event.data()}).to_string();
+    let r = JsonlRenderer::new(Vec::new());
+    r.emit(event);
+    let out = String::from_utf8(r.into_inner().unwrap()).unwrap();
+    assert_eq!(out, format!("{expected}\n"));
+    let line: Value = serde_json::from_str(out.trim_end()).unwrap();
+    assert_eq!(line["data"]["messages"][1]["tool_calls"][0]["name"], "ls");
+    assert_eq!(line["data"]["title"], "a \"quoted\" title");
+}
+
+#[test]
+fn jsonl_held_values_let_go_of_the_list_and_write_the_same_line_on_release() {
+    let (event, list) = values_event();
+    let emitted = {
+        let r = JsonlRenderer::new(Vec::new());
+        r.emit(StreamEvent::Values(match &event {
+            StreamEvent::Values(s) => s.clone(),
+            _ => unreachable!(),
+        }));
+        String::from_utf8(r.into_inner().unwrap()).unwrap()
+    };
+    let r = JsonlRenderer::new(Vec::new());
+    let held = r.hold(event);
+    // Only the test's own handle is left: the run could write its list in place.
+    assert_eq!(Arc::strong_count(&list), 1);
+    let Held::Prepared(deliver) = held else {
+        panic!("a held event is rendered at once");
+    };
+    r.emit(StreamEvent::End);
+    deliver();
+    let out = String::from_utf8(r.into_inner().unwrap()).unwrap();
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[0], r#"{"event":"end","data":null}"#);
+    assert_eq!(format!("{}\n", lines[1]), emitted);
+}
