@@ -200,14 +200,12 @@ fn stable_key(name: &str, args: &Object, fallback: Option<String>) -> String {
     if name == "write_file" || name == "str_replace" {
         return fallback.unwrap_or_else(|| canonical_object(args));
     }
-    let mut salient = Object::new();
-    for field in SALIENT_FIELDS {
-        if let Some(v) = args.get(field).filter(|v| !v.is_null()) {
-            salient.insert(field.to_owned(), v.clone());
-        }
-    }
+    let mut salient: Vec<(&str, &Value)> = SALIENT_FIELDS
+        .iter()
+        .filter_map(|&field| Some((field, args.get(field).filter(|v| !v.is_null())?)))
+        .collect();
     if !salient.is_empty() {
-        return canonical_object(&salient);
+        return antler_runtime::canonical_json_entries(&mut salient, (",", ":"));
     }
     fallback.unwrap_or_else(|| canonical_object(args))
 }
@@ -826,6 +824,23 @@ mod tests {
                 .map(|b| format!("{b:02x}"))
                 .collect::<String>()
         });
+    }
+
+    #[test]
+    fn a_call_is_keyed_by_its_salient_fields_sorted_without_nulls() {
+        let args = json!({"path": "/x", "description": "list", "command": "ls \"a\"", "url": null});
+        let Value::Object(args) = args else {
+            unreachable!()
+        };
+        assert_eq!(
+            stable_key("bash", &args, None),
+            r#"{"command":"ls \"a\"","path":"/x"}"#
+        );
+        // No salient field: the whole arguments, canonical.
+        let Value::Object(other) = json!({"b": 1, "a": [true]}) else {
+            unreachable!()
+        };
+        assert_eq!(stable_key("tool", &other, None), r#"{"a":[true],"b":1}"#);
     }
 
     #[test]

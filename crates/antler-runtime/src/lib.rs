@@ -29,7 +29,7 @@ pub use middleware::{
 pub use observe::{RunEvent, RunObserver};
 pub use tokio_util::sync::CancellationToken;
 pub use tool::{
-    canonical_json, canonical_json_object, parameters_schema, parse_args, Command, FileLocks, Goto,
-    ProgressReporter, Tool, ToolContext, ToolError, ToolOutcome, ToolOutput, ToolRegistry,
-    TypedSpec, TypedTool,
+    canonical_json, canonical_json_entries, canonical_json_object, parameters_schema, parse_args,
+    Command, FileLocks, Goto, ProgressReporter, Tool, ToolContext, ToolError, ToolOutcome,
+    ToolOutput, ToolRegistry, TypedSpec, TypedTool,
 };

@@ -501,48 +501,69 @@ impl FileLocks {
 /// `(", ", ": ")` Python's `json.dumps(sort_keys=True, ensure_ascii=False)`. Scalars are
 /// written as serde writes them. Two equal values always give the same text (hash inputs).
 pub fn canonical_json(v: &Value, separators: (&str, &str)) -> String {
-    let mut out = String::new();
+    let mut out = Vec::new();
     write_canonical(v, separators, &mut out);
-    out
+    into_string(out)
 }
 
 /// [`canonical_json`] of an object.
 pub fn canonical_json_object(o: &Object, separators: (&str, &str)) -> String {
-    let mut out = String::new();
-    write_canonical_object(o, separators, &mut out);
-    out
+    canonical_json_entries(
+        &mut o.iter().map(|(k, v)| (k.as_str(), v)).collect::<Vec<_>>(),
+        separators,
+    )
 }
 
-fn write_canonical(v: &Value, separators: (&str, &str), out: &mut String) {
+/// [`canonical_json`] of the object with these entries (sorted here; keys must be unique): for
+/// a selection of an object's fields, without copying them into a map of their own.
+pub fn canonical_json_entries(entries: &mut [(&str, &Value)], separators: (&str, &str)) -> String {
+    let mut out = Vec::new();
+    write_entries(entries, separators, &mut out);
+    into_string(out)
+}
+
+/// serde_json writes UTF-8 only; the fallback never runs (and cannot panic).
+fn into_string(out: Vec<u8>) -> String {
+    String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+}
+
+/// A key or scalar as serde writes it (writing into a `Vec` cannot fail).
+fn write_json<T: serde::Serialize + ?Sized>(v: &T, out: &mut Vec<u8>) {
+    let _ = serde_json::to_writer(&mut *out, v);
+}
+
+fn write_canonical(v: &Value, separators: (&str, &str), out: &mut Vec<u8>) {
     match v {
-        Value::Object(o) => write_canonical_object(o, separators, out),
+        Value::Object(o) => {
+            let mut entries: Vec<(&str, &Value)> = o.iter().map(|(k, v)| (k.as_str(), v)).collect();
+            write_entries(&mut entries, separators, out);
+        }
         Value::Array(a) => {
-            out.push('[');
+            out.push(b'[');
             for (i, item) in a.iter().enumerate() {
                 if i > 0 {
-                    out.push_str(separators.0);
+                    out.extend_from_slice(separators.0.as_bytes());
                 }
                 write_canonical(item, separators, out);
             }
-            out.push(']');
+            out.push(b']');
         }
-        scalar => out.push_str(&scalar.to_string()),
+        scalar => write_json(scalar, out),
     }
 }
 
-fn write_canonical_object(o: &Object, separators: (&str, &str), out: &mut String) {
-    let mut entries: Vec<(&String, &Value)> = o.iter().collect();
-    entries.sort_by(|a, b| a.0.cmp(b.0));
-    out.push('{');
-    for (i, (k, val)) in entries.into_iter().enumerate() {
+fn write_entries(entries: &mut [(&str, &Value)], separators: (&str, &str), out: &mut Vec<u8>) {
+    entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    out.push(b'{');
+    for (i, (k, val)) in entries.iter().enumerate() {
         if i > 0 {
-            out.push_str(separators.0);
+            out.extend_from_slice(separators.0.as_bytes());
         }
-        out.push_str(&Value::String(k.clone()).to_string());
-        out.push_str(separators.1);
+        write_json(*k, out);
+        out.extend_from_slice(separators.1.as_bytes());
         write_canonical(val, separators, out);
     }
-    out.push('}');
+    out.push(b'}');
 }
 
 #[cfg(test)]
@@ -564,6 +585,17 @@ mod canonical_tests {
         assert_eq!(
             canonical_json_object(o, (",", ":")),
             canonical_json(&v, (",", ":"))
+        );
+        // Keys and strings are escaped as serde escapes them.
+        let q = serde_json::json!({"k\"ey\n": "line\u{1}\"", "n": [1.5, -2, true]});
+        assert_eq!(
+            canonical_json(&q, (",", ":")),
+            r#"{"k\"ey\n":"line\u0001\"","n":[1.5,-2,true]}"#
+        );
+        let (b, a) = (Value::from("x"), Value::from(1));
+        assert_eq!(
+            canonical_json_entries(&mut [("b", &b), ("a", &a)], (",", ":")),
+            r#"{"a":1,"b":"x"}"#
         );
     }
 }
