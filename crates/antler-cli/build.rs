@@ -37,6 +37,48 @@ fn main() {
         list.display()
     );
     println!("cargo:rustc-link-arg-bin=antler=-Wl,--no-warn-symbol-ordering");
+    if let Some(script) = promoted_script(&list) {
+        println!(
+            "cargo:rustc-link-arg-bin=antler=-Wl,-T,{}",
+            script.display()
+        );
+    }
+}
+
+/// ThinLTO renames the local functions it promotes across modules to `name.llvm.<hash>`, the
+/// hash that of the module's contents: any change to a crate renames them, and an ordering
+/// file lists exact names, so about a fifth of the list went stale with every edit. Each
+/// function has its own input section (`.text.<name>`), and a linker script matches sections
+/// by pattern: the promoted names are placed, in the list's order, by `name.llvm.*` into an
+/// output section just before `.text` (`INSERT`: the default layout is kept otherwise).
+fn promoted_script(list: &Path) -> Option<std::path::PathBuf> {
+    let names = std::fs::read_to_string(list).ok()?;
+    let mut seen = std::collections::HashSet::new();
+    let mut patterns = String::new();
+    for name in names.lines() {
+        let Some((base, _)) = name.split_once(".llvm.") else {
+            continue;
+        };
+        // Only names a pattern can carry as they are.
+        if base.is_empty()
+            || !base
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_.$".contains(&b))
+        {
+            continue;
+        }
+        if seen.insert(base) {
+            patterns.push_str(&format!("    *(.text.{base}.llvm.*)\n"));
+        }
+    }
+    if patterns.is_empty() {
+        return None;
+    }
+    let out = Path::new(&std::env::var_os("OUT_DIR")?).join("promoted-order.ld");
+    let script =
+        format!("SECTIONS\n{{\n  .text.promoted : {{\n{patterns}  }}\n}}\nINSERT BEFORE .text;\n");
+    std::fs::write(&out, script).ok()?;
+    Some(out)
 }
 
 /// Only where the linker is known to be LLD (rustc's default on x86_64 Linux since 1.90: GNU

@@ -26,8 +26,10 @@ exec valgrind --tool=callgrind --demangle=no --callgrind-out-file="$work/cg.%p" 
 WRAP
 chmod +x "$work/traced"
 "$T/antler-bench" --cold --antler "$work/traced" --samples 1 >/dev/null
+# valgrind names the functions of `.text.promoted` (crates/antler-cli/build.rs) without their
+# object ("???"); `nm` decides which names are antler's.
 for f in "$work"/cg.*; do
-    callgrind_annotate --threshold=100 --inclusive=no "$f" 2>/dev/null | grep -F "[$work/antler]" || true
+    callgrind_annotate --threshold=100 --inclusive=no "$f" 2>/dev/null | grep -F -e "[$work/antler]" -e "[???]" || true
 done >"$work/executed"
 nm -S --defined-only "$work/antler" >"$work/symbols"
 python3 - "$work/executed" "$work/symbols" "$budget" <<'PY'
