@@ -37,7 +37,8 @@ fn main() {
         list.display()
     );
     println!("cargo:rustc-link-arg-bin=antler=-Wl,--no-warn-symbol-ordering");
-    if let Some(script) = promoted_script(&list) {
+    // `-Wl,` splits its argument at commas.
+    if let Some(script) = promoted_script(&list).filter(|p| !p.to_string_lossy().contains(',')) {
         println!(
             "cargo:rustc-link-arg-bin=antler=-Wl,-T,{}",
             script.display()
