@@ -637,6 +637,8 @@ impl RunBuffer {
             cursor,
             filter,
             heartbeat,
+            beat: Box::pin(tokio::time::sleep(heartbeat)),
+            active: tokio::time::Instant::now(),
             done: false,
             guard: DisconnectGuard(on_disconnect),
             values: ValuesEncoder::default(),
@@ -670,6 +672,12 @@ struct Subscriber {
     cursor: Cursor,
     filter: Option<StreamModes>,
     heartbeat: Duration,
+    /// Fires a heartbeat `heartbeat` after the last activity. It is armed once and moved only
+    /// when it fires early (there was activity since): arming a timer per wait would take the
+    /// timer wheel's lock on every event.
+    beat: std::pin::Pin<Box<tokio::time::Sleep>>,
+    /// When the stream last woke for an event or sent something.
+    active: tokio::time::Instant,
     done: bool,
     guard: DisconnectGuard,
     /// The JSON of the messages of the last `values` frame it wrote.
@@ -726,6 +734,7 @@ impl Subscriber {
                             ..
                         }] = wanted.as_slice()
                         {
+                            self.active = tokio::time::Instant::now();
                             return Some(b.clone());
                         }
                         let len = wanted
@@ -742,6 +751,7 @@ impl Subscriber {
                         if out.is_empty() {
                             continue;
                         }
+                        self.active = tokio::time::Instant::now();
                         return Some(out.freeze());
                     }
                     if closed {
@@ -751,17 +761,28 @@ impl Subscriber {
                     }
                 }
             }
-            tokio::select! {
-                changed = self.rx.changed() => {
-                    if changed.is_err() {
-                        // The buffer is gone: nothing more will come.
-                        self.done = true;
-                        self.guard.disarm();
-                        return Some(Bytes::from_static(END_FRAME));
+            loop {
+                tokio::select! {
+                    changed = self.rx.changed() => {
+                        self.active = tokio::time::Instant::now();
+                        if changed.is_err() {
+                            // The buffer is gone: nothing more will come.
+                            self.done = true;
+                            self.guard.disarm();
+                            return Some(Bytes::from_static(END_FRAME));
+                        }
+                        break;
                     }
-                }
-                _ = tokio::time::sleep(self.heartbeat) => {
-                    return Some(Bytes::from_static(HEARTBEAT_FRAME));
+                    () = self.beat.as_mut() => {
+                        let due = self.active + self.heartbeat;
+                        if tokio::time::Instant::now() < due {
+                            self.beat.as_mut().reset(due);
+                            continue;
+                        }
+                        self.active = tokio::time::Instant::now();
+                        self.beat.as_mut().reset(self.active + self.heartbeat);
+                        return Some(Bytes::from_static(HEARTBEAT_FRAME));
+                    }
                 }
             }
         }
@@ -1184,6 +1205,32 @@ mod tests {
         let end = s.next().await.unwrap().unwrap();
         assert_eq!(&end[..], END_FRAME);
         assert!(s.next().await.is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_with_events_more_often_than_the_heartbeat_gets_none() {
+        let buf = RunBuffer::new("r1", usize::MAX);
+        let s = buf.subscribe(Cursor::Earliest, None, Duration::from_secs(15), None);
+        futures::pin_mut!(s);
+        let b2 = buf.clone();
+        tokio::spawn(async move {
+            for _ in 0..5 {
+                tokio::time::sleep(Duration::from_secs(10)).await;
+                b2.push(Kind::Custom, "custom", "{}");
+            }
+        });
+        for _ in 0..5 {
+            let ev = s.next().await.unwrap().unwrap();
+            assert!(text(&ev).starts_with("event: custom"), "{}", text(&ev));
+        }
+        // Idle from here: the next is a heartbeat, 15 s after the last event.
+        let start = tokio::time::Instant::now();
+        let hb = s.next().await.unwrap().unwrap();
+        assert_eq!(&hb[..], HEARTBEAT_FRAME);
+        assert_eq!(start.elapsed(), Duration::from_secs(15));
+        let hb = s.next().await.unwrap().unwrap();
+        assert_eq!(&hb[..], HEARTBEAT_FRAME);
+        assert_eq!(start.elapsed(), Duration::from_secs(30));
     }
 
     #[tokio::test]
