@@ -16,19 +16,12 @@ root=$(cd "$here/../.." && pwd)
 T=${CARGO_TARGET_DIR:-$root/target}/release
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+# shellcheck source=../antler-bench/scripts/traced.sh
+. "$root/crates/antler-bench/scripts/traced.sh"
 
 profile() { # $1: output list
     rm -f "$work"/cg.* && cp "$T/antler" "$work/antler" && cp "$T/antler-bench" "$work/bench"
-    cat > "$work/traced" <<WRAP
-#!/usr/bin/env bash
-# The sandbox helper runs untraced (namespaces and Landlock do not mix with valgrind).
-if [ "\${1:-}" = sandbox-exec ]; then exec "$work/antler" "\$@"; fi
-# Under valgrind the process's own path is valgrind's: name the helper, so bash runs as it
-# does in production (through the warden).
-export ANTLER_SANDBOX_HELPER="$work/antler"
-exec valgrind --tool=callgrind --demangle=no --callgrind-out-file="$work/cg.%p" "$work/antler" "\$@"
-WRAP
-    chmod +x "$work/traced"
+    traced_wrapper "$work" 'cg.%p' --demangle=no
     (
         cd "$work"
         ./bench --cold --antler "$work/traced" --samples 2 >/dev/null

@@ -16,13 +16,9 @@ bin=${1:-$T/antler}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cp "$bin" "$work/antler"
-cat > "$work/traced" <<WRAP
-#!/usr/bin/env bash
-if [ "\${1:-}" = sandbox-exec ]; then exec "$work/antler" "\$@"; fi
-export ANTLER_SANDBOX_HELPER="$work/antler"
-exec valgrind --tool=callgrind --callgrind-out-file="$work/cg.\$STEPS.%p" "$work/antler" "\$@"
-WRAP
-chmod +x "$work/traced"
+# shellcheck source=traced.sh
+. "$root/crates/antler-bench/scripts/traced.sh"
+traced_wrapper "$work" 'cg.$STEPS.%p'
 for rs in 3x10 3x20 6x10; do
     STEPS=$rs "$T/antler-bench" --serve --antler "$work/traced" --workloads a1 --samples 1 \
         --runs "${rs%x*}" --steps "${rs#*x}" >/dev/null

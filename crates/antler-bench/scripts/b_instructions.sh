@@ -15,13 +15,9 @@ runs=2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cp "$bin" "$work/antler"
-cat > "$work/traced" <<WRAP
-#!/usr/bin/env bash
-if [ "\${1:-}" = sandbox-exec ]; then exec "$work/antler" "\$@"; fi
-export ANTLER_SANDBOX_HELPER="$work/antler"
-exec valgrind --tool=callgrind --callgrind-out-file="$work/cg.\$TAG.%p" "$work/antler" "\$@"
-WRAP
-chmod +x "$work/traced"
+# shellcheck source=traced.sh
+. "$root/crates/antler-bench/scripts/traced.sh"
+traced_wrapper "$work" 'cg.$TAG.%p'
 for h in 10 "$hist"; do
     for s in 10 20; do
         TAG=$h.$s "$T/antler-bench" --serve --antler "$work/traced" --workloads b --samples 1 \

@@ -18,13 +18,9 @@ budget=${TEXT_BUDGET_MIB:-7.0}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cp "$bin" "$work/antler"
-cat > "$work/traced" <<WRAP
-#!/usr/bin/env bash
-if [ "\${1:-}" = sandbox-exec ]; then exec "$work/antler" "\$@"; fi
-export ANTLER_SANDBOX_HELPER="$work/antler"
-exec valgrind --tool=callgrind --demangle=no --callgrind-out-file="$work/cg.%p" "$work/antler" "\$@"
-WRAP
-chmod +x "$work/traced"
+# shellcheck source=traced.sh
+. "$root/crates/antler-bench/scripts/traced.sh"
+traced_wrapper "$work" 'cg.%p' --demangle=no
 "$T/antler-bench" --cold --antler "$work/traced" --samples 1 >/dev/null
 # valgrind names the functions of `.text.promoted` (crates/antler-cli/build.rs) without their
 # object ("???"); `nm` decides which names are antler's.
