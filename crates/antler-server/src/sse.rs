@@ -637,7 +637,7 @@ impl RunBuffer {
             cursor,
             filter,
             heartbeat,
-            beat: Box::pin(tokio::time::sleep(heartbeat)),
+            beat: None,
             active: tokio::time::Instant::now(),
             done: false,
             guard: DisconnectGuard(on_disconnect),
@@ -672,10 +672,10 @@ struct Subscriber {
     cursor: Cursor,
     filter: Option<StreamModes>,
     heartbeat: Duration,
-    /// Fires a heartbeat `heartbeat` after the last activity. It is armed once and moved only
-    /// when it fires early (there was activity since): arming a timer per wait would take the
-    /// timer wheel's lock on every event.
-    beat: std::pin::Pin<Box<tokio::time::Sleep>>,
+    /// Fires a heartbeat `heartbeat` after the last activity. It is armed once (at the first
+    /// wait, inside the runtime) and moved only when it fires early (there was activity
+    /// since): arming a timer per wait would take the timer wheel's lock on every event.
+    beat: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
     /// When the stream last woke for an event or sent something.
     active: tokio::time::Instant,
     done: bool,
@@ -761,6 +761,11 @@ impl Subscriber {
                     }
                 }
             }
+            let active = self.active;
+            let heartbeat = self.heartbeat;
+            let beat = self
+                .beat
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(active + heartbeat)));
             loop {
                 tokio::select! {
                     changed = self.rx.changed() => {
@@ -773,14 +778,14 @@ impl Subscriber {
                         }
                         break;
                     }
-                    () = self.beat.as_mut() => {
-                        let due = self.active + self.heartbeat;
+                    () = beat.as_mut() => {
+                        let due = self.active + heartbeat;
                         if tokio::time::Instant::now() < due {
-                            self.beat.as_mut().reset(due);
+                            beat.as_mut().reset(due);
                             continue;
                         }
                         self.active = tokio::time::Instant::now();
-                        self.beat.as_mut().reset(self.active + self.heartbeat);
+                        beat.as_mut().reset(self.active + heartbeat);
                         return Some(Bytes::from_static(HEARTBEAT_FRAME));
                     }
                 }
