@@ -60,12 +60,10 @@ fn promoted_script(list: &Path) -> Option<std::path::PathBuf> {
         let Some((base, _)) = name.split_once(".llvm.") else {
             continue;
         };
-        // Only names a pattern can carry as they are.
-        if base.is_empty()
-            || !base
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"_.$".contains(&b))
-        {
+        // Only names a pattern can carry as they are: Rust's v0 mangling (`_R…`) uses letters,
+        // digits and `_` alone; a name with any other character is left to the ordering file
+        // rather than risk the linker script's syntax (a failed parse fails the link).
+        if base.is_empty() || !base.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
             continue;
         }
         if seen.insert(base) {
