@@ -17,6 +17,8 @@
 //! thread hand-off (two wake-ups per write). Under contention the job queues as usual and joins
 //! a group commit.
 
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -43,13 +45,142 @@ const STATEMENT_CACHE: usize = 64;
 /// is folded in and truncated at exit.
 const WAL_AUTOCHECKPOINT_PAGES: i64 = 4000;
 
-/// What a job sees: the connection and the path to name in errors.
+/// What a job sees: the connection and the path to name in errors, and on the writer
+/// connection what it knows of the threads' heads.
 pub(crate) struct Cx<'a> {
     pub conn: &'a Connection,
     pub path: &'a Path,
+    heads: Option<&'a Heads>,
+}
+
+/// Threads' newest checkpoints as this connection wrote them (most kept at once).
+const MAX_HEADS: usize = 1024;
+
+/// A thread's newest checkpoint, as the writer connection last wrote it.
+#[derive(Debug)]
+pub(crate) struct Head {
+    pub checkpoint_id: String,
+    pub seq: i64,
+    pub fields_seq: Option<i64>,
+}
+
+/// The heads of the threads the writer connection wrote checkpoints for, so the next write of
+/// a thread need not read its head and parent back (two b-tree lookups per transaction).
+///
+/// An entry is trusted only while nothing else can have changed the checkpoint tables since it
+/// was recorded: no other connection committed (SQLite's data version, read when a transaction
+/// begins, is the one this connection's last commit left), this connection changed no rows
+/// outside [`Cx::keeping_heads`] sections (its running count of changes, less the changes
+/// made inside those sections, is the entry's), and no transaction or savepoint rolled back
+/// since (that clears every entry).
+#[derive(Default)]
+pub(crate) struct Heads {
+    map: RefCell<HashMap<String, (Head, u64)>>,
+    /// Rows changed inside `keeping_heads` sections.
+    kept: Cell<u64>,
+    /// The connection's change count when the open section began.
+    open: Cell<Option<u64>>,
+    /// SQLite's data version after this connection's last commit.
+    version: Cell<Option<u32>>,
+}
+
+impl Heads {
+    /// Rows this connection changed outside `keeping_heads` sections.
+    fn foreign(&self, conn: &Connection) -> u64 {
+        let at = self.open.get().unwrap_or_else(|| conn.total_changes());
+        at.saturating_sub(self.kept.get())
+    }
+
+    fn clear(&self) {
+        self.map.borrow_mut().clear();
+    }
+
+    /// A transaction began: forget every head if another connection committed since ours.
+    fn began(&self, conn: &Connection) {
+        if self.version.get().is_none() || data_version(conn) != self.version.get() {
+            self.clear();
+        }
+    }
+
+    /// This connection committed.
+    fn committed(&self, conn: &Connection) {
+        self.version.set(data_version(conn));
+    }
+
+    /// Work was rolled back: what it recorded may not be in the database.
+    fn rolled_back(&self) {
+        self.clear();
+        self.version.set(None);
+    }
+}
+
+/// SQLite's data version of the main database (changes with every commit, this connection's
+/// or another's); `None` when it cannot be read.
+fn data_version(conn: &Connection) -> Option<u32> {
+    let mut v: std::ffi::c_uint = 0;
+    conn.file_control(
+        Some(rusqlite::MAIN_DB),
+        rusqlite::FileControl::DataVersion(&mut v),
+    )
+    .ok()
+    .map(|()| v)
 }
 
 impl Cx<'_> {
+    /// Run `f`, whose writes keep the recorded heads true (checkpoint puts record the heads
+    /// they write; the journal does not touch checkpoints).
+    pub fn keeping_heads<R>(&self, f: impl FnOnce() -> R) -> R {
+        let Some(h) = self.heads.filter(|h| h.open.get().is_none()) else {
+            return f();
+        };
+        let start = self.conn.total_changes();
+        h.open.set(Some(start));
+        let r = f();
+        h.open.set(None);
+        let made = self.conn.total_changes().saturating_sub(start);
+        h.kept.set(h.kept.get().saturating_add(made));
+        r
+    }
+
+    /// `read` of the head this connection recorded for `thread`, if it is still the thread's
+    /// head.
+    pub fn head<R>(&self, thread: &str, read: impl FnOnce(&Head) -> R) -> Option<R> {
+        let h = self.heads?;
+        let foreign = h.foreign(self.conn);
+        match h.map.borrow().get(thread) {
+            Some((head, at)) if *at == foreign => Some(read(head)),
+            _ => None,
+        }
+    }
+
+    /// Record `thread`'s head just written (inside a `keeping_heads` section; elsewhere the
+    /// write would make every recorded head untrusted anyway).
+    pub fn set_head(&self, thread: &str, checkpoint_id: &str, seq: i64, fields_seq: Option<i64>) {
+        let Some(h) = self.heads.filter(|h| h.open.get().is_some()) else {
+            return;
+        };
+        let foreign = h.foreign(self.conn);
+        let mut map = h.map.borrow_mut();
+        if let Some((head, at)) = map.get_mut(thread) {
+            // In place: the strings keep their buffers.
+            head.checkpoint_id.clear();
+            head.checkpoint_id.push_str(checkpoint_id);
+            head.seq = seq;
+            head.fields_seq = fields_seq;
+            *at = foreign;
+            return;
+        }
+        if map.len() >= MAX_HEADS {
+            map.clear();
+        }
+        let head = Head {
+            checkpoint_id: checkpoint_id.to_owned(),
+            seq,
+            fields_seq,
+        };
+        map.insert(thread.to_owned(), (head, foreign));
+    }
+
     /// Map a rusqlite error to a [`StoreError`] naming this database and `op`.
     pub fn err(&self, op: &'static str) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
         move |e| StoreError::sqlite(self.path, op, &e)
@@ -197,12 +328,18 @@ impl ReadPool {
     }
 }
 
+/// The read-write connection and what it knows between transactions.
+struct Writer {
+    conn: Connection,
+    heads: Heads,
+}
+
 /// The shared database handle.
 pub(crate) struct Db {
     path: PathBuf,
     writer: mpsc::Sender<Job>,
     /// The read-write connection; the writer thread holds it while it runs a batch.
-    conn: Arc<Mutex<Connection>>,
+    conn: Arc<Mutex<Writer>>,
     readers: Option<Arc<ReadPool>>,
 }
 
@@ -248,7 +385,10 @@ impl Db {
     ) -> Result<Db, StoreError> {
         let (tx, rx) = mpsc::channel::<Job>();
         let thread_path = path.clone();
-        let conn = Arc::new(Mutex::new(conn));
+        let conn = Arc::new(Mutex::new(Writer {
+            conn,
+            heads: Heads::default(),
+        }));
         let writer_conn = conn.clone();
         std::thread::Builder::new()
             .name("antler-store-writer".into())
@@ -311,16 +451,16 @@ impl Db {
     /// Run `job` on this thread if the connection and the database's write lock are free at
     /// once; otherwise hand it back for the writer thread.
     fn try_run_here(&self, job: Job) -> Option<Job> {
-        let conn = match self.conn.try_lock() {
-            Ok(conn) => conn,
+        let writer = match self.conn.try_lock() {
+            Ok(w) => w,
             Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
             Err(std::sync::TryLockError::WouldBlock) => return Some(job),
         };
         // Another process holding the write lock must not block this thread for the busy
         // timeout: then the writer thread waits for it instead.
-        match begin_now(&conn) {
+        match begin_now(&writer.conn) {
             Ok(()) => {
-                run_begun(&conn, &self.path, vec![job]);
+                run_begun(&writer, &self.path, vec![job]);
                 None
             }
             Err(e) if is_busy(&e) => Some(job),
@@ -375,6 +515,7 @@ impl Db {
                 f(&Cx {
                     conn: &tx,
                     path: &pool.path,
+                    heads: None,
                 })
                 // Dropping the transaction rolls back, which ends the read snapshot.
             };
@@ -426,21 +567,28 @@ fn stable_plans(conn: &Connection) -> rusqlite::Result<()> {
     .map(|_| ())
 }
 
-fn writer_loop(conn: &Mutex<Connection>, path: &Path, rx: &mpsc::Receiver<Job>) {
+fn writer_loop(writer: &Mutex<Writer>, path: &Path, rx: &mpsc::Receiver<Job>) {
     while let Ok(first) = rx.recv() {
         // Held for the whole batch: inline writers queue behind it meanwhile.
-        let conn = conn.lock().unwrap_or_else(|e| e.into_inner());
-        let conn = &*conn;
+        let writer = writer.lock().unwrap_or_else(|e| e.into_inner());
+        let writer = &*writer;
+        let conn = &writer.conn;
         let mut batch = Vec::new();
         let mut next = Some(first);
         while let Some(job) = next.take() {
             if job.outside_transaction() {
                 // Settle what is queued before it, then run it alone.
                 if !batch.is_empty() {
-                    run_batch(conn, path, std::mem::take(&mut batch));
+                    run_batch(writer, path, std::mem::take(&mut batch));
                 }
                 let mut job = job;
-                job.run(&Cx { conn, path });
+                job.run(&Cx {
+                    conn,
+                    path,
+                    heads: Some(&writer.heads),
+                });
+                // It may have committed on its own (autocommit): the next transaction finds
+                // the data version moved and forgets the heads.
                 job.finish(Ok(()));
             } else {
                 batch.push(job);
@@ -450,7 +598,7 @@ fn writer_loop(conn: &Mutex<Connection>, path: &Path, rx: &mpsc::Receiver<Job>) 
             }
         }
         if !batch.is_empty() {
-            run_batch(conn, path, batch);
+            run_batch(writer, path, batch);
         }
     }
 }
@@ -482,16 +630,23 @@ fn fail_all(batch: Vec<Job>, err: StoreError) {
     }
 }
 
-fn run_batch(conn: &Connection, path: &Path, batch: Vec<Job>) {
-    if let Err(e) = control(conn, "BEGIN IMMEDIATE") {
+fn run_batch(writer: &Writer, path: &Path, batch: Vec<Job>) {
+    if let Err(e) = control(&writer.conn, "BEGIN IMMEDIATE") {
         return fail_all(batch, StoreError::sqlite(path, "begin a write", &e));
     }
-    run_begun(conn, path, batch);
+    run_begun(writer, path, batch);
 }
 
 /// Run `batch` in the transaction just begun, then commit (or roll back) and reply.
-fn run_begun(conn: &Connection, path: &Path, mut batch: Vec<Job>) {
-    let cx = Cx { conn, path };
+fn run_begun(writer: &Writer, path: &Path, mut batch: Vec<Job>) {
+    let conn = &writer.conn;
+    let heads = &writer.heads;
+    heads.began(conn);
+    let cx = Cx {
+        conn,
+        path,
+        heads: Some(heads),
+    };
     // A job alone in its batch needs no savepoint: if it fails, the whole transaction (its
     // work only) rolls back, which is what the savepoint would have done.
     if batch.len() == 1 {
@@ -501,9 +656,9 @@ fn run_begun(conn: &Connection, path: &Path, mut batch: Vec<Job>) {
                 .iter()
                 .find_map(|j| j.error())
                 .unwrap_or_else(|| rolled_back(path));
-            return abort(conn, batch, err);
+            return abort(writer, batch, err);
         }
-        return commit(conn, path, batch);
+        return commit(writer, path, batch);
     }
     let mut broken = None;
     for job in &mut batch {
@@ -521,6 +676,7 @@ fn run_begun(conn: &Connection, path: &Path, mut batch: Vec<Job>) {
         let end = if ok {
             control(conn, "RELEASE job")
         } else {
+            heads.rolled_back();
             control(conn, "ROLLBACK TO job").and_then(|()| control(conn, "RELEASE job"))
         };
         if let Err(e) = end {
@@ -529,9 +685,9 @@ fn run_begun(conn: &Connection, path: &Path, mut batch: Vec<Job>) {
         }
     }
     if let Some(err) = broken {
-        return abort(conn, batch, err);
+        return abort(writer, batch, err);
     }
-    commit(conn, path, batch);
+    commit(writer, path, batch);
 }
 
 /// The error of a transaction SQLite rolled back on its own (disk full, I/O error).
@@ -545,22 +701,24 @@ fn rolled_back(path: &Path) -> StoreError {
 }
 
 /// Roll back what is still open and fail every job with `err`.
-fn abort(conn: &Connection, batch: Vec<Job>, err: StoreError) {
-    if !conn.is_autocommit() {
-        let _ = control(conn, "ROLLBACK");
+fn abort(writer: &Writer, batch: Vec<Job>, err: StoreError) {
+    writer.heads.rolled_back();
+    if !writer.conn.is_autocommit() {
+        let _ = control(&writer.conn, "ROLLBACK");
     }
     fail_all(batch, err);
 }
 
 /// Commit the batch's transaction and reply to every job.
-fn commit(conn: &Connection, path: &Path, batch: Vec<Job>) {
-    match control(conn, "COMMIT") {
+fn commit(writer: &Writer, path: &Path, batch: Vec<Job>) {
+    match control(&writer.conn, "COMMIT") {
         Ok(()) => {
+            writer.heads.committed(&writer.conn);
             for job in batch {
                 job.finish(Ok(()));
             }
         }
-        Err(e) => abort(conn, batch, StoreError::sqlite(path, "commit", &e)),
+        Err(e) => abort(writer, batch, StoreError::sqlite(path, "commit", &e)),
     }
 }
 

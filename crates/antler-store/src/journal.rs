@@ -577,7 +577,7 @@ impl SqliteStore {
         // A batch is small and frequent: written on the caller's thread when the writer is
         // idle, like a checkpoint (no hand-off to the writer thread and back).
         self.db()
-            .write_inline(move |cx| insert_rows(cx, events.iter()).map(drop))
+            .write_inline(move |cx| cx.keeping_heads(|| insert_rows(cx, events.iter()).map(drop)))
             .await
     }
 

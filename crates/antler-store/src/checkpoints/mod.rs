@@ -236,15 +236,28 @@ fn put_tx<'a>(
 ) -> Result<(u64, Written<'a>), StoreError> {
     let thread = w.thread_id.as_str();
     let last = last.filter(|l| l.thread == thread);
-    let head = match last {
-        Some(l) => Some(l.seq),
-        None => head_seq(cx, thread)?,
+    // The first write of a batch: what this connection wrote last for the thread, if nothing
+    // else can have changed it since.
+    // (its seq, and its seq and fields seq when it is this write's parent)
+    let known = match last {
+        Some(_) => None,
+        None => cx.head(thread, |k| {
+            let parent = (w.parent_id.as_deref() == Some(k.checkpoint_id.as_str()))
+                .then_some((k.seq, k.fields_seq));
+            (k.seq, parent)
+        }),
+    };
+    let head = match (last, known) {
+        (Some(l), _) => Some(l.seq),
+        (None, Some((seq, _))) => Some(seq),
+        (None, None) => head_seq(cx, thread)?,
     };
     let seq = head.map_or(1, |h| h + 1);
     let parent: Option<(i64, Option<i64>)> = match &w.parent_id {
         Some(pid) if last.is_some_and(|l| l.checkpoint_id == pid) => {
             last.map(|l| (l.seq, l.fields_seq))
         }
+        Some(_) if known.is_some_and(|(_, p)| p.is_some()) => known.and_then(|(_, p)| p),
         Some(pid) => Some(
             cx.query_opt(
                 "SELECT seq, fields_seq FROM checkpoints
@@ -307,6 +320,7 @@ fn put_tx<'a>(
             )?;
         }
     }
+    cx.set_head(thread, &w.checkpoint_id, seq, fields_seq);
     let written = Written {
         thread,
         checkpoint_id: &w.checkpoint_id,
@@ -535,14 +549,16 @@ impl SqliteStore {
         let bytes = self
             .db()
             .write_inline(move |cx| {
-                let mut bytes = 0;
-                let mut last = None;
-                for w in &encoded {
-                    let (b, written) = put_tx(cx, w, last.as_ref())?;
-                    bytes += b;
-                    last = Some(written);
-                }
-                Ok(bytes)
+                cx.keeping_heads(|| {
+                    let mut bytes = 0;
+                    let mut last = None;
+                    for w in &encoded {
+                        let (b, written) = put_tx(cx, w, last.as_ref())?;
+                        bytes += b;
+                        last = Some(written);
+                    }
+                    Ok(bytes)
+                })
             })
             .await?;
         let stats = self.stats_counters();

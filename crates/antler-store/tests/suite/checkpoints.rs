@@ -572,3 +572,95 @@ async fn a_batch_of_checkpoints_is_written_whole_or_not_at_all() {
     assert_eq!(store.list("t", 10, None).await.unwrap().len(), 4);
     assert_eq!(store.stats().checkpoints, 4);
 }
+
+// The writer connection remembers each thread's head between transactions (so a step's first
+// checkpoint need not read it back); these are the ways that memory could go stale.
+
+#[tokio::test]
+async fn a_write_by_another_connection_between_two_puts_is_seen() {
+    let (dir, store) = temp_store();
+    let Steps {
+        mut w, mut state, ..
+    } = commit_steps(&store, 3, |i, state| push(state, &format!("m{i}"), "x")).await;
+    // Another process (its own connection) continues the thread.
+    let other = SqliteStore::open(&db_file(&dir)).unwrap();
+    let mut theirs = state.clone();
+    push(&mut theirs, "o", "from elsewhere");
+    let their_write = w.write_for(&mut theirs);
+    let their_id = their_write.meta.checkpoint_id.clone();
+    other.put(their_write).await.unwrap();
+    // This store continues from their checkpoint: a stale head would reuse its seq.
+    w.reset_to(Some(their_id.clone()), &theirs);
+    state = theirs;
+    push(&mut state, "m3", "after theirs");
+    let mine = w.commit(&store, &mut state).await;
+    let head = store.latest("t").await.unwrap().unwrap();
+    assert_eq!(head.meta.checkpoint_id, mine);
+    assert_eq!(head.meta.parent_id.as_deref(), Some(their_id.as_str()));
+    assert_eq!(head.state, state);
+    assert_eq!(store.list("t", 10, None).await.unwrap().len(), 5);
+}
+
+#[tokio::test]
+async fn a_deleted_thread_is_not_continued_from_its_old_head() {
+    let (_dir, store) = temp_store();
+    let Steps { ids, .. } =
+        commit_steps(&store, 2, |i, state| push(state, &format!("m{i}"), "x")).await;
+    assert!(store.delete_checkpoints("t").await.unwrap());
+    let err = store
+        .put(CheckpointWrite {
+            meta: meta("t", "after", Some(&ids[1]), 3),
+            changes: vec![],
+            fields: None,
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, CheckpointError::UnknownParent(p) if p == &ids[1]),
+        "{err}"
+    );
+    // Started over, the thread's first checkpoint holds only what it writes.
+    let (mut w, mut state) = fresh_thread();
+    push(&mut state, "n", "new");
+    w.commit(&store, &mut state).await;
+    assert_eq!(store.latest("t").await.unwrap().unwrap().state, state);
+    assert_eq!(store.list("t", 10, None).await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn a_rolled_back_batch_leaves_no_head_behind() {
+    let (_dir, store) = temp_store();
+    let (mut w, mut state) = one_checkpoint(&store).await;
+    let mut good = state.clone();
+    push(&mut good, "c", "never stored");
+    let first = w.write_for(&mut good);
+    let first_id = first.meta.checkpoint_id.clone();
+    let bad = CheckpointWrite {
+        meta: meta("t", "bad", Some("nope"), 9),
+        changes: vec![],
+        fields: None,
+    };
+    store.put_all(vec![first, bad]).await.unwrap_err();
+    // The batch's first write was rolled back with it: nothing may build on it.
+    let err = store
+        .put(CheckpointWrite {
+            meta: meta("t", "child", Some(&first_id), 10),
+            changes: vec![],
+            fields: None,
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, CheckpointError::UnknownParent(p) if p == &first_id),
+        "{err}"
+    );
+    // And the thread goes on from its real head.
+    let head = store.latest("t").await.unwrap().unwrap();
+    w.reset_to(Some(head.meta.checkpoint_id.clone()), &head.state);
+    push(&mut state, "d", "next");
+    let next = w.commit(&store, &mut state).await;
+    let head = store.latest("t").await.unwrap().unwrap();
+    assert_eq!(head.meta.checkpoint_id, next);
+    assert_eq!(head.state, state);
+    assert_eq!(store.list("t", 10, None).await.unwrap().len(), 2);
+}
