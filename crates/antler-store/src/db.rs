@@ -114,6 +114,26 @@ impl Heads {
     }
 }
 
+/// An open `keeping_heads` section; closing it counts its changes as kept, also when the job
+/// unwinds (then nothing recorded is trusted any more).
+struct Section<'a> {
+    heads: &'a Heads,
+    conn: &'a Connection,
+    start: u64,
+}
+
+impl Drop for Section<'_> {
+    fn drop(&mut self) {
+        let h = self.heads;
+        h.open.set(None);
+        let made = self.conn.total_changes().saturating_sub(self.start);
+        h.kept.set(h.kept.get().saturating_add(made));
+        if std::thread::panicking() {
+            h.rolled_back();
+        }
+    }
+}
+
 /// SQLite's data version of the main database (changes with every commit, this connection's
 /// or another's); `None` when it cannot be read.
 fn data_version(conn: &Connection) -> Option<u32> {
@@ -130,16 +150,17 @@ impl Cx<'_> {
     /// Run `f`, whose writes keep the recorded heads true (checkpoint puts record the heads
     /// they write; the journal does not touch checkpoints).
     pub fn keeping_heads<R>(&self, f: impl FnOnce() -> R) -> R {
-        let Some(h) = self.heads.filter(|h| h.open.get().is_none()) else {
+        let Some(heads) = self.heads.filter(|h| h.open.get().is_none()) else {
             return f();
         };
         let start = self.conn.total_changes();
-        h.open.set(Some(start));
-        let r = f();
-        h.open.set(None);
-        let made = self.conn.total_changes().saturating_sub(start);
-        h.kept.set(h.kept.get().saturating_add(made));
-        r
+        heads.open.set(Some(start));
+        let _section = Section {
+            heads,
+            conn: self.conn,
+            start,
+        };
+        f()
     }
 
     /// `read` of the head this connection recorded for `thread`, if it is still the thread's
@@ -725,6 +746,43 @@ fn commit(writer: &Writer, path: &Path, batch: Vec<Job>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn recorded_heads_are_trusted_only_while_nothing_else_wrote() {
+        let conn = Connection::open_in_memory().expect("open");
+        conn.execute_batch("CREATE TABLE t (x)").expect("create");
+        let heads = Heads::default();
+        let cx = Cx {
+            conn: &conn,
+            path: Path::new(":memory:"),
+            heads: Some(&heads),
+        };
+        let seq = |cx: &Cx<'_>| cx.head("a", |h| h.seq);
+        cx.keeping_heads(|| {
+            cx.exec("INSERT INTO t VALUES (1)", [], "insert")?;
+            cx.set_head("a", "c1", 1, None);
+            Ok::<_, StoreError>(())
+        })
+        .expect("kept");
+        assert_eq!(seq(&cx), Some(1));
+        // A change outside a section (say, the thread deleted) may have touched any thread.
+        cx.exec("INSERT INTO t VALUES (2)", [], "insert")
+            .expect("insert");
+        assert_eq!(seq(&cx), None);
+        cx.keeping_heads(|| cx.set_head("a", "c2", 2, None));
+        assert_eq!(seq(&cx), Some(2));
+        // A job that unwinds leaves nothing trusted, and the next section works again.
+        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            cx.keeping_heads(|| {
+                cx.set_head("a", "c3", 3, None);
+                panic!("the job failed");
+            })
+        }));
+        assert!(unwound.is_err());
+        assert_eq!(seq(&cx), None);
+        cx.keeping_heads(|| cx.set_head("a", "c4", 4, None));
+        assert_eq!(seq(&cx), Some(4));
+    }
 
     /// How often the cached head query was re-prepared after being rebound to other threads.
     fn head_query_reprepares(cx: &Cx<'_>) -> Result<i32, StoreError> {
