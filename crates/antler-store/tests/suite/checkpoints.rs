@@ -526,6 +526,25 @@ async fn works_behind_a_trait_object_and_in_memory() {
     assert_eq!(store.latest("t").await.unwrap().unwrap().state, state);
 }
 
+/// A write of thread `t` that changes nothing.
+fn empty_write(id: &str, parent: Option<&str>, step: i64) -> CheckpointWrite {
+    CheckpointWrite {
+        meta: meta("t", id, parent, step),
+        changes: vec![],
+        fields: None,
+    }
+}
+
+/// A batch that must fail whole: a good child of `w`'s head (its id returned), then a write
+/// naming an unknown parent.
+fn doomed_batch(w: &mut ThreadWriter, state: &ThreadState) -> (Vec<CheckpointWrite>, String) {
+    let mut good = state.clone();
+    push(&mut good, "c", "never stored");
+    let first = w.write_for(&mut good);
+    let first_id = first.meta.checkpoint_id.clone();
+    (vec![first, empty_write("bad", Some("nope"), 9)], first_id)
+}
+
 #[tokio::test]
 async fn a_batch_of_checkpoints_is_written_whole_or_not_at_all() {
     let (_dir, store) = temp_store();
@@ -553,16 +572,8 @@ async fn a_batch_of_checkpoints_is_written_whole_or_not_at_all() {
     assert_eq!(store.stats().checkpoints, 4);
 
     // A batch whose last write names an unknown parent leaves nothing of the batch behind.
-    let mut good = state.clone();
-    push(&mut good, "c", "never stored");
-    let first = w.write_for(&mut good);
-    let first_id = first.meta.checkpoint_id.clone();
-    let bad = CheckpointWrite {
-        meta: meta("t", "bad", Some("nope"), 9),
-        changes: vec![],
-        fields: None,
-    };
-    let err = store.put_all(vec![first, bad]).await.unwrap_err();
+    let (doomed, first_id) = doomed_batch(&mut w, &state);
+    let err = store.put_all(doomed).await.unwrap_err();
     assert!(
         matches!(&err, CheckpointError::UnknownParent(p) if p == "nope"),
         "{err}"
@@ -608,11 +619,7 @@ async fn a_deleted_thread_is_not_continued_from_its_old_head() {
         commit_steps(&store, 2, |i, state| push(state, &format!("m{i}"), "x")).await;
     assert!(store.delete_checkpoints("t").await.unwrap());
     let err = store
-        .put(CheckpointWrite {
-            meta: meta("t", "after", Some(&ids[1]), 3),
-            changes: vec![],
-            fields: None,
-        })
+        .put(empty_write("after", Some(&ids[1]), 3))
         .await
         .unwrap_err();
     assert!(
@@ -631,23 +638,11 @@ async fn a_deleted_thread_is_not_continued_from_its_old_head() {
 async fn a_rolled_back_batch_leaves_no_head_behind() {
     let (_dir, store) = temp_store();
     let (mut w, mut state) = one_checkpoint(&store).await;
-    let mut good = state.clone();
-    push(&mut good, "c", "never stored");
-    let first = w.write_for(&mut good);
-    let first_id = first.meta.checkpoint_id.clone();
-    let bad = CheckpointWrite {
-        meta: meta("t", "bad", Some("nope"), 9),
-        changes: vec![],
-        fields: None,
-    };
-    store.put_all(vec![first, bad]).await.unwrap_err();
+    let (doomed, first_id) = doomed_batch(&mut w, &state);
+    store.put_all(doomed).await.unwrap_err();
     // The batch's first write was rolled back with it: nothing may build on it.
     let err = store
-        .put(CheckpointWrite {
-            meta: meta("t", "child", Some(&first_id), 10),
-            changes: vec![],
-            fields: None,
-        })
+        .put(empty_write("child", Some(&first_id), 10))
         .await
         .unwrap_err();
     assert!(
