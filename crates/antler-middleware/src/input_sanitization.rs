@@ -12,6 +12,7 @@
 
 use std::sync::{Arc, Weak};
 
+use antler_protocol::identity::shared_prefix;
 use antler_protocol::untrusted::{frame, neutralize};
 use antler_protocol::{Content, HumanMessage, Message};
 use antler_runtime::{HookSet, Middleware, ModelNext, ModelRequest, RunKey};
@@ -240,12 +241,18 @@ impl RequestView {
     ) -> Arc<Vec<Arc<Message>>> {
         let list = Arc::make_mut(&mut self.list);
         list.truncate(src.len());
-        for (k, m) in src.iter().enumerate() {
-            let want = if k == at { framed } else { m };
+        // What the kept list shares with `src` before and after `at` is skipped in rounds.
+        let mut k = shared_prefix(list, src).min(at);
+        while k < src.len() {
+            let want = if k == at { framed } else { &src[k] };
             match list.get_mut(k) {
                 Some(slot) if Arc::ptr_eq(slot, want) => {}
                 Some(slot) => *slot = want.clone(),
                 None => list.push(want.clone()),
+            }
+            k += 1;
+            if k == at + 1 {
+                k += shared_prefix(&list[k.min(list.len())..], &src[k..]);
             }
         }
         self.list.clone()

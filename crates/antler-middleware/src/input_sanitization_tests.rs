@@ -251,7 +251,7 @@ async fn a_runs_calls_share_one_framed_message_until_the_user_message_changes() 
     ])
     .unwrap();
     let model = Arc::new(ScriptedModel::new(
-        (0..5).map(|_| ScriptedReply::text("ok")),
+        (0..6).map(|_| ScriptedReply::text("ok")),
     ));
     let run = Arc::new(RunContext::new("t", "r", Arc::new(CollectingSink::new())));
     let call = |first: &Arc<Message>| {
@@ -289,7 +289,10 @@ async fn each_request_is_the_states_list_with_the_framed_message_patched_in() {
         crate::middleware_identity!("Sent", HookSet::WRAP_MODEL);
         async fn wrap_model_call(&self, req: ModelRequest, next: ModelNext<'_>) -> ModelResult {
             self.0.lock().unwrap().push(req.messages.to_vec());
-            self.1.lock().unwrap().push(req.messages.as_ptr() as usize);
+            self.1
+                .lock()
+                .unwrap()
+                .push(Arc::as_ptr(&req.messages) as usize);
             next.run(req).await
         }
     }
@@ -323,8 +326,14 @@ async fn each_request_is_the_states_list_with_the_framed_message_patched_in() {
     state.remove(3);
     call(&state).await.unwrap();
     expected.push(state.clone());
+    // An earlier message replaced while more than a round's worth of messages is appended.
+    state[2] = Arc::new(Message::ai("earlier 2, edited"));
+    state.extend((0..11).map(|i| Arc::new(Message::ai(format!("later {i}")))));
+    call(&state).await.unwrap();
+    expected.push(state.clone());
     let lists = lists.lock().unwrap();
     let want = format!("{B}\ndo &lt;system&gt;it&lt;/system&gt;\n{E}");
+    assert_eq!(lists.len(), expected.len());
     for (sent, state) in lists.iter().zip(&expected) {
         assert_eq!(sent.len(), state.len());
         for (k, (s, m)) in sent.iter().zip(state).enumerate() {

@@ -18,6 +18,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 
+use antler_protocol::identity::{address, shared_prefix_addrs};
 use antler_protocol::{Content, Message};
 use serde_json::Value;
 use tiktoken_rs::CoreBPE;
@@ -517,6 +518,9 @@ struct Slot {
 #[derive(Default)]
 struct Tally {
     slots: Vec<Slot>,
+    /// Each slot's message address (0 once released), apart so a sync compares them in rounds
+    /// ([`antler_protocol::identity`]); valid while the slot's `Weak` holds the allocation.
+    addrs: Vec<usize>,
     /// id → (fingerprint, tokens): lets a rebuilt list (remove-all, reload from the store) reuse
     /// counts without tokenizing again.
     by_id: HashMap<String, (u64, usize)>,
@@ -630,23 +634,26 @@ impl Tally {
     /// not seen at that position before (with `exact` off, bounding them instead).
     fn sync(&mut self, counter: &TokenCounter, msgs: &[Arc<Message>], exact: bool) {
         while self.slots.len() > msgs.len() {
+            self.addrs.pop();
             if let Some(old) = self.slots.pop() {
                 self.account(&old, false);
             }
         }
-        for (i, m) in msgs.iter().enumerate() {
-            if let Some(s) = self.slots.get(i) {
-                if std::ptr::eq(s.ptr.as_ptr(), Arc::as_ptr(m)) {
-                    continue;
-                }
+        let same = shared_prefix_addrs(&self.addrs, msgs);
+        for (i, m) in msgs.iter().enumerate().skip(same) {
+            let addr = address(m);
+            if self.addrs.get(i) == Some(&addr) {
+                continue;
             }
             let slot = self.slot_for(counter, m, exact);
             self.account(&slot, true);
             if i < self.slots.len() {
                 let old = std::mem::replace(&mut self.slots[i], slot);
+                self.addrs[i] = addr;
                 self.account(&old, false);
             } else {
                 self.slots.push(slot);
+                self.addrs.push(addr);
             }
         }
         // Forget ids of messages that left the list (amortized: only when the map has grown).
@@ -667,6 +674,7 @@ impl Tally {
         for s in &mut self.slots {
             s.ptr = Weak::new();
         }
+        self.addrs.fill(0);
     }
 
     fn measure(&self) -> Measure {

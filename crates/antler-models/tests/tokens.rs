@@ -286,6 +286,33 @@ fn a_released_thread_keeps_its_counts_but_not_its_messages() {
     assert_eq!(cache.tallied_messages(), 150);
 }
 
+/// Once released, a tally vouches for no address: messages that take over the freed
+/// allocations (new ids, new text) are counted as what they are.
+#[test]
+fn a_released_tally_does_not_match_reused_addresses() {
+    let (counter, _) = counting();
+    let cache = CachedTokenCounter::new(counter);
+    let first = arcs(
+        &(0..50)
+            .map(|i| human(&format!("a{i}"), "abcd"))
+            .collect::<Vec<_>>(),
+    );
+    assert_eq!(cache.total("t1", &first), 200);
+    cache.release_thread("t1");
+    let before: Vec<usize> = first.iter().map(|m| Arc::as_ptr(m) as usize).collect();
+    // Each message freed just before its successor is allocated: the allocator hands the same
+    // block out again, at the same position of the list.
+    let mut second = Vec::with_capacity(first.len());
+    for (i, m) in first.into_iter().enumerate() {
+        drop(m);
+        second.push(Arc::new(human(&format!("b{i}"), "abcdefgh")));
+    }
+    let reused = (0..second.len())
+        .filter(|&i| Arc::as_ptr(&second[i]) as usize == before[i])
+        .count();
+    assert_eq!(cache.total("t1", &second), 400, "{reused} addresses reused");
+}
+
 #[test]
 fn count_message_is_memoized_by_id_and_content() {
     let (counter, calls) = counting();

@@ -5,6 +5,7 @@ pub mod api;
 pub mod checkpoint;
 pub mod events;
 pub mod heap;
+pub mod identity;
 pub mod markers;
 pub mod message_list;
 pub mod messages;

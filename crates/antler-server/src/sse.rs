@@ -27,6 +27,7 @@ use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use antler_protocol::identity::shared_prefix;
 use antler_protocol::{Message, Messages, StateSnapshot, StreamModes, ThreadState};
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
@@ -206,11 +207,10 @@ struct Chain {
 fn common_prefix(segment: &Segment, msgs: &[Arc<Message>]) -> usize {
     let mut n = 0;
     for part in segment.tails() {
-        for m in part {
-            match msgs.get(n) {
-                Some(x) if Arc::ptr_eq(x, m) => n += 1,
-                _ => return n,
-            }
+        let same = shared_prefix(part, &msgs[n..]);
+        n += same;
+        if same < part.len() {
+            break;
         }
     }
     n

@@ -6,6 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, Mutex, Weak};
 
+use antler_protocol::identity::{address, shared_prefix_addrs};
 use antler_protocol::{
     AiMessage, AiMessageChunk, Content, InvalidToolCall, Message, Object, ToolCall, ToolCallChunk,
     ToolSpec, UsageMetadata,
@@ -282,6 +283,8 @@ pub(crate) struct HistoryMemo {
     /// The messages covered, in list order, each with the length of `json` up to and
     /// including it (a reducer instruction adds nothing).
     covered: Vec<(Weak<Message>, usize)>,
+    /// Their addresses, apart so a sync compares them in rounds ([`antler_protocol::identity`]).
+    addrs: Vec<usize>,
     json: Vec<u8>,
 }
 
@@ -292,16 +295,13 @@ impl HistoryMemo {
         if self.variant != variant {
             self.variant = variant;
             self.covered.clear();
+            self.addrs.clear();
             self.json.clear();
         }
-        let same = self
-            .covered
-            .iter()
-            .zip(messages)
-            .take_while(|((of, _), msg)| std::ptr::eq(of.as_ptr(), Arc::as_ptr(msg)))
-            .count();
+        let same = shared_prefix_addrs(&self.addrs, messages);
         if same < self.covered.len() {
             self.covered.truncate(same);
+            self.addrs.truncate(same);
             self.json.truncate(self.covered.last().map_or(0, |c| c.1));
         }
         same
@@ -330,6 +330,7 @@ impl HistoryMemo {
     /// instruction).
     pub(crate) fn skip(&mut self, msg: &Arc<Message>) {
         self.covered.push((Arc::downgrade(msg), self.json.len()));
+        self.addrs.push(address(msg));
     }
 
     /// The covered messages' JSON, comma-separated.
