@@ -14,44 +14,30 @@ const ROUND: usize = 8;
 
 /// The length of the longest common prefix of `a` and `b`, items compared by address.
 pub fn shared_prefix<T>(a: &[Arc<T>], b: &[Arc<T>]) -> usize {
-    let n = a.len().min(b.len());
-    let (a, b) = (&a[..n], &b[..n]);
-    let mut i = 0;
-    for (ra, rb) in a.chunks_exact(ROUND).zip(b.chunks_exact(ROUND)) {
-        // `fold` with `&`, not `all`: no branch per item, so the round vectorizes.
-        let same = ra
-            .iter()
-            .zip(rb)
-            .fold(true, |acc, (x, y)| acc & Arc::ptr_eq(x, y));
-        if !same {
-            break;
-        }
-        i += ROUND;
-    }
-    while i < n && Arc::ptr_eq(&a[i], &b[i]) {
-        i += 1;
-    }
-    i
+    prefix_by(a, b, Arc::ptr_eq)
 }
 
 /// As [`shared_prefix`], against addresses recorded with [`address`] (a cache that holds each
 /// item as a `Weak`, which keeps the address from being reused, keeps its addresses apart in
 /// one `Vec` so this can compare them in rounds).
 pub fn shared_prefix_addrs<T>(addrs: &[usize], b: &[Arc<T>]) -> usize {
-    let n = addrs.len().min(b.len());
-    let (a, b) = (&addrs[..n], &b[..n]);
+    prefix_by(addrs, b, |x, y| *x == address(y))
+}
+
+/// How many leading pairs `same` holds for, a round at a time.
+#[inline]
+fn prefix_by<A, B>(a: &[A], b: &[B], same: impl Fn(&A, &B) -> bool) -> usize {
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
     let mut i = 0;
     for (ra, rb) in a.chunks_exact(ROUND).zip(b.chunks_exact(ROUND)) {
-        let same = ra
-            .iter()
-            .zip(rb)
-            .fold(true, |acc, (x, y)| acc & (*x == address(y)));
-        if !same {
+        // `fold` with `&`, not `all`: no branch per item, so the round vectorizes.
+        if !ra.iter().zip(rb).fold(true, |acc, (x, y)| acc & same(x, y)) {
             break;
         }
         i += ROUND;
     }
-    while i < n && a[i] == address(&b[i]) {
+    while i < n && same(&a[i], &b[i]) {
         i += 1;
     }
     i
