@@ -159,7 +159,8 @@ fn close_all(cx: &Cx<'_>, thread: &str, seq: i64, born_here: bool) -> Result<(),
 /// not the live-rows index: an `UPDATE` of `to_seq` that finds its rows through an index whose
 /// condition is on `to_seq` cannot run in one pass, and SQLite would build an ephemeral table —
 /// a pager and a page cache of its own, ~87 KB allocated and freed — for the one row that token
-/// usage's stamp closes on every step. A position has a few versions at most.
+/// usage's stamp closes on every step. The unique index holds every version of the position
+/// (one per replacement, or per fork that brought it back): usually one to three.
 const CLOSE_ONE: &str =
     "UPDATE checkpoint_messages INDEXED BY sqlite_autoindex_checkpoint_messages_1
      SET to_seq = ?3 WHERE thread_id = ?1 AND ord = ?2 AND to_seq IS NULL";
