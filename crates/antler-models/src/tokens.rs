@@ -504,8 +504,8 @@ struct AiMark {
 }
 
 struct Slot {
-    /// Identity of the message counted here. A `Weak` keeps the allocation (not the message)
-    /// alive, so the address cannot be reused by another message while we compare against it.
+    /// The message counted here. A `Weak` keeps the allocation (not the message) alive, so its
+    /// address in `Tally::addrs` cannot be reused by another message while we compare against it.
     ptr: Weak<Message>,
     /// The exact count; `None` until someone needs it (see [`CachedTokenCounter::bound`]).
     tokens: Option<usize>,

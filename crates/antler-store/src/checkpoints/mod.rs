@@ -223,47 +223,25 @@ fn head_seq(cx: &Cx<'_>, thread: &str) -> Result<Option<i64>, StoreError> {
     Ok(head.flatten())
 }
 
-/// The checkpoint a batch wrote last: the next write of the batch, usually its child, need not
-/// read the thread's head or its parent back (the writer's transaction is still open).
-struct Written<'a> {
-    thread: &'a str,
-    checkpoint_id: &'a str,
-    seq: i64,
-    fields_seq: Option<i64>,
-}
-
-/// Persist one checkpoint; returns payload bytes written and what it wrote. `last` is the
-/// batch's previous write, if any.
-fn put_tx<'a>(
-    cx: &Cx<'_>,
-    w: &'a EncodedWrite,
-    last: Option<&Written<'_>>,
-) -> Result<(u64, Written<'a>), StoreError> {
+/// Persist one checkpoint; returns payload bytes written.
+fn put_tx(cx: &Cx<'_>, w: &EncodedWrite) -> Result<u64, StoreError> {
     let thread = w.thread_id.as_str();
-    let last = last.filter(|l| l.thread == thread);
-    // The first write of a batch: what this connection wrote last for the thread, if nothing
-    // else can have changed it since.
-    // (its seq, and its seq and fields seq when it is this write's parent)
-    let known = match last {
-        Some(_) => None,
-        None => cx.head(thread, |k| {
-            let parent = (w.parent_id.as_deref() == Some(k.checkpoint_id.as_str()))
-                .then_some((k.seq, k.fields_seq));
-            (k.seq, parent)
-        }),
-    };
-    let head = match (last, known) {
-        (Some(l), _) => Some(l.seq),
-        (None, Some((seq, _))) => Some(seq),
-        (None, None) => head_seq(cx, thread)?,
+    // The head this connection recorded for the thread (by an earlier write of this batch or
+    // of an earlier one), if nothing else can have changed it since; and its seq and fields
+    // seq when it is this write's parent.
+    let known = cx.head(thread, |k| {
+        let parent = (w.parent_id.as_deref() == Some(k.checkpoint_id.as_str()))
+            .then_some((k.seq, k.fields_seq));
+        (k.seq, parent)
+    });
+    let (head, known_parent) = match known {
+        Some((seq, parent)) => (Some(seq), parent),
+        None => (head_seq(cx, thread)?, None),
     };
     let seq = head.map_or(1, |h| h + 1);
-    let parent: Option<(i64, Option<i64>)> = match &w.parent_id {
-        Some(pid) if last.is_some_and(|l| l.checkpoint_id == pid) => {
-            last.map(|l| (l.seq, l.fields_seq))
-        }
-        Some(_) if known.is_some_and(|(_, p)| p.is_some()) => known.and_then(|(_, p)| p),
-        Some(pid) => Some(
+    let parent: Option<(i64, Option<i64>)> = match (&w.parent_id, known_parent) {
+        (Some(_), Some(p)) => Some(p),
+        (Some(pid), None) => Some(
             cx.query_opt(
                 "SELECT seq, fields_seq FROM checkpoints
                  WHERE thread_id = ?1 AND checkpoint_id = ?2",
@@ -273,7 +251,7 @@ fn put_tx<'a>(
             )?
             .ok_or_else(|| StoreError::UnknownParent(pid.clone()))?,
         ),
-        None => None,
+        (None, _) => None,
     };
     let fields_seq = match (&w.fields, parent) {
         (Some(_), _) => Some(seq),
@@ -326,13 +304,7 @@ fn put_tx<'a>(
         }
     }
     cx.set_head(thread, &w.checkpoint_id, seq, fields_seq);
-    let written = Written {
-        thread,
-        checkpoint_id: &w.checkpoint_id,
-        seq,
-        fields_seq,
-    };
-    Ok((bytes, written))
+    Ok(bytes)
 }
 
 /// Which checkpoint to load.
@@ -556,11 +528,8 @@ impl SqliteStore {
             .write_inline(move |cx| {
                 cx.keeping_heads(|| {
                     let mut bytes = 0;
-                    let mut last = None;
                     for w in &encoded {
-                        let (b, written) = put_tx(cx, w, last.as_ref())?;
-                        bytes += b;
-                        last = Some(written);
+                        bytes += put_tx(cx, w)?;
                     }
                     Ok(bytes)
                 })
