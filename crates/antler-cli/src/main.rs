@@ -22,6 +22,11 @@ use clap::{Args, Parser, Subcommand};
 use render::{JsonlRenderer, OutputFormat, TextRenderer};
 use serde_json::json;
 
+/// Small blocks are kept per thread (see `antler-alloc`): an agent step's few hundred
+/// short-lived allocations then skip glibc's slow path.
+#[global_allocator]
+static GLOBAL: antler_alloc::ThreadCache = antler_alloc::ThreadCache;
+
 /// Exit codes (README "Exit codes").
 pub(crate) mod exit {
     /// Success, interrupted, or an error the agent answered gracefully.
