@@ -6,6 +6,10 @@
 # repeats within a few allocations from run to run of one build, so it compares builds on a
 # machine whose CPU figures are noisy.
 #   crates/antler-bench/scripts/a1_allocations.sh [ANTLER_BINARY]
+# heaptrack sees the calls that reach the system allocator: since `antler` has its own block
+# cache in front (antler-alloc, 2026-12-07), that is its misses, blocks over 4 KiB and SQLite's
+# own allocations (~105 per step then, against ~513 Rust allocations); the Rust-level count per
+# step is `cargo test -p antler-bench --test alloc_guard`'s.
 # KEEP=DIR keeps the heaptrack files there (ht.ROUND.STEPS.zst) for `heaptrack_print -a`.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../../.." && pwd)
