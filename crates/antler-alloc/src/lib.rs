@@ -45,7 +45,7 @@ const CLASSES: usize = FINE_CLASSES + ((LARGEST - FINE) >> COARSE_SHIFT);
 /// Most blocks a thread keeps of one class, and the size of a batch: 64, fewer for classes
 /// over 512 bytes so that a list holds at most 32 KiB (8 blocks of 4 KiB).
 pub const fn class_capacity(size: usize) -> u32 {
-    let n = CLASS_BYTES / size;
+    let n = CLASS_BYTES / if size == 0 { 1 } else { size };
     if n > 64 {
         64
     } else {
@@ -274,7 +274,10 @@ impl Shared {
         let Some(lock) = self.classes.get(c) else {
             return false;
         };
-        if head.is_null() || self.bytes.fetch_add(bytes, Ordering::Relaxed) + bytes > SHARED_BYTES {
+        if head.is_null() {
+            return false;
+        }
+        if self.bytes.fetch_add(bytes, Ordering::Relaxed) + bytes > SHARED_BYTES {
             self.bytes.fetch_sub(bytes, Ordering::Relaxed);
             return false;
         }
@@ -459,6 +462,14 @@ pub fn release_thread_cache() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_pool_refuses_an_empty_list_without_counting_it() {
+        let before = shared_bytes();
+        assert!(!SHARED.give(3, ptr::null_mut(), 4096));
+        assert_eq!(shared_bytes(), before);
+        assert_eq!(class_capacity(0), 64);
+    }
 
     #[test]
     fn every_size_lands_in_a_class_that_holds_it() {
