@@ -16,7 +16,9 @@
 //! `finish_reason` `stop`, and `stop_reason: loop_capped` recorded in the run context.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
+
+use antler_protocol::hash::{FastMap, FastSet};
 use std::hash::Hash;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -280,7 +282,7 @@ pub fn hard_stop_message(msg: &AiMessage, text: &str) -> AiMessage {
 
 /// A map that remembers insertion (or touch) order, with O(log n) touch and oldest-first pops.
 struct Ordered<K, V> {
-    entries: HashMap<K, (u64, V)>,
+    entries: FastMap<K, (u64, V)>,
     order: BTreeMap<u64, K>,
     tick: u64,
 }
@@ -288,7 +290,7 @@ struct Ordered<K, V> {
 impl<K: Clone + Eq + Hash, V> Ordered<K, V> {
     fn new() -> Self {
         Ordered {
-            entries: HashMap::new(),
+            entries: FastMap::default(),
             order: BTreeMap::new(),
             tick: 0,
         }
@@ -365,13 +367,13 @@ struct ThreadTrack {
     /// Call-set hashes, newest last, at most `window_size`.
     history: VecDeque<String>,
     /// Hashes already warned about (always a subset of `history`).
-    warned: HashSet<String>,
+    warned: FastSet<String>,
     /// Tool names, newest last, at most the frequency window.
     names: VecDeque<Arc<str>>,
     /// Occurrences of each name in `names` (O(1) counts however wide the window).
-    name_counts: HashMap<Arc<str>, usize>,
+    name_counts: FastMap<Arc<str>, usize>,
     /// Names already frequency-warned about while above their threshold.
-    freq_warned: HashSet<Arc<str>>,
+    freq_warned: FastSet<Arc<str>>,
 }
 
 /// Pending-warning key: (thread id, run key).

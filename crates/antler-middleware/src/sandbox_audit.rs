@@ -82,8 +82,11 @@ impl AuditSink for JsonlAuditSink {
                 }
             }
         }
-        if let (Some(f), Ok(line)) = (guard.as_mut(), serde_json::to_string(r)) {
-            let _ = writeln!(f, "{line}");
+        // One `write` of the whole line: `writeln!` on a `File` writes the record and its
+        // newline separately, and another process appending in between would split the line.
+        if let (Some(f), Ok(mut line)) = (guard.as_mut(), serde_json::to_vec(r)) {
+            line.push(b'\n');
+            let _ = f.write_all(&line);
         }
     }
 }

@@ -14,7 +14,9 @@
 //! O(that batch), not O(history). Sits after Todo and before Title; the token budget (L16) reads
 //! the usage it folds in.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
+
+use antler_protocol::hash::{FastMap, FastSet};
 
 use antler_protocol::{
     AiMessage, Message, StateUpdate, ThreadState, Todo, TodoStatus, ToolCall, UsageMetadata,
@@ -271,13 +273,13 @@ fn todo_action_kind(previous: Option<&NTodo>, current: &NTodo) -> &'static str {
 /// The todo changes a `write_todos` call makes: matched by content (first unmatched occurrence),
 /// else by position when that content was never in the list; unmatched old entries are removals.
 fn todo_actions(previous: &[NTodo], next: &[NTodo]) -> Vec<(&'static str, String)> {
-    let mut by_content: HashMap<&str, VecDeque<usize>> = HashMap::new();
+    let mut by_content: FastMap<&str, VecDeque<usize>> = FastMap::default();
     for (i, t) in previous.iter().enumerate() {
         if let Some(c) = t.content.as_deref() {
             by_content.entry(c).or_default().push_back(i);
         }
     }
-    let mut matched: HashSet<usize> = HashSet::new();
+    let mut matched: FastSet<usize> = FastSet::default();
     let mut actions = Vec::new();
     for (index, todo) in next.iter().enumerate() {
         let Some(content) = todo.content.as_deref() else {

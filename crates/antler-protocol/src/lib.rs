@@ -4,6 +4,7 @@
 pub mod api;
 pub mod checkpoint;
 pub mod events;
+pub mod hash;
 pub mod heap;
 pub mod identity;
 pub mod markers;

@@ -5,7 +5,7 @@
 //! Each entry carries an `ord`: a position key that is stable across replacements and removals,
 //! increasing along the list, so storage can keep rows keyed by it without rewriting neighbours.
 
-use std::collections::HashMap;
+use crate::hash::FastMap;
 use std::sync::Arc;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -52,7 +52,7 @@ pub struct Messages {
     /// Stable position key of each message, parallel to `msgs`.
     ords: Vec<u64>,
     /// id → index of the last message with that id (empty while `unindexed`).
-    index: HashMap<Arc<str>, usize>,
+    index: FastMap<Arc<str>, usize>,
     /// A read-only list ([`Messages::from_shared`]): no index; lookups scan and the first write
     /// rebuilds it.
     unindexed: bool,
@@ -91,7 +91,7 @@ impl Messages {
         let mut list = Messages {
             msgs: Arc::new(msgs),
             ords,
-            index: HashMap::new(),
+            index: FastMap::default(),
             unindexed: false,
             next_ord,
             changes: Vec::new(),
@@ -125,7 +125,7 @@ impl Messages {
             ords: (0..msgs.len() as u64).collect(),
             next_ord: msgs.len() as u64,
             msgs: Arc::new(msgs),
-            index: HashMap::new(),
+            index: FastMap::default(),
             unindexed: true,
             changes: Vec::new(),
             generation: 0,

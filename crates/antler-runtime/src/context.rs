@@ -2,7 +2,9 @@
 //! `runtime.context`), and the emitter through which a run reports events.
 
 use std::any::Any;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
+
+use antler_protocol::hash::FastMap;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -383,7 +385,7 @@ pub struct RunContext {
     pub cancel: CancellationToken,
     pub events: Emitter,
     /// The run's scratchpad: typed values under [`RunKey`]s (`stop_reason`, `sandbox_id`, …).
-    values: Mutex<HashMap<&'static str, Box<dyn Any + Send + Sync>>>,
+    values: Mutex<FastMap<&'static str, Box<dyn Any + Send + Sync>>>,
     observers: Vec<Arc<dyn crate::observe::RunObserver>>,
     checkpoints: Arc<PendingCheckpoints>,
     /// The run's model-request encodings, kept across its model calls.
@@ -467,7 +469,7 @@ impl RunContext {
             user_id: None,
             options: RunOptions::default(),
             cancel: CancellationToken::new(),
-            values: Mutex::new(HashMap::new()),
+            values: Mutex::new(FastMap::default()),
             observers: Vec::new(),
             checkpoints: Arc::default(),
             encodings: antler_models::EncodingCache::default(),

@@ -1,6 +1,8 @@
 //! Tools and the registry the agent offers to its model.
 
 use std::collections::HashMap;
+
+use antler_protocol::hash::FastMap;
 use std::sync::{Arc, Mutex, Weak};
 
 use antler_protocol::{Content, Object, StateUpdate, ThreadState, ToolSpec, ToolStatus};
@@ -392,7 +394,7 @@ fn langchain_shape(schema: &mut Value) {
 #[derive(Clone, Default)]
 pub struct ToolRegistry {
     tools: Vec<Arc<dyn Tool>>,
-    by_name: HashMap<String, usize>,
+    by_name: FastMap<String, usize>,
     specs: Vec<Arc<ToolSpec>>,
     /// The names in order, shared by every tool call of every run (built at registration).
     names: Arc<[String]>,

@@ -17,8 +17,8 @@
 //! thread hand-off (two wake-ups per write). Under contention the job queues as usual and joins
 //! a group commit.
 
+use antler_protocol::hash::FastMap;
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -75,7 +75,7 @@ pub(crate) struct Head {
 /// since (that clears every entry).
 #[derive(Default)]
 pub(crate) struct Heads {
-    map: RefCell<HashMap<String, (Head, u64)>>,
+    map: RefCell<FastMap<String, (Head, u64)>>,
     /// Rows changed inside `keeping_heads` sections.
     kept: Cell<u64>,
     /// The connection's change count when the open section began.

@@ -15,8 +15,8 @@
 //! - `trace` content longer than the store's `max_trace_content` is cut on a character boundary
 //!   and flagged with `content_truncated` / `original_byte_length`.
 
+use antler_protocol::hash::FastMap;
 use std::borrow::Cow;
-use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -337,7 +337,7 @@ fn insert_rows<'a>(
     cx: &Cx<'_>,
     rows: impl ExactSizeIterator<Item = &'a EncodedRunEvent>,
 ) -> Result<Vec<i64>, StoreError> {
-    let mut next: HashMap<&'a str, i64> = HashMap::new();
+    let mut next: FastMap<&'a str, i64> = FastMap::default();
     let mut stmt = cx
         .conn
         .prepare_cached(
