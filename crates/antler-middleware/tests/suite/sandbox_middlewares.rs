@@ -610,3 +610,43 @@ fn scratch_base() -> PathBuf {
         env!("CARGO_MANIFEST_DIR"),
     )
 }
+
+/// Two sinks on one file — two processes sharing a home — appending at once: every record
+/// stays one whole JSON line (a record and its newline are one write).
+#[test]
+fn audit_records_from_two_writers_stay_whole_lines() {
+    use antler_middleware::sandbox_audit::AuditSink;
+    use antler_sandbox::audit::{AuditRecord, Verdict};
+
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("logs/sandbox_audit.jsonl");
+    let sinks = [JsonlAuditSink::new(&log), JsonlAuditSink::new(&log)];
+    std::thread::scope(|s| {
+        for (w, sink) in sinks.iter().enumerate() {
+            for t in 0..2 {
+                s.spawn(move || {
+                    for i in 0..500 {
+                        sink.record(&AuditRecord {
+                            timestamp: "2026-12-07T00:00:00Z".to_owned(),
+                            thread_id: format!("w{w}-t{t}"),
+                            command: format!("echo {i} {}", "x".repeat(i % 64)),
+                            verdict: Verdict::Pass,
+                            rule: None,
+                            reason: None,
+                        });
+                    }
+                });
+            }
+        }
+    });
+    let text = std::fs::read_to_string(&log).unwrap();
+    let mut per_writer = std::collections::BTreeMap::new();
+    for line in text.lines() {
+        let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line:?}"));
+        *per_writer
+            .entry(v["thread_id"].as_str().unwrap().to_owned())
+            .or_insert(0) += 1;
+    }
+    assert_eq!(per_writer.len(), 4);
+    assert!(per_writer.values().all(|&n| n == 500), "{per_writer:?}");
+}
