@@ -17,11 +17,10 @@
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, VecDeque};
-
-use antler_protocol::hash::{FastMap, FastSet};
 use std::hash::Hash;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use antler_protocol::hash::{FastMap, FastSet};
 use antler_protocol::markers;
 use antler_protocol::{
     AiMessage, Content, HumanMessage, Message, Object, StateUpdate, ThreadState, ToolCall,

@@ -17,7 +17,6 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use antler_protocol::hash::{FastMap, FastSet};
-
 use antler_protocol::{
     AiMessage, Message, StateUpdate, ThreadState, Todo, TodoStatus, ToolCall, UsageMetadata,
 };

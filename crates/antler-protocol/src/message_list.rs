@@ -5,11 +5,11 @@
 //! Each entry carries an `ord`: a position key that is stable across replacements and removals,
 //! increasing along the list, so storage can keep rows keyed by it without rewriting neighbours.
 
-use crate::hash::FastMap;
 use std::sync::Arc;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use crate::hash::FastMap;
 use crate::messages::{Message, REMOVE_ALL_MESSAGES};
 
 /// One stored message with its stable position key.

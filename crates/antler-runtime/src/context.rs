@@ -3,13 +3,12 @@
 
 use std::any::Any;
 use std::collections::HashSet;
-
-use antler_protocol::hash::FastMap;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use antler_protocol::checkpoint::{CheckpointError, CheckpointWrite, Checkpointer};
+use antler_protocol::hash::FastMap;
 use antler_protocol::{
     AiMessageChunk, MessageMeta, Messages, StateSnapshot, StateUpdate, StreamEvent, StreamMessage,
     StreamModes, ThreadState, ToolMessage,

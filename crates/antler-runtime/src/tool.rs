@@ -1,10 +1,9 @@
 //! Tools and the registry the agent offers to its model.
 
 use std::collections::HashMap;
-
-use antler_protocol::hash::FastMap;
 use std::sync::{Arc, Mutex, Weak};
 
+use antler_protocol::hash::FastMap;
 use antler_protocol::{Content, Object, StateUpdate, ThreadState, ToolSpec, ToolStatus};
 use async_trait::async_trait;
 use serde_json::Value;

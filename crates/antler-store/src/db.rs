@@ -17,13 +17,13 @@
 //! thread hand-off (two wake-ups per write). Under contention the job queues as usual and joins
 //! a group commit.
 
-use antler_protocol::hash::FastMap;
 use std::cell::{Cell, RefCell};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use antler_protocol::hash::FastMap;
 use rusqlite::{Connection, OpenFlags};
 use tokio::sync::oneshot;
 

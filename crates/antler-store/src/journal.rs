@@ -15,11 +15,11 @@
 //! - `trace` content longer than the store's `max_trace_content` is cut on a character boundary
 //!   and flagged with `content_truncated` / `original_byte_length`.
 
-use antler_protocol::hash::FastMap;
 use std::borrow::Cow;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use antler_protocol::hash::FastMap;
 use rusqlite::params;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
