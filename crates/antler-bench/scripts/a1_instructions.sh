@@ -9,6 +9,8 @@
 # this script, not with production figures.
 #   crates/antler-bench/scripts/a1_instructions.sh [ANTLER_BINARY]
 # KEEP=DIR keeps the callgrind profiles there (cg.STEPS.PID) for callgrind_annotate.
+# LONG=N makes the longer runs N steps (default 20): the per-step figure moves ±3% from run to
+# run over 3 × 10 extra steps and ±1% over 3 × 40 (LONG=50); compare builds at the same LONG.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../../.." && pwd)
 T=${CARGO_TARGET_DIR:-$root/target}/release
@@ -19,15 +21,20 @@ cp "$bin" "$work/antler"
 # shellcheck source=traced.sh
 . "$root/crates/antler-bench/scripts/traced.sh"
 traced_wrapper "$work" 'cg.$STEPS.%p'
-for rs in 3x10 3x20 6x10; do
+long=${LONG:-20}
+if ! [ "$long" -gt 10 ] 2>/dev/null; then
+    echo "LONG must be a number of steps above 10" >&2
+    exit 2
+fi
+for rs in 3x10 "3x$long" 6x10; do
     STEPS=$rs "$T/antler-bench" --serve --antler "$work/traced" --workloads a1 --samples 1 \
         --runs "${rs%x*}" --steps "${rs#*x}" >/dev/null
 done
 total() { callgrind_annotate "$work"/cg."$1".* 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}'; }
 if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP" && cp "$work"/cg.* "$KEEP"/; fi
 a=$(total 3x10)
-b=$(total 3x20)
+b=$(total "3x$long")
 c=$(total 6x10)
-step=$(((b - a) / 30))
+step=$(((b - a) / (3 * (long - 10))))
 echo "server instructions per A1 step: $step"
 echo "server instructions per A1 run beyond its steps: $(((c - a) / 3 - 10 * step))"
