@@ -136,8 +136,19 @@ CREATE TABLE memory_facts (
 );
 "#;
 
+/// Version 3: fewer B-trees written per step. The partial index on live message rows cost every
+/// checkpoint write a page of its own (an insert for each new row, a delete for each row token
+/// usage's stamp closes); the unique index on (thread, position, version) serves the same
+/// reads, in `ord` order, at the price of also stepping over closed versions — one to three per
+/// position. `run_events_messages` likewise: the unique (thread, seq) index serves the message
+/// listing, filtering the thread's other events.
+const V3: &str = r#"
+DROP INDEX checkpoint_messages_live;
+DROP INDEX run_events_messages;
+"#;
+
 /// Every migration, in order. The schema version after all of them is `MIGRATIONS.len()`.
-pub(crate) const MIGRATIONS: &[&str] = &[V1, V2];
+pub(crate) const MIGRATIONS: &[&str] = &[V1, V2, V3];
 
 /// The schema version this binary writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -8,7 +8,7 @@
 //! - folds its [`Change`]s into a net effect per `ord` (a message replaced twice in one step is
 //!   stored once);
 //! - `Upsert` closes the live row at `ord` (if any) and inserts the new body; `Remove` closes it;
-//!   `Clear` closes every live row (O(live rows); summarization only);
+//!   `Clear` closes every live row (summarization only);
 //! - on a fork (parent is not the head) first makes the parent's list live again: head rows the
 //!   parent did not have are closed, parent rows closed since are re-inserted from the new seq;
 //!   rows both share stay as they are. A write without a parent on a non-empty thread starts from
@@ -18,8 +18,9 @@
 //! row points (`fields_seq`) at the checkpoint whose fields are current.
 //!
 //! Loading checkpoint `s` is the checkpoint row joined with its fields row, plus
-//! `from_seq <= s AND (to_seq IS NULL OR to_seq > s) ORDER BY ord` (for the head, the partial
-//! index on live rows).
+//! `from_seq <= s AND (to_seq IS NULL OR to_seq > s) ORDER BY ord` (for the head, `to_seq IS
+//! NULL`), one walk of the unique index on (thread, ord, from_seq), which is already in `ord`
+//! order. There is no index on live rows: it cost every write a page (schema version 3).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
@@ -155,12 +156,13 @@ fn close_all(cx: &Cx<'_>, thread: &str, seq: i64, born_here: bool) -> Result<(),
     Ok(())
 }
 
-/// Closes the live row of a position. Through the unique index on (thread, position, version),
-/// not the live-rows index: an `UPDATE` of `to_seq` that finds its rows through an index whose
-/// condition is on `to_seq` cannot run in one pass, and SQLite would build an ephemeral table —
-/// a pager and a page cache of its own, ~87 KB allocated and freed — for the one row that token
-/// usage's stamp closes on every step. The unique index holds every version of the position
-/// (one per replacement, or per fork that brought it back): usually one to three.
+/// Closes the live row of a position, through the unique index on (thread, position, version),
+/// which holds every version of the position (one per replacement, or per fork that brought it
+/// back): usually one to three. The hint pins that plan: an `UPDATE` of `to_seq` that found its
+/// rows through an index whose key or condition involves `to_seq` (as schema version 2's
+/// live-rows index did) cannot run in one pass, and SQLite would build an ephemeral table — a
+/// pager and a page cache of its own, ~87 KB allocated and freed — for the one row that token
+/// usage's stamp closes on every step.
 const CLOSE_ONE: &str =
     "UPDATE checkpoint_messages INDEXED BY sqlite_autoindex_checkpoint_messages_1
      SET to_seq = ?3 WHERE thread_id = ?1 AND ord = ?2 AND to_seq IS NULL";
@@ -400,22 +402,22 @@ pub(crate) fn load(
     Ok(Some(Checkpoint { meta, state }))
 }
 
+/// The head's message list.
+const HEAD_MESSAGES: &str = "SELECT ord, body FROM checkpoint_messages
+    WHERE thread_id = ?1 AND to_seq IS NULL ORDER BY ord";
+
+/// The message list of checkpoint `?2`.
+const MESSAGES_AT: &str = "SELECT ord, body FROM checkpoint_messages
+    WHERE thread_id = ?1 AND from_seq <= ?2 AND (to_seq IS NULL OR to_seq > ?2)
+    ORDER BY ord";
+
 fn load_entries(cx: &Cx<'_>, row: &Row, is_head: bool) -> Result<Vec<Entry>, StoreError> {
     let thread = row.meta.thread_id.as_str();
-    // The head's list is exactly the live rows (partial index); older ones need the range test.
+    // The head's list is exactly the live rows; older ones need the range test.
     let (sql, seq) = if is_head {
-        (
-            "SELECT ord, body FROM checkpoint_messages
-             WHERE thread_id = ?1 AND to_seq IS NULL ORDER BY ord",
-            None,
-        )
+        (HEAD_MESSAGES, None)
     } else {
-        (
-            "SELECT ord, body FROM checkpoint_messages
-             WHERE thread_id = ?1 AND from_seq <= ?2 AND (to_seq IS NULL OR to_seq > ?2)
-             ORDER BY ord",
-            Some(row.seq),
-        )
+        (MESSAGES_AT, Some(row.seq))
     };
     let mut stmt = cx
         .conn
@@ -713,8 +715,43 @@ mod tests {
             "{ops:?}"
         );
         assert!(!ops.iter().any(|o| o == "OpenEphemeral"), "{ops:?}");
-        // What the index hint avoids: the same statement through the live-rows index.
+        // What the hint guards against: schema version 2's index on live rows brought back.
+        conn.execute_batch(
+            "CREATE INDEX live ON checkpoint_messages (thread_id, ord) WHERE to_seq IS NULL",
+        )
+        .expect("index");
         let plain = CLOSE_ONE.replace("INDEXED BY sqlite_autoindex_checkpoint_messages_1", "");
         assert!(opcodes(&conn, &plain).iter().any(|o| o == "OpenEphemeral"));
+        assert!(!opcodes(&conn, CLOSE_ONE)
+            .iter()
+            .any(|o| o == "OpenEphemeral"));
+    }
+
+    /// Query plan details of `sql` on the current schema.
+    fn plan(conn: &Connection, sql: &str) -> String {
+        let mut stmt = conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+            .expect("explain");
+        let unbound = vec![rusqlite::types::Null; stmt.parameter_count()];
+        let rows = stmt
+            .query_map(rusqlite::params_from_iter(unbound), |r| {
+                r.get::<_, String>(3)
+            })
+            .expect("query");
+        rows.map(|r| r.expect("row")).collect::<Vec<_>>().join("; ")
+    }
+
+    #[test]
+    fn message_lists_load_in_order_from_the_unique_index_without_a_sort() {
+        let mut conn = Connection::open_in_memory().expect("open");
+        crate::schema::migrate(&mut conn, Path::new(":memory:")).expect("migrate");
+        for sql in [super::HEAD_MESSAGES, super::MESSAGES_AT] {
+            let plan = plan(&conn, sql);
+            assert!(
+                plan.contains("sqlite_autoindex_checkpoint_messages_1"),
+                "{sql}: {plan}"
+            );
+            assert!(!plan.contains("TEMP B-TREE"), "{sql}: {plan}");
+        }
     }
 }

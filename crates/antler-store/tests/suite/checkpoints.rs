@@ -659,3 +659,82 @@ async fn a_rolled_back_batch_leaves_no_head_behind() {
     assert_eq!(head.state, state);
     assert_eq!(store.list("t", 10, None).await.unwrap().len(), 2);
 }
+
+#[tokio::test]
+async fn a_version_2_database_migrates_and_keeps_its_checkpoints() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("antler.db");
+    let Steps {
+        mut w,
+        mut state,
+        ids,
+        states,
+    } = {
+        let store = SqliteStore::open(&path).unwrap();
+        // Every step appends one message and rewrites the one before it, as token usage's
+        // stamp does: closed versions sit beside the live ones.
+        commit_steps(&store, 12, |i, state| {
+            if i > 0 {
+                push(
+                    state,
+                    &format!("m{}", i - 1),
+                    &format!("turn {} stamped", i - 1),
+                );
+            }
+            push(state, &format!("m{i}"), &format!("turn {i}"));
+        })
+        .await
+    };
+    // Make the file what schema version 2 left: its two partial indexes, its version number.
+    {
+        let raw = rusqlite::Connection::open(&path).unwrap();
+        raw.execute_batch(
+            "CREATE INDEX checkpoint_messages_live ON checkpoint_messages (thread_id, ord)
+                 WHERE to_seq IS NULL;
+             CREATE INDEX run_events_messages ON run_events (thread_id, seq)
+                 WHERE category = 'message';
+             PRAGMA user_version = 2;",
+        )
+        .unwrap();
+    }
+    let store = SqliteStore::open(&path).unwrap();
+    let raw = rusqlite::Connection::open(&path).unwrap();
+    let version: i64 = raw
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, 3);
+    let partial: i64 = raw
+        .query_row(
+            "SELECT COUNT(*) FROM sqlite_master WHERE name IN
+                 ('checkpoint_messages_live', 'run_events_messages')",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(partial, 0);
+    let closed: i64 = raw
+        .query_row(
+            "SELECT COUNT(*) FROM checkpoint_messages WHERE to_seq IS NOT NULL",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(closed, 11);
+
+    assert_same(
+        &store.latest("t").await.unwrap().unwrap().state,
+        &state,
+        "head",
+    );
+    for (id, expected) in ids.iter().zip(&states) {
+        let cp = store.get("t", id).await.unwrap().unwrap();
+        assert_same(&cp.state, expected, id);
+    }
+    // Writing goes on where version 2 stopped.
+    push(&mut state, "m11", "turn 11 stamped");
+    push(&mut state, "m12", "turn 12");
+    w.commit(&store, &mut state).await;
+    let head = store.latest("t").await.unwrap().unwrap();
+    assert_same(&head.state, &state, "after a write on the migrated file");
+    assert_eq!(head.state.messages.len(), 13);
+}
