@@ -3,9 +3,9 @@
 //! the small pieces of building messages and chunks from an answer.
 
 use std::collections::{HashMap, HashSet};
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, Mutex, Weak};
 
+use antler_protocol::hash::AddrMap;
 use antler_protocol::identity::{address, shared_prefix_addrs};
 use antler_protocol::{
     AiMessage, AiMessageChunk, Content, InvalidToolCall, Message, Object, ToolCall, ToolCallChunk,
@@ -210,7 +210,7 @@ pub(crate) struct ArcJsonCache<T, V = Arc<RawValue>>(Mutex<Option<ArcEntries<T, 
 pub(crate) type ToolJsonCache = ArcJsonCache<ToolSpec>;
 
 struct ArcEntries<T, V> {
-    map: HashMap<usize, ArcJson<T, V>, BuildHasherDefault<AddrHasher>>,
+    map: AddrMap<ArcJson<T, V>>,
     /// Entries at which dead ones are swept next.
     sweep_at: usize,
 }
@@ -222,33 +222,6 @@ struct ArcJson<T, V> {
 
 /// Fewest entries before a sweep.
 const ARC_JSON_SWEEP: usize = 1024;
-
-/// Hashes an address: a multiply, rotated so the low (bucket) bits come from the middle of the
-/// product (an aligned address's low bits are zero).
-#[derive(Default)]
-struct AddrHasher(u64);
-
-impl Hasher for AddrHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64((self.0 << 8) | u64::from(b));
-        }
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0 ^ n)
-            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-            .rotate_left(26);
-    }
-
-    fn write_usize(&mut self, n: usize) {
-        self.write_u64(n as u64);
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
 
 /// Wire encodings kept across the model calls of one conversation — a run: each history
 /// message is encoded once for the run's calls instead of on every call, which with a long
@@ -399,7 +372,7 @@ impl<T, V: Clone> ArcJsonCache<T, V> {
         if !made.is_empty() {
             let mut guard = self.0.lock().unwrap_or_else(|e| e.into_inner());
             let cache = guard.get_or_insert_with(|| ArcEntries {
-                map: HashMap::default(),
+                map: AddrMap::default(),
                 sweep_at: ARC_JSON_SWEEP,
             });
             for (key, of, json) in made {

@@ -10,36 +10,15 @@
 //! has not seen. What it keeps is one state's messages: entries the newest frame did not use
 //! are dropped after it. The bytes are those [`crate::wire::state_string`] writes.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
+use antler_protocol::hash::AddrMap;
 use antler_protocol::{Message, ThreadState};
 use bytes::{BufMut, BytesMut};
 
 /// How the serialized state begins: `messages` is the first field, and the state framed from
 /// a snapshot's fields has none.
 const EMPTY_MESSAGES_PREFIX: &str = "{\"messages\":[]";
-
-/// Hashes a message's address: one multiply (the high bits spread for hashbrown's tags).
-#[derive(Default)]
-struct AddressHasher(u64);
-
-impl Hasher for AddressHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-
-    fn write_usize(&mut self, n: usize) {
-        self.0 = (n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
 
 struct Encoded {
     /// Keeps the address the entry is keyed by from being reused.
@@ -52,7 +31,7 @@ struct Encoded {
 /// One subscriber's encodings (see the module docs).
 #[derive(Default)]
 pub(super) struct ValuesEncoder {
-    messages: HashMap<usize, Encoded, BuildHasherDefault<AddressHasher>>,
+    messages: AddrMap<Encoded>,
     /// The fields of the last state framed, and their JSON after [`EMPTY_MESSAGES_PREFIX`].
     fields: Option<(Arc<ThreadState>, Box<str>)>,
     frames: u64,
@@ -158,7 +137,7 @@ impl ValuesEncoder {
 
     /// Lets go of everything kept (the run's states are read back from the store from now on).
     pub(super) fn clear(&mut self) {
-        self.messages = HashMap::default();
+        self.messages = AddrMap::default();
         self.fields = None;
     }
 
