@@ -21,8 +21,8 @@ pub type AddrMap<V> = HashMap<usize, V, BuildHasherDefault<AddrHasher>>;
 
 /// Hashes an address: one multiply, rotated so the low bits — hashbrown's bucket index — come
 /// from the middle of the product; an aligned address's own low bits are zero, and a bare
-/// multiply would leave them zero, crowding the keys into a fraction of the buckets. Not for
-/// keys an outsider chooses: there is no seed.
+/// multiply would leave them zero, so every probe would start at a multiple of the alignment.
+/// Not for keys an outsider chooses: there is no seed.
 #[derive(Default, Clone, Copy)]
 pub struct AddrHasher(u64);
 
