@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Instructions the server executes per A1 step (callgrind), a figure that does not move with the
 # machine's load or speed: A1 with 3 runs of 10 and of LONG (20) steps under valgrind, the
-# difference of the two totals divided by the extra steps. Also what a run costs beyond its steps (a
-# fresh thread's records, sandbox and folders, the chain, the HTTP request, the run's own
-# bookkeeping): 6 runs of 10 steps against 3, less 10 steps each. A1's CPU per step counts both
+# difference of the two totals divided by the extra steps. Also what a run costs beyond its
+# steps (a fresh thread's records, sandbox and folders, the chain, the HTTP request, the run's
+# own bookkeeping): 6 runs of 10 steps against 3, less 10 steps each. A1's CPU per step counts both
 # (its runs are 10 steps long). Under valgrind the sandbox cannot set up its
 # namespaces, so bash runs from the server itself (the in-process path): compare builds with
 # this script, not with production figures.

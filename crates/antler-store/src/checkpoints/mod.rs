@@ -692,16 +692,22 @@ mod tests {
 
     use super::CLOSE_ONE;
 
-    /// Opcodes of `sql` as SQLite would run it on the current schema.
-    fn opcodes(conn: &Connection, sql: &str) -> Vec<String> {
-        let mut stmt = conn.prepare(&format!("EXPLAIN {sql}")).expect("explain");
+    /// Column `col` of `{how} {sql}` (`EXPLAIN`, `EXPLAIN QUERY PLAN`) on the current schema,
+    /// the statement's parameters unbound.
+    fn explain(conn: &Connection, how: &str, col: usize, sql: &str) -> Vec<String> {
+        let mut stmt = conn.prepare(&format!("{how} {sql}")).expect("explain");
         let unbound = vec![rusqlite::types::Null; stmt.parameter_count()];
         let rows = stmt
             .query_map(rusqlite::params_from_iter(unbound), |r| {
-                r.get::<_, String>(1)
+                r.get::<_, String>(col)
             })
             .expect("query");
         rows.map(|r| r.expect("row")).collect()
+    }
+
+    /// Opcodes of `sql` as SQLite would run it.
+    fn opcodes(conn: &Connection, sql: &str) -> Vec<String> {
+        explain(conn, "EXPLAIN", 1, sql)
     }
 
     #[test]
@@ -727,18 +733,9 @@ mod tests {
             .any(|o| o == "OpenEphemeral"));
     }
 
-    /// Query plan details of `sql` on the current schema.
+    /// Query plan details of `sql`.
     fn plan(conn: &Connection, sql: &str) -> String {
-        let mut stmt = conn
-            .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
-            .expect("explain");
-        let unbound = vec![rusqlite::types::Null; stmt.parameter_count()];
-        let rows = stmt
-            .query_map(rusqlite::params_from_iter(unbound), |r| {
-                r.get::<_, String>(3)
-            })
-            .expect("query");
-        rows.map(|r| r.expect("row")).collect::<Vec<_>>().join("; ")
+        explain(conn, "EXPLAIN QUERY PLAN", 3, sql).join("; ")
     }
 
     #[test]

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use antler_protocol::checkpoint::{CheckpointError, CheckpointWrite, Checkpointer};
 use antler_protocol::{Message, StateUpdate, ThreadState};
-use antler_store::{SqliteStore, StoreError};
+use antler_store::{SqliteStore, StoreError, SCHEMA_VERSION};
 use pretty_assertions::assert_eq;
 use proptest::prelude::*;
 
@@ -702,7 +702,7 @@ async fn a_version_2_database_migrates_and_keeps_its_checkpoints() {
     let version: i64 = raw
         .pragma_query_value(None, "user_version", |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 3);
+    assert_eq!(version, SCHEMA_VERSION);
     let partial: i64 = raw
         .query_row(
             "SELECT COUNT(*) FROM sqlite_master WHERE name IN
